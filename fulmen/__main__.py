@@ -1,0 +1,5 @@
+"""``python -m fulmen`` runs the command line."""
+
+from fulmen.cli.main import main
+
+raise SystemExit(main())

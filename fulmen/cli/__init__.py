@@ -1,0 +1,1 @@
+"""The ``fulmen`` command line: one module per subcommand, registered in ``main``."""

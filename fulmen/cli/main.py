@@ -1,0 +1,57 @@
+"""The root ``fulmen`` command: builds the parser from the subcommand modules and runs one.
+
+Each subcommand module exposes ``register(subparsers)``, which adds its parser and sets
+``func`` (a callable taking the parsed namespace and returning an exit code). Modules are
+imported when the parser is built, and they import their heavy dependencies only inside
+``func``, so ``fulmen --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+from collections.abc import Sequence
+
+from fulmen import __version__
+from fulmen.errors import FulmenError
+
+__all__ = ["build_parser", "main"]
+
+# Subcommand modules under fulmen.cli, in the order --help lists them.
+_COMMAND_MODULES: tuple[str, ...] = ("store", "rollouts")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full argument parser with every subcommand registered."""
+    parser = argparse.ArgumentParser(
+        prog="fulmen", description="Train any LLM agent from its own runs."
+    )
+    parser.add_argument("--version", action="version", version=f"fulmen {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log at debug level")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in _COMMAND_MODULES:
+        importlib.import_module(f"fulmen.cli.{name}").register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the process exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    func = getattr(args, "func", None)
+    if func is None:
+        parser.print_help()
+        return 2
+    try:
+        return int(func(args) or 0)
+    except FulmenError as exc:
+        print(f"fulmen: error: {exc.message}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130

@@ -1,0 +1,212 @@
+"""The ``Store`` interface every backend implements, in-process or over HTTP.
+
+All methods are async. Writes that a client may retry are idempotent by a caller-chosen id:
+``RolloutCreate.rollout_id``, ``claim_id``, ``SpanCreate.(attempt_id, span_id)``,
+``LLMCallCreate.call_id`` and ``ResourcesCreate.resources_id``. Status changes follow
+``fulmen.store.lifecycle``, which every backend shares.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+from fulmen.types._unset import UNSET
+
+if TYPE_CHECKING:
+    from pydantic import JsonValue
+
+    from fulmen.types import (
+        Attempt,
+        AttemptStatus,
+        Claim,
+        LLMCall,
+        LLMCallCreate,
+        Mode,
+        Page,
+        Resources,
+        ResourcesCreate,
+        Rollout,
+        RolloutCreate,
+        RolloutQuery,
+        RolloutStatus,
+        Span,
+        SpanCreate,
+        StoreStats,
+        Unset,
+        Worker,
+    )
+
+__all__ = ["Capabilities", "ReconcileReport", "Store"]
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend can do; tests skip by capability, never by backend name.
+
+    Attributes:
+        is_durable: data survives a restart of the process that holds the store.
+        is_shared: several processes or machines may use the same store at once.
+        is_remote: the store is reached over the network (the HTTP client).
+    """
+
+    is_durable: bool
+    is_shared: bool
+    is_remote: bool = False
+
+
+@dataclass(frozen=True)
+class ReconcileReport:
+    """What one watchdog pass changed: attempts it ended and rollouts it re-queued or failed."""
+
+    timed_out: tuple[str, ...] = ()
+    lost: tuple[str, ...] = ()
+    requeued: tuple[str, ...] = ()
+    failed: tuple[str, ...] = ()
+
+
+@runtime_checkable
+class Store(Protocol):
+    """Durable state of rollouts, attempts, spans, LLM calls, resources and workers."""
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """What this backend can do."""
+        ...
+
+    async def enqueue(self, rollouts: Sequence[RolloutCreate]) -> list[Rollout]:
+        """Queue rollouts in order; an existing ``rollout_id`` with the same content is returned
+        as is, with different content it raises ``Conflict``. Unknown ``resources_version`` raises
+        ``NotFound``; ``None`` takes the latest version (or none if there is none yet)."""
+        ...
+
+    async def claim(
+        self,
+        worker_id: str,
+        *,
+        limit: int = 1,
+        modes: Sequence[Mode] | None = None,
+        claim_id: str | None = None,
+    ) -> list[Claim]:
+        """Atomically take up to ``limit`` queuing rollouts, oldest first, creating one running
+        attempt each. No rollout is ever given to two claims. Repeating a call with the same
+        ``claim_id`` returns the first call's claims instead of taking more."""
+        ...
+
+    async def heartbeat(
+        self,
+        worker_id: str,
+        *,
+        attempt_ids: Sequence[str] = (),
+        metadata: dict[str, JsonValue] | None = None,
+    ) -> Worker:
+        """Record that a worker is alive and still running ``attempt_ids``."""
+        ...
+
+    async def update_attempt(
+        self,
+        attempt_id: str,
+        *,
+        status: AttemptStatus | Unset = UNSET,
+        error: str | None | Unset = UNSET,
+    ) -> Attempt:
+        """Report an attempt's outcome (``succeeded``, ``failed`` or ``released``) and move its
+        rollout per the lifecycle rules. A report on an attempt that is already final is kept in
+        ``late_status``/``late_error`` and changes nothing else."""
+        ...
+
+    async def update_rollout(
+        self,
+        rollout_id: str,
+        *,
+        status: RolloutStatus | Unset = UNSET,
+        metadata: dict[str, JsonValue] | Unset = UNSET,
+    ) -> Rollout:
+        """Change a rollout's metadata, or cancel it (the only status a caller may set).
+        Cancelling a final rollout raises ``InvalidTransition``."""
+        ...
+
+    async def add_spans(self, spans: Sequence[SpanCreate]) -> list[Span]:
+        """Store spans and give each a sequence number; a span already stored is returned as
+        it was, not stored twice."""
+        ...
+
+    async def add_llm_calls(self, calls: Sequence[LLMCallCreate]) -> list[LLMCall]:
+        """Store LLM call records and give tracked ones a sequence number; idempotent by
+        ``call_id``."""
+        ...
+
+    async def get_rollout(self, rollout_id: str) -> Rollout:
+        """One rollout, or ``NotFound``."""
+        ...
+
+    async def get_attempt(self, attempt_id: str) -> Attempt:
+        """One attempt, or ``NotFound``."""
+        ...
+
+    async def list_attempts(self, rollout_id: str) -> list[Attempt]:
+        """The attempts of a rollout, by number; ``NotFound`` for an unknown rollout."""
+        ...
+
+    async def query_rollouts(self, query: RolloutQuery) -> Page[Rollout]:
+        """Rollouts matching ``query`` in enqueue order, one page at a time."""
+        ...
+
+    async def query_spans(
+        self,
+        rollout_id: str,
+        *,
+        attempt_id: str | None = None,
+        after_sequence: int = 0,
+        limit: int = 1000,
+    ) -> Page[Span]:
+        """Spans of a rollout with ``sequence > after_sequence``, in sequence order."""
+        ...
+
+    async def query_llm_calls(
+        self,
+        rollout_id: str,
+        *,
+        attempt_id: str | None = None,
+        after_sequence: int = 0,
+        limit: int = 1000,
+    ) -> Page[LLMCall]:
+        """LLM calls of a rollout with ``sequence > after_sequence``, in sequence order."""
+        ...
+
+    async def add_resources(self, resources: ResourcesCreate) -> Resources:
+        """Store a new immutable snapshot as the next version (idempotent by ``resources_id``)."""
+        ...
+
+    async def get_resources(self, version: int) -> Resources:
+        """One version, or ``NotFound``."""
+        ...
+
+    async def latest_resources(self) -> Resources | None:
+        """The highest version, or ``None`` when no resources were added."""
+        ...
+
+    async def wait_for_rollouts(
+        self, rollout_ids: Sequence[str], *, timeout: float
+    ) -> list[Rollout]:
+        """Wait (without busy polling) until every listed rollout is final or ``timeout``
+        seconds pass; return the ones that are final, in the order asked."""
+        ...
+
+    async def list_workers(self) -> list[Worker]:
+        """Every worker that sent a heartbeat."""
+        ...
+
+    async def stats(self) -> StoreStats:
+        """Counts over the whole store."""
+        ...
+
+    async def reconcile(self) -> ReconcileReport:
+        """One watchdog pass: end attempts past their timeout or heartbeat deadline and retry or
+        fail their rollouts. Safe to run from several processes at once."""
+        ...
+
+    async def aclose(self) -> None:
+        """Release connections and background tasks; the store may not be used afterwards."""
+        ...

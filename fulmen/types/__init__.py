@@ -1,0 +1,62 @@
+"""The data model of fulmen: the format of storage and of every HTTP API.
+
+This package imports nothing else from fulmen, so any component may depend on it.
+"""
+
+from __future__ import annotations
+
+from fulmen.types._unset import UNSET, Unset, UnsetType
+from fulmen.types.queries import Page, RolloutQuery, StoreStats
+from fulmen.types.records import (
+    LLMCall,
+    LLMCallCreate,
+    LLMChoice,
+    Span,
+    SpanCreate,
+    SpanEvent,
+    SpanStatus,
+    SpanStatusCode,
+)
+from fulmen.types.resources import LLMResource, PromptTemplate, Resource, Resources, ResourcesCreate
+from fulmen.types.rollout import (
+    Attempt,
+    AttemptStatus,
+    Claim,
+    Mode,
+    Rollout,
+    RolloutConfig,
+    RolloutCreate,
+    RolloutStatus,
+    Worker,
+)
+
+__all__ = [
+    "UNSET",
+    "Attempt",
+    "AttemptStatus",
+    "Claim",
+    "LLMCall",
+    "LLMCallCreate",
+    "LLMChoice",
+    "LLMResource",
+    "Mode",
+    "Page",
+    "PromptTemplate",
+    "Resource",
+    "Resources",
+    "ResourcesCreate",
+    "Rollout",
+    "RolloutConfig",
+    "RolloutCreate",
+    "RolloutQuery",
+    "RolloutStatus",
+    "Span",
+    "SpanCreate",
+    "SpanEvent",
+    "SpanStatus",
+    "SpanStatusCode",
+    "StoreStats",
+    "Unset",
+    "UnsetType",
+    "Worker",
+]

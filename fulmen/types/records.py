@@ -1,0 +1,134 @@
+"""What happened inside an attempt: OpenTelemetry-shaped spans and LLM call records.
+
+Both carry a ``sequence`` number assigned by the store, strictly increasing per rollout across
+spans *and* calls, so events of one rollout are ordered without comparing clocks. Both are
+written idempotently: the same ``(attempt_id, span_id)`` or ``call_id`` twice is stored once.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
+
+__all__ = [
+    "LLMCall",
+    "LLMCallCreate",
+    "LLMChoice",
+    "Span",
+    "SpanCreate",
+    "SpanEvent",
+    "SpanStatus",
+    "SpanStatusCode",
+]
+
+
+class SpanStatusCode(str, Enum):
+    """OpenTelemetry's span status codes."""
+
+    UNSET = "unset"
+    OK = "ok"
+    ERROR = "error"
+
+
+class SpanStatus(BaseModel):
+    """A span's status and optional message."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    code: SpanStatusCode = SpanStatusCode.UNSET
+    message: str | None = None
+
+
+class SpanEvent(BaseModel):
+    """A timestamped event inside a span (seconds since the epoch, from the emitter's clock)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    timestamp: float
+    attributes: dict[str, JsonValue] = Field(default_factory=dict)
+
+
+class SpanCreate(BaseModel):
+    """A span as an emitter sends it; ids are lowercase hex as in OTLP JSON."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    rollout_id: str
+    attempt_id: str
+    trace_id: str = Field(min_length=1, max_length=64)
+    span_id: str = Field(min_length=1, max_length=64)
+    parent_id: str | None = None
+    name: str
+    attributes: dict[str, JsonValue] = Field(default_factory=dict)
+    events: list[SpanEvent] = Field(default_factory=list)
+    status: SpanStatus = Field(default_factory=SpanStatus)
+    start_time: float
+    end_time: float | None = None
+
+
+class Span(SpanCreate):
+    """A stored span: the emitted span plus its store-assigned sequence number."""
+
+    sequence: int
+
+
+class LLMChoice(BaseModel):
+    """One generated choice of an LLM call, at token level when the engine could give it.
+
+    ``token_ids`` and ``logprobs`` have the same length when both are present.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    index: int = 0
+    text: str | None = None
+    token_ids: list[int] | None = None
+    logprobs: list[float] | None = None
+    finish_reason: str | None = None
+
+
+class LLMCallCreate(BaseModel):
+    """What the gateway saw for one model call.
+
+    Attributes:
+        call_id: gateway-assigned id; writing the same id twice stores it once.
+        rollout_id / attempt_id: ``None`` for untracked calls through plain ``/v1``.
+        request / response: the JSON as the agent sent it and as the engine answered.
+        prompt_token_ids / choices: token-level view; empty when the upstream gave no ids.
+        is_token_level: True when ids and logprobs make the call usable for token-level RL.
+        response_id: the ``id`` of the response, used to join in-process spans to this call.
+        model / policy_version: which model and which weights answered.
+        latency_s / usage / error: timing, token counts and an error body for failed calls.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    call_id: str = Field(min_length=1, max_length=128)
+    rollout_id: str | None = None
+    attempt_id: str | None = None
+    endpoint: str = "chat/completions"
+    request: dict[str, JsonValue] = Field(default_factory=dict)
+    response: dict[str, JsonValue] | None = None
+    prompt_token_ids: list[int] | None = None
+    choices: list[LLMChoice] = Field(default_factory=list)
+    is_token_level: bool = False
+    response_id: str | None = None
+    model: str | None = None
+    policy_version: str | None = None
+    upstream: str | None = None
+    is_stream: bool = False
+    started_at: float
+    latency_s: float | None = None
+    usage: dict[str, JsonValue] = Field(default_factory=dict)
+    error: dict[str, JsonValue] | None = None
+
+
+class LLMCall(LLMCallCreate):
+    """A stored LLM call: the record plus its store-assigned sequence number.
+
+    Untracked calls (no rollout) get sequence 0.
+    """
+
+    sequence: int
