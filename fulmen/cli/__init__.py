@@ -1,1 +1,3 @@
 """The ``fulmen`` command line: one module per subcommand, registered in ``main``."""
+
+__all__: list[str] = []

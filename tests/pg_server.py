@@ -1,0 +1,81 @@
+"""A throwaway PostgreSQL server for tests: ``initdb`` + ``pg_ctl`` in a temporary directory.
+
+``FULMEN_TEST_PG_URL`` points tests at an existing server instead. When the binaries are missing
+the context manager raises ``PostgresUnavailable`` and the tests that need it are skipped (CI
+installs PostgreSQL, so there they run).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+__all__ = ["PostgresUnavailable", "postgres_server"]
+
+
+class PostgresUnavailable(RuntimeError):
+    """No PostgreSQL binaries to start a server with."""
+
+
+def _find_bin(name: str) -> str:
+    found = shutil.which(name)
+    if found:
+        return found
+    for base in sorted(Path("/usr/lib/postgresql").glob("*/bin"), reverse=True):
+        if (base / name).exists():
+            return str(base / name)
+    raise PostgresUnavailable(f"{name} not found; install PostgreSQL (apt-get install postgresql)")
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _as_postgres(cmd: list[str]) -> list[str]:
+    # initdb refuses to run as root; drop to the postgres user when we are root.
+    if os.geteuid() == 0:
+        return ["runuser", "-u", "postgres", "--", *cmd]
+    return cmd
+
+
+@contextlib.contextmanager
+def postgres_server() -> Iterator[str]:
+    """Start a PostgreSQL server on 127.0.0.1 and yield its ``postgresql://`` URL."""
+    existing = os.environ.get("FULMEN_TEST_PG_URL")
+    if existing:
+        yield existing
+        return
+    initdb, pg_ctl = _find_bin("initdb"), _find_bin("pg_ctl")
+    root = Path(tempfile.mkdtemp(prefix="fulmen-pg-"))
+    data = root / "data"
+    if os.geteuid() == 0:
+        shutil.chown(root, "postgres", "postgres")
+    port = _free_port()
+    run = {"check": True, "stdout": subprocess.DEVNULL, "stderr": subprocess.PIPE}
+    subprocess.run(
+        _as_postgres([initdb, "-D", str(data), "-U", "postgres", "-A", "trust", "--no-sync"]),
+        **run,  # type: ignore[arg-type]
+    )
+    options = f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=off"
+    subprocess.run(
+        _as_postgres([pg_ctl, "-D", str(data), "-o", options, "-l", str(root / "log"), "-w", "start"]),
+        **run,  # type: ignore[arg-type]
+    )
+    try:
+        yield f"postgresql://postgres@127.0.0.1:{port}/postgres"
+    finally:
+        subprocess.run(
+            _as_postgres([pg_ctl, "-D", str(data), "-m", "immediate", "-w", "stop"]),
+            check=False,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        shutil.rmtree(root, ignore_errors=True)

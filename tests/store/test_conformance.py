@@ -1,0 +1,641 @@
+"""The store conformance suite: one set of behaviours every backend must show.
+
+Runs against memory, SQLite, PostgreSQL (in-process) and the HTTP service (through the client);
+see ``conftest.py``. Timing-based tests use short timeouts and a fast watchdog.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from fulmen.errors import Conflict, InvalidRequest, InvalidTransition, NotFound, Unauthorized
+from fulmen.store import Store
+from fulmen.types import (
+    AttemptStatus,
+    LLMCallCreate,
+    LLMChoice,
+    LLMResource,
+    Mode,
+    PromptTemplate,
+    ResourcesCreate,
+    RolloutConfig,
+    RolloutCreate,
+    RolloutQuery,
+    RolloutStatus,
+    SpanCreate,
+    SpanEvent,
+)
+from tests.store.conftest import Backend
+
+
+def rollout(i: int = 0, **kw: object) -> RolloutCreate:
+    return RolloutCreate(input={"question": f"q{i}", "n": i}, **kw)  # type: ignore[arg-type]
+
+
+def span(rollout_id: str, attempt_id: str, span_id: str, **kw: object) -> SpanCreate:
+    fields: dict[str, object] = {
+        "trace_id": "ab" * 16,
+        "name": "step",
+        "start_time": 1.0,
+        "end_time": 2.0,
+        "attributes": {"k": "v", "n": 1, "nested": {"a": [1, 2]}},
+    }
+    fields.update(kw)
+    return SpanCreate(rollout_id=rollout_id, attempt_id=attempt_id, span_id=span_id, **fields)  # type: ignore[arg-type]
+
+
+def call(call_id: str, rollout_id: str | None, attempt_id: str | None) -> LLMCallCreate:
+    return LLMCallCreate(
+        call_id=call_id,
+        rollout_id=rollout_id,
+        attempt_id=attempt_id,
+        request={"model": "m", "messages": [{"role": "user", "content": "hi"}]},
+        response={"id": "resp-1", "choices": [{"message": {"content": "yo"}}]},
+        prompt_token_ids=[1, 2, 3],
+        choices=[LLMChoice(text="yo", token_ids=[7, 8], logprobs=[-0.5, -0.25], finish_reason="stop")],
+        is_token_level=True,
+        response_id="resp-1",
+        model="m",
+        policy_version="v1",
+        started_at=100.0,
+        latency_s=0.01,
+        usage={"prompt_tokens": 3, "completion_tokens": 2},
+    )
+
+
+async def claim_one(store: Store, worker: str = "w1") -> tuple[str, str]:
+    claims = await store.claim(worker)
+    assert len(claims) == 1
+    return claims[0].rollout.rollout_id, claims[0].attempt.attempt_id
+
+
+async def wait_status(store: Store, rollout_id: str, status: RolloutStatus, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if (await store.get_rollout(rollout_id)).status is status:
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"rollout {rollout_id} never became {status.value}")
+
+
+# -- enqueue ----------------------------------------------------------------------------------
+
+
+async def test_enqueue_assigns_ids_positions_and_queuing(store: Store) -> None:
+    rollouts = await store.enqueue([rollout(i) for i in range(3)])
+    assert [r.status for r in rollouts] == [RolloutStatus.QUEUING] * 3
+    assert len({r.rollout_id for r in rollouts}) == 3
+    positions = [r.position for r in rollouts]
+    assert positions == sorted(positions) and len(set(positions)) == 3
+    got = await store.get_rollout(rollouts[1].rollout_id)
+    assert got.input == {"question": "q1", "n": 1}
+    assert got.mode is Mode.TRAIN and got.attempt_count == 0
+    assert got.enqueued_at.tzinfo is not None
+
+
+async def test_enqueue_is_idempotent_by_rollout_id(store: Store) -> None:
+    first = await store.enqueue([rollout(1, rollout_id="ro-fixed", metadata={"a": 1})])
+    again = await store.enqueue([rollout(1, rollout_id="ro-fixed", metadata={"a": 1})])
+    assert again[0].rollout_id == first[0].rollout_id == "ro-fixed"
+    assert again[0].position == first[0].position
+    assert (await store.stats()).rollouts[RolloutStatus.QUEUING] == 1
+    with pytest.raises(Conflict):
+        await store.enqueue([rollout(2, rollout_id="ro-fixed")])
+
+
+async def test_enqueue_unknown_resources_version_is_not_found(store: Store) -> None:
+    with pytest.raises(NotFound):
+        await store.enqueue([rollout(resources_version=7)])
+
+
+async def test_get_unknown_ids_are_not_found(store: Store) -> None:
+    with pytest.raises(NotFound):
+        await store.get_rollout("ro-nope")
+    with pytest.raises(NotFound):
+        await store.get_attempt("at-nope")
+    with pytest.raises(NotFound):
+        await store.list_attempts("ro-nope")
+    with pytest.raises(NotFound):
+        await store.update_attempt("at-nope", status=AttemptStatus.SUCCEEDED)
+    with pytest.raises(NotFound):
+        await store.update_rollout("ro-nope", status=RolloutStatus.CANCELLED)
+
+
+# -- claims -----------------------------------------------------------------------------------
+
+
+async def test_claim_is_fifo_and_creates_attempts(store: Store) -> None:
+    ids = [r.rollout_id for r in await store.enqueue([rollout(i) for i in range(5)])]
+    first = await store.claim("w1", limit=2)
+    second = await store.claim("w2", limit=10)
+    assert [c.rollout.rollout_id for c in first] == ids[:2]
+    assert [c.rollout.rollout_id for c in second] == ids[2:]
+    assert await store.claim("w3") == []
+    claim = first[0]
+    assert claim.rollout.status is RolloutStatus.RUNNING
+    assert claim.attempt.status is AttemptStatus.RUNNING
+    assert claim.attempt.number == 1 and claim.attempt.worker_id == "w1"
+    assert claim.attempt.rollout_id == claim.rollout.rollout_id
+    stored = await store.get_rollout(ids[0])
+    assert stored.status is RolloutStatus.RUNNING and stored.attempt_count == 1
+    assert stored.started_at is not None
+
+
+async def test_claim_filters_by_mode(store: Store) -> None:
+    train = await store.enqueue([rollout(0, mode=Mode.TRAIN)])
+    val = await store.enqueue([rollout(1, mode=Mode.VAL)])
+    claims = await store.claim("w", limit=5, modes=[Mode.VAL])
+    assert [c.rollout.rollout_id for c in claims] == [val[0].rollout_id]
+    claims = await store.claim("w", limit=5)
+    assert [c.rollout.rollout_id for c in claims] == [train[0].rollout_id]
+
+
+async def test_claim_with_same_claim_id_is_not_repeated(store: Store) -> None:
+    await store.enqueue([rollout(i) for i in range(4)])
+    first = await store.claim("w1", limit=2, claim_id="claim-1")
+    repeat = await store.claim("w1", limit=2, claim_id="claim-1")
+    assert [c.attempt.attempt_id for c in repeat] == [c.attempt.attempt_id for c in first]
+    stats = await store.stats()
+    assert stats.rollouts[RolloutStatus.QUEUING] == 2
+    assert stats.attempts[AttemptStatus.RUNNING] == 2
+
+
+async def test_concurrent_claims_never_double_claim_and_lose_none(store: Store) -> None:
+    total = 60
+    await store.enqueue([rollout(i) for i in range(total)])
+
+    async def worker(n: int) -> list[str]:
+        got: list[str] = []
+        while True:
+            claims = await store.claim(f"w{n}", limit=2)
+            if not claims:
+                return got
+            got += [c.rollout.rollout_id for c in claims]
+
+    results = await asyncio.gather(*(worker(n) for n in range(12)))
+    claimed = [r for result in results for r in result]
+    assert len(claimed) == total
+    assert len(set(claimed)) == total
+    assert (await store.stats()).attempts[AttemptStatus.RUNNING] == total
+
+
+async def test_invalid_claim_limit_is_refused(store: Store) -> None:
+    with pytest.raises(InvalidRequest):
+        await store.claim("w", limit=0)
+
+
+# -- lifecycle --------------------------------------------------------------------------------
+
+
+async def test_success_finishes_rollout(store: Store) -> None:
+    (r,) = await store.enqueue([rollout()])
+    rid, aid = await claim_one(store)
+    attempt = await store.update_attempt(aid, status=AttemptStatus.SUCCEEDED)
+    assert attempt.status is AttemptStatus.SUCCEEDED and attempt.ended_at is not None
+    done = await store.get_rollout(rid)
+    assert done.status is RolloutStatus.SUCCEEDED and done.ended_at is not None
+    assert done.rollout_id == r.rollout_id
+
+
+async def test_failure_without_retry_fails_rollout_with_error(store: Store) -> None:
+    await store.enqueue([rollout()])
+    rid, aid = await claim_one(store)
+    await store.update_attempt(aid, status=AttemptStatus.FAILED, error="Traceback: boom")
+    done = await store.get_rollout(rid)
+    assert done.status is RolloutStatus.FAILED
+    assert done.error == "Traceback: boom"
+    assert (await store.get_attempt(aid)).error == "Traceback: boom"
+
+
+async def test_failure_is_retried_while_policy_allows(store: Store) -> None:
+    config = RolloutConfig(max_attempts=2, retry_on=frozenset({AttemptStatus.FAILED}))
+    await store.enqueue([rollout(config=config)])
+    rid, first = await claim_one(store)
+    await store.update_attempt(first, status=AttemptStatus.FAILED, error="e1")
+    assert (await store.get_rollout(rid)).status is RolloutStatus.QUEUING
+    rid2, second = await claim_one(store, "w2")
+    assert rid2 == rid and second != first
+    assert (await store.get_attempt(second)).number == 2
+    await store.update_attempt(second, status=AttemptStatus.FAILED, error="e2")
+    done = await store.get_rollout(rid)
+    assert done.status is RolloutStatus.FAILED and done.attempt_count == 2
+    attempts = await store.list_attempts(rid)
+    assert [a.number for a in attempts] == [1, 2]
+    assert [a.status for a in attempts] == [AttemptStatus.FAILED, AttemptStatus.FAILED]
+
+
+async def test_failed_outcome_not_in_retry_on_is_final(store: Store) -> None:
+    config = RolloutConfig(max_attempts=3, retry_on=frozenset({AttemptStatus.TIMEOUT}))
+    await store.enqueue([rollout(config=config)])
+    rid, aid = await claim_one(store)
+    await store.update_attempt(aid, status=AttemptStatus.FAILED)
+    assert (await store.get_rollout(rid)).status is RolloutStatus.FAILED
+
+
+async def test_released_attempt_requeues_without_using_an_attempt(store: Store) -> None:
+    await store.enqueue([rollout(config=RolloutConfig(max_attempts=1))])
+    rid, first = await claim_one(store)
+    await store.update_attempt(first, status=AttemptStatus.RELEASED)
+    assert (await store.get_rollout(rid)).status is RolloutStatus.QUEUING
+    _, second = await claim_one(store)
+    await store.update_attempt(second, status=AttemptStatus.SUCCEEDED)
+    assert (await store.get_rollout(rid)).status is RolloutStatus.SUCCEEDED
+
+
+async def test_terminal_states_are_final(store: Store) -> None:
+    await store.enqueue([rollout()])
+    rid, aid = await claim_one(store)
+    await store.update_attempt(aid, status=AttemptStatus.SUCCEEDED)
+    with pytest.raises(InvalidTransition):
+        await store.update_rollout(rid, status=RolloutStatus.CANCELLED)
+    assert (await store.get_rollout(rid)).status is RolloutStatus.SUCCEEDED
+
+
+async def test_callers_may_not_set_store_decided_statuses(store: Store) -> None:
+    await store.enqueue([rollout()])
+    rid, aid = await claim_one(store)
+    with pytest.raises(InvalidRequest):
+        await store.update_attempt(aid, status=AttemptStatus.TIMEOUT)
+    with pytest.raises(InvalidRequest):
+        await store.update_rollout(rid, status=RolloutStatus.SUCCEEDED)
+    assert (await store.get_attempt(aid)).status is AttemptStatus.RUNNING
+
+
+async def test_late_report_is_kept_but_changes_nothing(store: Store) -> None:
+    config = RolloutConfig(max_attempts=2, retry_on=frozenset({AttemptStatus.FAILED}))
+    await store.enqueue([rollout(config=config)])
+    rid, aid = await claim_one(store)
+    await store.update_attempt(aid, status=AttemptStatus.FAILED, error="first")
+    late = await store.update_attempt(aid, status=AttemptStatus.SUCCEEDED, error="late")
+    assert late.status is AttemptStatus.FAILED and late.error == "first"
+    assert late.late_status is AttemptStatus.SUCCEEDED and late.late_error == "late"
+    assert (await store.get_rollout(rid)).status is RolloutStatus.QUEUING
+    assert (await store.get_attempt(aid)).late_status is AttemptStatus.SUCCEEDED
+
+
+async def test_cancel_queuing_and_running_rollouts(store: Store) -> None:
+    queued, running = await store.enqueue([rollout(0), rollout(1)])
+    cancelled = await store.update_rollout(queued.rollout_id, status=RolloutStatus.CANCELLED)
+    assert cancelled.status is RolloutStatus.CANCELLED
+    rid, aid = await claim_one(store)
+    assert rid == running.rollout_id  # the cancelled one is not claimable
+    await store.update_rollout(rid, status=RolloutStatus.CANCELLED)
+    assert (await store.get_attempt(aid)).status is AttemptStatus.CANCELLED
+    late = await store.update_attempt(aid, status=AttemptStatus.SUCCEEDED)
+    assert late.late_status is AttemptStatus.SUCCEEDED
+    assert (await store.get_rollout(rid)).status is RolloutStatus.CANCELLED
+    assert await store.claim("w") == []
+
+
+async def test_update_rollout_metadata(store: Store) -> None:
+    (r,) = await store.enqueue([rollout(metadata={"a": 1})])
+    updated = await store.update_rollout(r.rollout_id, metadata={"a": 2, "b": [1]})
+    assert updated.metadata == {"a": 2, "b": [1]}
+    assert (await store.get_rollout(r.rollout_id)).metadata == {"a": 2, "b": [1]}
+
+
+# -- watchdog: timeouts and lost heartbeats ----------------------------------------------------
+
+
+async def test_watchdog_times_out_attempt_and_fails_rollout(store: Store) -> None:
+    (r,) = await store.enqueue([rollout(config=RolloutConfig(timeout_s=0.3))])
+    _, aid = await claim_one(store)
+    # Nobody calls reconcile(): the background watchdog must find it.
+    done = await store.wait_for_rollouts([r.rollout_id], timeout=5)
+    assert [d.status for d in done] == [RolloutStatus.FAILED]
+    attempt = await store.get_attempt(aid)
+    assert attempt.status is AttemptStatus.TIMEOUT
+    assert attempt.error and "timed out" in attempt.error
+
+
+async def test_watchdog_retries_timed_out_attempt(store: Store) -> None:
+    config = RolloutConfig(timeout_s=0.3, max_attempts=2)
+    (r,) = await store.enqueue([rollout(config=config)])
+    _, first = await claim_one(store)
+    await wait_status(store, r.rollout_id, RolloutStatus.QUEUING)
+    _, second = await claim_one(store, "w2")
+    await store.update_attempt(second, status=AttemptStatus.SUCCEEDED)
+    assert (await store.get_rollout(r.rollout_id)).status is RolloutStatus.SUCCEEDED
+    assert (await store.get_attempt(first)).status is AttemptStatus.TIMEOUT
+    late = await store.update_attempt(first, status=AttemptStatus.SUCCEEDED)
+    assert late.status is AttemptStatus.TIMEOUT and late.late_status is AttemptStatus.SUCCEEDED
+
+
+async def test_watchdog_finds_lost_attempts_and_heartbeats_keep_them(store: Store) -> None:
+    config = RolloutConfig(heartbeat_timeout_s=0.4, max_attempts=2)
+    kept, lost = await store.enqueue([rollout(0, config=config), rollout(1, config=config)])
+    _, kept_attempt = await claim_one(store, "alive")
+    _, lost_attempt = await claim_one(store, "dead")
+    for _ in range(10):
+        worker = await store.heartbeat("alive", attempt_ids=[kept_attempt])
+        await asyncio.sleep(0.1)
+    assert worker.running_attempt_ids == [kept_attempt]
+    assert (await store.get_attempt(kept_attempt)).status is AttemptStatus.RUNNING
+    assert (await store.get_attempt(lost_attempt)).status is AttemptStatus.LOST
+    assert (await store.get_rollout(lost.rollout_id)).status is RolloutStatus.QUEUING
+    assert (await store.get_rollout(kept.rollout_id)).status is RolloutStatus.RUNNING
+
+
+async def test_reconcile_can_be_called_directly(store: Store) -> None:
+    await store.enqueue([rollout(config=RolloutConfig(timeout_s=0.05))])
+    await claim_one(store)
+    await asyncio.sleep(0.1)
+    await store.reconcile()  # the watchdog may have been first; either way the attempt ended
+    assert (await store.stats()).attempts[AttemptStatus.TIMEOUT] == 1
+
+
+# -- spans and LLM calls ----------------------------------------------------------------------
+
+
+async def test_spans_get_strictly_increasing_sequence_numbers(store: Store) -> None:
+    await store.enqueue([rollout()])
+    rid, aid = await claim_one(store)
+    stored = await store.add_spans([span(rid, aid, f"s{i}") for i in range(5)])
+    sequences = [s.sequence for s in stored]
+    assert sequences == sorted(sequences) and len(set(sequences)) == 5 and sequences[0] >= 1
+    more = await store.add_spans([span(rid, aid, "s5")])
+    assert more[0].sequence > sequences[-1]
+    page = await store.query_spans(rid)
+    assert [s.span_id for s in page.items] == [f"s{i}" for i in range(6)]
+    assert page.items[0].attributes == {"k": "v", "n": 1, "nested": {"a": [1, 2]}}
+
+
+async def test_span_fields_round_trip(store: Store) -> None:
+    await store.enqueue([rollout()])
+    rid, aid = await claim_one(store)
+    original = span(
+        rid,
+        aid,
+        "s1",
+        parent_id="p1",
+        events=[SpanEvent(name="e", timestamp=1.5, attributes={"x": 1.25})],
+        status={"code": "error", "message": "bad"},
+    )
+    (stored,) = await store.add_spans([original])
+    (read,) = (await store.query_spans(rid)).items
+    assert read == stored
+    assert read.model_dump(exclude={"sequence"}) == original.model_dump()
+
+
+async def test_span_appends_are_idempotent(store: Store) -> None:
+    await store.enqueue([rollout()])
+    rid, aid = await claim_one(store)
+    first = await store.add_spans([span(rid, aid, "s1"), span(rid, aid, "s2")])
+    again = await store.add_spans([span(rid, aid, "s2"), span(rid, aid, "s3")])
+    assert again[0].sequence == first[1].sequence
+    assert len((await store.query_spans(rid)).items) == 3
+    assert (await store.stats()).spans == 3
+
+
+async def test_concurrent_appends_keep_sequences_unique(store: Store) -> None:
+    await store.enqueue([rollout()])
+    rid, aid = await claim_one(store)
+
+    async def append(n: int) -> list[int]:
+        stored = await store.add_spans([span(rid, aid, f"t{n}-{i}") for i in range(3)])
+        return [s.sequence for s in stored]
+
+    results = await asyncio.gather(*(append(n) for n in range(15)))
+    for sequences in results:
+        assert sequences == sorted(sequences)
+    flat = [s for seqs in results for s in seqs]
+    assert len(set(flat)) == 45
+    read = [s.sequence for s in (await store.query_spans(rid, limit=100)).items]
+    assert read == sorted(flat)
+
+
+async def test_spans_need_a_known_rollout_and_matching_attempt(store: Store) -> None:
+    a, b = await store.enqueue([rollout(0), rollout(1)])
+    rid_a, aid_a = await claim_one(store)
+    rid_b, _ = await claim_one(store)
+    with pytest.raises(NotFound):
+        await store.add_spans([span("ro-nope", aid_a, "s")])
+    with pytest.raises((InvalidRequest, NotFound)):
+        await store.add_spans([span(rid_b, aid_a, "s")])
+    with pytest.raises(NotFound):
+        await store.query_spans("ro-nope")
+    assert {rid_a, rid_b} == {a.rollout_id, b.rollout_id}
+
+
+async def test_spans_of_superseded_attempts_are_kept(store: Store) -> None:
+    config = RolloutConfig(max_attempts=2, retry_on=frozenset({AttemptStatus.FAILED}))
+    await store.enqueue([rollout(config=config)])
+    rid, first = await claim_one(store)
+    await store.update_attempt(first, status=AttemptStatus.FAILED)
+    _, second = await claim_one(store)
+    await store.add_spans([span(rid, first, "late"), span(rid, second, "new")])
+    assert [s.span_id for s in (await store.query_spans(rid, attempt_id=first)).items] == ["late"]
+    assert [s.span_id for s in (await store.query_spans(rid, attempt_id=second)).items] == ["new"]
+
+
+async def test_span_pagination_covers_everything_once(store: Store) -> None:
+    await store.enqueue([rollout()])
+    rid, aid = await claim_one(store)
+    await store.add_spans([span(rid, aid, f"s{i:02d}") for i in range(23)])
+    seen: list[str] = []
+    after = 0
+    while True:
+        page = await store.query_spans(rid, after_sequence=after, limit=5)
+        seen += [s.span_id for s in page.items]
+        if page.next_cursor is None:
+            break
+        after = page.next_cursor
+    assert seen == [f"s{i:02d}" for i in range(23)]
+
+
+async def test_llm_calls_share_the_rollout_sequence_with_spans(store: Store) -> None:
+    await store.enqueue([rollout()])
+    rid, aid = await claim_one(store)
+    (s1,) = await store.add_spans([span(rid, aid, "s1")])
+    (c1,) = await store.add_llm_calls([call("c1", rid, aid)])
+    (s2,) = await store.add_spans([span(rid, aid, "s2")])
+    assert s1.sequence < c1.sequence < s2.sequence
+    (read,) = (await store.query_llm_calls(rid)).items
+    assert read.prompt_token_ids == [1, 2, 3]
+    assert read.choices[0].token_ids == [7, 8]
+    assert read.choices[0].logprobs == [-0.5, -0.25]
+    assert read.is_token_level and read.response_id == "resp-1" and read.policy_version == "v1"
+    assert read == c1
+
+
+async def test_llm_calls_are_idempotent_and_untracked_ones_have_no_sequence(store: Store) -> None:
+    await store.enqueue([rollout()])
+    rid, aid = await claim_one(store)
+    first = await store.add_llm_calls([call("c1", rid, aid)])
+    again = await store.add_llm_calls([call("c1", rid, aid), call("c2", rid, aid)])
+    assert again[0].sequence == first[0].sequence
+    assert again[1].sequence > first[0].sequence
+    (untracked,) = await store.add_llm_calls([call("u1", None, None)])
+    assert untracked.sequence == 0
+    assert (await store.stats()).llm_calls == 3
+    assert [c.call_id for c in (await store.query_llm_calls(rid)).items] == ["c1", "c2"]
+
+
+# -- rollout queries --------------------------------------------------------------------------
+
+
+async def test_query_rollouts_filters(store: Store) -> None:
+    await store.enqueue(
+        [
+            rollout(0, mode=Mode.TRAIN, task_id="t1"),
+            rollout(1, mode=Mode.VAL, task_id="t1"),
+            rollout(2, mode=Mode.TRAIN, task_id="t2"),
+        ]
+    )
+    rid, aid = await claim_one(store)
+    await store.update_attempt(aid, status=AttemptStatus.SUCCEEDED)
+    by_status = await store.query_rollouts(RolloutQuery(statuses=[RolloutStatus.SUCCEEDED]))
+    assert [r.rollout_id for r in by_status.items] == [rid]
+    by_mode = await store.query_rollouts(RolloutQuery(mode=Mode.VAL))
+    assert [r.input for r in by_mode.items] == [{"question": "q1", "n": 1}]
+    by_task = await store.query_rollouts(RolloutQuery(task_id="t1"))
+    assert len(by_task.items) == 2
+    by_id = await store.query_rollouts(RolloutQuery(rollout_ids=[rid, "ro-nope"]))
+    assert [r.rollout_id for r in by_id.items] == [rid]
+
+
+async def test_query_rollouts_paginates_in_enqueue_order(store: Store) -> None:
+    created = await store.enqueue([rollout(i) for i in range(11)])
+    seen: list[str] = []
+    cursor: int | None = None
+    pages = 0
+    while True:
+        page = await store.query_rollouts(RolloutQuery(limit=4, cursor=cursor))
+        pages += 1
+        seen += [r.rollout_id for r in page.items]
+        if page.next_cursor is None:
+            break
+        cursor = page.next_cursor
+    assert seen == [r.rollout_id for r in created]
+    assert pages == 3
+
+
+# -- resources --------------------------------------------------------------------------------
+
+
+def resources(model: str = "m1") -> ResourcesCreate:
+    return ResourcesCreate(
+        resources={
+            "llm": LLMResource(
+                base_url="http://127.0.0.1:1/v1",
+                model=model,
+                sampling={"default": {"temperature": 1.0}, "val": {"temperature": 0.0}},
+            ),
+            "prompt": PromptTemplate(template="Solve: {question}"),
+        }
+    )
+
+
+async def test_resources_are_versioned_and_latest_is_default(store: Store) -> None:
+    assert await store.latest_resources() is None
+    (before,) = await store.enqueue([rollout(0)])
+    assert before.resources_version is None
+    v1 = await store.add_resources(resources("m1"))
+    v2 = await store.add_resources(resources("m2"))
+    assert (v1.version, v2.version) == (1, 2)
+    latest = await store.latest_resources()
+    assert latest is not None and latest.version == 2
+    got = await store.get_resources(1)
+    llm = got.resources["llm"]
+    assert isinstance(llm, LLMResource) and llm.model == "m1"
+    assert llm.sampling["val"] == {"temperature": 0.0}
+    (after, pinned) = await store.enqueue([rollout(1), rollout(2, resources_version=1)])
+    assert after.resources_version == 2 and pinned.resources_version == 1
+    with pytest.raises(NotFound):
+        await store.get_resources(3)
+
+
+async def test_resources_are_idempotent_by_id(store: Store) -> None:
+    first = await store.add_resources(resources().model_copy(update={"resources_id": "r-1"}))
+    again = await store.add_resources(resources().model_copy(update={"resources_id": "r-1"}))
+    assert again.version == first.version == 1
+    with pytest.raises(Conflict):
+        await store.add_resources(resources("other").model_copy(update={"resources_id": "r-1"}))
+    assert (await store.stats()).resources_versions == 1
+
+
+# -- waiting, workers, statistics -------------------------------------------------------------
+
+
+async def test_wait_for_rollouts_wakes_when_they_finish(store: Store) -> None:
+    a, b = await store.enqueue([rollout(0), rollout(1)])
+    claims = await store.claim("w", limit=2)
+
+    async def finish_later() -> None:
+        await asyncio.sleep(0.2)
+        for c in claims:
+            await store.update_attempt(c.attempt.attempt_id, status=AttemptStatus.SUCCEEDED)
+
+    started = time.monotonic()
+    task = asyncio.create_task(finish_later())
+    done = await store.wait_for_rollouts([a.rollout_id, b.rollout_id], timeout=10)
+    elapsed = time.monotonic() - started
+    await task
+    assert [r.rollout_id for r in done] == [a.rollout_id, b.rollout_id]
+    assert all(r.status is RolloutStatus.SUCCEEDED for r in done)
+    assert elapsed < 5  # woken by the change, not by the 10 s timeout
+
+
+async def test_wait_for_rollouts_returns_finished_ones_at_timeout(store: Store) -> None:
+    a, b = await store.enqueue([rollout(0), rollout(1)])
+    await store.update_rollout(a.rollout_id, status=RolloutStatus.CANCELLED)
+    started = time.monotonic()
+    done = await store.wait_for_rollouts([a.rollout_id, b.rollout_id], timeout=0.3)
+    assert time.monotonic() - started >= 0.25
+    assert [r.rollout_id for r in done] == [a.rollout_id]
+
+
+async def test_workers_and_stats(store: Store) -> None:
+    await store.enqueue([rollout(i) for i in range(3)])
+    claims = await store.claim("w1", limit=2)
+    worker = await store.heartbeat(
+        "w1", attempt_ids=[c.attempt.attempt_id for c in claims], metadata={"host": "h"}
+    )
+    assert worker.worker_id == "w1" and worker.metadata == {"host": "h"}
+    await store.update_attempt(claims[0].attempt.attempt_id, status=AttemptStatus.SUCCEEDED)
+    worker = await store.heartbeat("w1", attempt_ids=[c.attempt.attempt_id for c in claims])
+    assert worker.running_attempt_ids == [claims[1].attempt.attempt_id]
+    workers = await store.list_workers()
+    assert [w.worker_id for w in workers] == ["w1"]
+    stats = await store.stats()
+    assert stats.rollouts[RolloutStatus.QUEUING] == 1
+    assert stats.rollouts[RolloutStatus.RUNNING] == 1
+    assert stats.rollouts[RolloutStatus.SUCCEEDED] == 1
+    assert stats.attempts[AttemptStatus.SUCCEEDED] == 1
+    assert stats.workers == 1
+
+
+# -- durability and auth (by capability) -------------------------------------------------------
+
+
+async def test_data_survives_reopening(backend: Backend) -> None:
+    async with backend.open() as store:
+        if not store.capabilities.is_durable:
+            pytest.skip("backend is not durable")
+        (r,) = await store.enqueue([rollout()])
+        rid, aid = await claim_one(store)
+        await store.add_spans([span(rid, aid, "s1")])
+        await store.add_llm_calls([call("c1", rid, aid)])
+        await store.add_resources(resources())
+    async with backend.open() as store:
+        assert (await store.get_rollout(r.rollout_id)).status is RolloutStatus.RUNNING
+        assert [s.span_id for s in (await store.query_spans(rid)).items] == ["s1"]
+        assert [c.call_id for c in (await store.query_llm_calls(rid)).items] == ["c1"]
+        (s2,) = await store.add_spans([span(rid, aid, "s2")])
+        assert s2.sequence == 3  # the sequence continues after span 1 and call 2
+        assert (await store.latest_resources()) is not None
+
+
+async def test_remote_store_requires_the_token(backend: Backend, store: Store) -> None:
+    if not store.capabilities.is_remote:
+        pytest.skip("not a remote store")
+    async with backend.open(token="wrong") as bad:
+        with pytest.raises(Unauthorized):
+            await bad.stats()
+    async with backend.open(token=None) as anonymous:
+        with pytest.raises(Unauthorized):
+            await anonymous.enqueue([rollout()])
+    assert (await store.stats()).rollouts[RolloutStatus.QUEUING] == 0
