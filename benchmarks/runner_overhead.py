@@ -1,0 +1,130 @@
+"""Runner and tracing overhead on this machine, against baselines measured in the same run.
+
+Figures (one JSON line):
+  span_us_fulmen / span_us_otel_bare: cost of one ``operation()`` span inside a rollout scope
+      (stamping + conversion + queueing) vs a bare OTel SDK span with no processor.
+  rollouts_per_s_async_c32 / rollouts_per_s_direct: a no-op async agent through the Runner at
+      concurrency 32 (claim, run, reward span, flush, report, heartbeats) vs the bare store calls
+      the runner makes (claim 32, add the spans, report each) in a loop.
+  rollouts_per_s_sync_process / rollouts_per_s_sync_thread: a no-op sync agent in worker
+      processes vs worker threads (concurrency 2).
+
+Run: ``python benchmarks/runner_overhead.py`` (about 20 s, memory store).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from opentelemetry.sdk.trace import TracerProvider
+
+from fulmen.agent.api import rollout
+from fulmen.agent.runner import Runner
+from fulmen.store import open_store
+from fulmen.tracing import operation, rollout_scope
+from fulmen.tracing.exporter import StoreSpanExporter
+from fulmen.tracing.provider import create_provider, provider_tracer
+from fulmen.types import AttemptStatus, RolloutCreate, SpanCreate
+
+N_SPANS = 20_000
+N_ASYNC = 2_000
+N_SYNC = 200
+SYNC_SPEC = "benchmarks.runner_overhead:noop_sync"  # worker processes import it by name
+
+
+@rollout
+async def noop_async(task: Any) -> float:
+    return 1.0
+
+
+@rollout
+def noop_sync(task: Any) -> float:
+    return 1.0
+
+
+async def span_costs() -> tuple[float, float]:
+    async with open_store("memory://", watchdog_interval=None) as store:
+        await store.enqueue([RolloutCreate(input=0)])
+        (claim,) = await store.claim("bench")
+        exporter = StoreSpanExporter(store, interval=0.05)
+        exporter.start()
+        tracer = provider_tracer(create_provider(exporter))
+        with rollout_scope(tracer, claim.rollout.rollout_id, claim.attempt.attempt_id):
+            start = time.perf_counter()
+            for _ in range(N_SPANS):
+                with operation("step"):
+                    pass
+            fulmen_us = (time.perf_counter() - start) / N_SPANS * 1e6
+        await exporter.aclose()
+    bare = TracerProvider().get_tracer("bench")
+    start = time.perf_counter()
+    for _ in range(N_SPANS):
+        with bare.start_as_current_span("step"):
+            pass
+    bare_us = (time.perf_counter() - start) / N_SPANS * 1e6
+    return fulmen_us, bare_us
+
+
+async def runner_rate(agent: Any, n: int, **options: Any) -> float:
+    async with open_store("memory://", watchdog_interval=1.0) as store:
+        await store.enqueue([RolloutCreate(input=i) for i in range(n)])
+        runner = Runner(store, agent, poll_interval=0.01, **options)
+        start = time.perf_counter()
+        stats = await runner.run(until_idle=True)
+        elapsed = time.perf_counter() - start
+        if stats.succeeded != n:
+            raise RuntimeError(f"only {stats.succeeded} of {n} succeeded")
+        return n / elapsed
+
+
+async def direct_rate(n: int) -> float:
+    async with open_store("memory://", watchdog_interval=1.0) as store:
+        await store.enqueue([RolloutCreate(input=i) for i in range(n)])
+        start = time.perf_counter()
+        while claims := await store.claim("bench", limit=32):
+            spans = [
+                SpanCreate(
+                    rollout_id=c.rollout.rollout_id,
+                    attempt_id=c.attempt.attempt_id,
+                    trace_id="1" * 32,
+                    span_id=f"{k:016x}",
+                    name="s",
+                    start_time=0.0,
+                )
+                for c in claims
+                for k in range(2)  # the runner writes a root span and a reward span
+            ]
+            await store.add_spans(spans)
+            for c in claims:
+                await store.update_attempt(c.attempt.attempt_id, status=AttemptStatus.SUCCEEDED)
+        return n / (time.perf_counter() - start)
+
+
+async def main() -> None:
+    fulmen_us, bare_us = await span_costs()
+    result = {
+        "span_us_fulmen": round(fulmen_us, 2),
+        "span_us_otel_bare": round(bare_us, 2),
+        "rollouts_per_s_async_c32": round(await runner_rate(noop_async, N_ASYNC, concurrency=32)),
+        "rollouts_per_s_direct": round(await direct_rate(N_ASYNC)),
+        "rollouts_per_s_sync_process": round(
+            await runner_rate(SYNC_SPEC, N_SYNC, concurrency=2, sync_isolation="process"), 1
+        ),
+        "rollouts_per_s_sync_thread": round(
+            await runner_rate(noop_sync, N_SYNC, concurrency=2, sync_isolation="thread"), 1
+        ),
+    }
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.ERROR)
+    asyncio.run(main())

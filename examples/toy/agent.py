@@ -1,0 +1,68 @@
+"""A toy task that proves the training gradient is right, for the random `tiny` model.
+
+The agent asks the model to write the letter ``a``; the reward is the fraction of the
+completion's non-space characters that are ``a``. A randomly initialised model scores a few
+percent; a correct policy-gradient update pushes it towards 1.0 within a few CPU minutes.
+
+``toy_two_calls`` makes two calls per rollout: a *planner* whose output is ignored by the reward
+and an *actor* that is rewarded. Training it with ``transitions.agents: [actor]`` trains only the
+actor's calls.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from openai import AsyncOpenAI
+
+import fulmen
+
+TARGET = "a"
+MAX_TOKENS = 8
+
+
+def score(text: str) -> float:
+    """Fraction of the non-space characters of ``text`` that are the target letter."""
+    chars = [c for c in text if not c.isspace()]
+    if not chars:
+        return 0.0
+    return sum(c == TARGET for c in chars) / len(chars)
+
+
+def train_tasks() -> list[dict[str, Any]]:
+    """64 prompts that differ in wording (so groups differ), all asking for the letter."""
+    return [{"id": f"t{i}", "prompt": f"Task {i}: write the letter {TARGET}."} for i in range(64)]
+
+
+def val_tasks() -> list[dict[str, Any]]:
+    """16 held-out prompts."""
+    return [{"id": f"v{i}", "prompt": f"Check {i}: write the letter {TARGET}."} for i in range(16)]
+
+
+async def _ask(llm: fulmen.LLM, prompt: str) -> str:
+    client = AsyncOpenAI(base_url=llm.base_url, api_key=llm.api_key)
+    try:
+        response = await client.chat.completions.create(
+            model=llm.model,
+            messages=[{"role": "user", "content": prompt}],
+            max_tokens=MAX_TOKENS,
+        )
+    finally:
+        await client.close()
+    return response.choices[0].message.content or ""
+
+
+@fulmen.rollout
+async def toy_agent(task: dict[str, Any], llm: fulmen.LLM) -> float:
+    """One call; reward = share of the target letter in the answer."""
+    return score(await _ask(llm, task["prompt"]))
+
+
+@fulmen.rollout
+async def toy_two_calls(task: dict[str, Any], llm: fulmen.LLM) -> float:
+    """Two calls: a planner (not rewarded) and an actor (rewarded)."""
+    with fulmen.as_agent("planner"):
+        plan = await _ask(llm, f"Plan how to answer: {task['prompt']}")
+    with fulmen.as_agent("actor"):
+        answer = await _ask(llm, f"{task['prompt']} Plan: {plan[:40]}")
+    return score(answer)

@@ -1,0 +1,38 @@
+"""The adapter: attempts' call records and spans → transitions, credit, and exports.
+
+Nothing here imports torch; the algorithms turn transitions into tensors.
+"""
+
+from __future__ import annotations
+
+from fulmen.adapter.credit import (
+    CREDIT_STRATEGIES,
+    CallCredit,
+    CreditFn,
+    CreditInput,
+    resolve_credit,
+)
+from fulmen.adapter.transition_types import AdapterDiagnostics, Trajectory, Transition
+from fulmen.adapter.transitions import (
+    AttemptRecords,
+    TransitionOptions,
+    build_trajectory,
+    load_attempt,
+    load_trajectory,
+)
+
+__all__ = [
+    "CREDIT_STRATEGIES",
+    "AdapterDiagnostics",
+    "AttemptRecords",
+    "CallCredit",
+    "CreditFn",
+    "CreditInput",
+    "Trajectory",
+    "Transition",
+    "TransitionOptions",
+    "build_trajectory",
+    "load_attempt",
+    "load_trajectory",
+    "resolve_credit",
+]

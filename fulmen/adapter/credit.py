@@ -1,0 +1,146 @@
+"""Credit assignment: how a rollout's reward is shared among its LLM calls.
+
+A strategy is a plain function of a ``CreditInput`` (the rollout's final reward and the explicit
+per-call rewards the agent emitted) returning one ``CallCredit`` per call: the call's reward
+(for logs, exports and the per-transition advantage estimator) and its weight, the share of
+the rollout's group-relative advantage it receives. Built-in strategies live in
+``CREDIT_STRATEGIES``; any function with the same signature works too:
+
+>>> def halves(rollout: CreditInput) -> list[CallCredit]:
+...     return [CallCredit(rollout.final_reward / 2, 0.5)] * rollout.num_calls
+>>> [c.weight for c in assign_credit(halves, CreditInput(1.0, (None, None)))]
+[0.5, 0.5]
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from fulmen.errors import ConfigError
+
+__all__ = [
+    "CREDIT_STRATEGIES",
+    "CallCredit",
+    "CreditFn",
+    "CreditInput",
+    "assign_credit",
+    "discounted_credit",
+    "final_credit",
+    "last_credit",
+    "per_call_credit",
+    "resolve_credit",
+]
+
+
+class CallCredit(NamedTuple):
+    """What one call is credited with: a reward and a weight on the rollout's advantage."""
+
+    reward: float
+    weight: float = 1.0
+
+
+@dataclass(frozen=True)
+class CreditInput:
+    """What a credit strategy sees of one rollout.
+
+    Attributes:
+        final_reward: the rollout's final reward.
+        call_rewards: the explicit reward emitted for each credited call (``None``: none),
+            in call order; its length is the number of calls to credit.
+    """
+
+    final_reward: float
+    call_rewards: tuple[float | None, ...]
+
+    @property
+    def num_calls(self) -> int:
+        """How many calls get credit."""
+        return len(self.call_rewards)
+
+
+CreditFn = Callable[[CreditInput], Sequence[CallCredit]]
+
+
+def final_credit(rollout: CreditInput) -> list[CallCredit]:
+    """Every call gets the final reward and the whole advantage."""
+    return [CallCredit(rollout.final_reward, 1.0)] * rollout.num_calls
+
+
+def discounted_credit(rollout: CreditInput, *, gamma: float = 0.9) -> list[CallCredit]:
+    """Call ``i`` of ``n`` gets ``gamma ** (n - 1 - i)`` of the final reward and advantage."""
+    if not 0.0 <= gamma <= 1.0:
+        raise ConfigError(f"gamma must be in [0, 1]; got {gamma!r}")
+    n = rollout.num_calls
+    return [
+        CallCredit(rollout.final_reward * gamma ** (n - 1 - i), gamma ** (n - 1 - i))
+        for i in range(n)
+    ]
+
+
+def last_credit(rollout: CreditInput) -> list[CallCredit]:
+    """Only the last call gets the reward and the advantage; earlier calls get 0."""
+    n = rollout.num_calls
+    return [
+        CallCredit(rollout.final_reward, 1.0) if i == n - 1 else CallCredit(0.0, 0.0)
+        for i in range(n)
+    ]
+
+
+def per_call_credit(rollout: CreditInput) -> list[CallCredit]:
+    """Each call gets the reward the agent emitted for it (0 when none), full weight."""
+    return [CallCredit(0.0 if r is None else r, 1.0) for r in rollout.call_rewards]
+
+
+CREDIT_STRATEGIES: Mapping[str, Callable[..., Sequence[CallCredit]]] = {
+    "final": final_credit,
+    "discounted": discounted_credit,
+    "last": last_credit,
+    "per_call": per_call_credit,
+}
+
+
+def resolve_credit(strategy: str | CreditFn, **options: Any) -> CreditFn:
+    """Return the credit function a built-in name (options bound) or a user function gives.
+
+    Raises ``ConfigError`` for an unknown name or an option the strategy does not take.
+    """
+    if callable(strategy):
+        fn: Callable[..., Sequence[CallCredit]] = strategy
+    elif strategy in CREDIT_STRATEGIES:
+        fn = CREDIT_STRATEGIES[strategy]
+    else:
+        raise ConfigError(
+            f"unknown credit strategy {strategy!r}",
+            detail={"allowed": sorted(CREDIT_STRATEGIES)},
+        )
+    if not options:
+        return fn
+    accepted = {
+        name
+        for name, p in inspect.signature(fn).parameters.items()
+        if p.kind is inspect.Parameter.KEYWORD_ONLY
+    }
+    unknown = sorted(set(options) - accepted)
+    if unknown:
+        raise ConfigError(
+            f"credit strategy {strategy!r} takes no option(s) {unknown}",
+            detail={"accepted": sorted(accepted)},
+        )
+    return functools.partial(fn, **options)
+
+
+def assign_credit(fn: CreditFn, rollout: CreditInput) -> list[CallCredit]:
+    """Run a credit function and check it returned one finite credit per call."""
+    credits = [CallCredit(float(c[0]), float(c[1])) for c in fn(rollout)]
+    if len(credits) != rollout.num_calls:
+        raise ConfigError(
+            f"credit function returned {len(credits)} credits for {rollout.num_calls} calls"
+        )
+    for credit in credits:
+        if credit.reward != credit.reward or credit.weight != credit.weight:
+            raise ConfigError(f"credit function returned NaN: {credit!r}")
+    return credits

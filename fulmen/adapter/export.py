@@ -1,0 +1,161 @@
+"""Export training data: transitions, SFT conversations and preference pairs, to JSONL or Parquet.
+
+Rows are plain dicts; ``write_rows`` picks the format from the file suffix (``.jsonl`` or
+``.parquet``; Parquet needs the optional ``pyarrow``). SFT rows come from the chat requests and
+responses the gateway recorded (the conversation as the model saw it); preference pairs put the
+best and the worst rollout of one task side by side.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from fulmen.adapter.transition_types import Transition
+from fulmen.adapter.transitions import AttemptRecords
+from fulmen.errors import ConfigError
+from fulmen.types import LLMCall
+
+__all__ = [
+    "preference_rows",
+    "sft_rows",
+    "transition_rows",
+    "write_rows",
+]
+
+Row = dict[str, Any]
+
+
+def transition_rows(transitions: Iterable[Transition]) -> list[Row]:
+    """One row per transition, every field as a column."""
+    return [t.model_dump(mode="json") for t in transitions]
+
+
+def sft_rows(
+    attempts: Iterable[AttemptRecords],
+    *,
+    min_reward: float | None = None,
+    last_call_only: bool = False,
+) -> list[Row]:
+    """One conversation per chat call: the request's messages plus the assistant's reply.
+
+    Attempts whose final reward is below ``min_reward`` (or missing, when a minimum is set) are
+    left out, which turns this into rejection-sampling data. Calls that failed or have no
+    ``messages`` are skipped.
+    """
+    rows: list[Row] = []
+    for attempt in attempts:
+        reward = attempt.final_reward
+        if min_reward is not None and (reward is None or reward < min_reward):
+            continue
+        calls = list(attempt.calls)[-1:] if last_call_only else attempt.calls
+        for call in calls:
+            conversation = _conversation(call)
+            if conversation is None:
+                continue
+            rows.append(
+                {
+                    "messages": conversation,
+                    "rollout_id": attempt.rollout_id,
+                    "task_id": attempt.task_id,
+                    "call_id": call.call_id,
+                    "reward": reward,
+                }
+            )
+    return rows
+
+
+def preference_rows(attempts: Iterable[AttemptRecords]) -> list[Row]:
+    """One pair per task: the best rollout's final exchange against the worst one's.
+
+    Tasks with a single rewarded rollout, equal best and worst rewards, or different opening
+    prompts (the pair would not share a prompt) give no pair.
+    """
+    by_task: dict[str, list[tuple[float, AttemptRecords]]] = {}
+    for attempt in attempts:
+        reward = attempt.final_reward
+        if attempt.task_id is None or reward is None:
+            continue
+        by_task.setdefault(attempt.task_id, []).append((reward, attempt))
+    rows: list[Row] = []
+    for task_id, scored in by_task.items():
+        best = max(scored, key=lambda item: item[0])
+        worst = min(scored, key=lambda item: item[0])
+        if best[0] == worst[0]:
+            continue
+        chosen, rejected = _pair_side(best[1]), _pair_side(worst[1])
+        if chosen is None or rejected is None or chosen[0] != rejected[0]:
+            continue
+        rows.append(
+            {
+                "task_id": task_id,
+                "prompt": chosen[0],
+                "chosen": chosen[1],
+                "rejected": rejected[1],
+                "chosen_reward": best[0],
+                "rejected_reward": worst[0],
+                "chosen_rollout_id": best[1].rollout_id,
+                "rejected_rollout_id": worst[1].rollout_id,
+            }
+        )
+    return rows
+
+
+def write_rows(path: str | Path, rows: Sequence[Row]) -> Path:
+    """Write rows to ``path``: JSON Lines for ``.jsonl``, Parquet for ``.parquet``."""
+    target = Path(path)
+    suffix = target.suffix.lower()
+    if suffix == ".jsonl":
+        with target.open("w", encoding="utf-8") as out:
+            for row in rows:
+                out.write(json.dumps(row, ensure_ascii=False) + "\n")
+    elif suffix == ".parquet":
+        try:
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+        except ImportError as exc:
+            raise ConfigError(
+                f"writing {target} needs pyarrow: pip install 'fulmen[train]' or pyarrow"
+            ) from exc
+        pq.write_table(pa.Table.from_pylist(list(rows)), target)
+    else:
+        raise ConfigError(f"unknown export format {suffix!r} for {target}; use .jsonl or .parquet")
+    return target
+
+
+def _conversation(call: LLMCall) -> list[Any] | None:
+    messages = call.request.get("messages")
+    reply = _reply(call)
+    if not isinstance(messages, list) or reply is None or call.error is not None:
+        return None
+    return [*messages, reply]
+
+
+def _reply(call: LLMCall) -> dict[str, Any] | None:
+    """Return the assistant message of choice 0, from the response or the recorded text."""
+    response = call.response or {}
+    choices = response.get("choices")
+    if isinstance(choices, list) and choices and isinstance(choices[0], dict):
+        message = choices[0].get("message")
+        if isinstance(message, dict):
+            return {k: v for k, v in message.items() if v is not None}
+    if call.choices and call.choices[0].text is not None:
+        return {"role": "assistant", "content": call.choices[0].text}
+    return None
+
+
+def _pair_side(attempt: AttemptRecords) -> tuple[list[Any], list[Any]] | None:
+    """Return (opening prompt, what followed it in the last exchange) of an attempt."""
+    usable = [c for c in attempt.calls if _conversation(c) is not None]
+    if not usable:
+        return None
+    opening = _conversation(usable[0])
+    last = _conversation(usable[-1])
+    if opening is None or last is None:
+        return None
+    prompt = opening[:-1]
+    if last[: len(prompt)] != prompt:
+        return prompt, last[-1:]
+    return prompt, last[len(prompt) :]

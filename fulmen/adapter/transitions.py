@@ -1,0 +1,308 @@
+"""From a finished attempt's LLM call records and spans to training transitions.
+
+Per-call mode makes one transition per token-level call. Merged mode chains the calls of one
+agent: a call whose prompt starts with the previous sequence (prompt + everything generated
+and observed so far) token-exactly is appended to it, the new prompt tokens (the observation:
+tool results, user turns) are masked out of the loss; when the prompt does not extend the
+sequence (a chat template that re-renders history, a truncated context) a new sequence starts
+and ``merge_splits`` counts it. Token ids always come from the gateway's records; text is never
+re-tokenized.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
+from typing import TYPE_CHECKING
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from fulmen.adapter.credit import CallCredit, CreditFn, CreditInput, assign_credit, resolve_credit
+from fulmen.adapter.signals import read_signals
+from fulmen.adapter.transition_types import AdapterDiagnostics, Trajectory, Transition
+from fulmen.types import LLMCall, LLMChoice, Span
+
+if TYPE_CHECKING:
+    from fulmen.store.base import Store
+
+__all__ = [
+    "AttemptRecords",
+    "TransitionOptions",
+    "build_trajectory",
+    "load_attempt",
+    "load_trajectory",
+]
+
+
+class TransitionOptions(BaseModel):
+    """How records become transitions.
+
+    Attributes:
+        merge: chain consecutive calls of one agent into masked sequences when token-exact.
+        agents: fnmatch patterns of the agent names to train; a call whose agent is unknown
+            matches as the empty name, so the default ``"*"`` trains every call.
+        credit: built-in credit strategy name (see ``fulmen.adapter.credit``).
+        gamma: discount of the ``discounted`` strategy (an error with any other strategy).
+        missing_reward: reward of an attempt that emitted none; ``None`` skips such attempts.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    merge: bool = False
+    agents: tuple[str, ...] = ("*",)
+    credit: str = "final"
+    gamma: float | None = Field(default=None, ge=0.0, le=1.0)
+    missing_reward: float | None = None
+
+    def credit_fn(self) -> CreditFn:
+        """Return the credit function these options name, with ``gamma`` bound when given."""
+        return resolve_credit(self.credit, **({} if self.gamma is None else {"gamma": self.gamma}))
+
+    def selects(self, agent_name: str | None) -> bool:
+        """Tell whether ``agent_name`` matches one of the patterns."""
+        name = agent_name or ""
+        return any(fnmatchcase(name, pattern) for pattern in self.agents)
+
+
+@dataclass(frozen=True)
+class _Piece:
+    """One selected call, reduced to what a transition needs."""
+
+    index: int
+    call: LLMCall
+    agent: str | None
+    completion: list[int]
+    logprobs: list[float]
+    credit: CallCredit
+
+    @property
+    def prompt(self) -> list[int]:
+        return self.call.prompt_token_ids or []
+
+    @property
+    def is_truncated(self) -> bool:
+        return self.call.choices[0].finish_reason == "length"
+
+
+def build_trajectory(
+    *,
+    rollout_id: str,
+    calls: Sequence[LLMCall],
+    spans: Sequence[Span],
+    attempt_id: str | None = None,
+    task_id: str | None = None,
+    options: TransitionOptions | None = None,
+    credit: CreditFn | None = None,
+) -> Trajectory:
+    """Build the transitions of one finished attempt from its call records and spans.
+
+    ``credit`` overrides the strategy named in ``options``. Calls are ordered by their store
+    sequence number; ``call_index`` is the position in that order.
+    """
+    opts = options or TransitionOptions()
+    ordered = sorted(calls, key=lambda c: c.sequence)
+    diag = AdapterDiagnostics(calls=len(ordered), rollouts=1)
+    signals = read_signals(ordered, spans)
+    final = signals.final_reward
+    if final is None:
+        diag.rollouts_without_reward = 1
+        final = opts.missing_reward
+    trajectory = Trajectory(
+        rollout_id=rollout_id,
+        attempt_id=attempt_id,
+        task_id=task_id,
+        final_reward=final,
+        diagnostics=diag,
+    )
+    if final is None:
+        return trajectory
+    selected = _select(ordered, signals.agent_names, opts, diag)
+    credit_input = CreditInput(
+        final_reward=final,
+        call_rewards=tuple(signals.call_rewards[i] for i, _, _ in selected),
+    )
+    credits = assign_credit(credit or opts.credit_fn(), credit_input)
+    pieces = [
+        _Piece(i, call, agent, list(choice.token_ids or []), list(choice.logprobs or []), c)
+        for (i, call, agent), choice, c in zip(
+            selected, (call.choices[0] for _, call, _ in selected), credits, strict=True
+        )
+    ]
+    diag.calls_used = len(pieces)
+    chains = _chain(pieces, diag) if opts.merge else [[p] for p in pieces]
+    trajectory.transitions = [
+        _transition(chain, rollout_id, attempt_id, task_id, final)
+        for chain in sorted(chains, key=lambda ch: ch[0].index)
+    ]
+    return trajectory
+
+
+def _select(
+    calls: Sequence[LLMCall],
+    agents: Sequence[str | None],
+    opts: TransitionOptions,
+    diag: AdapterDiagnostics,
+) -> list[tuple[int, LLMCall, str | None]]:
+    selected: list[tuple[int, LLMCall, str | None]] = []
+    for index, (call, agent) in enumerate(zip(calls, agents, strict=True)):
+        if not _is_trainable(call):
+            diag.skipped_not_token_level += 1
+        elif not opts.selects(agent):
+            diag.skipped_agent += 1
+        elif not call.choices[0].token_ids:
+            diag.skipped_empty += 1
+        else:
+            diag.extra_choices_ignored += len(call.choices) - 1
+            selected.append((index, call, agent))
+    return selected
+
+
+def _is_trainable(call: LLMCall) -> bool:
+    if not call.is_token_level or call.prompt_token_ids is None or not call.choices:
+        return False
+    choice: LLMChoice = call.choices[0]
+    return (
+        choice.token_ids is not None
+        and choice.logprobs is not None
+        and len(choice.token_ids) == len(choice.logprobs)
+    )
+
+
+def _chain(pieces: Sequence[_Piece], diag: AdapterDiagnostics) -> list[list[_Piece]]:
+    """Group pieces into token-exact chains, per agent, keeping call order inside each."""
+    open_chain: dict[str | None, tuple[list[_Piece], list[int]]] = {}
+    chains: list[list[_Piece]] = []
+    for piece in pieces:
+        current = open_chain.get(piece.agent)
+        if current is not None:
+            chain, sequence = current
+            if piece.prompt[: len(sequence)] == sequence:
+                chain.append(piece)
+                open_chain[piece.agent] = (chain, piece.prompt + piece.completion)
+                diag.merges += 1
+                continue
+            diag.merge_splits += 1
+        chain = [piece]
+        chains.append(chain)
+        open_chain[piece.agent] = (chain, piece.prompt + piece.completion)
+    return chains
+
+
+def _transition(
+    chain: Sequence[_Piece],
+    rollout_id: str,
+    attempt_id: str | None,
+    task_id: str | None,
+    final: float,
+) -> Transition:
+    first, last = chain[0], chain[-1]
+    completion: list[int] = []
+    logprobs: list[float] = []
+    mask: list[int] = []
+    weights: list[float] = []
+    for position, piece in enumerate(chain):
+        if position > 0:
+            # The observation: prompt tokens of this call beyond what the chain already holds.
+            observed = piece.prompt[len(first.prompt) + len(completion) :]
+            completion += observed
+            logprobs += [0.0] * len(observed)
+            mask += [0] * len(observed)
+            weights += [0.0] * len(observed)
+        completion += piece.completion
+        logprobs += piece.logprobs
+        mask += [1] * len(piece.completion)
+        weights += [piece.credit.weight] * len(piece.completion)
+    return Transition(
+        rollout_id=rollout_id,
+        attempt_id=attempt_id,
+        task_id=task_id,
+        agent_name=first.agent,
+        call_index=first.index,
+        call_ids=[p.call.call_id for p in chain],
+        prompt_token_ids=list(first.prompt),
+        completion_token_ids=completion,
+        logprobs=logprobs,
+        loss_mask=mask,
+        credit_weights=weights,
+        reward=last.credit.reward,
+        rollout_reward=final,
+        policy_version=last.call.policy_version,
+        is_truncated=last.is_truncated,
+    )
+
+
+@dataclass(frozen=True)
+class AttemptRecords:
+    """Everything the store holds about one attempt: its calls (store order) and spans."""
+
+    rollout_id: str
+    attempt_id: str | None
+    task_id: str | None
+    calls: Sequence[LLMCall]
+    spans: Sequence[Span]
+
+    @property
+    def final_reward(self) -> float | None:
+        """The attempt's primary reward, ``None`` when none was emitted."""
+        return read_signals(self.calls, self.spans).final_reward
+
+    def trajectory(
+        self, *, options: TransitionOptions | None = None, credit: CreditFn | None = None
+    ) -> Trajectory:
+        """Build the attempt's transitions (see ``build_trajectory``)."""
+        return build_trajectory(
+            rollout_id=self.rollout_id,
+            attempt_id=self.attempt_id,
+            task_id=self.task_id,
+            calls=self.calls,
+            spans=self.spans,
+            options=options,
+            credit=credit,
+        )
+
+
+async def load_attempt(
+    store: Store, rollout_id: str, *, attempt_id: str | None = None
+) -> AttemptRecords:
+    """Read an attempt's calls and spans from ``store``, every page of them.
+
+    ``attempt_id`` ``None`` takes the rollout's latest attempt.
+    """
+    rollout = await store.get_rollout(rollout_id)
+    if attempt_id is None:
+        attempts = await store.list_attempts(rollout_id)
+        attempt_id = attempts[-1].attempt_id if attempts else None
+    calls: list[LLMCall] = []
+    cursor = 0
+    while True:
+        page = await store.query_llm_calls(rollout_id, attempt_id=attempt_id, after_sequence=cursor)
+        calls += page.items
+        if page.next_cursor is None:
+            break
+        cursor = page.next_cursor
+    spans: list[Span] = []
+    cursor = 0
+    while True:
+        span_page = await store.query_spans(
+            rollout_id, attempt_id=attempt_id, after_sequence=cursor
+        )
+        spans += span_page.items
+        if span_page.next_cursor is None:
+            break
+        cursor = span_page.next_cursor
+    calls.sort(key=lambda c: c.sequence)
+    return AttemptRecords(rollout_id, attempt_id, rollout.task_id, calls, spans)
+
+
+async def load_trajectory(
+    store: Store,
+    rollout_id: str,
+    *,
+    attempt_id: str | None = None,
+    options: TransitionOptions | None = None,
+    credit: CreditFn | None = None,
+) -> Trajectory:
+    """Read an attempt from ``store`` and build its trajectory (latest attempt by default)."""
+    records = await load_attempt(store, rollout_id, attempt_id=attempt_id)
+    return records.trajectory(options=options, credit=credit)

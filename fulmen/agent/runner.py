@@ -1,0 +1,391 @@
+"""The runner: claims rollouts from a store and runs the agent on them, many at a time.
+
+One asyncio loop drives everything: a claim loop keeps up to ``concurrency`` attempts running,
+a heartbeat loop tells the store which attempts are alive (and learns which ones the store ended:
+those are stopped), and each attempt reports its outcome after its spans are stored.
+
+Stopping an agent: an async agent is cancelled; a sync agent runs in a worker process by
+default, whose process group is SIGKILLed (``sync_isolation="thread"`` cannot kill: the thread is
+abandoned). A timed-out attempt is not reported by the runner: the store's watchdog marks it
+``timeout`` and retries or fails the rollout per its ``RolloutConfig`` (the runner asks for a
+watchdog pass at once). ``stop()`` (SIGTERM) stops claiming, lets running attempts finish for
+``shutdown_grace_s``, then stops and *releases* the rest so another runner takes them. Every
+store call is retried across outages with capped jittered backoff; all of them are idempotent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import traceback
+import uuid
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from fulmen.agent.api import RolloutResult, RolloutTarget
+from fulmen.agent.config import RunnerConfig
+from fulmen.agent.context import RolloutContext
+from fulmen.agent.execution import run_async, run_sync
+from fulmen.agent.workers import AgentError, WorkerPool
+from fulmen.errors import ConfigError
+from fulmen.tracing.backoff import Backoff, retry_call
+from fulmen.tracing.exporter import StoreSpanExporter
+from fulmen.tracing.instrumentation import instrument, uninstrument
+from fulmen.tracing.provider import create_provider, provider_tracer
+from fulmen.types import AttemptStatus, Mode
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace import TracerProvider
+
+    from fulmen.store.base import Store
+    from fulmen.types import Claim, Resources
+
+__all__ = ["Runner", "RunnerStats"]
+
+logger = logging.getLogger(__name__)
+
+_MAX_ERROR_CHARS = 32_000
+_StopReason = Literal["timeout", "release", "ended"]
+
+
+@dataclass
+class RunnerStats:
+    """Counts of what a runner did (``ended_by_store``: cancelled or expired by the store)."""
+
+    claimed: int = 0
+    succeeded: int = 0
+    failed: int = 0
+    timed_out: int = 0
+    released: int = 0
+    ended_by_store: int = 0
+
+
+@dataclass
+class _Running:
+    task: asyncio.Task[RolloutResult] | None = None
+    reason: _StopReason | None = None
+
+    def stop(self, reason: _StopReason) -> None:
+        if self.reason is None:
+            self.reason = reason
+        if self.task is not None:
+            self.task.cancel()
+
+
+@dataclass
+class _Telemetry:
+    exporter: StoreSpanExporter
+    provider: TracerProvider
+    tracer: Any = field(default=None)
+
+
+class Runner:
+    """Runs an agent on rollouts claimed from ``store``; see the module docstring.
+
+    Args:
+        store: any ``Store`` (in-process, SQL, or the HTTP client).
+        agent: a ``@rollout`` function, an ``Agent`` (instance or class), a plain callable, or
+            ``"module:object"``.
+        config: a ``RunnerConfig``; keyword ``options`` override its fields.
+    """
+
+    def __init__(
+        self, store: Store, agent: Any, config: RunnerConfig | None = None, **options: Any
+    ) -> None:
+        base = config or RunnerConfig()
+        self.config = base.model_copy(update=options) if options else base
+        if options:
+            self.config = RunnerConfig.model_validate(self.config.model_dump())
+        self.store = store
+        self.target = RolloutTarget.of(agent)
+        self._check_isolation()
+        self.stats = RunnerStats()
+        self._running: dict[str, _Running] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._stop = asyncio.Event()
+        self._wake = asyncio.Event()
+        self._resources: dict[int, Resources] = {}
+        self._setup_lock = asyncio.Lock()
+        self._is_set_up = False
+        self._pool: WorkerPool | None = None
+        self._telemetry: _Telemetry | None = None
+        self._backoff = Backoff(maximum=self.config.store_retry_max_delay, deadline=None)
+
+    @property
+    def worker_id(self) -> str:
+        """The id the store knows this runner by."""
+        return self.config.worker_id
+
+    def _check_isolation(self) -> None:
+        is_sync = any(not self.target.is_async(m) for m in Mode)
+        if is_sync and self.config.sync_isolation == "process" and self.target.spec is None:
+            raise ConfigError(
+                f"agent {self.target.obj!r} is sync and cannot be imported by a worker process; "
+                "pass it as 'module:object', define it at module level, or use "
+                "sync_isolation='thread' (a thread cannot be killed on timeout)"
+            )
+
+    def stop(self) -> None:
+        """Stop claiming; running attempts get ``shutdown_grace_s`` to finish, then are released.
+
+        Safe to call from a signal handler on the runner's loop.
+        """
+        self._stop.set()
+        self._wake.set()
+
+    def install_signal_handlers(self) -> None:
+        """Call ``stop()`` on SIGTERM and SIGINT (from the running loop)."""
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.stop)
+
+    # -- the main loop --------------------------------------------------------------------------
+
+    async def run(
+        self, *, max_rollouts: int | None = None, until_idle: bool = False
+    ) -> RunnerStats:
+        """Claim and run rollouts until stopped; return what was done.
+
+        Also ends once ``max_rollouts`` were claimed and finished, or, with ``until_idle``, when
+        the queue is empty and nothing runs.
+        """
+        if self._telemetry is not None:
+            raise RuntimeError("a Runner can run only once")
+        exporter = StoreSpanExporter(
+            self.store,
+            batch_size=self.config.span_batch_size,
+            interval=self.config.span_interval,
+            backoff=self._backoff,
+        )
+        exporter.start()
+        provider = create_provider(
+            exporter, resource_attributes={"service.instance.id": self.worker_id}
+        )
+        self._telemetry = _Telemetry(exporter, provider, provider_tracer(provider))
+        instrumented = instrument(provider, self.config.frameworks)
+        if self.target.spec is not None:
+            self._pool = WorkerPool(self.target.spec, frameworks=self.config.frameworks)
+        if self.config.gateway_url is None:
+            logger.warning("no gateway URL: agents call their LLM directly, calls are not recorded")
+        heartbeats = asyncio.create_task(self._heartbeat_loop(), name="fulmen-heartbeat")
+        try:
+            await self._claim_loop(max_rollouts, until_idle)
+            await self._drain()
+        finally:
+            uninstrument(instrumented)
+            heartbeats.cancel()
+            await asyncio.gather(heartbeats, return_exceptions=True)
+            for task in self._tasks:
+                task.cancel()
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+            if self._pool is not None:
+                await self._pool.aclose()
+            await exporter.aclose()
+            provider.shutdown()
+        return self.stats
+
+    async def _claim_loop(self, max_rollouts: int | None, until_idle: bool) -> None:
+        while not self._stop.is_set():
+            budget = self.config.concurrency - len(self._running)
+            if max_rollouts is not None:
+                if self.stats.claimed >= max_rollouts:
+                    return
+                budget = min(budget, max_rollouts - self.stats.claimed)
+            if budget > 0:
+                claims = await self._claim(budget)
+                for claim in claims:
+                    self._start_attempt(claim)
+                if claims:
+                    continue
+                if until_idle and not self._running:
+                    return
+            await self._sleep(self.config.poll_interval)
+
+    async def _sleep(self, seconds: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._wake.wait(), seconds)
+        self._wake.clear()
+
+    async def _claim(self, limit: int) -> list[Claim]:
+        claim_id = f"claim-{uuid.uuid4().hex}"  # the same id on every retry: no double claims
+        try:
+            return await retry_call(
+                lambda: self.store.claim(
+                    self.worker_id, limit=limit, modes=self.config.modes, claim_id=claim_id
+                ),
+                backoff=self._backoff,
+                what="claim",
+                should_stop=self._stop.is_set,
+            )
+        except Exception:
+            if self._stop.is_set():
+                return []
+            raise
+
+    def _start_attempt(self, claim: Claim) -> None:
+        self.stats.claimed += 1
+        running = _Running()
+        self._running[claim.attempt.attempt_id] = running
+        task = asyncio.create_task(self._attempt(claim, running), name=claim.attempt.attempt_id)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _drain(self) -> None:
+        if self._stop.is_set() and self._tasks:
+            _, pending = await asyncio.wait(set(self._tasks), timeout=self.config.shutdown_grace_s)
+            if pending:
+                logger.info("releasing %d unfinished attempts", len(self._running))
+            for running in list(self._running.values()):
+                running.stop("release")
+        while self._tasks:
+            await asyncio.wait(set(self._tasks))
+
+    # -- one attempt ----------------------------------------------------------------------------
+
+    async def _attempt(self, claim: Claim, running: _Running) -> None:
+        attempt_id = claim.attempt.attempt_id
+        try:
+            task = asyncio.create_task(self._execute(claim))
+            running.task = task
+            done, _ = await asyncio.wait({task}, timeout=claim.rollout.config.timeout_s)
+            if not done:
+                running.stop("timeout")
+                await asyncio.wait({task})
+            await self._flush_spans()
+            await self._report(claim, running.reason, task)
+        except Exception:
+            logger.exception("attempt %s: could not report its outcome", attempt_id)
+        finally:
+            self._running.pop(attempt_id, None)
+            self._wake.set()
+
+    async def _execute(self, claim: Claim) -> RolloutResult:
+        telemetry = self._telemetry
+        if telemetry is None:
+            raise RuntimeError("the runner is not running")
+        context = RolloutContext(
+            rollout=claim.rollout,
+            attempt=claim.attempt,
+            resources=await self._get_resources(claim.rollout.resources_version),
+            gateway_url=self.config.gateway_url,
+            gateway_api_key=self.config.gateway_api_key,
+        )
+        if self.target.is_async(context.mode):
+            await self._ensure_setup()
+            return await run_async(self.target, context, telemetry.tracer)
+        if self.config.sync_isolation == "thread" or self._pool is None:
+            await self._ensure_setup()
+            return await asyncio.to_thread(run_sync, self.target, context, telemetry.tracer)
+        worker = await self._pool.acquire()
+        try:
+            result = await worker.run(context, lambda span: telemetry.exporter.submit([span]))
+        except AgentError:
+            self._pool.release(worker)  # the agent raised; the process is fine
+            raise
+        except BaseException:
+            self._pool.discard(worker)
+            raise
+        self._pool.release(worker)
+        return result
+
+    async def _ensure_setup(self) -> None:
+        async with self._setup_lock:
+            if self._is_set_up:
+                return
+            result = await asyncio.to_thread(self.target.setup)
+            if asyncio.iscoroutine(result):
+                await result
+            self._is_set_up = True
+
+    async def _get_resources(self, version: int | None) -> Resources | None:
+        if version is None:
+            return None
+        if version not in self._resources:
+            self._resources[version] = await retry_call(
+                lambda: self.store.get_resources(version),
+                backoff=self._backoff,
+                what="get_resources",
+            )
+        return self._resources[version]
+
+    async def _flush_spans(self) -> None:
+        if self._telemetry is not None:
+            try:
+                await asyncio.wait_for(
+                    self._telemetry.exporter.flush(), self.config.report_deadline_s
+                )
+            except TimeoutError:
+                logger.error("spans could not be stored within %s s", self.config.report_deadline_s)
+
+    async def _report(
+        self, claim: Claim, reason: _StopReason | None, task: asyncio.Task[RolloutResult]
+    ) -> None:
+        attempt_id = claim.attempt.attempt_id
+        if reason == "ended":
+            self.stats.ended_by_store += 1
+            logger.info("attempt %s was ended by the store; agent stopped", attempt_id)
+            return
+        if reason == "timeout":
+            self.stats.timed_out += 1
+            logger.warning("attempt %s timed out; agent stopped", attempt_id)
+            with contextlib.suppress(Exception):  # the watchdog will do it anyway
+                await asyncio.wait_for(self.store.reconcile(), 10.0)
+            return
+        if reason == "release":
+            self.stats.released += 1
+            await self._update(attempt_id, AttemptStatus.RELEASED, None)
+            return
+        exc = task.exception() if not task.cancelled() else asyncio.CancelledError()
+        if exc is None:
+            self.stats.succeeded += 1
+            await self._update(attempt_id, AttemptStatus.SUCCEEDED, None)
+            return
+        self.stats.failed += 1
+        logger.info("attempt %s failed: %s: %s", attempt_id, type(exc).__name__, exc)
+        await self._update(attempt_id, AttemptStatus.FAILED, _error_text(exc))
+
+    async def _update(self, attempt_id: str, status: AttemptStatus, error: str | None) -> None:
+        await retry_call(
+            lambda: self.store.update_attempt(attempt_id, status=status, error=error),
+            backoff=Backoff(
+                maximum=self.config.store_retry_max_delay,
+                deadline=self.config.report_deadline_s,
+            ),
+            what=f"update_attempt({attempt_id}, {status.value})",
+        )
+
+    # -- heartbeats -----------------------------------------------------------------------------
+
+    async def _heartbeat_loop(self) -> None:
+        metadata: dict[str, Any] = {
+            "pid": os.getpid(),
+            "concurrency": self.config.concurrency,
+            "agent": self.target.spec,
+        }
+        while True:
+            await asyncio.sleep(self.config.heartbeat_interval)
+            ids = list(self._running)
+            try:
+                worker = await asyncio.wait_for(
+                    self.store.heartbeat(self.worker_id, attempt_ids=ids, metadata=metadata),
+                    max(self.config.heartbeat_interval, 5.0),
+                )
+            except Exception as exc:  # the next beat retries; the store may be restarting
+                logger.warning("heartbeat failed: %s: %s", type(exc).__name__, exc)
+                continue
+            alive = set(worker.running_attempt_ids)
+            for attempt_id in ids:
+                running = self._running.get(attempt_id)
+                if attempt_id not in alive and running is not None and running.reason is None:
+                    running.stop("ended")
+
+
+def _error_text(exc: BaseException) -> str:
+    if isinstance(exc, AgentError):
+        text = exc.traceback_text
+    else:
+        text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    return text if len(text) <= _MAX_ERROR_CHARS else "...\n" + text[-_MAX_ERROR_CHARS:]

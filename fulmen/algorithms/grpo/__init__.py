@@ -1,0 +1,12 @@
+"""GRPO: group-relative policy optimization over multi-call agent rollouts.
+
+Importing this package is light (the config only); the torch-based parts live in
+``advantages``, ``losses``, ``batching``, ``policy``, ``samples`` and ``engine`` and are
+imported where they are used.
+"""
+
+from __future__ import annotations
+
+from fulmen.algorithms.grpo.config import GRPOConfig, LoraSettings
+
+__all__ = ["GRPOConfig", "LoraSettings"]

@@ -1,0 +1,101 @@
+"""The GRPO trainer engine's configuration: one typed object, each option documented once."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+__all__ = ["GRPOConfig", "LoraSettings"]
+
+
+class LoraSettings(BaseModel):
+    """LoRA adapter shape (used when ``GRPOConfig.finetune`` is ``"lora"``).
+
+    Attributes:
+        r: adapter rank.
+        alpha: scaling numerator (the update is scaled by ``alpha / r``).
+        dropout: dropout on the adapter input; 0 keeps training logprobs deterministic.
+        target_modules: module names to adapt, or ``"all-linear"`` (every linear but the head).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    r: int = Field(default=16, ge=1)
+    alpha: float = Field(default=32.0, gt=0)
+    dropout: float = Field(default=0.0, ge=0.0, lt=1.0)
+    target_modules: str | tuple[str, ...] = "all-linear"
+
+
+class GRPOConfig(BaseModel):
+    """How the engine turns transitions into one policy update.
+
+    Attributes:
+        finetune: ``"lora"`` trains an adapter (the reference is the base without it);
+            ``"full"`` trains every weight (the reference is a frozen copy, only with KL).
+        lora: adapter shape for ``finetune="lora"``.
+        dtype: parameter dtype of the policy (logits are always taken in float32).
+        learning_rate / weight_decay / betas: AdamW settings.
+        max_grad_norm: global gradient-norm clip; ``None`` disables clipping.
+        advantage: ``"rollout"`` (group-relative over rollout rewards, broadcast to the
+            rollout's tokens, weighted by credit) or ``"transition"`` (group-relative over
+            credited transition rewards, each rollout weighted equally in the statistics).
+        normalize_std: divide advantages by the group's standard deviation.
+        policy_loss: name in ``losses.POLICY_LOSSES``.
+        clip_low / clip_high: ratio clip range ``[1 - clip_low, 1 + clip_high]``.
+        kl_coef: weight of the KL penalty to the reference; 0 turns the reference off.
+        kl_estimator: name in ``losses.KL_ESTIMATORS``.
+        loss_normalization: ``"token"`` (every trained token of the batch weighs the same) or
+            ``"rollout"`` (every rollout's tokens sum to the same weight).
+        micro_batch_tokens: padded tokens per forward pass (rows x longest row), the memory knob.
+        epochs: optimizer steps over the same batch (1 = strictly on-policy).
+        max_seq_len: longer sequences are dropped and counted.
+        skip_truncated: drop transitions whose last call hit its token limit.
+        skip_zero_advantage: do not run the model on sequences whose every token has zero
+            advantage (they add nothing to the loss when ``kl_coef`` is 0; still normalized).
+        temperature: sampling temperature the behaviour logprobs were taken at.
+        logit_chunk_tokens: LM-head rows computed at once (bounds the vocab-sized activations).
+        gradient_checkpointing: recompute decoder activations in backward to save memory.
+        seed: torch seed set when the engine is built.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    finetune: Literal["lora", "full"] = "lora"
+    lora: LoraSettings = Field(default_factory=LoraSettings)
+    dtype: Literal["float32", "bfloat16"] = "float32"
+    learning_rate: float = Field(default=1e-5, gt=0)
+    weight_decay: float = Field(default=0.0, ge=0)
+    betas: tuple[float, float] = (0.9, 0.999)
+    max_grad_norm: float | None = Field(default=1.0, gt=0)
+    advantage: Literal["rollout", "transition"] = "rollout"
+    normalize_std: bool = True
+    policy_loss: str = "clipped"
+    clip_low: float = Field(default=0.2, ge=0, lt=1)
+    clip_high: float = Field(default=0.28, ge=0)
+    kl_coef: float = Field(default=0.0, ge=0)
+    kl_estimator: str = "k3"
+    loss_normalization: Literal["token", "rollout"] = "token"
+    micro_batch_tokens: int = Field(default=4096, ge=1)
+    epochs: int = Field(default=1, ge=1)
+    max_seq_len: int = Field(default=8192, ge=2)
+    skip_truncated: bool = False
+    skip_zero_advantage: bool = True
+    temperature: float = Field(default=1.0, gt=0)
+    logit_chunk_tokens: int = Field(default=1024, ge=1)
+    gradient_checkpointing: bool = False
+    seed: int = 0
+
+    @model_validator(mode="after")
+    def _known_names(self) -> GRPOConfig:
+        from fulmen.algorithms.grpo.losses import KL_ESTIMATORS, POLICY_LOSSES
+
+        if self.policy_loss not in POLICY_LOSSES:
+            raise ValueError(
+                f"unknown policy_loss {self.policy_loss!r}; allowed: {sorted(POLICY_LOSSES)}"
+            )
+        if self.kl_estimator not in KL_ESTIMATORS:
+            raise ValueError(
+                f"unknown kl_estimator {self.kl_estimator!r}; allowed: {sorted(KL_ESTIMATORS)}"
+            )
+        return self

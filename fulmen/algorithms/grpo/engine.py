@@ -1,0 +1,288 @@
+"""The GRPO training engine: one policy update from a batch of transitions, and checkpoints.
+
+``GRPOEngine.train_step(transitions)`` computes group-relative advantages over the batch,
+splits it into micro-batches by a padded-token budget, accumulates the gradient of the clipped
+importance-ratio loss (plus the optional KL to the reference) over them, and takes one
+optimizer step per epoch. The model stays in eval mode (dropout off) so its logprobs match the
+sampler's; gradients flow regardless. Torch, transformers and peft are imported here, never by
+``import fulmen``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from fulmen.adapter.transition_types import Transition
+from fulmen.algorithms.grpo.batching import MicroBatch, collate, plan_micro_batches
+from fulmen.algorithms.grpo.config import GRPOConfig
+from fulmen.algorithms.grpo.losses import KL_ESTIMATORS, POLICY_LOSSES
+from fulmen.algorithms.grpo.policy import (
+    ReferencePolicy,
+    causal_lm_of,
+    load_causal_lm,
+    prepare_policy,
+    token_logprobs,
+)
+from fulmen.algorithms.grpo.samples import build_samples
+from fulmen.errors import ConfigError
+
+__all__ = ["GRPOEngine"]
+
+_TRAINABLE_FILE = "trainable.safetensors"
+_OPTIMIZER_FILE = "optimizer.pt"
+_STATE_FILE = "engine.json"
+
+
+@dataclass
+class _Totals:
+    """Sums over the micro-batches of one step, turned into means at the end."""
+
+    loss: float = 0.0
+    policy_loss: float = 0.0
+    kl: float = 0.0
+    entropy: float = 0.0
+    clipped_low: int = 0
+    clipped_high: int = 0
+    ratio: float = 0.0
+    logprob_gap: float = 0.0
+    tokens: int = 0
+    input_tokens: int = 0
+    micro_batches: int = 0
+
+    def metrics(self, epochs: int) -> dict[str, float]:
+        n = max(self.tokens, 1)
+        return {
+            "loss": self.loss / epochs,
+            "policy_loss": self.policy_loss / epochs,
+            "kl": self.kl / n,
+            "entropy": self.entropy / n,
+            "clip_fraction": (self.clipped_low + self.clipped_high) / n,
+            "clip_fraction_low": self.clipped_low / n,
+            "clip_fraction_high": self.clipped_high / n,
+            "ratio_mean": self.ratio / n,
+            "logprob_gap": self.logprob_gap / n,
+            "micro_batches": float(self.micro_batches),
+        }
+
+
+class GRPOEngine:
+    """Owns the policy, its optimizer and (with KL) the reference; updates from transitions.
+
+    Args:
+        model: a transformers causal LM (a peft model is accepted for ``finetune="lora"``).
+        config: the engine's settings.
+        pad_token_id: id used to pad micro-batches (never attended to nor trained).
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        *,
+        config: GRPOConfig | None = None,
+        pad_token_id: int | None = None,
+    ) -> None:
+        self.config = config or GRPOConfig()
+        torch.manual_seed(self.config.seed)
+        self.model = prepare_policy(model, self.config)
+        self.model.eval()
+        self._reference = (
+            ReferencePolicy(self.model, finetune=self.config.finetune)
+            if self.config.kl_coef > 0
+            else None
+        )
+        trainable = [p for p in self.model.parameters() if p.requires_grad]
+        if not trainable:
+            raise ConfigError("the policy has no trainable parameters")
+        self.optimizer = torch.optim.AdamW(
+            trainable,
+            lr=self.config.learning_rate,
+            betas=self.config.betas,
+            weight_decay=self.config.weight_decay,
+        )
+        config_pad = getattr(causal_lm_of(self.model).config, "pad_token_id", None)
+        self.pad_token_id = pad_token_id if pad_token_id is not None else (config_pad or 0)
+        self.step = 0
+        self.policy_version: str | None = None
+
+    @classmethod
+    def from_pretrained(cls, path: str | Path, *, config: GRPOConfig | None = None) -> GRPOEngine:
+        """Load the policy from a local Hugging Face directory and build an engine for it."""
+        cfg = config or GRPOConfig()
+        return cls(load_causal_lm(path, dtype=cfg.dtype), config=cfg)
+
+    def train_step(
+        self, transitions: Sequence[Transition], *, policy_version: str | None = None
+    ) -> dict[str, float]:
+        """Update the policy from one batch of transitions; return the step's metrics.
+
+        ``policy_version`` (default: ``self.policy_version``) is the version of the current
+        weights, used only to count stale transitions. A batch with nothing to train (every
+        group has equal rewards, say) takes no optimizer step; ``metrics["updated"]`` says.
+        """
+        started = time.perf_counter()
+        cfg = self.config
+        version = policy_version if policy_version is not None else self.policy_version
+        samples, stats = build_samples(transitions, config=cfg, policy_version=version)
+        metrics = stats.as_metrics()
+        metrics["step"] = float(self.step)
+        if not samples:
+            metrics.update(updated=0.0, step_time_s=time.perf_counter() - started)
+            return metrics
+        plan = plan_micro_batches(
+            lengths=[len(s) for s in samples], token_budget=cfg.micro_batch_tokens
+        )
+        totals = _Totals()
+        grad_norm = 0.0
+        for _ in range(cfg.epochs):
+            for group in plan:
+                self._accumulate(
+                    collate([samples[i] for i in group], pad_id=self.pad_token_id), totals
+                )
+            grad_norm = self._apply_gradients()
+        self.step += 1
+        elapsed = time.perf_counter() - started
+        metrics.update(totals.metrics(cfg.epochs))
+        metrics.update(
+            updated=1.0,
+            grad_norm=grad_norm,
+            step_time_s=elapsed,
+            tokens_per_s=totals.input_tokens / elapsed,
+            learning_rate=cfg.learning_rate,
+        )
+        return metrics
+
+    def _accumulate(self, batch: MicroBatch, totals: _Totals) -> None:
+        cfg = self.config
+        coordinates = {
+            "input_ids": batch.input_ids,
+            "attention_mask": batch.attention_mask,
+            "rows": batch.rows,
+            "positions": batch.positions,
+            "temperature": cfg.temperature,
+            "chunk_tokens": cfg.logit_chunk_tokens,
+        }
+        logprobs, entropy = token_logprobs(self.model, with_entropy=True, **coordinates)
+        terms = POLICY_LOSSES[cfg.policy_loss](
+            logprobs=logprobs,
+            old_logprobs=batch.old_logprobs,
+            advantages=batch.advantages,
+            clip_low=cfg.clip_low,
+            clip_high=cfg.clip_high,
+        )
+        per_token = terms.loss
+        if self._reference is not None:
+            with torch.no_grad(), self._reference.active() as reference:
+                ref_logprobs, _ = token_logprobs(reference, **coordinates)
+            kl = KL_ESTIMATORS[cfg.kl_estimator](logprobs=logprobs, ref_logprobs=ref_logprobs)
+            per_token = per_token + cfg.kl_coef * kl
+            totals.kl += float(kl.detach().sum())
+        loss = (batch.norm * per_token).sum()
+        loss.backward()
+        totals.loss += float(loss.detach())
+        totals.policy_loss += float((batch.norm * terms.loss.detach()).sum())
+        if entropy is not None:
+            totals.entropy += float(entropy.sum())
+        totals.clipped_low += int(terms.is_clipped_low.sum())
+        totals.clipped_high += int(terms.is_clipped_high.sum())
+        totals.ratio += float(terms.ratio.sum())
+        totals.logprob_gap += float((logprobs.detach() - batch.old_logprobs).abs().sum())
+        totals.tokens += batch.num_tokens
+        totals.input_tokens += int(batch.attention_mask.sum())
+        totals.micro_batches += 1
+
+    def _apply_gradients(self) -> float:
+        params = [p for group in self.optimizer.param_groups for p in group["params"]]
+        max_norm = self.config.max_grad_norm
+        norm = torch.nn.utils.clip_grad_norm_(params, max_norm if max_norm else math.inf)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return float(norm)
+
+    def save_checkpoint(self, directory: str | Path) -> Path:
+        """Write trainable weights, optimizer and RNG state, step and config to ``directory``.
+
+        The files are written to a sibling staging folder first and moved into place, so an
+        interrupted save never leaves a half-written checkpoint under ``directory``.
+        """
+        from safetensors.torch import save_file
+
+        target = Path(directory)
+        staging = target.with_name(target.name + ".partial")
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir(parents=True)
+        trainable = {
+            name: p.detach().cpu().contiguous()
+            for name, p in self.model.named_parameters()
+            if p.requires_grad
+        }
+        save_file(trainable, str(staging / _TRAINABLE_FILE))
+        torch.save(
+            {"optimizer": self.optimizer.state_dict(), "rng": torch.get_rng_state()},
+            staging / _OPTIMIZER_FILE,
+        )
+        state = {
+            "step": self.step,
+            "policy_version": self.policy_version,
+            "config": self.config.model_dump(mode="json"),
+        }
+        (staging / _STATE_FILE).write_text(json.dumps(state, indent=2), encoding="utf-8")
+        shutil.rmtree(target, ignore_errors=True)
+        staging.rename(target)
+        return target
+
+    def load_checkpoint(self, directory: str | Path) -> None:
+        """Restore what ``save_checkpoint`` wrote; the trainable parameter names must match."""
+        from safetensors.torch import load_file
+
+        source = Path(directory)
+        if not (source / _STATE_FILE).is_file():
+            raise ConfigError(f"{source} is not a checkpoint (no {_STATE_FILE})")
+        weights = load_file(str(source / _TRAINABLE_FILE))
+        params = {n: p for n, p in self.model.named_parameters() if p.requires_grad}
+        if set(weights) != set(params):
+            missing = sorted(set(params) - set(weights))[:5]
+            extra = sorted(set(weights) - set(params))[:5]
+            raise ConfigError(
+                f"checkpoint {source} does not fit this policy",
+                detail={"missing": missing, "unexpected": extra},
+            )
+        with torch.no_grad():
+            for name, value in weights.items():
+                params[name].copy_(value)
+        saved = torch.load(source / _OPTIMIZER_FILE, weights_only=True)
+        self.optimizer.load_state_dict(saved["optimizer"])
+        torch.set_rng_state(saved["rng"])
+        state = json.loads((source / _STATE_FILE).read_text(encoding="utf-8"))
+        self.step = int(state["step"])
+        self.policy_version = state["policy_version"]
+
+    def save_adapter(self, directory: str | Path) -> Path:
+        """Write the LoRA adapter in peft's format, ready for ``/v1/load_lora_adapter``."""
+        if self.config.finetune != "lora":
+            raise ConfigError("save_adapter needs finetune='lora'; use save_model for full weights")
+        target = Path(directory)
+        target.mkdir(parents=True, exist_ok=True)
+        self.model.save_pretrained(str(target))  # type: ignore[operator]
+        return target
+
+    def save_model(self, directory: str | Path) -> Path:
+        """Write the full policy (LoRA merged into a copy of the weights) as a HF directory."""
+        target = Path(directory)
+        target.mkdir(parents=True, exist_ok=True)
+        if self.config.finetune == "lora":
+            import copy
+
+            merged = copy.deepcopy(self.model).merge_and_unload()  # type: ignore[operator]
+            merged.save_pretrained(str(target))
+        else:
+            causal_lm_of(self.model).save_pretrained(str(target))
+        return target

@@ -1,0 +1,144 @@
+"""Policy losses, KL estimators and loss normalizers: pure functions in name → function tables.
+
+Every function works on flat per-token tensors of the trained tokens of a batch (shape
+``[N]``) and takes keyword-only arguments. The step's loss is
+``sum(norm * (policy_loss + kl_coef * kl))`` where ``norm`` comes from a normalizer computed
+over the *whole* step batch, so splitting the batch into micro-batches (gradient accumulation)
+changes nothing. This module uses tensor methods only, so importing it does not import torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from fulmen.errors import ConfigError
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+__all__ = [
+    "KL_ESTIMATORS",
+    "LOSS_NORMALIZERS",
+    "POLICY_LOSSES",
+    "PolicyLossTerms",
+    "clipped_policy_loss",
+    "k1_kl",
+    "k3_kl",
+    "rollout_normalizer",
+    "token_normalizer",
+    "unclipped_policy_loss",
+]
+
+# exp() of a log-ratio beyond this overflows to inf in float32 long before it means anything.
+_MAX_LOG_RATIO = 20.0
+
+
+@dataclass(frozen=True)
+class PolicyLossTerms:
+    """Per-token policy loss and what happened to the ratio (``[N]`` each)."""
+
+    loss: Tensor
+    ratio: Tensor
+    is_clipped_low: Tensor
+    is_clipped_high: Tensor
+
+
+def _check_same_shape(**tensors: Tensor) -> None:
+    shapes = {name: tuple(t.shape) for name, t in tensors.items()}
+    if len(set(shapes.values())) != 1 or any(len(s) != 1 for s in shapes.values()):
+        raise ConfigError(f"expected 1-D tensors of one shape; got {shapes}")
+
+
+def clipped_policy_loss(
+    *,
+    logprobs: Tensor,
+    old_logprobs: Tensor,
+    advantages: Tensor,
+    clip_low: float,
+    clip_high: float,
+) -> PolicyLossTerms:
+    """PPO's clipped surrogate: ``-min(r * A, clip(r, 1 - lo, 1 + hi) * A)`` per token.
+
+    ``r = exp(logprobs - old_logprobs)`` is the importance ratio against the behaviour
+    logprobs the gateway recorded. A token counts as clipped low/high when the clipped term is
+    the one chosen (and it differs from the unclipped term).
+    """
+    _check_same_shape(logprobs=logprobs, old_logprobs=old_logprobs, advantages=advantages)
+    ratio = (logprobs - old_logprobs).clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO).exp()
+    clipped = ratio.clamp(1.0 - clip_low, 1.0 + clip_high)
+    unclipped_loss = -advantages * ratio
+    clipped_loss = -advantages * clipped
+    loss = unclipped_loss.maximum(clipped_loss)
+    uses_clip = clipped_loss > unclipped_loss
+    return PolicyLossTerms(
+        loss=loss,
+        ratio=ratio.detach(),
+        is_clipped_low=(uses_clip & (ratio < 1.0 - clip_low)).detach(),
+        is_clipped_high=(uses_clip & (ratio > 1.0 + clip_high)).detach(),
+    )
+
+
+def unclipped_policy_loss(
+    *,
+    logprobs: Tensor,
+    old_logprobs: Tensor,
+    advantages: Tensor,
+    clip_low: float,
+    clip_high: float,
+) -> PolicyLossTerms:
+    """Importance-weighted policy gradient without clipping: ``-r * A`` (clip args unused)."""
+    del clip_low, clip_high
+    _check_same_shape(logprobs=logprobs, old_logprobs=old_logprobs, advantages=advantages)
+    ratio = (logprobs - old_logprobs).clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO).exp()
+    never = ratio.detach() != ratio.detach()  # all False, right shape and device
+    return PolicyLossTerms(-advantages * ratio, ratio.detach(), never, never)
+
+
+def k3_kl(*, logprobs: Tensor, ref_logprobs: Tensor) -> Tensor:
+    """Schulman's k3 estimator of KL(policy || reference): ``exp(d) - d - 1``, ``d = ref - pi``.
+
+    Non-negative per token and unbiased for samples drawn from the policy.
+    """
+    _check_same_shape(logprobs=logprobs, ref_logprobs=ref_logprobs)
+    delta = (ref_logprobs - logprobs).clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO)
+    return delta.exp() - delta - 1.0
+
+
+def k1_kl(*, logprobs: Tensor, ref_logprobs: Tensor) -> Tensor:
+    """Estimate KL by the plain log-ratio ``pi - ref`` (unbiased, noisy, can be negative)."""
+    _check_same_shape(logprobs=logprobs, ref_logprobs=ref_logprobs)
+    return logprobs - ref_logprobs
+
+
+def token_normalizer(*, token_rollout: Tensor, num_rollouts: int) -> Tensor:
+    """Every trained token of the batch weighs ``1 / N``."""
+    del num_rollouts
+    n = token_rollout.shape[0]
+    return token_rollout.float().new_full((n,), 1.0 / max(n, 1))
+
+
+def rollout_normalizer(*, token_rollout: Tensor, num_rollouts: int) -> Tensor:
+    """Weigh a token of rollout ``r`` by ``1 / (n_r * R)``: each rollout sums to ``1 / R``.
+
+    ``n_r`` is the number of trained tokens of rollout ``r`` in the batch and ``R`` the number
+    of rollouts, so a rollout with more calls or longer answers does not weigh more.
+    """
+    if token_rollout.ndim != 1:
+        raise ConfigError(f"token_rollout must be 1-D; got shape {tuple(token_rollout.shape)}")
+    if num_rollouts < 1:
+        raise ConfigError(f"num_rollouts must be >= 1; got {num_rollouts}")
+    counts = token_rollout.bincount(minlength=num_rollouts).float()
+    return 1.0 / (counts[token_rollout] * num_rollouts)
+
+
+POLICY_LOSSES: Mapping[str, Callable[..., PolicyLossTerms]] = {
+    "clipped": clipped_policy_loss,
+    "unclipped": unclipped_policy_loss,
+}
+KL_ESTIMATORS: Mapping[str, Callable[..., Tensor]] = {"k3": k3_kl, "k1": k1_kl}
+LOSS_NORMALIZERS: Mapping[str, Callable[..., Tensor]] = {
+    "token": token_normalizer,
+    "rollout": rollout_normalizer,
+}

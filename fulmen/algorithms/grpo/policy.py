@@ -1,0 +1,177 @@
+"""The policy model: loading (transformers + peft), and token logprobs where the loss needs them.
+
+``token_logprobs`` runs the decoder for hidden states, gathers the hidden state *before* each
+trained token, and applies the LM head only to those rows, in chunks. With a 262k-token
+vocabulary (Gemma 3) the head over every position costs more than the rest of the model on a
+CPU; prompts and observation tokens never need logits. Each chunk's logits are recomputed in
+backward (activation checkpointing) so only one chunk of vocabulary-sized activations is alive.
+"""
+
+from __future__ import annotations
+
+import copy
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
+
+from fulmen.algorithms.grpo.config import GRPOConfig
+from fulmen.errors import ConfigError
+
+__all__ = [
+    "ReferencePolicy",
+    "causal_lm_of",
+    "load_causal_lm",
+    "prepare_policy",
+    "token_logprobs",
+]
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
+
+def load_causal_lm(path: str | Path, *, dtype: str = "float32") -> nn.Module:
+    """Load a Hugging Face causal LM from a local directory (nothing is downloaded)."""
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(
+        str(path), dtype=_DTYPES[dtype], local_files_only=True
+    )
+
+
+def prepare_policy(model: nn.Module, config: GRPOConfig) -> nn.Module:
+    """Cast ``model`` and make only the parameters the config trains require grad.
+
+    LoRA wraps the model with a peft adapter (an already wrapped model is kept as is); full
+    fine-tuning trains every parameter.
+    """
+    model = model.to(_DTYPES[config.dtype])
+    if config.finetune == "lora":
+        from peft import LoraConfig, PeftModel, get_peft_model
+
+        if not isinstance(model, PeftModel):
+            lora = config.lora
+            target = lora.target_modules
+            with warnings.catch_warnings():
+                # peft reads a transformers attribute deprecated in transformers 5.
+                warnings.filterwarnings("ignore", category=FutureWarning)
+                model = get_peft_model(
+                    model,  # type: ignore[arg-type]
+                    LoraConfig(
+                        r=lora.r,
+                        lora_alpha=lora.alpha,  # type: ignore[arg-type]  # peft annotates int, uses float
+                        lora_dropout=lora.dropout,
+                        target_modules=target if isinstance(target, str) else list(target),
+                        bias="none",
+                        task_type="CAUSAL_LM",
+                    ),
+                )
+    else:
+        for parameter in model.parameters():
+            parameter.requires_grad_(True)
+    if config.gradient_checkpointing:
+        causal_lm_of(model).gradient_checkpointing_enable(  # type: ignore[operator]
+            gradient_checkpointing_kwargs={"use_reentrant": False}
+        )
+    return model
+
+
+def causal_lm_of(model: nn.Module) -> Any:
+    """Return the transformers ``*ForCausalLM`` inside ``model`` (unwraps a peft model)."""
+    get_base = getattr(model, "get_base_model", None)
+    return get_base() if callable(get_base) else model
+
+
+class ReferencePolicy:
+    """The reference for the KL penalty: the base without the LoRA adapter, or a frozen copy."""
+
+    def __init__(self, policy: nn.Module, *, finetune: str) -> None:
+        self._policy = policy
+        self._copy: nn.Module | None = None
+        if finetune == "full":
+            self._copy = copy.deepcopy(policy).eval().requires_grad_(False)
+
+    @contextmanager
+    def active(self) -> Iterator[nn.Module]:
+        """Yield a module that computes reference logprobs (no grad needed)."""
+        if self._copy is not None:
+            yield self._copy
+            return
+        with self._policy.disable_adapter():  # type: ignore[operator]
+            yield self._policy
+
+
+def token_logprobs(
+    model: nn.Module,
+    *,
+    input_ids: Tensor,
+    attention_mask: Tensor,
+    rows: Tensor,
+    positions: Tensor,
+    temperature: float = 1.0,
+    chunk_tokens: int = 1024,
+    with_entropy: bool = False,
+) -> tuple[Tensor, Tensor | None]:
+    """Logprob of ``input_ids[rows, positions]`` given the tokens before it, per target token.
+
+    Args:
+        model: a causal LM, or a peft model wrapping one.
+        input_ids: ``[B, L]`` right-padded token ids.
+        attention_mask: ``[B, L]`` 1 for real tokens.
+        rows: ``[N]`` batch row of each target token.
+        positions: ``[N]`` sequence position of each target token (>= 1).
+        temperature: divide logits by it, as the sampler did.
+        chunk_tokens: LM-head rows per chunk.
+        with_entropy: also return the per-token entropy of the policy (detached).
+
+    Returns:
+        ``([N] logprobs, [N] entropies or None)``.
+    """
+    if rows.shape != positions.shape or rows.ndim != 1:
+        raise ConfigError(f"rows {tuple(rows.shape)} and positions {tuple(positions.shape)} differ")
+    if positions.numel() and int(positions.min()) < 1:
+        raise ConfigError("target positions must be >= 1 (position 0 has no context)")
+    causal_lm = causal_lm_of(model)
+    hidden = causal_lm.get_decoder()(
+        input_ids=input_ids, attention_mask=attention_mask, use_cache=False
+    ).last_hidden_state
+    selected = hidden[rows, positions - 1]
+    targets = input_ids[rows, positions]
+    head = causal_lm.get_output_embeddings()
+    softcap = getattr(causal_lm.config, "final_logit_softcapping", None)
+    logprobs: list[Tensor] = []
+    entropies: list[Tensor] = []
+    for start in range(0, int(targets.shape[0]), chunk_tokens):
+        h = selected[start : start + chunk_tokens]
+        t = targets[start : start + chunk_tokens]
+        if torch.is_grad_enabled():
+            lp, ent = checkpoint(
+                _head_logprobs, head, h, t, softcap, temperature, use_reentrant=False
+            )
+        else:
+            lp, ent = _head_logprobs(head, h, t, softcap, temperature)
+        logprobs.append(lp)
+        entropies.append(ent)
+    if not logprobs:
+        empty = hidden.new_zeros(0, dtype=torch.float32)
+        return empty, (empty if with_entropy else None)
+    entropy = torch.cat(entropies) if with_entropy else None
+    return torch.cat(logprobs), entropy
+
+
+def _head_logprobs(
+    head: nn.Module, hidden: Tensor, targets: Tensor, softcap: float | None, temperature: float
+) -> tuple[Tensor, Tensor]:
+    logits = head(hidden).float()
+    if softcap is not None:
+        logits = torch.tanh(logits / softcap) * softcap
+    if temperature != 1.0:
+        logits = logits / temperature
+    log_probs = torch.log_softmax(logits, dim=-1)
+    with torch.no_grad():
+        entropy = -(log_probs.exp() * log_probs).sum(-1)
+    return log_probs.gather(-1, targets.unsqueeze(-1)).squeeze(-1), entropy

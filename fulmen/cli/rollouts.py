@@ -1,0 +1,319 @@
+"""``fulmen rollouts``: list rollouts, or show one with its attempts, spans and LLM calls.
+
+Output is a compact table meant for a terminal; ``--json`` prints the same data for programs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+from collections.abc import Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from fulmen.cli.store import add_store_options, open_cli_store, run_async
+
+if TYPE_CHECKING:
+    from fulmen.store import Store
+    from fulmen.types import Attempt, LLMCall, Rollout, Span
+
+__all__ = ["register"]
+
+_TOKENS_IN = ("gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens", "llm.token_count.prompt")
+_TOKENS_OUT = (
+    "gen_ai.usage.output_tokens",
+    "gen_ai.usage.completion_tokens",
+    "llm.token_count.completion",
+)
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[str]], right: set[int]) -> str:
+    """Render rows as aligned columns; column indexes in ``right`` are right-aligned."""
+    widths = [len(h) for h in headers]
+    for row in rows:
+        widths = [max(w, len(cell)) for w, cell in zip(widths, row, strict=True)]
+
+    def line(cells: Sequence[str]) -> str:
+        parts = [
+            c.rjust(w) if i in right else c.ljust(w)
+            for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+        ]
+        return "  ".join(parts).rstrip()
+
+    return "\n".join([line(headers), *(line(r) for r in rows)])
+
+
+def _when(value: datetime | None) -> str:
+    return value.strftime("%Y-%m-%d %H:%M:%S") if value is not None else "-"
+
+
+def _seconds(start: datetime | float | None, end: datetime | float | None) -> str:
+    if start is None or end is None:
+        return "-"
+    if isinstance(start, datetime) and isinstance(end, datetime):
+        delta = (end - start).total_seconds()
+    elif isinstance(start, float | int) and isinstance(end, float | int):
+        delta = float(end) - float(start)
+    else:
+        return "-"
+    return f"{delta * 1000:.0f} ms" if delta < 1 else f"{delta:.2f} s"
+
+
+def _clip(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: max(width - 1, 1)] + "…"
+
+
+def _terminal_width() -> int:
+    return shutil.get_terminal_size((120, 24)).columns
+
+
+# -- list ---------------------------------------------------------------------------------------
+
+
+def _list(args: argparse.Namespace) -> int:
+    from fulmen.types import Mode, RolloutQuery, RolloutStatus
+
+    query = RolloutQuery(
+        statuses=[RolloutStatus(s) for s in args.status] if args.status else None,
+        mode=Mode(args.mode) if args.mode else None,
+        limit=args.limit,
+        cursor=args.after,
+    )
+
+    async def main() -> Any:
+        async with open_cli_store(args) as store:
+            return await store.query_rollouts(query)
+
+    page = run_async(main)
+    if args.json:
+        print(page.model_dump_json(indent=2))
+        return 0
+    if not page.items:
+        print("no rollouts match")
+        return 0
+    rows = [
+        [
+            r.rollout_id,
+            r.status.value,
+            r.mode.value,
+            str(r.attempt_count),
+            f"v{r.resources_version}" if r.resources_version is not None else "-",
+            r.task_id or "-",
+            _when(r.enqueued_at),
+            _seconds(r.started_at, r.ended_at),
+        ]
+        for r in page.items
+    ]
+    headers = ["ROLLOUT", "STATUS", "MODE", "ATTEMPTS", "RES", "TASK", "ENQUEUED (UTC)", "TOOK"]
+    print(_table(headers, rows, right={3, 7}))
+    if page.next_cursor is not None:
+        print(f"\nmore: fulmen rollouts list --after {page.next_cursor} (same filters)")
+    return 0
+
+
+# -- show ---------------------------------------------------------------------------------------
+
+
+async def _all_records(store: Store, rollout_id: str) -> tuple[list[Span], list[LLMCall]]:
+    spans: list[Span] = []
+    after = 0
+    while True:
+        span_page = await store.query_spans(rollout_id, after_sequence=after)
+        spans += span_page.items
+        if span_page.next_cursor is None:
+            break
+        after = span_page.next_cursor
+    calls: list[LLMCall] = []
+    after = 0
+    while True:
+        call_page = await store.query_llm_calls(rollout_id, after_sequence=after)
+        calls += call_page.items
+        if call_page.next_cursor is None:
+            break
+        after = call_page.next_cursor
+    return spans, calls
+
+
+def _first_number(attributes: dict[str, Any], keys: Sequence[str]) -> int | None:
+    for key in keys:
+        value = attributes.get(key)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return int(value)
+    return None
+
+
+def _reward(attributes: dict[str, Any]) -> str:
+    """Find the reward a span carries: an attribute whose last name part starts with reward."""
+    for key, value in attributes.items():
+        last = key.rsplit(".", 1)[-1]
+        if last.startswith("reward") and isinstance(value, int | float | str):
+            return f"{value:g}" if isinstance(value, float) else str(value)
+    return ""
+
+
+def _tokens(prompt: int | None, completion: int | None) -> str:
+    if prompt is None and completion is None:
+        return ""
+    return f"{'?' if prompt is None else prompt}/{'?' if completion is None else completion}"
+
+
+def _span_depths(spans: Sequence[Span]) -> dict[str, int]:
+    parents = {s.span_id: s.parent_id for s in spans}
+    depths: dict[str, int] = {}
+    for span_id in parents:
+        depth, current, seen = 0, parents[span_id], {span_id}
+        while current is not None and current in parents and current not in seen:
+            seen.add(current)
+            depth, current = depth + 1, parents[current]
+        depths[span_id] = depth
+    return depths
+
+
+def _call_row(call: LLMCall, name_width: int) -> list[str]:
+    usage = call.usage
+    prompt = len(call.prompt_token_ids) if call.prompt_token_ids is not None else None
+    completion = sum(len(c.token_ids) for c in call.choices if c.token_ids is not None) or None
+    if prompt is None:
+        prompt = _first_number(usage, ("prompt_tokens", "input_tokens"))
+    if completion is None:
+        completion = _first_number(usage, ("completion_tokens", "output_tokens"))
+    latency = f"{call.latency_s * 1000:.0f} ms" if call.latency_s is not None else "-"
+    name = f"{call.endpoint} {call.model or ''}".strip()
+    status = "error" if call.error else ("token-level" if call.is_token_level else "text")
+    return [
+        str(call.sequence),
+        "llm",
+        _clip(name, name_width),
+        latency,
+        _tokens(prompt, completion),
+        "",
+        status,
+    ]
+
+
+def _attempt_rows(spans: list[Span], calls: list[LLMCall], name_width: int) -> list[list[str]]:
+    depths = _span_depths(spans)
+    events: list[tuple[int, list[str]]] = []
+    for span in spans:
+        name = "  " * depths[span.span_id] + span.name
+        attrs: dict[str, Any] = dict(span.attributes)
+        tokens = _tokens(_first_number(attrs, _TOKENS_IN), _first_number(attrs, _TOKENS_OUT))
+        row = [
+            str(span.sequence),
+            "span",
+            _clip(name, name_width),
+            _seconds(span.start_time, span.end_time),
+            tokens,
+            _reward(attrs),
+            span.status.code.value if span.status.code.value != "unset" else "",
+        ]
+        events.append((span.sequence, row))
+    events += [(c.sequence, _call_row(c, name_width)) for c in calls]
+    return [row for _, row in sorted(events, key=lambda e: e[0])]
+
+
+def _render_show(rollout: Rollout, attempts: list[Attempt], spans: list[Span],
+                 calls: list[LLMCall]) -> str:  # fmt: skip
+    width = _terminal_width()
+    resources = f"v{rollout.resources_version}" if rollout.resources_version else "-"
+    lines = [
+        f"rollout {rollout.rollout_id}  {rollout.status.value.upper()}  mode {rollout.mode.value}"
+        f"  task {rollout.task_id or '-'}  resources {resources}",
+        f"  enqueued {_when(rollout.enqueued_at)} UTC   took "
+        f"{_seconds(rollout.started_at, rollout.ended_at)}   attempts {rollout.attempt_count}"
+        f"/{rollout.config.max_attempts}",
+        "  input    " + _clip(json.dumps(rollout.input, ensure_ascii=False), width - 11),
+    ]
+    if rollout.metadata:
+        lines.append("  metadata " + _clip(json.dumps(rollout.metadata), width - 11))
+    if rollout.error:
+        lines.append("  error    " + _clip(rollout.error, width - 11))
+    headers = ["SEQ", "KIND", "NAME", "TOOK", "TOKENS in/out", "REWARD", "STATUS"]
+    name_width = max(20, min(60, width - 60))
+    for attempt in attempts:
+        lines += [
+            "",
+            f"attempt {attempt.number}  {attempt.attempt_id}  {attempt.status.value.upper()}"
+            f"  worker {attempt.worker_id}  took {_seconds(attempt.started_at, attempt.ended_at)}",
+        ]
+        if attempt.error:
+            lines.append("  error " + _clip(attempt.error, width - 8))
+        if attempt.late_status is not None:
+            lines.append(f"  late report: {attempt.late_status.value} {attempt.late_error or ''}")
+        mine_s = [s for s in spans if s.attempt_id == attempt.attempt_id]
+        mine_c = [c for c in calls if c.attempt_id == attempt.attempt_id]
+        if not mine_s and not mine_c:
+            lines.append("  (no spans or LLM calls)")
+            continue
+        table = _table(headers, _attempt_rows(mine_s, mine_c, name_width), right={0, 3, 4, 5})
+        lines += ["  " + row for row in table.splitlines()]
+    if not attempts:
+        lines += ["", "(not claimed yet: no attempts)"]
+    return "\n".join(lines)
+
+
+def _show(args: argparse.Namespace) -> int:
+    async def main() -> Any:
+        async with open_cli_store(args) as store:
+            rollout = await store.get_rollout(args.rollout_id)
+            attempts = await store.list_attempts(args.rollout_id)
+            spans, calls = await _all_records(store, args.rollout_id)
+            return rollout, attempts, spans, calls
+
+    rollout, attempts, spans, calls = run_async(main)
+    if args.json:
+        data = {
+            "rollout": rollout.model_dump(mode="json"),
+            "attempts": [a.model_dump(mode="json") for a in attempts],
+            "spans": [s.model_dump(mode="json") for s in spans],
+            "llm_calls": [c.model_dump(mode="json") for c in calls],
+        }
+        print(json.dumps(data, indent=2, ensure_ascii=False))
+        return 0
+    print(_render_show(rollout, attempts, spans, calls))
+    return 0
+
+
+def register(subparsers: Any) -> None:
+    """Add ``fulmen rollouts`` with ``list`` and ``show``."""
+    parser = subparsers.add_parser(
+        "rollouts",
+        help="list rollouts, show one with its attempts, spans and LLM calls",
+        description="Inspect the rollouts in a store.",
+    )
+    commands = parser.add_subparsers(dest="rollouts_command", metavar="SUBCOMMAND", required=True)
+
+    listing = commands.add_parser(
+        "list",
+        help="list rollouts in enqueue order",
+        description="List rollouts in enqueue order, one line each, filtered by status and mode.",
+    )
+    add_store_options(listing)
+    listing.add_argument(
+        "--status",
+        action="append",
+        choices=["queuing", "running", "succeeded", "failed", "cancelled"],
+        help="only rollouts with this status (repeat for several)",
+    )
+    listing.add_argument("--mode", choices=["train", "val", "test"], help="only this mode")
+    listing.add_argument(
+        "--limit", type=int, default=50, help="show at most N rollouts (default: 50)"
+    )
+    listing.add_argument(
+        "--after", type=int, metavar="POSITION", help="continue after this position (paging)"
+    )
+    listing.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    listing.set_defaults(func=_list)
+
+    show = commands.add_parser(
+        "show",
+        help="show a rollout with its attempts, spans and LLM calls",
+        description="Show one rollout: its status, input, and for each attempt a table of its "
+        "spans (indented under their parent) and LLM calls in sequence order, with durations, "
+        "token counts and rewards.",
+    )
+    show.add_argument("rollout_id", metavar="ROLLOUT_ID", help="the rollout to show")
+    add_store_options(show)
+    show.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    show.set_defaults(func=_show)

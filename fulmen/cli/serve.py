@@ -1,0 +1,115 @@
+"""``fulmen serve``: serve a model over an OpenAI-compatible API (built-in engine or vLLM)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import ipaddress
+from typing import Any
+
+from fulmen.errors import ConfigError
+
+__all__ = ["main", "register"]
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``serve`` subcommand."""
+    p: argparse.ArgumentParser = subparsers.add_parser(
+        "serve",
+        help="serve a model over an OpenAI-compatible API",
+        description="Serve a model (tiny, gemma-3-270m or a local HF directory) with token ids, "
+        "logprobs, tool calls and runtime LoRA loading.",
+    )
+    p.add_argument("--model", required=True, help="tiny, gemma-3-270m, or a local model directory")
+    p.add_argument("--engine", choices=["builtin", "vllm"], default="builtin")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument(
+        "--served-model-name",
+        default=None,
+        help="name clients pass as model (default: the --model argument)",
+    )
+    p.add_argument("--max-batch", type=int, default=8, help="most sequences decoded together")
+    p.add_argument("--max-lora-rank", type=int, default=64)
+    p.add_argument("--max-model-len", type=int, default=None)
+    p.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
+    p.add_argument("--threads", type=int, default=2, help="torch threads (built-in engine)")
+    p.add_argument(
+        "--vllm-python",
+        default=None,
+        help="python with vllm installed (default: $FULMEN_VLLM_PYTHON or "
+        "/work/venvs/vllm/bin/python)",
+    )
+    p.add_argument(
+        "--allow-remote",
+        action="store_true",
+        help="allow binding a non-loopback address (the API has no authentication)",
+    )
+    p.set_defaults(func=_run)
+
+
+def _check_host(host: str, allow_remote: bool) -> None:
+    try:
+        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = False
+    if not loopback and not allow_remote:
+        raise ConfigError(
+            f"refusing to bind {host!r}: the API has no authentication; "
+            "pass --allow-remote to bind a non-loopback address"
+        )
+
+
+def _run(args: argparse.Namespace) -> int:
+    _check_host(args.host, args.allow_remote)
+    name = args.served_model_name or args.model
+    if args.engine == "vllm":
+        from fulmen.engines.vllm import VLLMLauncher
+
+        launcher = VLLMLauncher(
+            args.model,
+            host=args.host,
+            port=args.port,
+            served_model_name=name,
+            max_lora_rank=args.max_lora_rank,
+            max_model_len=args.max_model_len,
+            dtype=args.dtype,
+            python=args.vllm_python,
+        )
+        return launcher.run_forever()
+
+    import torch
+    import uvicorn
+
+    from fulmen.engines.builtin.model import ServedModel
+    from fulmen.engines.builtin.server import create_app
+    from fulmen.engines.models import resolve_model
+
+    torch.set_num_threads(args.threads)
+    model = ServedModel(
+        resolve_model(args.model),
+        served_name=name,
+        max_lora_rank=args.max_lora_rank,
+        max_model_len=args.max_model_len,
+        dtype=args.dtype,
+    )
+    app = create_app(model, max_batch=args.max_batch, threads=args.threads)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run ``serve`` alone (``python -m fulmen.cli.serve ...``), as engine launchers do."""
+    import logging
+
+    parser = argparse.ArgumentParser(prog="fulmen")
+    register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["serve", *(argv if argv is not None else sys.argv[1:])])
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,183 @@
+"""``fulmen store``: serve a store over HTTP, print its statistics or its OpenAPI spec.
+
+Also home of the options every store-reading command shares (``--store``, ``--token``) and of
+``run_async``, which runs a command's coroutine on uvloop when it is installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import sys
+from collections.abc import Callable, Coroutine
+from contextlib import AbstractAsyncContextManager
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    from fulmen.store import Store
+
+__all__ = ["add_store_options", "open_cli_store", "register", "run_async"]
+
+_T = TypeVar("_T")
+DEFAULT_STORE_URL = "sqlite:///fulmen.db"
+
+
+def run_async(main: Callable[[], Coroutine[Any, Any, _T]]) -> _T:
+    """Run ``main()`` to completion on a new event loop (uvloop when installed)."""
+    try:
+        import uvloop
+    except ImportError:
+        factory = None
+    else:
+        factory = uvloop.new_event_loop
+    with asyncio.Runner(loop_factory=factory) as runner:
+        return runner.run(main())
+
+
+def add_store_options(parser: argparse.ArgumentParser) -> None:
+    """Add ``--store`` and ``--token`` to a command that reads a store."""
+    parser.add_argument(
+        "--store",
+        metavar="URL",
+        default=os.environ.get("FULMEN_STORE_URL", DEFAULT_STORE_URL),
+        help="store to read: http://host:port (a running `fulmen store serve`), "
+        "sqlite:///path.db or postgresql://... (default: $FULMEN_STORE_URL, else %(default)s)",
+    )
+    parser.add_argument(
+        "--token",
+        default=os.environ.get("FULMEN_STORE_TOKEN"),
+        help="bearer token for an http:// store (default: $FULMEN_STORE_TOKEN)",
+    )
+
+
+def open_cli_store(args: argparse.Namespace) -> AbstractAsyncContextManager[Store]:
+    """Open the store named by ``--store`` for a short read, without a watchdog of its own."""
+    from fulmen.store import open_store
+
+    # httpx logs every request at INFO; a command's output should not drown in it.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    url: str = args.store
+    if url.split("://", 1)[0].lower() in ("http", "https"):
+        return open_store(url, token=args.token)
+    # A read-only command must not end other people's attempts: no watchdog here.
+    return open_store(url, watchdog_interval=None)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from fulmen.store.service import run_service
+
+    run_async(
+        lambda: run_service(
+            args.db,
+            host=args.host,
+            port=args.port,
+            token=args.token or None,
+            max_body_bytes=args.max_body_mb * 1024 * 1024,
+            watchdog_interval=args.watchdog_interval,
+            access_log=args.access_log,
+        )
+    )
+    return 0
+
+
+def _stats(args: argparse.Namespace) -> int:
+    async def main() -> Any:
+        async with open_cli_store(args) as store:
+            return await store.stats()
+
+    stats = run_async(main)
+    if args.json:
+        print(stats.model_dump_json(indent=2))
+        return 0
+    print(f"store {args.store}")
+    for title, counts in (("rollouts", stats.rollouts), ("attempts", stats.attempts)):
+        total = sum(counts.values())
+        print(f"\n{title.upper():<12}{total:>10}")
+        for status, count in counts.items():
+            print(f"  {status.value:<10}{count:>10}")
+    print()
+    for label, value in (
+        ("spans", stats.spans),
+        ("llm calls", stats.llm_calls),
+        ("resources", stats.resources_versions),
+        ("workers", stats.workers),
+    ):
+        print(f"{label.upper():<12}{value:>10}")
+    return 0
+
+
+def _openapi(args: argparse.Namespace) -> int:
+    from fulmen.store.openapi import openapi_json
+
+    del args
+    sys.stdout.write(openapi_json())
+    return 0
+
+
+def register(subparsers: Any) -> None:
+    """Add ``fulmen store`` and its subcommands."""
+    parser = subparsers.add_parser(
+        "store",
+        help="serve a store over HTTP, show its statistics",
+        description="The store holds rollouts, attempts, spans, LLM calls and resources.",
+    )
+    commands = parser.add_subparsers(dest="store_command", metavar="SUBCOMMAND", required=True)
+
+    serve = commands.add_parser(
+        "serve",
+        help="serve a store over HTTP for runners and algorithms on other machines",
+        description="Serve a store backend over HTTP (OpenAPI: `fulmen store openapi`). "
+        "Clients connect with open_store('http://HOST:PORT'). The server runs the watchdog "
+        "that ends timed-out and lost attempts. Binding anything but loopback requires a "
+        "token. Stops cleanly on SIGTERM or Ctrl-C.",
+    )
+    serve.add_argument(
+        "--db",
+        default=os.environ.get("FULMEN_STORE_DB", DEFAULT_STORE_URL),
+        metavar="PATH_OR_URL",
+        help="backend to serve: a SQLite path or sqlite:///path.db, postgresql://..., or "
+        "memory:// (default: $FULMEN_STORE_DB, else %(default)s)",
+    )
+    serve.add_argument(
+        "--host", default="127.0.0.1", help="address to listen on (default: %(default)s)"
+    )
+    serve.add_argument(
+        "--port", type=int, default=4747, help="TCP port, 0 for any free one (default: 4747)"
+    )
+    serve.add_argument(
+        "--token",
+        default=os.environ.get("FULMEN_STORE_TOKEN"),
+        help="bearer token clients must send (default: $FULMEN_STORE_TOKEN); required "
+        "unless --host is a loopback address",
+    )
+    serve.add_argument(
+        "--max-body-mb", type=int, default=32, help="largest request body in MiB (default: 32)"
+    )
+    serve.add_argument(
+        "--watchdog-interval",
+        type=float,
+        default=1.0,
+        metavar="SECONDS",
+        help="seconds between watchdog passes (default: 1.0)",
+    )
+    serve.add_argument("--access-log", action="store_true", help="log every request")
+    serve.set_defaults(func=_serve)
+
+    stats = commands.add_parser(
+        "stats",
+        help="count rollouts, attempts, spans, LLM calls, resources and workers",
+        description="Print counts over the whole store, by status.",
+    )
+    add_store_options(stats)
+    stats.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    stats.set_defaults(func=_stats)
+
+    openapi = commands.add_parser(
+        "openapi",
+        help="print the OpenAPI 3.1 spec of the store service",
+        description="Print the OpenAPI spec generated from the code (docs/openapi.json holds "
+        "the committed copy).",
+    )
+    openapi.set_defaults(func=_openapi)

@@ -1,0 +1,74 @@
+"""``fulmen train CONFIG.yaml`` and ``fulmen dev CONFIG.yaml``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+__all__ = ["register"]
+
+_SET_HELP = (
+    "override a config value, e.g. --set algorithm.steps=3 (value parsed as YAML; repeatable)"
+)
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``train`` and ``dev`` subcommands."""
+    train = subparsers.add_parser(
+        "train",
+        help="train an agent end to end (store, engine, gateway, runners, GRPO)",
+        description=(
+            "Start the embedded SQLite store, the inference engine, the gateway and a runner, "
+            "then train the agent with GRPO as the config says. Progress, rewards and step "
+            "times go to the console; metrics to RUN_DIR/metrics.jsonl (and TensorBoard). "
+            "Running it again with the same run_dir resumes after the last checkpoint."
+        ),
+    )
+    train.add_argument("config", help="path to the YAML config")
+    train.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help=_SET_HELP)
+    train.set_defaults(func=_train)
+
+    dev = subparsers.add_parser(
+        "dev",
+        help="run a few rollouts and print calls, rewards and transitions (no training)",
+        description=(
+            "Dry run: execute a few rollouts with the configured model (or any "
+            "OpenAI-compatible endpoint) and print every call, reward and transition."
+        ),
+    )
+    dev.add_argument("config", help="path to the YAML config")
+    dev.add_argument("-n", type=int, default=4, help="number of tasks to run (default 4)")
+    dev.add_argument("--endpoint", help="OpenAI-compatible base URL to use instead of the engine")
+    dev.add_argument("--model", help="model name to request from --endpoint")
+    dev.add_argument("--json", action="store_true", help="also print the summary as JSON")
+    dev.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help=_SET_HELP)
+    dev.set_defaults(func=_dev)
+
+
+def _train(args: argparse.Namespace) -> int:
+    from fulmen.trainer.config import load_config
+    from fulmen.trainer.trainer import Trainer
+
+    config = load_config(args.config, overrides=args.set)
+    history = Trainer(config).fit()
+    if history:
+        last = history[-1]
+        print(
+            f"done: {len(history)} steps this run; last reward {last['reward/mean']:.3f}; "
+            f"metrics in {config.run_dir / 'metrics.jsonl'}"
+        )
+    return 0
+
+
+def _dev(args: argparse.Namespace) -> int:
+    from fulmen.trainer.config import load_config
+    from fulmen.trainer.trainer import Trainer
+
+    if args.n < 1:
+        raise SystemExit("fulmen dev: -n must be at least 1")
+    config = load_config(args.config, overrides=args.set)
+    report = Trainer(config).dev(n=args.n, endpoint=args.endpoint, model=args.model)
+    if args.json:
+        print(json.dumps(report))
+    return 0

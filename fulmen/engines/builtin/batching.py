@@ -1,0 +1,250 @@
+"""Step-level continuous batching with a shared KV cache, on one dedicated thread.
+
+Each loop iteration (1) applies queued weight updates that no running sequence depends on,
+(2) admits waiting requests up to ``max_batch`` sequences, prefills them together (left
+padded) and merges their KV cache into the running batch, and (3) decodes one token for every
+running sequence in a single forward pass. Finished sequences leave the batch after any step,
+and new ones join at the next, so short and long requests share the model without waiting for
+each other. Rows are kept left-padded: each row's real tokens are contiguous at the right end,
+positions are passed explicitly, and the attention mask hides the padding.
+
+A weight update that touches what a running sequence uses (a full reload, or replacing or
+removing the adapter it runs on) waits until those sequences finish, and admission pauses
+meanwhile, so every response is produced by one policy version.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from transformers import DynamicCache
+
+from fulmen.engines.builtin.errors import APIError, not_found
+from fulmen.engines.builtin.model import ServedModel
+from fulmen.engines.builtin.sampling import sample
+from fulmen.engines.builtin.sequence import Job, JobFailed, JobStarted, Sequence
+
+__all__ = ["ALL_WEIGHTS", "Scheduler"]
+
+logger = logging.getLogger(__name__)
+
+#: ``touches`` value of an update that changes the base weights (every sequence depends on it).
+ALL_WEIGHTS = "*"
+
+
+@dataclass
+class _Update:
+    apply: Callable[[], int]
+    touches: str
+    future: Future[int]
+
+
+class Scheduler:
+    """Runs all generation for one :class:`ServedModel` on a background thread.
+
+    Args:
+        model: the served model; only this thread runs its forward pass and updates.
+        max_batch: most sequences decoded together (a request with a larger ``n`` still runs,
+            alone).
+        threads: torch intra-op threads for the batching thread.
+    """
+
+    def __init__(self, model: ServedModel, *, max_batch: int = 8, threads: int = 2) -> None:
+        self.model = model
+        self.max_batch = max_batch
+        self.threads = threads
+        self._waiting: collections.deque[Job] = collections.deque()
+        self._updates: collections.deque[_Update] = collections.deque()
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._closed = False
+        self._rows: list[Sequence] = []
+        self._cache: Any = None
+        self._mask: torch.Tensor | None = None
+        self._thread = threading.Thread(target=self._loop, name="fulmen-batching", daemon=True)
+
+    def start(self) -> None:
+        """Start the batching thread."""
+        self._thread.start()
+
+    def close(self) -> None:
+        """Stop the thread after the current step; waiting requests are failed."""
+        self._closed = True
+        self._wake.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=30)
+
+    def submit(self, job: Job) -> None:
+        """Queue a request (thread-safe); its events arrive through ``job.sink``."""
+        with self._lock:
+            self._waiting.append(job)
+        self._wake.set()
+
+    def update(self, apply: Callable[[], int], *, touches: str) -> Future[int]:
+        """Queue a weight update; ``touches`` is an adapter name or :data:`ALL_WEIGHTS`."""
+        future: Future[int] = Future()
+        with self._lock:
+            self._updates.append(_Update(apply, touches, future))
+        self._wake.set()
+        return future
+
+    @property
+    def running(self) -> int:
+        """Number of sequences currently in the batch."""
+        return len(self._rows)
+
+    def _loop(self) -> None:
+        torch.set_num_threads(self.threads)
+        while not self._closed:
+            self._wake.clear()
+            blocked = self._apply_updates()
+            new = [] if blocked else self._admit()
+            if not new and not self._rows:
+                self._wake.wait(0.5)
+                continue
+            try:
+                with torch.inference_mode():
+                    if new:
+                        self._prefill(new)
+                    if self._rows:
+                        self._decode()
+            except Exception as exc:  # a failed step fails its requests, not the server
+                logger.exception("generation step failed")
+                self._fail_all([*self._rows, *new], exc)
+        self._fail_all(self._rows, RuntimeError("server shutting down"))
+        with self._lock:
+            waiting, self._waiting = list(self._waiting), collections.deque()
+        for job in waiting:
+            job.sink(JobFailed(APIError("server shutting down", status=503)))
+
+    def _apply_updates(self) -> bool:
+        """Apply updates in order; True while one waits for running sequences to drain."""
+        while True:
+            with self._lock:
+                if not self._updates:
+                    return False
+                head = self._updates[0]
+                busy = any(
+                    head.touches == ALL_WEIGHTS or s.job.adapter == head.touches
+                    for s in self._rows
+                )
+                if busy:
+                    return True
+                self._updates.popleft()
+            try:
+                head.future.set_result(head.apply())
+            except Exception as exc:
+                head.future.set_exception(exc)
+
+    def _admit(self) -> list[Sequence]:
+        new: list[Sequence] = []
+        with self._lock:
+            while self._waiting:
+                job = self._waiting[0]
+                size = len(self._rows) + len(new)
+                if job.cancelled:
+                    self._waiting.popleft()
+                    continue
+                if size and size + job.n > self.max_batch:
+                    break
+                self._waiting.popleft()
+                if job.adapter is not None and job.adapter not in self.model.adapters:
+                    job.sink(JobFailed(not_found(f"The model `{job.adapter}` does not exist.")))
+                    continue
+                job.sequences = [Sequence(job, i) for i in range(job.n)]
+                job.sink(JobStarted(self.model.version))
+                new.extend(job.sequences)
+        return new
+
+    def _prefill(self, new: list[Sequence]) -> None:
+        width = max(len(s.job.prompt_ids) for s in new)
+        ids = torch.full((len(new), width), self.model.pad_token_id, dtype=torch.long)
+        mask = torch.zeros((len(new), width), dtype=torch.long)
+        for row, seq in enumerate(new):
+            prompt = seq.job.prompt_ids
+            ids[row, width - len(prompt) :] = torch.tensor(prompt, dtype=torch.long)
+            mask[row, width - len(prompt) :] = 1
+        positions = (mask.cumsum(1) - 1).clamp(min=0)
+        cache = DynamicCache()
+        logits = self.model.forward(ids, mask, positions, cache, [s.job.adapter for s in new])
+        self._merge(new, cache, mask)
+        self._emit(new, logits)
+
+    def _decode(self) -> None:
+        assert self._mask is not None  # invariant: rows exist only with a cache and a mask
+        rows = self._rows
+        ids = torch.tensor([[s.pending] for s in rows], dtype=torch.long)
+        positions = self._mask.sum(dim=1, keepdim=True)
+        mask = torch.cat([self._mask, torch.ones((len(rows), 1), dtype=torch.long)], dim=1)
+        logits = self.model.forward(ids, mask, positions, self._cache, [s.job.adapter for s in rows])
+        self._mask = mask
+        self._emit(rows, logits)
+        self._drop_finished()
+
+    def _emit(self, rows: list[Sequence], logits: torch.Tensor) -> None:
+        tokens = sample(logits, [s.job.params for s in rows], [s.generator for s in rows])
+        m = self.model
+        for seq, token in zip(rows, tokens, strict=True):
+            if not seq.is_done:
+                seq.job.sink(seq.append(token, m.tokenizer, m.eos_token_ids, m.max_model_len))
+
+    def _merge(self, new: list[Sequence], cache: Any, mask: torch.Tensor) -> None:
+        """Append the prefilled rows to the running batch, left-padding the shorter side."""
+        if not self._rows or self._mask is None:
+            self._rows, self._cache, self._mask = list(new), cache, mask
+            self._drop_finished()
+            return
+        width = max(self._mask.shape[1], mask.shape[1])
+        old_pad, new_pad = width - self._mask.shape[1], width - mask.shape[1]
+        layers = [
+            (
+                torch.cat([F.pad(a.keys, (0, 0, old_pad, 0)), F.pad(b.keys, (0, 0, new_pad, 0))]),
+                torch.cat(
+                    [F.pad(a.values, (0, 0, old_pad, 0)), F.pad(b.values, (0, 0, new_pad, 0))]
+                ),
+            )
+            for a, b in zip(self._cache.layers, cache.layers, strict=True)
+        ]
+        self._mask = torch.cat([F.pad(self._mask, (old_pad, 0)), F.pad(mask, (new_pad, 0))])
+        self._cache = DynamicCache(ddp_cache_data=layers)
+        self._rows = [*self._rows, *new]
+        self._drop_finished()
+
+    def _drop_finished(self) -> None:
+        """Remove finished rows and the padding columns no remaining row needs."""
+        keep = [i for i, s in enumerate(self._rows) if not s.is_done]
+        if len(keep) == len(self._rows):
+            return
+        if not keep or self._mask is None:
+            self._rows, self._cache, self._mask = [], None, None
+            return
+        index = torch.tensor(keep, dtype=torch.long)
+        mask = self._mask.index_select(0, index)
+        lead = int((mask.sum(dim=0) == 0).long().cumprod(dim=0).sum())
+        self._mask = mask[:, lead:]
+        self._cache = DynamicCache(
+            ddp_cache_data=[
+                (
+                    layer.keys.index_select(0, index)[:, :, lead:],
+                    layer.values.index_select(0, index)[:, :, lead:],
+                )
+                for layer in self._cache.layers
+            ]
+        )
+        self._rows = [self._rows[i] for i in keep]
+
+    def _fail_all(self, rows: list[Sequence], exc: BaseException) -> None:
+        error = exc if isinstance(exc, APIError) else APIError(
+            f"generation failed: {exc}", status=500, type="InternalServerError"
+        )
+        for job in {id(s.job): s.job for s in rows}.values():
+            job.sink(JobFailed(error))
+        self._rows, self._cache, self._mask = [], None, None

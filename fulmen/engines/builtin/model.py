@@ -1,0 +1,208 @@
+"""The served model: weights, tokenizer, LoRA adapters and the policy version.
+
+Only the batching thread calls the mutating methods (:meth:`ServedModel.load_adapter`,
+:meth:`ServedModel.unload_adapter`, :meth:`ServedModel.reload_weights`), between two forward
+passes, so a forward pass never sees half-updated weights. Adapters are served side by side
+with peft's mixed-batch LoRA (``adapter_names=`` per row), so requests for different adapters
+share one forward pass. ``version`` counts weight changes: it starts at 0 and every successful
+adapter load, unload or full reload increments it.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from fulmen.engines.builtin.errors import APIError, bad_request, not_found
+
+__all__ = ["AdapterInfo", "ServedModel"]
+
+_BASE = "__base__"  # peft's name for "no adapter" in a mixed batch
+
+
+@dataclass(frozen=True)
+class AdapterInfo:
+    """A loaded LoRA adapter: where it came from, its rank and the version that loaded it."""
+
+    name: str
+    path: str
+    rank: int
+    version: int
+
+
+class ServedModel:
+    """A causal LM and its tokenizer loaded from a local Hugging Face directory.
+
+    Args:
+        path: the model directory (see :func:`fulmen.engines.models.resolve_model`).
+        served_name: the name clients pass as ``model`` for the base weights.
+        max_lora_rank: adapters with a larger rank are refused.
+        max_model_len: context limit (prompt + completion); defaults to the config's
+            ``max_position_embeddings``.
+        dtype: torch dtype name for the weights (``float32`` or ``bfloat16``).
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        *,
+        served_name: str,
+        max_lora_rank: int = 64,
+        max_model_len: int | None = None,
+        dtype: str = "float32",
+    ) -> None:
+        self.path = path
+        self.served_name = served_name
+        self.max_lora_rank = max_lora_rank
+        self.dtype = getattr(torch, dtype)
+        self.tokenizer: Any = AutoTokenizer.from_pretrained(str(path))
+        self.base: Any = AutoModelForCausalLM.from_pretrained(str(path), dtype=self.dtype).eval()
+        self._peft: Any = None
+        self.adapters: dict[str, AdapterInfo] = {}
+        self.version = 0
+        self._lock = threading.Lock()  # guards adapters/version for readers on other threads
+        config = self.base.config.get_text_config()
+        limit = int(getattr(config, "max_position_embeddings", 4096))
+        self.max_model_len = min(limit, max_model_len) if max_model_len else limit
+        self.eos_token_ids = self._eos_ids()
+        self.pad_token_id = int(
+            self.tokenizer.pad_token_id
+            if self.tokenizer.pad_token_id is not None
+            else self.eos_token_ids[0]
+        )
+
+    def _eos_ids(self) -> frozenset[int]:
+        ids: set[int] = set()
+        for source in (self.base.generation_config.eos_token_id, self.tokenizer.eos_token_id):
+            if isinstance(source, int):
+                ids.add(source)
+            elif source is not None:
+                ids.update(int(t) for t in source)
+        return frozenset(ids)
+
+    @property
+    def num_layers(self) -> int:
+        """Number of decoder layers (one KV cache entry each)."""
+        return int(self.base.config.get_text_config().num_hidden_layers)
+
+    def model_names(self) -> list[str]:
+        """The served base name followed by every loaded adapter name."""
+        with self._lock:
+            return [self.served_name, *self.adapters]
+
+    def adapter_for(self, model: str) -> str | None:
+        """The adapter a request's ``model`` selects (``None`` for base); 404 if unknown."""
+        if model == self.served_name:
+            return None
+        with self._lock:
+            if model in self.adapters:
+                return model
+        raise not_found(f"The model `{model}` does not exist.", param="model")
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        position_ids: torch.Tensor,
+        cache: Any,
+        adapters: list[str | None],
+    ) -> torch.Tensor:
+        """Run one forward pass and return float32 logits of the last position, shape [B, V]."""
+        kwargs: dict[str, Any] = {
+            "input_ids": input_ids,
+            "attention_mask": attention_mask,
+            "position_ids": position_ids,
+            "past_key_values": cache,
+            "use_cache": True,
+            "logits_to_keep": 1,
+        }
+        if self._peft is not None:
+            out = self._peft(**kwargs, adapter_names=[a or _BASE for a in adapters])
+        else:
+            out = self.base(**kwargs)
+        return out.logits[:, -1, :].float()
+
+    def load_adapter(self, name: str, path: str) -> int:
+        """Load (or replace) LoRA adapter ``name`` from a peft directory; returns the new version."""
+        from peft import PeftConfig, PeftModel
+
+        if not name or name == self.served_name or name == _BASE:
+            raise bad_request(f"invalid lora_name {name!r}", param="lora_name")
+        try:
+            config = PeftConfig.from_pretrained(path)
+        except (OSError, ValueError) as exc:
+            raise bad_request(f"cannot read a LoRA adapter at {path!r}: {exc}", "lora_path") from exc
+        rank = int(getattr(config, "r", 0))
+        if getattr(config, "peft_type", None) != "LORA" or rank <= 0:
+            raise bad_request(f"adapter at {path!r} is not a LoRA adapter", param="lora_path")
+        if rank > self.max_lora_rank:
+            raise bad_request(
+                f"LoRA rank {rank} of {path!r} exceeds --max-lora-rank {self.max_lora_rank}",
+                param="lora_path",
+            )
+        if name in self.adapters:
+            self._drop(name)
+        try:
+            if self._peft is None:
+                self._peft = PeftModel.from_pretrained(self.base, path, adapter_name=name)
+                self._peft.eval()
+            else:
+                self._peft.load_adapter(path, adapter_name=name, is_trainable=False)
+        except (OSError, ValueError, KeyError, RuntimeError) as exc:
+            raise APIError(f"loading LoRA adapter {path!r} failed: {exc}", param="lora_path") from exc
+        with self._lock:
+            self.version += 1
+            self.adapters[name] = AdapterInfo(name, path, rank, self.version)
+            return self.version
+
+    def unload_adapter(self, name: str) -> int:
+        """Remove adapter ``name``; returns the new version. 404 if it is not loaded."""
+        if name not in self.adapters:
+            raise not_found(f"The lora adapter `{name}` is not loaded.", param="lora_name")
+        self._drop(name)
+        with self._lock:
+            self.version += 1
+            return self.version
+
+    def _drop(self, name: str) -> None:
+        with self._lock:
+            del self.adapters[name]
+        if self.adapters:
+            self._peft.delete_adapter(name)
+        else:  # last adapter: restore the plain modules so base requests skip peft entirely
+            self._peft.unload()
+            self._peft = None
+
+    def reload_weights(self, path: str | None) -> int:
+        """Copy all base weights from the model directory ``path`` (default: the original one).
+
+        Loaded adapters are kept. Raises a 400 error naming the first missing or mis-shaped
+        parameter; nothing is copied in that case.
+        """
+        source_dir = path or str(self.path)
+        try:
+            source = AutoModelForCausalLM.from_pretrained(source_dir, dtype=self.dtype)
+        except (OSError, ValueError) as exc:
+            raise bad_request(f"cannot load weights from {source_dir!r}: {exc}", "path") from exc
+        new = dict(source.named_parameters())
+        pairs: list[tuple[torch.nn.Parameter, torch.Tensor]] = []
+        for name, param in self.base.named_parameters():
+            if "lora_" in name:
+                continue
+            key = name.replace(".base_layer", "")
+            tensor = new.get(key)
+            if tensor is None or tensor.shape != param.shape:
+                raise bad_request(f"{source_dir!r} has no parameter {key!r} of shape "
+                                  f"{tuple(param.shape)}", param="path")
+            pairs.append((param, tensor))
+        with torch.no_grad():
+            for param, tensor in pairs:
+                param.copy_(tensor)
+        with self._lock:
+            self.version += 1
+            return self.version

@@ -1,0 +1,195 @@
+"""Engine servers as child processes: spawn, wait until healthy, drive over HTTP, stop.
+
+:class:`EngineProcess` runs a server command in its own process group (so stopping it also
+stops any workers it forked), polls ``/health`` until it answers, and implements the
+:class:`~fulmen.engines.base.Engine` calls over HTTP. :class:`BuiltinLauncher` starts the
+built-in server (``python -m fulmen.cli.serve``); :mod:`fulmen.engines.vllm` adds vLLM.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import IO, Any
+
+import httpx
+
+from fulmen.engines.base import Capabilities
+from fulmen.errors import EngineError
+
+__all__ = ["BuiltinLauncher", "EngineProcess", "free_port"]
+
+logger = logging.getLogger(__name__)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that was free on ``host`` a moment ago."""
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+class EngineProcess:
+    """A server command run as a child process group, with the Engine calls over HTTP.
+
+    Args:
+        command: the argv to run.
+        host, port: where the server listens.
+        env: extra environment variables for the child.
+        log_path: file receiving the child's stdout and stderr (default: inherit).
+        startup_timeout: seconds to wait for ``/health``.
+    """
+
+    capabilities = Capabilities()
+
+    def __init__(self, command: list[str], *, host: str, port: int, env: dict[str, str] | None = None,
+                 log_path: Path | None = None, startup_timeout: float = 180.0) -> None:
+        self.command = command
+        self.host, self.port = host, port
+        self.env = env or {}
+        self.log_path = log_path
+        self.startup_timeout = startup_timeout
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._log: IO[bytes] | None = None
+
+    @property
+    def root_url(self) -> str:
+        """``http://host:port`` without the ``/v1`` suffix."""
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def base_url(self) -> str:
+        """The OpenAI base URL."""
+        return f"{self.root_url}/v1"
+
+    def start(self) -> None:
+        """Spawn the server and block until ``/health`` answers 200; raises ``EngineError``."""
+        if self._proc is not None:
+            raise EngineError("engine process already started; create a new launcher")
+        self._log = open(self.log_path, "ab") if self.log_path else None  # noqa: SIM115
+        logger.info("starting engine: %s", " ".join(self.command))
+        self._proc = subprocess.Popen(self.command, env={**os.environ, **self.env},
+                                      stdout=self._log, stderr=subprocess.STDOUT if self._log else None,
+                                      stdin=subprocess.DEVNULL, start_new_session=True)
+        deadline = time.monotonic() + self.startup_timeout
+        while time.monotonic() < deadline:
+            if self._proc.poll() is not None:
+                self.stop()
+                raise EngineError(f"engine exited with code {self._proc.returncode} during startup"
+                                  f" (log: {self.log_path})", detail={"command": self.command})
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{self.root_url}/health", timeout=2).status_code == 200:
+                    return
+            time.sleep(0.5)
+        self.stop()
+        raise EngineError(f"engine not healthy after {self.startup_timeout:.0f}s (log: {self.log_path})")
+
+    def stop(self, timeout: float = 20.0) -> None:
+        """SIGTERM the process group, then SIGKILL it if still alive after ``timeout``."""
+        proc, self._proc = self._proc, None
+        if proc is not None and proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    def run_forever(self) -> int:
+        """Start, then wait until the child exits or the user interrupts; returns its exit code."""
+        self.start()
+        proc = self._proc
+        print(f"serving on {self.base_url}", file=sys.stderr, flush=True)
+        try:
+            return proc.wait() if proc is not None else 1
+        except KeyboardInterrupt:
+            return 130
+        finally:
+            self.stop()
+
+    def __enter__(self) -> EngineProcess:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    async def _post(self, path: str, body: dict[str, Any]) -> httpx.Response:
+        async with httpx.AsyncClient(timeout=600) as client:
+            response = await client.post(f"{self.root_url}{path}", json=body)
+        if response.status_code >= 400:
+            raise EngineError(f"{path} failed with {response.status_code}: {response.text}",
+                              detail={"status": response.status_code})
+        return response
+
+    @staticmethod
+    def _version(response: httpx.Response) -> int | None:
+        header = response.headers.get("x-fulmen-policy-version")
+        return int(header) if header is not None else None
+
+    async def health(self) -> bool:
+        """True when ``/health`` answers 200."""
+        try:
+            async with httpx.AsyncClient(timeout=5) as client:
+                return (await client.get(f"{self.root_url}/health")).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    async def load_adapter(self, name: str, path: str) -> int | None:
+        """``POST /v1/load_lora_adapter``."""
+        return self._version(await self._post("/v1/load_lora_adapter",
+                                              {"lora_name": name, "lora_path": path,
+                                               "load_inplace": True}))
+
+    async def unload_adapter(self, name: str) -> int | None:
+        """``POST /v1/unload_lora_adapter``."""
+        return self._version(await self._post("/v1/unload_lora_adapter", {"lora_name": name}))
+
+    async def reload_weights(self, path: str | None = None) -> int | None:
+        """``POST /v1/reload_weights``; ``EngineError`` where the engine lacks it."""
+        if not self.capabilities.full_reload:
+            raise EngineError("this engine does not support a full weight reload over HTTP")
+        return self._version(await self._post("/v1/reload_weights", {"path": path}))
+
+    async def aclose(self) -> None:
+        """Stop the server."""
+        import asyncio
+
+        await asyncio.to_thread(self.stop)
+
+
+class BuiltinLauncher(EngineProcess):
+    """The built-in server (``python -m fulmen.cli.serve``) as a child process.
+
+    Args:
+        model: ``tiny``, ``gemma-3-270m`` or a local model directory.
+        port: listening port on 127.0.0.1 (default: a free one).
+        max_batch, max_lora_rank, threads: passed to ``fulmen serve``.
+        python: interpreter to run (default: this one).
+        log_path: where the server's output goes.
+    """
+
+    capabilities = Capabilities(full_reload=True, policy_version=True, replace_adapter=True)
+
+    def __init__(self, model: str, *, port: int | None = None, max_batch: int = 8,
+                 max_lora_rank: int = 64, threads: int = 2, python: str | None = None,
+                 log_path: Path | None = None, extra_args: list[str] | None = None) -> None:
+        port = port or free_port()
+        command = [python or sys.executable, "-m", "fulmen.cli.serve", "--model", model,
+                   "--port", str(port), "--max-batch", str(max_batch),
+                   "--max-lora-rank", str(max_lora_rank), "--threads", str(threads),
+                   *(extra_args or [])]
+        super().__init__(command, host="127.0.0.1", port=port, log_path=log_path,
+                         startup_timeout=600.0)

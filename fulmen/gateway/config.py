@@ -1,0 +1,47 @@
+"""The gateway's options, each documented once beside its field."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = ["GatewayConfig"]
+
+
+class GatewayConfig(BaseModel):
+    """How the gateway forwards, caches and records.
+
+    Attributes:
+        connect_timeout_s: time to open a connection to an upstream before trying the next one.
+        read_timeout_s: longest wait for the next bytes of an upstream reply (→ 504).
+        connect_retries: extra rounds over the upstreams after every one refused a connection.
+        retry_backoff_s: base of the capped, jittered wait between those rounds.
+        max_connections: pooled connections to all upstreams together.
+        unhealthy_s: how long an upstream that refused a connection is tried last.
+        attempt_ttl_s: how long a running attempt's status is trusted before it is re-read
+            (final statuses are cached for good).
+        max_body_bytes: largest request body accepted (→ 413).
+        batch_size: most call records written to the store in one ``add_llm_calls``.
+        flush_interval_s: longest time a call record waits before it is written.
+        max_pending: records kept while the store is unreachable; the oldest go beyond this.
+        close_timeout_s: how long closing keeps retrying writes to an unreachable store.
+        record_untracked: whether calls through plain ``/v1`` are recorded.
+        policy_version_headers: response headers that name the weights' version, first wins
+            (a top-level ``policy_version`` field of the body is read as well).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    connect_timeout_s: float = Field(default=5.0, gt=0)
+    read_timeout_s: float = Field(default=600.0, gt=0)
+    connect_retries: int = Field(default=2, ge=0, le=10)
+    retry_backoff_s: float = Field(default=0.05, ge=0)
+    max_connections: int = Field(default=512, ge=1)
+    unhealthy_s: float = Field(default=5.0, ge=0)
+    attempt_ttl_s: float = Field(default=1.0, ge=0)
+    max_body_bytes: int = Field(default=32 * 1024 * 1024, ge=1024)
+    batch_size: int = Field(default=256, ge=1)
+    flush_interval_s: float = Field(default=0.05, gt=0)
+    max_pending: int = Field(default=100_000, ge=1)
+    close_timeout_s: float = Field(default=10.0, ge=0)
+    record_untracked: bool = True
+    policy_version_headers: tuple[str, ...] = ("x-policy-version", "x-fulmen-policy-version")

@@ -1,0 +1,150 @@
+"""Which rollout and attempt a call belongs to, whether it may run, and its sampling overrides.
+
+Lookups hit the store once and are cached: a rollout's mode and resources version and a
+resources snapshot never change, so they are kept (bounded LRU); a *running* attempt's status is
+trusted for ``attempt_ttl_s`` and then re-read, a *final* one is kept for good. So a busy
+rollout costs the store one attempt read per second at most, and an attempt that ended stops
+getting answers within that time.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+from fulmen.errors import NotFound
+from fulmen.gateway.errors import AttemptFinished, UnknownAttempt
+from fulmen.store.base import Store
+from fulmen.types import Attempt, LLMResource, Resources, Rollout
+
+__all__ = ["CallContext", "ContextResolver", "sampling_overrides"]
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+class _LRU(Generic[K, V]):
+    """A small bounded mapping that forgets the least recently used entry."""
+
+    def __init__(self, size: int) -> None:
+        self._size = size
+        self._data: OrderedDict[K, V] = OrderedDict()
+
+    def get(self, key: K) -> V | None:
+        value = self._data.get(key)
+        if value is not None:
+            self._data.move_to_end(key)
+        return value
+
+    def put(self, key: K, value: V) -> None:
+        self._data[key] = value
+        self._data.move_to_end(key)
+        if len(self._data) > self._size:
+            self._data.popitem(last=False)
+
+
+@dataclass(frozen=True)
+class CallContext:
+    """A tracked call's rollout, attempt, mode and the resources the rollout runs with."""
+
+    rollout_id: str
+    attempt_id: str
+    mode: str
+    resources: Resources | None = field(default=None, compare=False)
+
+    def overrides(self, model: Any) -> dict[str, Any]:
+        """Return the sampling fields to force on a request for ``model`` (maybe none)."""
+        if self.resources is None:
+            return {}
+        return sampling_overrides(self.resources, self.mode, model)
+
+
+def sampling_overrides(resources: Resources, mode: str, model: Any) -> dict[str, Any]:
+    """Return the request fields ``resources`` set for ``mode``: ``default``, then the mode.
+
+    The LLM resource used is the only one, or else the one whose ``model`` is the request's.
+    """
+    llms = [r for r in resources.resources.values() if isinstance(r, LLMResource)]
+    if len(llms) > 1:
+        llms = [r for r in llms if r.model == model]
+    if len(llms) != 1:
+        return {}
+    sampling: Mapping[str, Mapping[str, Any]] = llms[0].sampling
+    return {**sampling.get("default", {}), **sampling.get(mode, {})}
+
+
+class ContextResolver:
+    """Resolves ``(rollout_id, attempt_id)`` of a URL into a ``CallContext``, with caches.
+
+    Args:
+        store: where rollouts, attempts and resources live.
+        attempt_ttl_s: how long a running attempt is trusted before its status is re-read.
+        cache_size: most rollouts and attempts remembered.
+        clock: monotonic seconds (injectable for tests).
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        attempt_ttl_s: float = 1.0,
+        cache_size: int = 10_000,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._store = store
+        self._ttl = attempt_ttl_s
+        self._clock = clock
+        self._rollouts: _LRU[str, Rollout] = _LRU(cache_size)
+        self._attempts: _LRU[str, tuple[Attempt, float]] = _LRU(cache_size)
+        self._resources: _LRU[int, Resources] = _LRU(64)
+
+    async def resolve(self, rollout_id: str, attempt_id: str) -> CallContext:
+        """Return the context, or raise ``UnknownAttempt`` (404) / ``AttemptFinished`` (409)."""
+        rollout = await self._rollout(rollout_id)
+        attempt = await self._attempt(attempt_id)
+        if attempt.rollout_id != rollout_id:
+            raise UnknownAttempt(
+                f"attempt {attempt_id!r} belongs to rollout {attempt.rollout_id!r}, "
+                f"not {rollout_id!r}"
+            )
+        if attempt.is_terminal:
+            raise AttemptFinished(
+                f"attempt {attempt_id!r} of rollout {rollout_id!r} is {attempt.status.value}; "
+                "it accepts no more model calls"
+            )
+        resources = None
+        if rollout.resources_version is not None:
+            resources = await self._resources_of(rollout.resources_version)
+        return CallContext(rollout_id, attempt_id, rollout.mode.value, resources)
+
+    async def _rollout(self, rollout_id: str) -> Rollout:
+        rollout = self._rollouts.get(rollout_id)
+        if rollout is None:
+            try:
+                rollout = await self._store.get_rollout(rollout_id)
+            except NotFound as exc:
+                raise UnknownAttempt(f"unknown rollout {rollout_id!r}") from exc
+            self._rollouts.put(rollout_id, rollout)
+        return rollout
+
+    async def _attempt(self, attempt_id: str) -> Attempt:
+        cached = self._attempts.get(attempt_id)
+        now = self._clock()
+        if cached is not None and (cached[0].is_terminal or now - cached[1] < self._ttl):
+            return cached[0]
+        try:
+            attempt = await self._store.get_attempt(attempt_id)
+        except NotFound as exc:
+            raise UnknownAttempt(f"unknown attempt {attempt_id!r}") from exc
+        self._attempts.put(attempt_id, (attempt, now))
+        return attempt
+
+    async def _resources_of(self, version: int) -> Resources:
+        resources = self._resources.get(version)
+        if resources is None:
+            resources = await self._store.get_resources(version)
+            self._resources.put(version, resources)
+        return resources

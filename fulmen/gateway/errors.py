@@ -1,0 +1,81 @@
+"""Errors of the gateway and the OpenAI-shaped JSON body an agent receives for them.
+
+::
+
+    GatewayError (fulmen.errors)
+    ├── BadRequest          malformed JSON or a body that is not an object       400
+    ├── GatewayUnauthorized missing or wrong bearer token                        401
+    ├── UnknownAttempt      rollout or attempt not in the store, or not paired   404
+    ├── AttemptFinished     the attempt is final; its agent must stop calling    409
+    ├── UpstreamUnavailable no upstream could be reached or it broke the reply   502
+    └── UpstreamTimeout     the upstream did not answer within the read timeout  504
+
+Agents talk OpenAI's protocol, so every error leaves the gateway as
+``{"error": {"message", "type", "param", "code"}}``, never as a traceback.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fulmen.errors import FulmenError, GatewayError
+
+__all__ = [
+    "AttemptFinished",
+    "BadRequest",
+    "GatewayUnauthorized",
+    "UnknownAttempt",
+    "UpstreamTimeout",
+    "UpstreamUnavailable",
+    "openai_error_body",
+]
+
+
+class BadRequest(GatewayError):
+    """The request body is not a JSON object the gateway can forward."""
+
+    code = "invalid_request"
+    http_status = 400
+
+
+class GatewayUnauthorized(GatewayError):
+    """The gateway has a token and the request did not carry it."""
+
+    code = "unauthorized"
+    http_status = 401
+
+
+class UnknownAttempt(GatewayError):
+    """The rollout or attempt in the URL is unknown, or the attempt is not of that rollout."""
+
+    code = "not_found"
+    http_status = 404
+
+
+class AttemptFinished(GatewayError):
+    """The attempt in the URL is already final (succeeded, failed, timed out, lost, ...)."""
+
+    code = "attempt_finished"
+    http_status = 409
+
+
+class UpstreamUnavailable(GatewayError):
+    """No upstream engine could be reached, or it broke the connection mid-reply."""
+
+    code = "upstream_unavailable"
+    http_status = 502
+
+
+class UpstreamTimeout(GatewayError):
+    """The upstream engine did not answer within the configured read timeout."""
+
+    code = "upstream_timeout"
+    http_status = 504
+
+
+def openai_error_body(exc: FulmenError) -> dict[str, Any]:
+    """Return OpenAI's error shape for ``exc`` (4xx are ``invalid_request_error``)."""
+    kind = "invalid_request_error" if exc.http_status < 500 else "upstream_error"
+    if isinstance(exc, GatewayUnauthorized):
+        kind = "authentication_error"
+    return {"error": {"message": exc.message, "type": kind, "param": None, "code": exc.code}}

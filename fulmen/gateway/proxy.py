@@ -1,0 +1,344 @@
+"""The gateway's core: one object that forwards a call, shows the agent its reply, records it.
+
+``Gateway`` owns the engine pool, the forwarder, the context resolver and the recorder. Its
+``handle`` runs one request end to end; records are built after the reply is on its way (a
+Starlette background task for whole replies, the stream's ``finally`` for streams).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import httpx
+import orjson
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+
+from fulmen.errors import FulmenError
+from fulmen.gateway.capture import (
+    TOKEN_ENDPOINTS,
+    Asked,
+    Exchange,
+    agent_chunk,
+    agent_view,
+    prepare_request,
+)
+from fulmen.gateway.config import GatewayConfig
+from fulmen.gateway.context import CallContext, ContextResolver
+from fulmen.gateway.errors import BadRequest, UpstreamTimeout, UpstreamUnavailable
+from fulmen.gateway.errors import openai_error_body as error_body
+from fulmen.gateway.forward import HOP_HEADERS, Forwarder, UpstreamReply
+from fulmen.gateway.recorder import CallRecorder
+from fulmen.gateway.streaming import SSEDecoder, StreamAccumulator, event_data
+from fulmen.gateway.upstreams import Upstream, UpstreamPool
+from fulmen.store.base import Store
+
+__all__ = ["RECORDED_ENDPOINTS", "Gateway"]
+
+_log = logging.getLogger(__name__)
+
+# POST endpoints that are model calls and get a record; others are forwarded unrecorded.
+RECORDED_ENDPOINTS = TOKEN_ENDPOINTS | {"responses"}
+
+
+class Gateway:
+    """The parts of one gateway and the request handling that uses them.
+
+    Args:
+        store: where call records go and rollouts are looked up.
+        upstreams: the engines to forward to.
+        token: when set, agents must send it as their API key, and it is not sent upstream.
+        config: timeouts, caches and batching.
+        transport: an ``httpx`` transport for upstream calls (tests).
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        upstreams: Sequence[Upstream],
+        *,
+        token: str | None = None,
+        config: GatewayConfig | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.config = config or GatewayConfig()
+        self.token = token
+        self.pool = UpstreamPool(upstreams, unhealthy_s=self.config.unhealthy_s)
+        self.resolver = ContextResolver(store, attempt_ttl_s=self.config.attempt_ttl_s)
+        self.recorder = CallRecorder(
+            store,
+            batch_size=self.config.batch_size,
+            flush_interval_s=self.config.flush_interval_s,
+            max_pending=self.config.max_pending,
+            close_timeout_s=self.config.close_timeout_s,
+        )
+        self.forwarder = Forwarder(self.pool, self.config, transport=transport)
+        self._is_started = False
+
+    def start(self) -> None:
+        """Start background recording (idempotent; needs the serving event loop)."""
+        if not self._is_started:
+            self._is_started = True
+            self.recorder.start()
+
+    async def flush(self) -> None:
+        """Wait until every call answered so far is in the store."""
+        self.start()
+        await self.recorder.flush()
+
+    async def aclose(self) -> None:
+        """Write every pending record, then close upstream connections."""
+        await self.recorder.aclose()
+        await self.forwarder.aclose()
+
+    async def handle(self, request: Request, endpoint: str, ctx: CallContext | None) -> Response:
+        """Forward ``request`` for ``endpoint`` (the path below ``/v1``) and record it."""
+        self.start()
+        if request.method != "POST" or endpoint not in RECORDED_ENDPOINTS:
+            return await self._pass_through(request, endpoint, ctx)
+        body = await self._json_body(request)
+        call = _Call(self, request, endpoint, ctx, body)
+        try:
+            reply = await call.send()
+        except FulmenError as exc:
+            payload = error_body(exc)
+            call.finish(None, error=payload["error"])
+            return _json_response(payload, exc.http_status)
+        content_type = reply.response.headers.get("content-type", "")
+        if body.get("stream") and content_type.startswith("text/event-stream"):
+            return call.stream(reply)
+        return await call.whole(reply)
+
+    async def _json_body(self, request: Request) -> dict[str, Any]:
+        length = request.headers.get("content-length")
+        if length is not None and length.isdigit() and int(length) > self.config.max_body_bytes:
+            raise _TooLarge(f"request body of {length} bytes exceeds {self.config.max_body_bytes}")
+        raw = await request.body()
+        if len(raw) > self.config.max_body_bytes:
+            raise _TooLarge(f"request body exceeds {self.config.max_body_bytes} bytes")
+        try:
+            body = orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            raise BadRequest(f"request body is not valid JSON: {exc}") from exc
+        if not isinstance(body, dict):
+            raise BadRequest(f"request body must be a JSON object, got {type(body).__name__}")
+        return body
+
+    async def _pass_through(
+        self, request: Request, endpoint: str, ctx: CallContext | None
+    ) -> Response:
+        raw = await request.body()
+        reply = await self.forwarder.send(
+            request.method,
+            endpoint,
+            rollout_id=ctx.rollout_id if ctx else None,
+            headers=_forward_headers(request),
+            agent_auth=self._agent_auth(request),
+            body_for=lambda _u: raw or None,
+            params=dict(request.query_params),
+        )
+        try:
+            content = await reply.read()
+        finally:
+            await reply.aclose()
+        return Response(content, reply.status_code, headers=reply.headers())
+
+    def _agent_auth(self, request: Request) -> str | None:
+        # With a gateway token the agent's bearer is that token: never leak it upstream.
+        return None if self.token is not None else request.headers.get("authorization")
+
+    def record(self, exchange: Exchange) -> None:
+        """Queue ``exchange`` for recording; the recorder builds the record in the background."""
+        if exchange.rollout_id is not None or self.config.record_untracked:
+            self.recorder.record(exchange)
+
+
+class _TooLarge(BadRequest):
+    http_status = 413
+    code = "payload_too_large"
+
+
+class _Call:
+    """One model call in flight: its request, chosen engine, timing and record."""
+
+    def __init__(
+        self,
+        gateway: Gateway,
+        request: Request,
+        endpoint: str,
+        ctx: CallContext | None,
+        body: dict[str, Any],
+    ) -> None:
+        self.gateway = gateway
+        self.request = request
+        self.endpoint = endpoint
+        self.ctx = ctx
+        self.body = body
+        self.call_id = f"call-{uuid.uuid4().hex}"
+        self.started_at = time.time()
+        self._t0 = time.perf_counter()
+        self.upstream: Upstream | None = None
+        self._overrides = ctx.overrides(body.get("model")) if ctx else {}
+        self._prepared: dict[bool, bytes] = {}
+        self.asked = Asked()
+
+    def _body_for(self, upstream: Upstream) -> bytes:
+        level = self.gateway.pool.is_token_level(upstream)
+        prepared = self._prepared.get(level)
+        if prepared is None:
+            body, self.asked = prepare_request(
+                self.body, endpoint=self.endpoint, overrides=self._overrides, is_token_level=level
+            )
+            prepared = self._prepared[level] = orjson.dumps(body)
+        return prepared
+
+    async def send(self) -> UpstreamReply:
+        gateway = self.gateway
+        reply = await gateway.forwarder.send(
+            "POST",
+            self.endpoint,
+            rollout_id=self.ctx.rollout_id if self.ctx else None,
+            headers=_forward_headers(self.request),
+            agent_auth=gateway._agent_auth(self.request),
+            body_for=self._body_for,
+        )
+        if reply.status_code == 400 and gateway.pool.is_token_level(reply.upstream):
+            # A hosted API that rejects ``return_token_ids``: remember it, resend as text.
+            content = await reply.read()
+            if b"return_token_ids" in content:
+                await reply.aclose()
+                gateway.pool.mark_text_only(reply.upstream)
+                _log.warning("upstream %s rejects token ids: text only", reply.upstream.base_url)
+                return await self.send()
+            # Not that error: the body stays cached in the reply for the caller to read.
+        self.upstream = reply.upstream
+        return reply
+
+    def finish(
+        self,
+        response: dict[str, Any] | None,
+        *,
+        error: dict[str, Any] | None = None,
+        policy_version: str | None = None,
+    ) -> None:
+        """Queue the call's record."""
+        ctx = self.ctx
+        self.gateway.record(
+            Exchange(
+                call_id=self.call_id,
+                rollout_id=ctx.rollout_id if ctx else None,
+                attempt_id=ctx.attempt_id if ctx else None,
+                endpoint=self.endpoint,
+                request=self.body,
+                response=response,
+                upstream=self.upstream.base_url if self.upstream else None,
+                is_stream=bool(self.body.get("stream")),
+                started_at=self.started_at,
+                latency_s=time.perf_counter() - self._t0,
+                error=error,
+                policy_version=policy_version,
+            )
+        )
+
+    def _policy_version(self, reply: UpstreamReply) -> str | None:
+        for name in self.gateway.config.policy_version_headers:
+            value = reply.response.headers.get(name)
+            if value is not None:
+                return value
+        return None
+
+    async def whole(self, reply: UpstreamReply) -> Response:
+        """Read a whole reply, show the agent its view, record the rest after sending."""
+        try:
+            content = await reply.read()
+        except FulmenError as exc:
+            payload = error_body(exc)
+            self.finish(None, error=payload["error"])
+            return _json_response(payload, exc.http_status)
+        finally:
+            await reply.aclose()
+        headers = reply.headers()
+        headers["x-fulmen-call-id"] = self.call_id
+        data = _loads_object(content)
+        if data is None:  # not JSON: pass it on, record what it was
+            error = {"message": content[:2000].decode(errors="replace"), "type": "upstream_error"}
+            self.finish(None, error=error)
+            return Response(content, reply.status_code, headers=headers)
+        error = _error_of(data) if reply.status_code >= 400 else None
+        view = agent_view(data, self.asked) if error is None else data
+        # Queued before the reply leaves, so a flush after the reply always includes it.
+        self.finish(data, error=error, policy_version=self._policy_version(reply))
+        out = content if view is data else orjson.dumps(view)
+        return Response(out, reply.status_code, headers=headers)
+
+    def stream(self, reply: UpstreamReply) -> StreamingResponse:
+        """Pass a streamed reply through event by event, accumulating its record."""
+        headers = reply.headers()
+        headers["x-fulmen-call-id"] = self.call_id
+        return StreamingResponse(
+            self._events(reply), status_code=reply.status_code, headers=headers
+        )
+
+    async def _events(self, reply: UpstreamReply) -> AsyncIterator[bytes]:
+        accumulator = StreamAccumulator(self.endpoint)
+        decoder = SSEDecoder()
+        error: dict[str, Any] | None = None
+        try:
+            async for data in reply.iter_bytes():
+                out = [self._rewrite(event, accumulator) for event in decoder.feed(data)]
+                if out:
+                    yield b"".join(out)
+            if decoder.tail().strip():  # a stream cut without its final blank line
+                yield self._rewrite(decoder.tail(), accumulator)
+        except httpx.HTTPError as exc:
+            is_timeout = isinstance(exc, httpx.TimeoutException)
+            cls = UpstreamTimeout if is_timeout else UpstreamUnavailable
+            message = f"upstream {reply.upstream.base_url} broke the stream: {exc!r}"
+            payload = error_body(cls(message))
+            error = payload["error"]
+            yield b"data: " + orjson.dumps(payload) + b"\n\n"
+        finally:
+            is_tokens = self.endpoint in TOKEN_ENDPOINTS
+            response = accumulator.response() if is_tokens else None
+            self.finish(response, error=error, policy_version=self._policy_version(reply))
+            await reply.aclose()
+
+    def _rewrite(self, event: bytes, accumulator: StreamAccumulator) -> bytes:
+        data = event_data(event)
+        chunk = _loads_object(data) if data is not None and data != b"[DONE]" else None
+        if chunk is None:
+            return event + b"\n\n"
+        accumulator.add(chunk)
+        view = agent_chunk(chunk, self.asked)
+        if view is None:
+            return b""
+        if view is chunk:
+            return event + b"\n\n"
+        return b"data: " + orjson.dumps(view) + b"\n\n"
+
+
+def _forward_headers(request: Request) -> dict[str, str]:
+    return {k: v for k, v in request.headers.items() if k not in HOP_HEADERS}
+
+
+def _loads_object(raw: bytes) -> dict[str, Any] | None:
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _error_of(data: dict[str, Any]) -> dict[str, Any]:
+    error = data.get("error")
+    if isinstance(error, dict):
+        return error
+    return {"message": str(error if error is not None else data)[:2000], "type": "upstream_error"}
+
+
+def _json_response(payload: dict[str, Any], status: int) -> Response:
+    return Response(orjson.dumps(payload), status, media_type="application/json")

@@ -1,0 +1,489 @@
+"""StoreClient: the ``Store`` interface over HTTP, talking to ``fulmen store serve``.
+
+Code written against ``Store`` runs unchanged on another machine: every method has the same
+arguments, return types and exceptions as the in-process backends (error bodies are mapped back
+to ``fulmen.errors`` classes by their ``code``). Network errors and 5xx answers are retried with
+capped, jittered exponential backoff. Retrying never duplicates a write: before sending, the
+client fills the idempotency keys the caller left empty (``RolloutCreate.rollout_id``,
+``claim_id``, ``ResourcesCreate.resources_id``; spans and LLM calls carry their own ids), and a
+status report that may already have been applied is checked before it is sent again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
+from urllib.parse import quote
+
+import httpx
+import orjson
+from pydantic import BaseModel, TypeAdapter
+
+from fulmen.errors import (
+    FulmenError,
+    InvalidRequest,
+    PayloadTooLarge,
+    StoreError,
+    StoreUnavailable,
+    error_class_for_code,
+)
+from fulmen.store.base import Capabilities, ReconcileReport
+from fulmen.store.clock import new_id
+from fulmen.store.wire import (
+    AttemptUpdate,
+    ClaimRequest,
+    EnqueueRequest,
+    HeartbeatRequest,
+    LLMCallsRequest,
+    ReconcileResult,
+    RolloutUpdate,
+    ServiceInfo,
+    SpansRequest,
+    WaitRequest,
+)
+from fulmen.types import (
+    UNSET,
+    Attempt,
+    AttemptStatus,
+    Claim,
+    LLMCall,
+    LLMCallCreate,
+    Mode,
+    Page,
+    Resources,
+    ResourcesCreate,
+    Rollout,
+    RolloutCreate,
+    RolloutQuery,
+    RolloutStatus,
+    Span,
+    SpanCreate,
+    StoreStats,
+    Unset,
+    Worker,
+)
+
+if TYPE_CHECKING:
+    from pydantic import JsonValue
+
+__all__ = ["StoreClient"]
+
+logger = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
+_ROLLOUTS = TypeAdapter(list[Rollout])
+_ATTEMPTS = TypeAdapter(list[Attempt])
+_CLAIMS = TypeAdapter(list[Claim])
+_SPANS = TypeAdapter(list[Span])
+_CALLS = TypeAdapter(list[LLMCall])
+_WORKERS = TypeAdapter(list[Worker])
+_MAYBE_RESOURCES = TypeAdapter(Resources | None)
+_JSON_HEADERS = {"content-type": "application/json"}
+_RETRY_STATUSES = frozenset({500, 502, 503, 504})
+_BACKOFF_BASE_S = 0.05
+_BACKOFF_CAP_S = 2.0
+
+Recover = Callable[[], Awaitable[bytes | None]]
+
+
+def _segment(value: str) -> str:
+    return quote(value, safe="")
+
+
+def _error_from(response: httpx.Response) -> FulmenError:
+    """Turn an error response back into the exception the server raised."""
+    try:
+        body = orjson.loads(response.content)
+        message, code, detail = body["error"], body["code"], body.get("detail")
+    except (orjson.JSONDecodeError, KeyError, TypeError):
+        text = response.text[:200]
+        if response.status_code >= 500:
+            return StoreUnavailable(f"store answered HTTP {response.status_code}: {text}")
+        return StoreError(f"store answered HTTP {response.status_code}: {text}")
+    return error_class_for_code(str(code))(str(message), detail=detail)
+
+
+class StoreClient:
+    """A ``Store`` reached over HTTP; create it with ``await StoreClient.connect(url)``.
+
+    The server runs the watchdog; the client runs none. Use one client per event loop.
+    """
+
+    def __init__(self, http: httpx.AsyncClient, info: ServiceInfo, *, retries: int) -> None:
+        self._http = http
+        self._info = info
+        self._retries = retries
+        self._closed = False
+
+    @classmethod
+    async def connect(
+        cls,
+        url: str,
+        *,
+        token: str | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+        timeout: float = 30.0,
+        retries: int = 3,
+        watchdog_interval: float | None = None,
+    ) -> StoreClient:
+        """Connect to the store service at ``url`` and read what it can do.
+
+        Args:
+            url: the service's base URL, e.g. ``http://127.0.0.1:4747``.
+            token: bearer token, when the server requires one.
+            transport: an httpx transport to use instead of the network (e.g.
+                ``httpx.ASGITransport(app)`` for in-process tests).
+            timeout: seconds for connecting and for each response (long polls add their wait).
+            retries: how many times a request that hit a network error or a 5xx is repeated.
+            watchdog_interval: accepted for symmetry with local backends and ignored: the
+                server process runs the watchdog.
+        """
+        del watchdog_interval
+        if retries < 0:
+            raise ValueError(f"retries must be >= 0, got {retries}")
+        headers = {"authorization": f"Bearer {token}"} if token else {}
+        http = httpx.AsyncClient(
+            base_url=url.rstrip("/"),
+            headers=headers,
+            transport=transport,
+            timeout=httpx.Timeout(timeout),
+        )
+        try:
+            client = cls(http, _placeholder_info(), retries=retries)
+            client._info = ServiceInfo.model_validate_json(await client._send("GET", "/v1/info"))
+        except BaseException:
+            await http.aclose()
+            raise
+        return client
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """The backend's durability and sharing as the server reports them; always remote."""
+        return Capabilities(
+            is_durable=self._info.is_durable, is_shared=self._info.is_shared, is_remote=True
+        )
+
+    # -- transport ------------------------------------------------------------------------------
+
+    async def _send(
+        self,
+        method: str,
+        path: str,
+        body: BaseModel | None = None,
+        *,
+        params: dict[str, Any] | None = None,
+        extra_timeout: float = 0.0,
+        recover: Recover | None = None,
+        partial: bool = False,
+    ) -> bytes:
+        """Send one request, retrying network errors and 5xx; return the response body."""
+        if self._closed:
+            raise InvalidRequest("the store client is closed")
+        # Only partial updates leave fields out; elsewhere defaults must be sent (a discriminator
+        # such as a resource's ``kind`` is a default the server cannot do without).
+        content = body.model_dump_json(exclude_unset=partial).encode() if body is not None else None
+        if content is not None and len(content) > self._info.max_body_bytes:
+            raise PayloadTooLarge(
+                f"request body of {len(content)} bytes exceeds the server's limit of "
+                f"{self._info.max_body_bytes} bytes; send smaller batches",
+                detail={"limit": self._info.max_body_bytes},
+            )
+        timeout = self._http.timeout
+        if extra_timeout and timeout.read is not None:
+            timeout = httpx.Timeout(timeout.read + extra_timeout, connect=timeout.connect)
+        for attempt in range(self._retries + 1):
+            if attempt and recover is not None:
+                recovered = await recover()
+                if recovered is not None:
+                    return recovered
+            try:
+                response = await self._http.request(
+                    method,
+                    path,
+                    content=content,
+                    params=params,
+                    headers=_JSON_HEADERS if content is not None else None,
+                    timeout=timeout,
+                )
+            except httpx.TransportError as exc:
+                if attempt == self._retries:
+                    raise StoreUnavailable(
+                        f"store at {self._http.base_url} unreachable after "
+                        f"{attempt + 1} tries: {exc!r}"
+                    ) from exc
+                await self._backoff(attempt, method, path, repr(exc))
+                continue
+            if response.status_code < 400:
+                return response.content
+            if response.status_code in _RETRY_STATUSES and attempt < self._retries:
+                await self._backoff(attempt, method, path, f"HTTP {response.status_code}")
+                continue
+            raise _error_from(response)
+        raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
+
+    async def _backoff(self, attempt: int, method: str, path: str, reason: str) -> None:
+        # Full jitter keeps many clients that failed together from retrying together.
+        delay = random.uniform(0, min(_BACKOFF_CAP_S, _BACKOFF_BASE_S * 2**attempt))
+        logger.warning(
+            "store request %s %s failed (%s); retry %d/%d in %.2f s",
+            method,
+            path,
+            reason,
+            attempt + 1,
+            self._retries,
+            delay,
+        )
+        await asyncio.sleep(delay)
+
+    # -- rollouts -------------------------------------------------------------------------------
+
+    async def enqueue(self, rollouts: Sequence[RolloutCreate]) -> list[Rollout]:
+        """See ``Store.enqueue``; rollouts without an id get one here, so retries are safe."""
+        keyed = [
+            r if r.rollout_id is not None else r.model_copy(update={"rollout_id": new_id("ro")})
+            for r in rollouts
+        ]
+        request = EnqueueRequest.model_construct(rollouts=keyed)
+        return _ROLLOUTS.validate_json(await self._send("POST", "/v1/rollouts", request))
+
+    async def claim(
+        self,
+        worker_id: str,
+        *,
+        limit: int = 1,
+        modes: Sequence[Mode] | None = None,
+        claim_id: str | None = None,
+    ) -> list[Claim]:
+        """See ``Store.claim``; a missing ``claim_id`` is generated so retries take no more."""
+        request = ClaimRequest.model_construct(
+            worker_id=worker_id,
+            limit=limit,
+            modes=list(modes) if modes is not None else None,
+            claim_id=claim_id or new_id("claim"),
+        )
+        return _CLAIMS.validate_json(await self._send("POST", "/v1/rollouts/claim", request))
+
+    async def update_rollout(
+        self,
+        rollout_id: str,
+        *,
+        status: RolloutStatus | Unset = UNSET,
+        metadata: dict[str, JsonValue] | Unset = UNSET,
+    ) -> Rollout:
+        """See ``Store.update_rollout``."""
+        fields: dict[str, Any] = {}
+        if status is not UNSET:
+            fields["status"] = status
+        if metadata is not UNSET:
+            fields["metadata"] = metadata
+        path = f"/v1/rollouts/{_segment(rollout_id)}"
+
+        async def recover() -> bytes | None:
+            # A cancel that reached the server before the connection broke must not be sent
+            # again: a second cancel of a final rollout is an InvalidTransition.
+            current = await self.get_rollout(rollout_id)
+            if (
+                status is not UNSET
+                and current.status is status
+                and (metadata is UNSET or current.metadata == metadata)
+            ):
+                return current.model_dump_json().encode()
+            return None
+
+        raw = await self._send(
+            "PATCH", path, RolloutUpdate.model_construct(**fields), recover=recover, partial=True
+        )
+        return Rollout.model_validate_json(raw)
+
+    async def get_rollout(self, rollout_id: str) -> Rollout:
+        """See ``Store.get_rollout``."""
+        raw = await self._send("GET", f"/v1/rollouts/{_segment(rollout_id)}")
+        return Rollout.model_validate_json(raw)
+
+    async def list_attempts(self, rollout_id: str) -> list[Attempt]:
+        """See ``Store.list_attempts``."""
+        raw = await self._send("GET", f"/v1/rollouts/{_segment(rollout_id)}/attempts")
+        return _ATTEMPTS.validate_json(raw)
+
+    async def query_rollouts(self, query: RolloutQuery) -> Page[Rollout]:
+        """See ``Store.query_rollouts``."""
+        raw = await self._send("POST", "/v1/rollouts/query", query)
+        return Page[Rollout].model_validate_json(raw)
+
+    async def wait_for_rollouts(
+        self, rollout_ids: Sequence[str], *, timeout: float
+    ) -> list[Rollout]:
+        """See ``Store.wait_for_rollouts``: long polls of at most the server's cap, repeated."""
+        ids = list(rollout_ids)
+        deadline = time.monotonic() + max(timeout, 0.0)
+        while True:
+            wait = min(max(deadline - time.monotonic(), 0.0), self._info.max_wait_s)
+            request = WaitRequest.model_construct(rollout_ids=ids, timeout=wait)
+            raw = await self._send("POST", "/v1/rollouts/wait", request, extra_timeout=wait)
+            final = _ROLLOUTS.validate_json(raw)
+            if len(final) == len(ids) or time.monotonic() >= deadline:
+                return final
+
+    # -- attempts and workers -------------------------------------------------------------------
+
+    async def get_attempt(self, attempt_id: str) -> Attempt:
+        """See ``Store.get_attempt``."""
+        raw = await self._send("GET", f"/v1/attempts/{_segment(attempt_id)}")
+        return Attempt.model_validate_json(raw)
+
+    async def update_attempt(
+        self,
+        attempt_id: str,
+        *,
+        status: AttemptStatus | Unset = UNSET,
+        error: str | Unset | None = UNSET,
+    ) -> Attempt:
+        """See ``Store.update_attempt``."""
+        fields: dict[str, Any] = {}
+        if status is not UNSET:
+            fields["status"] = status
+        if error is not UNSET:
+            fields["error"] = error
+
+        async def recover() -> bytes | None:
+            # If the first report was applied, repeating it would record a "late" report.
+            current = await self.get_attempt(attempt_id)
+            if (
+                status is not UNSET
+                and current.status is status
+                and (error is UNSET or current.error == error)
+            ):
+                return current.model_dump_json().encode()
+            return None
+
+        raw = await self._send(
+            "PATCH",
+            f"/v1/attempts/{_segment(attempt_id)}",
+            AttemptUpdate.model_construct(**fields),
+            recover=recover,
+            partial=True,
+        )
+        return Attempt.model_validate_json(raw)
+
+    async def heartbeat(
+        self,
+        worker_id: str,
+        *,
+        attempt_ids: Sequence[str] = (),
+        metadata: dict[str, JsonValue] | None = None,
+    ) -> Worker:
+        """See ``Store.heartbeat``."""
+        request = HeartbeatRequest.model_construct(
+            worker_id=worker_id, attempt_ids=list(attempt_ids), metadata=metadata
+        )
+        return Worker.model_validate_json(
+            await self._send("POST", "/v1/workers/heartbeat", request)
+        )
+
+    async def list_workers(self) -> list[Worker]:
+        """See ``Store.list_workers``."""
+        return _WORKERS.validate_json(await self._send("GET", "/v1/workers"))
+
+    # -- spans and LLM calls --------------------------------------------------------------------
+
+    async def add_spans(self, spans: Sequence[SpanCreate]) -> list[Span]:
+        """See ``Store.add_spans``; idempotent by ``(attempt_id, span_id)``, so retried."""
+        request = SpansRequest.model_construct(spans=list(spans))
+        return _SPANS.validate_json(await self._send("POST", "/v1/spans", request))
+
+    async def add_llm_calls(self, calls: Sequence[LLMCallCreate]) -> list[LLMCall]:
+        """See ``Store.add_llm_calls``; idempotent by ``call_id``, so retried."""
+        request = LLMCallsRequest.model_construct(calls=list(calls))
+        return _CALLS.validate_json(await self._send("POST", "/v1/llm_calls", request))
+
+    async def query_spans(
+        self,
+        rollout_id: str,
+        *,
+        attempt_id: str | None = None,
+        after_sequence: int = 0,
+        limit: int = 1000,
+    ) -> Page[Span]:
+        """See ``Store.query_spans``."""
+        raw = await self._send(
+            "GET",
+            f"/v1/rollouts/{_segment(rollout_id)}/spans",
+            params=_record_params(attempt_id, after_sequence, limit),
+        )
+        return Page[Span].model_validate_json(raw)
+
+    async def query_llm_calls(
+        self,
+        rollout_id: str,
+        *,
+        attempt_id: str | None = None,
+        after_sequence: int = 0,
+        limit: int = 1000,
+    ) -> Page[LLMCall]:
+        """See ``Store.query_llm_calls``."""
+        raw = await self._send(
+            "GET",
+            f"/v1/rollouts/{_segment(rollout_id)}/llm_calls",
+            params=_record_params(attempt_id, after_sequence, limit),
+        )
+        return Page[LLMCall].model_validate_json(raw)
+
+    # -- resources ------------------------------------------------------------------------------
+
+    async def add_resources(self, resources: ResourcesCreate) -> Resources:
+        """See ``Store.add_resources``; a missing ``resources_id`` is generated for safe retries."""
+        if resources.resources_id is None:
+            resources = resources.model_copy(update={"resources_id": new_id("res")})
+        return Resources.model_validate_json(await self._send("POST", "/v1/resources", resources))
+
+    async def get_resources(self, version: int) -> Resources:
+        """See ``Store.get_resources``."""
+        return Resources.model_validate_json(await self._send("GET", f"/v1/resources/{version}"))
+
+    async def latest_resources(self) -> Resources | None:
+        """See ``Store.latest_resources``."""
+        return _MAYBE_RESOURCES.validate_json(await self._send("GET", "/v1/resources/latest"))
+
+    # -- watchdog, statistics, lifecycle --------------------------------------------------------
+
+    async def stats(self) -> StoreStats:
+        """See ``Store.stats``."""
+        return StoreStats.model_validate_json(await self._send("GET", "/v1/stats"))
+
+    async def reconcile(self) -> ReconcileReport:
+        """See ``Store.reconcile``: asks the server to run one watchdog pass now."""
+        result = ReconcileResult.model_validate_json(await self._send("POST", "/v1/reconcile"))
+        return ReconcileReport(
+            timed_out=tuple(result.timed_out),
+            lost=tuple(result.lost),
+            requeued=tuple(result.requeued),
+            failed=tuple(result.failed),
+        )
+
+    async def aclose(self) -> None:
+        """Close the connection pool; the client may not be used afterwards."""
+        self._closed = True
+        await self._http.aclose()
+
+
+def _record_params(attempt_id: str | None, after_sequence: int, limit: int) -> dict[str, Any]:
+    params: dict[str, Any] = {"after_sequence": after_sequence, "limit": limit}
+    if attempt_id is not None:
+        params["attempt_id"] = attempt_id
+    return params
+
+
+def _placeholder_info() -> ServiceInfo:
+    # Used only while /v1/info itself is being fetched.
+    return ServiceInfo(
+        version="?",
+        is_durable=False,
+        is_shared=False,
+        max_body_bytes=2**62,
+        max_wait_s=30.0,
+        auth_required=False,
+    )

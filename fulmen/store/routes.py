@@ -1,0 +1,296 @@
+"""The route table of the store service: one small handler per ``Store`` method.
+
+Each ``Operation`` names its HTTP method and path, the models of its body, query string and
+response, and a handler ``(call) -> JSON bytes``. The server (``fulmen.store.server``) mounts
+the table on Starlette and the OpenAPI spec (``fulmen.store.openapi``) is generated from it, so
+routes and documentation cannot disagree. Handlers validate input with pydantic and let
+``FulmenError`` propagate; the server turns errors into JSON.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, TypeAdapter, ValidationError
+
+from fulmen.errors import InvalidRequest
+from fulmen.store.base import Store
+from fulmen.store.wire import (
+    AttemptUpdate,
+    ClaimRequest,
+    EnqueueRequest,
+    HeartbeatRequest,
+    LLMCallsRequest,
+    ReconcileResult,
+    RecordQuery,
+    RolloutUpdate,
+    ServiceInfo,
+    SpansRequest,
+    WaitRequest,
+)
+from fulmen.types import (
+    UNSET,
+    Attempt,
+    Claim,
+    LLMCall,
+    Page,
+    Resources,
+    ResourcesCreate,
+    Rollout,
+    RolloutQuery,
+    Span,
+    StoreStats,
+    Worker,
+)
+
+__all__ = ["OPERATIONS", "Call", "MalformedBody", "Operation", "parse_body"]
+
+_M = TypeVar("_M", bound=BaseModel)
+
+
+class MalformedBody(InvalidRequest):
+    """The body is not JSON at all (HTTP 400); the code stays ``invalid_request``."""
+
+    http_status = 400
+
+
+@dataclass(frozen=True)
+class Call:
+    """One request as a handler sees it: the store, decoded path parameters, query, body."""
+
+    store: Store
+    info: ServiceInfo
+    path: Mapping[str, str]
+    query: Mapping[str, str]
+    body: bytes
+
+
+@dataclass(frozen=True)
+class Operation:
+    """One route: ``name`` is the ``Store`` method it exposes (and the OpenAPI operationId)."""
+
+    name: str
+    method: str
+    path: str
+    summary: str
+    handler: Callable[[Call], Awaitable[bytes]]
+    response: Any
+    body: type[BaseModel] | None = None
+    query: type[BaseModel] | None = None
+    is_public: bool = False  # readable without a token
+
+
+def _validation_error(exc: ValidationError, where: str) -> InvalidRequest:
+    errors = exc.errors(include_url=False, include_context=False, include_input=False)
+    if any(e["type"] == "json_invalid" for e in errors):
+        return MalformedBody(f"malformed JSON in {where}: {errors[0]['msg']}")
+    parts = [f"{'.'.join(str(p) for p in e['loc']) or where}: {e['msg']}" for e in errors[:5]]
+    more = f" (and {len(errors) - 5} more)" if len(errors) > 5 else ""
+    detail = [{"loc": list(e["loc"]), "msg": e["msg"], "type": e["type"]} for e in errors]
+    return InvalidRequest(f"invalid {where}: {'; '.join(parts)}{more}", detail=detail)
+
+
+def parse_body(model: type[_M], body: bytes) -> _M:
+    """Validate a JSON body, raising ``InvalidRequest`` that names the bad field."""
+    try:
+        return model.model_validate_json(body)
+    except ValidationError as exc:
+        raise _validation_error(exc, "request body") from None
+
+
+def _parse_query(model: type[_M], query: Mapping[str, str]) -> _M:
+    try:
+        return model.model_validate(dict(query))
+    except ValidationError as exc:
+        raise _validation_error(exc, "query string") from None
+
+
+_ROLLOUTS = TypeAdapter(list[Rollout])
+_ATTEMPTS = TypeAdapter(list[Attempt])
+_CLAIMS = TypeAdapter(list[Claim])
+_SPANS = TypeAdapter(list[Span])
+_CALLS = TypeAdapter(list[LLMCall])
+_WORKERS = TypeAdapter(list[Worker])
+_MAYBE_RESOURCES = TypeAdapter(Resources | None)
+
+
+async def _info(call: Call) -> bytes:
+    return call.info.model_dump_json().encode()
+
+
+async def _enqueue(call: Call) -> bytes:
+    request = parse_body(EnqueueRequest, call.body)
+    return _ROLLOUTS.dump_json(await call.store.enqueue(request.rollouts))
+
+
+async def _claim(call: Call) -> bytes:
+    r = parse_body(ClaimRequest, call.body)
+    claims = await call.store.claim(r.worker_id, limit=r.limit, modes=r.modes, claim_id=r.claim_id)
+    return _CLAIMS.dump_json(claims)
+
+
+async def _query_rollouts(call: Call) -> bytes:
+    page = await call.store.query_rollouts(parse_body(RolloutQuery, call.body))
+    return page.model_dump_json().encode()
+
+
+async def _wait(call: Call) -> bytes:
+    r = parse_body(WaitRequest, call.body)
+    # Long poll, capped so a request never outlives proxies' and clients' read timeouts; the
+    # client repeats the request until its own timeout is spent.
+    timeout = min(r.timeout, call.info.max_wait_s)
+    return _ROLLOUTS.dump_json(await call.store.wait_for_rollouts(r.rollout_ids, timeout=timeout))
+
+
+async def _get_rollout(call: Call) -> bytes:
+    rollout = await call.store.get_rollout(call.path["rollout_id"])
+    return rollout.model_dump_json().encode()
+
+
+async def _update_rollout(call: Call) -> bytes:
+    r = parse_body(RolloutUpdate, call.body)
+    rollout = await call.store.update_rollout(
+        call.path["rollout_id"],
+        status=r.status if r.status is not None else UNSET,
+        metadata=r.metadata if r.metadata is not None else UNSET,
+    )
+    return rollout.model_dump_json().encode()
+
+
+async def _list_attempts(call: Call) -> bytes:
+    return _ATTEMPTS.dump_json(await call.store.list_attempts(call.path["rollout_id"]))
+
+
+async def _query_spans(call: Call) -> bytes:
+    q = _parse_query(RecordQuery, call.query)
+    page = await call.store.query_spans(
+        call.path["rollout_id"],
+        attempt_id=q.attempt_id,
+        after_sequence=q.after_sequence,
+        limit=q.limit,
+    )
+    return page.model_dump_json().encode()
+
+
+async def _query_llm_calls(call: Call) -> bytes:
+    q = _parse_query(RecordQuery, call.query)
+    page = await call.store.query_llm_calls(
+        call.path["rollout_id"],
+        attempt_id=q.attempt_id,
+        after_sequence=q.after_sequence,
+        limit=q.limit,
+    )
+    return page.model_dump_json().encode()
+
+
+async def _get_attempt(call: Call) -> bytes:
+    attempt = await call.store.get_attempt(call.path["attempt_id"])
+    return attempt.model_dump_json().encode()
+
+
+async def _update_attempt(call: Call) -> bytes:
+    r = parse_body(AttemptUpdate, call.body)
+    attempt = await call.store.update_attempt(
+        call.path["attempt_id"],
+        status=r.status if r.status is not None else UNSET,
+        error=r.error if "error" in r.model_fields_set else UNSET,
+    )
+    return attempt.model_dump_json().encode()
+
+
+async def _add_spans(call: Call) -> bytes:
+    request = parse_body(SpansRequest, call.body)
+    return _SPANS.dump_json(await call.store.add_spans(request.spans))
+
+
+async def _add_llm_calls(call: Call) -> bytes:
+    request = parse_body(LLMCallsRequest, call.body)
+    return _CALLS.dump_json(await call.store.add_llm_calls(request.calls))
+
+
+async def _add_resources(call: Call) -> bytes:
+    resources = await call.store.add_resources(parse_body(ResourcesCreate, call.body))
+    return resources.model_dump_json().encode()
+
+
+async def _latest_resources(call: Call) -> bytes:
+    return _MAYBE_RESOURCES.dump_json(await call.store.latest_resources())
+
+
+async def _get_resources(call: Call) -> bytes:
+    raw = call.path["version"]
+    if not raw.isdigit():
+        raise InvalidRequest(f"resources version must be a positive integer, got {raw!r}")
+    return (await call.store.get_resources(int(raw))).model_dump_json().encode()
+
+
+async def _heartbeat(call: Call) -> bytes:
+    r = parse_body(HeartbeatRequest, call.body)
+    worker = await call.store.heartbeat(r.worker_id, attempt_ids=r.attempt_ids, metadata=r.metadata)
+    return worker.model_dump_json().encode()
+
+
+async def _list_workers(call: Call) -> bytes:
+    return _WORKERS.dump_json(await call.store.list_workers())
+
+
+async def _stats(call: Call) -> bytes:
+    return (await call.store.stats()).model_dump_json().encode()
+
+
+async def _reconcile(call: Call) -> bytes:
+    report = await call.store.reconcile()
+    result = ReconcileResult(
+        timed_out=list(report.timed_out),
+        lost=list(report.lost),
+        requeued=list(report.requeued),
+        failed=list(report.failed),
+    )
+    return result.model_dump_json().encode()
+
+
+_R = "/v1/rollouts/{rollout_id}"
+_A = "/v1/attempts/{attempt_id}"
+
+OPERATIONS: tuple[Operation, ...] = (
+    Operation("info", "GET", "/v1/info", "What the service is and can do", _info, ServiceInfo,
+              is_public=True),
+    Operation("enqueue", "POST", "/v1/rollouts", "Queue rollouts", _enqueue, list[Rollout],
+              body=EnqueueRequest),
+    Operation("claim", "POST", "/v1/rollouts/claim", "Claim queuing rollouts", _claim,
+              list[Claim], body=ClaimRequest),
+    Operation("query_rollouts", "POST", "/v1/rollouts/query", "List rollouts by filter",
+              _query_rollouts, Page[Rollout], body=RolloutQuery),
+    Operation("wait_for_rollouts", "POST", "/v1/rollouts/wait",
+              "Wait (long poll) until rollouts are final", _wait, list[Rollout], body=WaitRequest),
+    Operation("get_rollout", "GET", _R, "Get a rollout", _get_rollout, Rollout),
+    Operation("update_rollout", "PATCH", _R, "Cancel a rollout or change its metadata",
+              _update_rollout, Rollout, body=RolloutUpdate),
+    Operation("list_attempts", "GET", f"{_R}/attempts", "List a rollout's attempts",
+              _list_attempts, list[Attempt]),
+    Operation("query_spans", "GET", f"{_R}/spans", "List a rollout's spans by sequence",
+              _query_spans, Page[Span], query=RecordQuery),
+    Operation("query_llm_calls", "GET", f"{_R}/llm_calls", "List a rollout's LLM calls",
+              _query_llm_calls, Page[LLMCall], query=RecordQuery),
+    Operation("get_attempt", "GET", _A, "Get an attempt", _get_attempt, Attempt),
+    Operation("update_attempt", "PATCH", _A, "Report an attempt's outcome", _update_attempt,
+              Attempt, body=AttemptUpdate),
+    Operation("add_spans", "POST", "/v1/spans", "Store spans (idempotent)", _add_spans,
+              list[Span], body=SpansRequest),
+    Operation("add_llm_calls", "POST", "/v1/llm_calls", "Store LLM call records (idempotent)",
+              _add_llm_calls, list[LLMCall], body=LLMCallsRequest),
+    Operation("add_resources", "POST", "/v1/resources", "Store a new resources version",
+              _add_resources, Resources, body=ResourcesCreate),
+    Operation("latest_resources", "GET", "/v1/resources/latest", "Get the latest resources",
+              _latest_resources, Resources | None),
+    Operation("get_resources", "GET", "/v1/resources/{version}", "Get one resources version",
+              _get_resources, Resources),
+    Operation("heartbeat", "POST", "/v1/workers/heartbeat", "Record a worker heartbeat",
+              _heartbeat, Worker, body=HeartbeatRequest),
+    Operation("list_workers", "GET", "/v1/workers", "List workers", _list_workers, list[Worker]),
+    Operation("stats", "GET", "/v1/stats", "Counts over the whole store", _stats, StoreStats),
+    Operation("reconcile", "POST", "/v1/reconcile", "Run one watchdog pass", _reconcile,
+              ReconcileResult),
+)  # fmt: skip

@@ -1,0 +1,195 @@
+"""The store service: any ``Store`` backend over HTTP, as a Starlette ASGI app.
+
+``create_app(store, token=...)`` mounts the route table of ``fulmen.store.routes``. There is one
+error surface: every response that is not a success is JSON ``{"error", "code", "detail"}`` —
+a ``FulmenError`` with its own status, 422 ``invalid_request`` naming the bad field, 400 for a
+body that is not JSON, 413 ``payload_too_large`` (checked while the body is read), 401
+``unauthorized``, 404 for an unknown route, and 500 for anything unexpected (logged here, never
+a traceback to the client). Middleware is pure ASGI because ``BaseHTTPMiddleware`` breaks
+context variables.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
+from urllib.parse import unquote
+
+import orjson
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from fulmen import __version__
+from fulmen.errors import FulmenError, PayloadTooLarge, Unauthorized
+from fulmen.store.base import Store
+from fulmen.store.routes import OPERATIONS, Call, Operation
+from fulmen.store.wire import ServiceInfo
+
+if TYPE_CHECKING:
+    from starlette.types import ASGIApp, Receive, Scope, Send
+
+__all__ = ["DEFAULT_MAX_BODY_BYTES", "DEFAULT_MAX_WAIT_S", "create_app"]
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_MAX_BODY_BYTES = 32 * 1024 * 1024
+DEFAULT_MAX_WAIT_S = 30.0
+_JSON = "application/json"
+
+
+def _error_response(exc: FulmenError) -> Response:
+    body = orjson.dumps(exc.to_json())
+    headers = {"www-authenticate": "Bearer"} if isinstance(exc, Unauthorized) else None
+    return Response(body, status_code=exc.http_status, media_type=_JSON, headers=headers)
+
+
+def _internal_error() -> Response:
+    body = {"error": "internal server error (see the server log)", "code": "internal_error"}
+    return Response(orjson.dumps({**body, "detail": None}), status_code=500, media_type=_JSON)
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    """Read the body, refusing it as soon as it exceeds ``limit`` bytes (not after reading it)."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise PayloadTooLarge(
+            f"request body of {declared} bytes exceeds the limit of {limit} bytes",
+            detail={"limit": limit},
+        )
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise PayloadTooLarge(
+                f"request body exceeds the limit of {limit} bytes", detail={"limit": limit}
+            )
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _endpoint(
+    op: Operation, store: Store, info: ServiceInfo, limit: int
+) -> Callable[[Request], Awaitable[Response]]:
+    async def endpoint(request: Request) -> Response:
+        try:
+            body = await _read_body(request, limit) if op.body is not None else b""
+            call = Call(
+                store=store,
+                info=info,
+                # Routing matches the raw path (see _RawPath), so parameters arrive encoded.
+                path={k: unquote(v) for k, v in request.path_params.items()},
+                query=request.query_params,
+                body=body,
+            )
+            payload = await op.handler(call)
+        except FulmenError as exc:
+            return _error_response(exc)
+        except Exception:
+            logger.exception("store service: %s %s failed", op.method, op.path)
+            return _internal_error()
+        return Response(payload, media_type=_JSON)
+
+    endpoint.__name__ = op.name
+    return endpoint
+
+
+class _RawPath:
+    """Route on the still-encoded path.
+
+    An id containing ``/`` (sent as ``%2F``) then stays one path segment; handlers decode
+    parameters themselves.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        raw = scope.get("raw_path")
+        if scope["type"] == "http" and raw:
+            scope = {**scope, "path": raw.decode("latin-1")}
+        await self.app(scope, receive, send)
+
+
+class _BearerAuth:
+    """Refuse requests without the right ``Authorization: Bearer <token>`` header (401)."""
+
+    def __init__(self, app: ASGIApp, *, token: str | None, public: frozenset[str]) -> None:
+        self.app = app
+        self.expected = f"Bearer {token}".encode() if token else None
+        self.public = public
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or self.expected is None or scope["path"] in self.public:
+            await self.app(scope, receive, send)
+            return
+        given = next((v for k, v in scope["headers"] if k == b"authorization"), None)
+        if given is not None and hmac.compare_digest(given, self.expected):
+            await self.app(scope, receive, send)
+            return
+        reason = "missing bearer token" if given is None else "wrong bearer token"
+        response = _error_response(Unauthorized(f"{reason}: send 'Authorization: Bearer <token>'"))
+        await response(scope, receive, send)
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    status = exc.status_code if isinstance(exc, HTTPException) else 500
+    code = {404: "not_found", 405: "method_not_allowed"}.get(status, "http_error")
+    message = f"no route {request.method} {request.url.path}"
+    if status == 405:
+        message = f"method {request.method} is not allowed on {request.url.path}"
+    body = orjson.dumps({"error": message, "code": code, "detail": None})
+    return Response(body, status_code=status, media_type=_JSON)
+
+
+async def _unexpected(request: Request, exc: Exception) -> Response:
+    logger.error("store service: %s %s failed", request.method, request.url.path, exc_info=exc)
+    return _internal_error()
+
+
+def create_app(
+    store: Store,
+    *,
+    token: str | None = None,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    max_wait_s: float = DEFAULT_MAX_WAIT_S,
+) -> Starlette:
+    """Build the ASGI app that serves ``store`` over HTTP.
+
+    Args:
+        store: any backend; the app does not close it and does not run its watchdog.
+        token: bearer token every request but ``GET /v1/info`` must carry; ``None`` disables
+            auth (only sensible on loopback, which ``fulmen store serve`` enforces).
+        max_body_bytes: larger request bodies are refused with 413 while being read.
+        max_wait_s: the longest one ``wait_for_rollouts`` request is held open.
+    """
+    if max_body_bytes < 1:
+        raise ValueError(f"max_body_bytes must be positive, got {max_body_bytes}")
+    caps = store.capabilities
+    info = ServiceInfo(
+        version=__version__,
+        is_durable=caps.is_durable,
+        is_shared=caps.is_shared,
+        max_body_bytes=max_body_bytes,
+        max_wait_s=max_wait_s,
+        auth_required=token is not None,
+    )
+    routes = [
+        Route(op.path, _endpoint(op, store, info, max_body_bytes), methods=[op.method])
+        for op in OPERATIONS
+    ]
+    public = frozenset(op.path for op in OPERATIONS if op.is_public)
+    return Starlette(
+        routes=routes,
+        middleware=[
+            Middleware(_RawPath),
+            Middleware(_BearerAuth, token=token, public=public),
+        ],
+        exception_handlers={HTTPException: _http_error, Exception: _unexpected},
+    )

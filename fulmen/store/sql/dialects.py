@@ -1,0 +1,162 @@
+"""What differs between SQLite and PostgreSQL: a few capability flags and the smallest overrides.
+
+Everything else in the SQL store is one code path. The differences:
+
+* **URL and driver.** SQLite runs on the standard ``sqlite3`` module in a store-owned thread
+  (one round trip to the thread per operation instead of one per statement, which is what
+  makes single-span appends cheap); ``sqlite+aiosqlite://`` URLs are accepted and mapped to it.
+  PostgreSQL runs on asyncpg (``postgresql://`` and ``postgres://`` map to
+  ``postgresql+asyncpg://``).
+* **Upsert.** ``insert(table)`` returns the dialect's ``INSERT`` that has
+  ``on_conflict_do_nothing``/``on_conflict_do_update`` (same keywords on both).
+* **Row locks.** ``FOR UPDATE [SKIP LOCKED]`` is written once with ``with_for_update``; SQLite's
+  compiler drops it and writers are serialized by ``BEGIN IMMEDIATE`` instead.
+* **Pragmas** (SQLite): WAL journal, ``synchronous=NORMAL`` (durable against a killed process,
+  not against power loss), ``busy_timeout``, foreign keys on.
+* **Notification.** PostgreSQL sends ``pg_notify`` when a rollout becomes final so waiters in
+  other processes wake up; SQLite waiters poll every ``fallback_poll_s`` for changes made by
+  other processes (changes made through the same store object wake them at once).
+* **Schema lock.** PostgreSQL takes an advisory lock while creating the schema.
+"""
+
+from __future__ import annotations
+
+import functools
+import sqlite3
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+import sqlalchemy as sa
+from sqlalchemy import exc as sa_exc
+from sqlalchemy.dialects import postgresql as pg_dialect
+from sqlalchemy.dialects import sqlite as sqlite_dialect
+from sqlalchemy.engine import URL, Connection, make_url
+
+from fulmen.errors import ConfigError
+
+__all__ = [
+    "NOTIFY_CHANNEL",
+    "POSTGRESQL",
+    "SQLITE",
+    "SqlDialect",
+    "configure_sqlite_connection",
+    "resolve_url",
+]
+
+NOTIFY_CHANNEL: Final = "fulmen_rollouts"
+
+
+@dataclass(frozen=True)
+class SqlDialect:
+    """Capability flags of one database.
+
+    Attributes:
+        name: SQLAlchemy's dialect name.
+        is_threaded: operations run on a synchronous driver in a store-owned thread (else on
+            an async engine through ``run_sync``).
+        notify_sql: statement that tells other processes a rollout became final, or None.
+        schema_lock_sql: statement that serializes schema creation across processes, or None.
+        fallback_poll_s: how often ``wait_for_rollouts`` re-reads when no notification can
+            arrive from other processes; None when notifications cover every writer.
+        retry_sqlstates: error codes after which a transaction is simply run again.
+    """
+
+    name: str
+    is_threaded: bool
+    notify_sql: str | None
+    schema_lock_sql: str | None
+    fallback_poll_s: float | None
+    retry_sqlstates: frozenset[str] = frozenset()
+
+    def insert(self, table: sa.Table) -> Any:
+        """Return the dialect's ``INSERT``, which has ``on_conflict_do_*`` (same keywords)."""
+        module = sqlite_dialect if self.name == "sqlite" else pg_dialect
+        return module.insert(table)
+
+    def insert_or_skip(self, table: sa.Table) -> Any:
+        """Return ``INSERT ... ON CONFLICT DO NOTHING`` for ``table``, built once per dialect.
+
+        Reusing one statement object lets SQLAlchemy skip recomputing its cache key, which is
+        a visible share of a single-span append.
+        """
+        return _insert_or_skip(self.name, table)
+
+    def notify(self, conn: Connection) -> None:
+        """Tell other processes that rollouts changed; delivered when the transaction commits."""
+        if self.notify_sql is not None:
+            conn.exec_driver_sql(self.notify_sql)
+
+
+SQLITE: Final = SqlDialect(
+    name="sqlite",
+    is_threaded=True,
+    notify_sql=None,
+    schema_lock_sql=None,
+    fallback_poll_s=0.5,
+)
+
+POSTGRESQL: Final = SqlDialect(
+    name="postgresql",
+    is_threaded=False,
+    notify_sql=f"NOTIFY {NOTIFY_CHANNEL}",
+    schema_lock_sql="SELECT pg_advisory_xact_lock(7244315022)",
+    fallback_poll_s=None,
+    retry_sqlstates=frozenset({"40001", "40P01"}),  # serialization failure, deadlock
+)
+
+
+@functools.cache
+def _insert_or_skip(dialect_name: str, table: sa.Table) -> Any:
+    module = sqlite_dialect if dialect_name == "sqlite" else pg_dialect
+    return module.insert(table).on_conflict_do_nothing()
+
+
+def resolve_url(url: str) -> tuple[SqlDialect, URL]:
+    """Return the dialect and SQLAlchemy URL (with driver) for a store URL or a bare path."""
+    if "://" not in url:
+        return SQLITE, _sqlite_url(url)
+    try:
+        parsed = make_url(url)
+    except sa_exc.ArgumentError as exc:
+        raise ConfigError(f"not a database URL: {url!r}") from exc
+    backend, _, driver = parsed.drivername.partition("+")
+    if backend == "sqlite":
+        if driver not in ("", "aiosqlite", "pysqlite"):
+            raise ConfigError(f"unsupported SQLite driver {driver!r} in {url!r}")
+        return SQLITE, _sqlite_url(parsed.database or ":memory:", parsed.query)
+    if backend in ("postgresql", "postgres"):
+        if driver not in ("", "asyncpg"):
+            raise ConfigError(
+                f"unsupported PostgreSQL driver {driver!r} in {url!r}; use postgresql:// (asyncpg)"
+            )
+        return POSTGRESQL, parsed.set(drivername="postgresql+asyncpg")
+    raise ConfigError(f"not a SQL store URL: {url!r} (use sqlite:///path.db or postgresql://)")
+
+
+def _sqlite_url(database: str, query: Any = None) -> URL:
+    if database != ":memory:":
+        parent = Path(database).expanduser().parent
+        if not parent.is_dir():
+            raise ConfigError(
+                f"cannot create SQLite store {database!r}: {parent} is not a directory"
+            )
+        database = str(Path(database).expanduser())
+    return URL.create("sqlite+pysqlite", database=database, query=query or {})
+
+
+def configure_sqlite_connection(dbapi_conn: sqlite3.Connection, busy_timeout_s: float) -> None:
+    """Apply the pragmas every SQLite connection of the store uses.
+
+    The driver is put in autocommit mode so that the store's own ``BEGIN IMMEDIATE`` (writes)
+    or ``BEGIN`` (reads) is what opens a transaction.
+    """
+    dbapi_conn.isolation_level = None
+    cursor = dbapi_conn.cursor()
+    try:
+        cursor.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s * 1000)}")
+        cursor.execute("PRAGMA journal_mode = WAL")
+        cursor.execute("PRAGMA synchronous = NORMAL")
+        cursor.execute("PRAGMA foreign_keys = ON")
+    finally:
+        cursor.close()

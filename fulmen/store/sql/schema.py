@@ -1,0 +1,216 @@
+"""The SQL schema of the store: one set of SQLAlchemy Core tables for SQLite and PostgreSQL.
+
+Queryable fields are columns; free-form JSON (task input, config, metadata, span and call
+bodies) is stored as JSON text, because both dialects read and write text at C speed and the
+store never filters on it. Spans and LLM calls keep their whole stored record (sequence
+included) in ``body``, so reading one back is a single ``model_validate_json``.
+
+``fulmen_meta`` holds integer counters and the schema version. Counters are rows that writers
+update inside their transaction, which both numbers rollouts/resources without gaps and, on
+PostgreSQL, serializes the writers that need the next number (the row lock lasts until commit,
+so numbers become visible in order).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any, Final
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Dialect
+
+from fulmen.errors import ConfigError
+
+__all__ = [
+    "POSITION_COUNTER",
+    "RESOURCES_COUNTER",
+    "SCHEMA_VERSION",
+    "SCHEMA_VERSION_KEY",
+    "UtcDateTime",
+    "attempts",
+    "claims",
+    "ensure_schema",
+    "llm_calls",
+    "meta",
+    "metadata",
+    "resources",
+    "rollouts",
+    "spans",
+    "workers",
+]
+
+SCHEMA_VERSION: Final = 1
+SCHEMA_VERSION_KEY: Final = "schema_version"
+POSITION_COUNTER: Final = "rollout_position"
+RESOURCES_COUNTER: Final = "resources_version"
+
+
+class UtcDateTime(sa.TypeDecorator[datetime]):
+    """A timezone-aware UTC timestamp on every dialect.
+
+    PostgreSQL stores ``timestamptz``; SQLite has no time zones, so the value is stored as UTC
+    text and the zone is put back on read. Microseconds survive the round trip on both.
+    """
+
+    impl = sa.DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        """Refuse naive datetimes and convert aware ones to UTC."""
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError(f"naive datetime {value!r} given to the store; use an aware UTC one")
+        value = value.astimezone(UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
+        """Return an aware UTC datetime."""
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            return value.replace(tzinfo=UTC)
+        return value.astimezone(UTC)
+
+
+metadata = sa.MetaData()
+
+meta = sa.Table(
+    "fulmen_meta",
+    metadata,
+    sa.Column("key", sa.String(64), primary_key=True),
+    sa.Column("value", sa.BigInteger, nullable=False),
+)
+
+rollouts = sa.Table(
+    "fulmen_rollouts",
+    metadata,
+    sa.Column("rollout_id", sa.String(128), primary_key=True),
+    sa.Column("position", sa.BigInteger, nullable=False, unique=True),
+    sa.Column("input_json", sa.Text, nullable=False),
+    sa.Column("mode", sa.String(16), nullable=False),
+    sa.Column("task_id", sa.String(256)),
+    sa.Column("resources_version", sa.Integer),
+    sa.Column("status", sa.String(16), nullable=False),
+    sa.Column("config_json", sa.Text, nullable=False),
+    sa.Column("metadata_json", sa.Text, nullable=False),
+    sa.Column("attempt_count", sa.Integer, nullable=False, default=0),
+    sa.Column("error", sa.Text),
+    sa.Column("enqueued_at", UtcDateTime, nullable=False),
+    sa.Column("started_at", UtcDateTime),
+    sa.Column("ended_at", UtcDateTime),
+    # The last sequence number given to a span or call of this rollout; updated in the same
+    # transaction that inserts them, so numbers strictly increase in commit order.
+    sa.Column("last_sequence", sa.BigInteger, nullable=False, default=0),
+    sa.Index("ix_fulmen_rollouts_status_position", "status", "position"),
+)
+
+attempts = sa.Table(
+    "fulmen_attempts",
+    metadata,
+    sa.Column("attempt_id", sa.String(128), primary_key=True),
+    sa.Column("rollout_id", sa.String(128), sa.ForeignKey(rollouts.c.rollout_id), nullable=False),
+    sa.Column("number", sa.Integer, nullable=False),
+    sa.Column("worker_id", sa.String(256), nullable=False),
+    sa.Column("status", sa.String(16), nullable=False),
+    sa.Column("error", sa.Text),
+    sa.Column("started_at", UtcDateTime, nullable=False),
+    sa.Column("ended_at", UtcDateTime),
+    sa.Column("last_heartbeat_at", UtcDateTime, nullable=False),
+    sa.Column("late_status", sa.String(16)),
+    sa.Column("late_error", sa.Text),
+    sa.UniqueConstraint("rollout_id", "number", name="uq_fulmen_attempts_rollout_number"),
+    sa.Index("ix_fulmen_attempts_status", "status"),
+)
+
+claims = sa.Table(
+    "fulmen_claims",
+    metadata,
+    sa.Column("claim_id", sa.String(256), primary_key=True),
+    sa.Column("worker_id", sa.String(256), nullable=False),
+    # JSON list of [rollout_id, attempt_id] pairs, in claim order; may be empty.
+    sa.Column("claimed_json", sa.Text, nullable=False),
+    sa.Column("created_at", UtcDateTime, nullable=False),
+)
+
+spans = sa.Table(
+    "fulmen_spans",
+    metadata,
+    sa.Column("attempt_id", sa.String(128), sa.ForeignKey(attempts.c.attempt_id)),
+    sa.Column("span_id", sa.String(64)),
+    sa.Column("rollout_id", sa.String(128), sa.ForeignKey(rollouts.c.rollout_id), nullable=False),
+    sa.Column("sequence", sa.BigInteger, nullable=False),
+    sa.Column("trace_id", sa.String(64), nullable=False),
+    sa.Column("parent_id", sa.String(64)),
+    sa.Column("name", sa.Text, nullable=False),
+    sa.Column("start_time", sa.Double, nullable=False),
+    sa.Column("end_time", sa.Double),
+    sa.Column("body", sa.Text, nullable=False),
+    sa.PrimaryKeyConstraint("attempt_id", "span_id", name="pk_fulmen_spans"),
+    sa.Index("ix_fulmen_spans_rollout_sequence", "rollout_id", "sequence", unique=True),
+)
+
+llm_calls = sa.Table(
+    "fulmen_llm_calls",
+    metadata,
+    sa.Column("call_id", sa.String(128), primary_key=True),
+    sa.Column("rollout_id", sa.String(128), sa.ForeignKey(rollouts.c.rollout_id)),
+    sa.Column("attempt_id", sa.String(128), sa.ForeignKey(attempts.c.attempt_id)),
+    # 0 for untracked calls (no rollout); NULL rollout ids never collide in the unique index.
+    sa.Column("sequence", sa.BigInteger, nullable=False),
+    sa.Column("model", sa.Text),
+    sa.Column("started_at", sa.Double, nullable=False),
+    sa.Column("body", sa.Text, nullable=False),
+    sa.Index("ix_fulmen_llm_calls_rollout_sequence", "rollout_id", "sequence", unique=True),
+)
+
+resources = sa.Table(
+    "fulmen_resources",
+    metadata,
+    sa.Column("version", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("resources_id", sa.String(128), nullable=False, unique=True),
+    sa.Column("created_at", UtcDateTime, nullable=False),
+    sa.Column("body", sa.Text, nullable=False),
+)
+
+workers = sa.Table(
+    "fulmen_workers",
+    metadata,
+    sa.Column("worker_id", sa.String(256), primary_key=True),
+    sa.Column("last_heartbeat_at", UtcDateTime, nullable=False),
+    sa.Column("running_json", sa.Text, nullable=False),
+    sa.Column("metadata_json", sa.Text, nullable=False),
+)
+
+
+def ensure_schema(conn: Connection) -> None:
+    """Create missing tables and counters, and refuse a database written by a newer fulmen.
+
+    Runs inside the caller's transaction (which the dialect makes exclusive), so two processes
+    opening a new database at once do not both create it.
+    """
+    metadata.create_all(conn, checkfirst=True)
+    found = conn.execute(
+        sa.select(meta.c.value).where(meta.c.key == SCHEMA_VERSION_KEY)
+    ).scalar_one_or_none()
+    if found is None:
+        conn.execute(
+            sa.insert(meta),
+            [
+                {"key": SCHEMA_VERSION_KEY, "value": SCHEMA_VERSION},
+                {"key": POSITION_COUNTER, "value": 0},
+                {"key": RESOURCES_COUNTER, "value": 0},
+            ],
+        )
+    elif found > SCHEMA_VERSION:
+        raise ConfigError(
+            f"the database has store schema version {found}, newer than the {SCHEMA_VERSION} "
+            "this fulmen understands; upgrade fulmen to open it",
+            detail={"found": found, "supported": SCHEMA_VERSION},
+        )
+    elif found < SCHEMA_VERSION:  # no older version was ever released; keep the guard honest
+        raise ConfigError(
+            f"the database has store schema version {found}, older than {SCHEMA_VERSION}, "
+            "and no migration exists for it",
+            detail={"found": found, "supported": SCHEMA_VERSION},
+        )

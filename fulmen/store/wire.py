@@ -1,0 +1,138 @@
+"""The request and response bodies of the store service that are not plain data-model types.
+
+Store methods take keyword arguments; over HTTP those arguments travel as these small pydantic
+models (JSON bodies or query strings). The server validates them, the client builds them, and
+the OpenAPI spec is generated from their JSON schemas, so the three never drift apart.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
+
+from fulmen.types import (
+    AttemptStatus,
+    LLMCallCreate,
+    Mode,
+    RolloutCreate,
+    RolloutStatus,
+    SpanCreate,
+)
+
+__all__ = [
+    "AttemptUpdate",
+    "ClaimRequest",
+    "EnqueueRequest",
+    "ErrorBody",
+    "HeartbeatRequest",
+    "LLMCallsRequest",
+    "ReconcileResult",
+    "RecordQuery",
+    "RolloutUpdate",
+    "ServiceInfo",
+    "SpansRequest",
+    "WaitRequest",
+]
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class EnqueueRequest(_Body):
+    """Rollouts to queue, in order (``Store.enqueue``)."""
+
+    rollouts: list[RolloutCreate]
+
+
+class ClaimRequest(_Body):
+    """Arguments of ``Store.claim``; repeat a ``claim_id`` to get the same claims back."""
+
+    worker_id: str = Field(min_length=1, max_length=256)
+    limit: int = Field(default=1, ge=1, le=10_000)
+    modes: list[Mode] | None = None
+    claim_id: str | None = Field(default=None, min_length=1, max_length=128)
+
+
+class HeartbeatRequest(_Body):
+    """Arguments of ``Store.heartbeat``; ``metadata`` ``null`` keeps the previous metadata."""
+
+    worker_id: str = Field(min_length=1, max_length=256)
+    attempt_ids: list[str] = Field(default_factory=list)
+    metadata: dict[str, JsonValue] | None = None
+
+
+class AttemptUpdate(_Body):
+    """A partial update of an attempt; a field left out of the body is left as it is."""
+
+    status: AttemptStatus | None = None
+    error: str | None = None
+
+
+class RolloutUpdate(_Body):
+    """A partial update of a rollout; a field left out of the body is left as it is."""
+
+    status: RolloutStatus | None = None
+    metadata: dict[str, JsonValue] | None = None
+
+
+class SpansRequest(_Body):
+    """Spans to store (``Store.add_spans``); idempotent by ``(attempt_id, span_id)``."""
+
+    spans: list[SpanCreate]
+
+
+class LLMCallsRequest(_Body):
+    """LLM call records to store (``Store.add_llm_calls``); idempotent by ``call_id``."""
+
+    calls: list[LLMCallCreate]
+
+
+class RecordQuery(_Body):
+    """Query-string arguments of ``Store.query_spans`` and ``Store.query_llm_calls``."""
+
+    attempt_id: str | None = None
+    after_sequence: int = Field(default=0, ge=0)
+    limit: int = Field(default=1000, ge=1, le=10_000)
+
+
+class WaitRequest(_Body):
+    """Arguments of ``Store.wait_for_rollouts``; the server caps ``timeout`` per request."""
+
+    rollout_ids: list[str]
+    timeout: float = Field(ge=0)
+
+
+class ReconcileResult(_Body):
+    """What one watchdog pass changed (``Store.reconcile``)."""
+
+    timed_out: list[str] = Field(default_factory=list)
+    lost: list[str] = Field(default_factory=list)
+    requeued: list[str] = Field(default_factory=list)
+    failed: list[str] = Field(default_factory=list)
+
+
+class ServiceInfo(_Body):
+    """What the service says about itself (``GET /v1/info``, readable without a token).
+
+    Attributes:
+        version: the fulmen version of the server.
+        is_durable / is_shared: the capabilities of the backend behind the service.
+        max_body_bytes: the largest request body the server accepts.
+        max_wait_s: the longest a single ``wait_for_rollouts`` request is held open.
+        auth_required: whether requests need a bearer token.
+    """
+
+    version: str
+    is_durable: bool
+    is_shared: bool
+    max_body_bytes: int
+    max_wait_s: float
+    auth_required: bool
+
+
+class ErrorBody(_Body):
+    """Every error response: a message, a stable code and optional machine-readable detail."""
+
+    error: str
+    code: str
+    detail: JsonValue = None

@@ -1,0 +1,5 @@
+"""The trainer: wires store, engine, gateway, runners and the GRPO loop into one run."""
+
+from __future__ import annotations
+
+__all__: list[str] = []

@@ -1,0 +1,252 @@
+"""``TrainConfig``: everything ``fulmen train CONFIG.yaml`` and ``Trainer`` need, validated once.
+
+An option that has no effect in the chosen setup is an error, not silently ignored: an
+``engine.url`` with the built-in engine, LoRA settings with full fine-tuning, validation settings
+without validation data, a KL estimator without a KL coefficient, and so on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, model_validator
+
+from fulmen.errors import ConfigError
+
+__all__ = [
+    "AlgorithmConfig",
+    "DataConfig",
+    "EngineConfig",
+    "RolloutSettings",
+    "TrainConfig",
+    "ValidationConfig",
+    "load_config",
+]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class EngineConfig(_Strict):
+    """Which inference engine serves the policy.
+
+    Attributes:
+        kind: ``builtin`` (fulmen's transformers server, started as a child process),
+            ``vllm`` (vLLM's OpenAI server, started as a child process) or ``endpoint`` (an
+            OpenAI-compatible server that is already running; only for ``dev``: it cannot take
+            new weights).
+        url: base URL of the ``endpoint`` engine (``.../v1``).
+        max_batch: sequences the built-in engine decodes together.
+        max_lora_rank: largest adapter rank the engine accepts (vLLM needs it up front).
+        startup_timeout_s: how long to wait for the engine to become healthy.
+    """
+
+    kind: Literal["builtin", "vllm", "endpoint"] = "builtin"
+    url: str | None = None
+    max_batch: int = Field(default=8, ge=1)
+    max_lora_rank: int = Field(default=64, ge=1)
+    startup_timeout_s: float = Field(default=300.0, gt=0)
+
+    @model_validator(mode="after")
+    def _url_only_for_endpoint(self) -> EngineConfig:
+        if self.kind == "endpoint" and not self.url:
+            raise ValueError("engine.kind 'endpoint' needs engine.url")
+        if self.kind != "endpoint" and self.url is not None:
+            raise ValueError(f"engine.url has no effect with engine.kind {self.kind!r}")
+        if self.kind != "builtin" and "max_batch" in self.model_fields_set:
+            raise ValueError(f"engine.max_batch has no effect with engine.kind {self.kind!r}")
+        return self
+
+
+class DataConfig(_Strict):
+    """Where tasks come from: ``"module:callable"`` (called with no arguments, returns a list of
+    JSON tasks) or a path to a ``.jsonl`` file (one task per line).
+
+    Attributes:
+        train: the training tasks.
+        val: held-out tasks for validation (optional).
+        task_id_key: the key of a task dict that names it (rollouts of one task form a GRPO
+            group); tasks without it are numbered.
+    """
+
+    train: str
+    val: str | None = None
+    task_id_key: str = "id"
+
+
+class RolloutSettings(_Strict):
+    """How each rollout is run by the runners.
+
+    Attributes:
+        concurrency: rollouts running at once in the trainer's runner.
+        timeout_s: wall-clock limit of one attempt.
+        max_attempts: attempts per rollout (timeouts and lost workers are retried).
+        sync_isolation: where sync agents run (``process`` can be killed on timeout).
+        train_sampling / val_sampling: request fields the gateway applies to every model call
+            of train / validation rollouts (``temperature``, ``max_tokens``, ...).
+    """
+
+    concurrency: int = Field(default=8, ge=1)
+    timeout_s: float = Field(default=300.0, gt=0)
+    max_attempts: int = Field(default=2, ge=1)
+    sync_isolation: Literal["process", "thread"] = "thread"
+    train_sampling: dict[str, JsonValue] = Field(default_factory=lambda: {"temperature": 1.0})
+    val_sampling: dict[str, JsonValue] = Field(default_factory=lambda: {"temperature": 0.0})
+
+
+class ValidationConfig(_Strict):
+    """When and on what to validate.
+
+    Attributes:
+        every: validate before training, then every this many steps, and after the last step.
+        max_tasks: validate on at most this many validation tasks (``None``: all).
+    """
+
+    every: int = Field(default=5, ge=1)
+    max_tasks: int | None = Field(default=None, ge=1)
+
+
+class AlgorithmConfig(_Strict):
+    """The GRPO loop around the training engine.
+
+    Attributes:
+        steps: policy updates to run.
+        tasks_per_step: distinct tasks sampled for each step.
+        group_size: rollouts per task (the GRPO group).
+        transitions: how call records become transitions (``fulmen.adapter``'s options:
+            ``merge``, ``agents``, ``credit``, ``gamma``, ``missing_reward``).
+        grpo: the training engine's settings (``fulmen.algorithms.grpo.GRPOConfig``).
+        checkpoint_every: save a resumable checkpoint every this many steps (and at the end).
+    """
+
+    name: Literal["grpo"] = "grpo"
+    steps: int = Field(default=20, ge=1)
+    tasks_per_step: int = Field(default=4, ge=1)
+    group_size: int = Field(default=4, ge=2)
+    transitions: dict[str, JsonValue] = Field(default_factory=dict)
+    grpo: dict[str, JsonValue] = Field(default_factory=dict)
+    checkpoint_every: int = Field(default=1, ge=1)
+
+
+class TrainConfig(_Strict):
+    """A whole training run.
+
+    Attributes:
+        model: a model name fulmen can build or load offline (``tiny``, ``gemma-3-270m``) or a
+            local Hugging Face directory.
+        agent: the agent as ``"module:object"`` (a ``@fulmen.rollout`` function or an
+            ``Agent``).
+        run_dir: where the store, checkpoints, adapters and metrics go; a second run with the
+            same directory resumes.
+        seed: seeds task sampling and the trainer.
+        data / engine / rollouts / validation / algorithm: see their classes.
+        success_threshold: a rollout whose reward reaches this counts as a task success.
+        tensorboard: also write TensorBoard event files.
+        python_path: directories put on ``sys.path`` before importing the agent and data
+            (relative to the config file).
+    """
+
+    model: str
+    agent: str
+    run_dir: Path = Path("runs/fulmen")
+    seed: int = 0
+    data: DataConfig
+    engine: EngineConfig = Field(default_factory=EngineConfig)
+    rollouts: RolloutSettings = Field(default_factory=RolloutSettings)
+    validation: ValidationConfig | None = None
+    algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
+    success_threshold: float = 1.0
+    tensorboard: bool = False
+    python_path: list[Path] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _no_dead_options(self) -> TrainConfig:
+        if self.validation is not None and self.data.val is None:
+            raise ValueError("validation is configured but data.val is not set")
+        if self.engine.kind == "endpoint":
+            raise ValueError(
+                "engine.kind 'endpoint' cannot take new weights; use it with `fulmen dev`"
+            )
+        self.grpo_config()  # validates the nested engine settings now, not at step 1
+        self.transition_options()
+        return self
+
+    def grpo_config(self) -> Any:
+        """The ``GRPOConfig`` built from ``algorithm.grpo`` (checked for dead options)."""
+        from fulmen.algorithms.grpo.config import GRPOConfig
+
+        settings = dict(self.algorithm.grpo)
+        settings.setdefault("seed", self.seed)
+        config = GRPOConfig.model_validate(settings)
+        given = set(self.algorithm.grpo)
+        if config.finetune == "full" and "lora" in given:
+            raise ValueError("algorithm.grpo.lora has no effect with finetune 'full'")
+        if config.kl_coef == 0 and "kl_estimator" in given:
+            raise ValueError("algorithm.grpo.kl_estimator has no effect with kl_coef 0")
+        return config
+
+    def transition_options(self) -> Any:
+        """The adapter's ``TransitionOptions`` built from ``algorithm.transitions``."""
+        from fulmen.adapter.transitions import TransitionOptions
+
+        options = TransitionOptions.model_validate(self.algorithm.transitions)
+        if options.gamma is not None and options.credit != "discounted":
+            raise ValueError("algorithm.transitions.gamma has effect only with credit 'discounted'")
+        return options
+
+
+def load_config(path: str | Path, *, overrides: Sequence[str] = ()) -> TrainConfig:
+    """Read a YAML config file; relative paths in it are relative to the file's directory.
+
+    ``overrides`` are ``"dotted.key=value"`` strings (value parsed as YAML) applied after the
+    file is read, e.g. ``"algorithm.steps=3"``. Errors name the bad key.
+    """
+    import yaml
+
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError(f"cannot read config {path}: {exc}") from exc
+    if not isinstance(raw, dict):
+        raise ConfigError(f"config {path} must be a mapping of options")
+    base = path.parent.resolve()
+    for key in ("run_dir",):
+        if key in raw and not Path(str(raw[key])).is_absolute():
+            raw[key] = str(base / str(raw[key]))
+    raw["python_path"] = [str(base / str(p)) for p in raw.get("python_path", [])]
+    data = raw.get("data")
+    if isinstance(data, dict):
+        for key in ("train", "val"):
+            value = data.get(key)
+            if isinstance(value, str) and value.endswith(".jsonl") and not Path(value).is_absolute():
+                data[key] = str(base / value)
+    for override in overrides:
+        _apply_override(raw, override)
+    try:
+        return TrainConfig.model_validate(raw)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or 'config'}: {err['msg']}"
+            for err in exc.errors()
+        )
+        raise ConfigError(f"invalid config {path}: {problems}") from exc
+
+
+def _apply_override(raw: dict[str, Any], override: str) -> None:
+    import yaml
+
+    key, sep, value = override.partition("=")
+    if not sep or not key:
+        raise ConfigError(f"an override must look like key.path=value, got {override!r}")
+    node = raw
+    parts = key.split(".")
+    for part in parts[:-1]:
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"cannot set {key!r}: {part!r} is not a mapping")
+        node = child
+    node[parts[-1]] = yaml.safe_load(value)

@@ -1,0 +1,80 @@
+"""Loading task lists for training and validation, and sampling them step by step."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import random
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from fulmen.errors import ConfigError
+
+__all__ = ["TaskSampler", "load_tasks", "task_id_of"]
+
+
+def load_tasks(source: str | Sequence[Any], *, python_path: Sequence[Path] = ()) -> list[Any]:
+    """Tasks from a list, a ``.jsonl`` file, or ``"module:callable"`` (called with no arguments).
+
+    Raises ``ConfigError`` naming the source when it cannot be read or is empty.
+    """
+    if not isinstance(source, str):
+        tasks = list(source)
+    elif source.endswith(".jsonl"):
+        try:
+            lines = Path(source).read_text(encoding="utf-8").splitlines()
+            tasks = [json.loads(line) for line in lines if line.strip()]
+        except (OSError, json.JSONDecodeError) as exc:
+            raise ConfigError(f"cannot read tasks from {source}: {exc}") from exc
+    elif ":" in source:
+        for entry in python_path:
+            if str(entry) not in sys.path:
+                sys.path.insert(0, str(entry))
+        module_name, _, attr = source.partition(":")
+        try:
+            factory = getattr(importlib.import_module(module_name), attr)
+        except (ImportError, AttributeError) as exc:
+            raise ConfigError(f"cannot import tasks {source!r}: {exc}") from exc
+        tasks = list(factory())
+    else:
+        raise ConfigError(f"tasks must be a .jsonl path or 'module:callable', got {source!r}")
+    if not tasks:
+        raise ConfigError(f"no tasks in {source!r}")
+    return tasks
+
+
+def task_id_of(task: Any, index: int, key: str = "id") -> str:
+    """The task's own id (``task[key]``) or ``task-<index>``."""
+    if isinstance(task, dict) and key in task:
+        return str(task[key])
+    return f"task-{index}"
+
+
+class TaskSampler:
+    """Draws tasks without replacement, epoch after epoch, reproducibly from a seed.
+
+    ``batch(step, n)`` depends only on the seed, the step and ``n``, so a resumed run draws the
+    same tasks it would have drawn without the crash.
+    """
+
+    def __init__(self, tasks: Sequence[Any], *, seed: int) -> None:
+        if not tasks:
+            raise ConfigError("cannot sample from an empty task list")
+        self._tasks = list(tasks)
+        self._seed = seed
+
+    def _epoch_order(self, epoch: int) -> list[int]:
+        order = list(range(len(self._tasks)))
+        random.Random(f"{self._seed}:{epoch}").shuffle(order)
+        return order
+
+    def batch(self, step: int, n: int) -> list[tuple[int, Any]]:
+        """The ``n`` (index, task) pairs of ``step``."""
+        out: list[tuple[int, Any]] = []
+        for position in range(step * n, step * n + n):
+            epoch, offset = divmod(position, len(self._tasks))
+            index = self._epoch_order(epoch)[offset]
+            out.append((index, self._tasks[index]))
+        return out

@@ -1,0 +1,131 @@
+"""``dev``: run a few rollouts and show what training would see, without training.
+
+For each rollout: its status and reward, every LLM call (agent, prompt tail, completion, token
+counts, whether it is usable for token-level RL) and the transitions the adapter builds.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any, TextIO
+
+from fulmen.trainer.config import RolloutSettings
+from fulmen.trainer.stack import TrainingStack
+from fulmen.types import (
+    LLMResource,
+    Mode,
+    ResourcesCreate,
+    RolloutConfig,
+    RolloutCreate,
+    RolloutStatus,
+)
+
+__all__ = ["run_dev"]
+
+
+def _tail(text: Any, width: int = 70) -> str:
+    flat = " ".join(str(text).split())
+    return flat if len(flat) <= width else "…" + flat[-(width - 1) :]
+
+
+def _prompt_of(request: dict[str, Any]) -> str:
+    messages = request.get("messages")
+    if isinstance(messages, list) and messages:
+        last = messages[-1]
+        return str(last.get("content", "")) if isinstance(last, dict) else str(last)
+    return str(request.get("prompt", ""))
+
+
+async def run_dev(
+    stack: TrainingStack,
+    tasks: Sequence[Any],
+    *,
+    task_ids: Sequence[str],
+    model: str,
+    options: Any,
+    rollouts: RolloutSettings,
+    out: TextIO,
+) -> list[dict[str, Any]]:
+    """Run one validation-mode rollout per task on ``stack`` and print a report to ``out``."""
+    from fulmen.adapter.transitions import load_attempt
+
+    store = stack.store
+    llm = LLMResource(
+        base_url=stack.engine_url,
+        model=model,
+        sampling={"default": rollouts.val_sampling, "train": rollouts.train_sampling},
+    )
+    version = (await store.add_resources(ResourcesCreate(resources={"llm": llm}))).version
+    created = await store.enqueue(
+        [
+            RolloutCreate(
+                input=task,
+                mode=Mode.VAL,
+                task_id=task_id,
+                resources_version=version,
+                config=RolloutConfig(timeout_s=rollouts.timeout_s),
+            )
+            for task, task_id in zip(tasks, task_ids, strict=True)
+        ]
+    )
+    ids = [r.rollout_id for r in created]
+    started = time.monotonic()
+    done: list[Any] = []
+    while len(done) < len(ids):
+        done = await store.wait_for_rollouts(ids, timeout=5.0)
+        stack.check_runner()
+        if time.monotonic() - started > rollouts.timeout_s + 60:
+            break
+    await stack.flush_calls()
+    report: list[dict[str, Any]] = []
+    for rollout in await _in_order(store, ids):
+        records = await load_attempt(store, rollout.rollout_id)
+        trajectory = records.trajectory(options=options)
+        attempts = await store.list_attempts(rollout.rollout_id)
+        error = attempts[-1].error if attempts else None
+        out.write(
+            f"\n== rollout {rollout.rollout_id} task={rollout.task_id} "
+            f"status={rollout.status.value} reward={records.final_reward}\n"
+        )
+        if error:
+            out.write(f"   error: {_tail(error, 300)}\n")
+        for call in records.calls:
+            choice = call.choices[0] if call.choices else None
+            text = choice.text if choice else None
+            n_prompt = len(call.prompt_token_ids or [])
+            n_completion = len(choice.token_ids or []) if choice else 0
+            out.write(
+                f"   call #{call.sequence} model={call.model} prompt={n_prompt} tok "
+                f"completion={n_completion} tok token_level={call.is_token_level}\n"
+                f"      prompt:     {_tail(_prompt_of(call.request))}\n"
+                f"      completion: {_tail(text)}\n"
+            )
+        for t in trajectory.transitions:
+            out.write(
+                f"   transition call={t.call_index} agent={t.agent_name} "
+                f"prompt={len(t.prompt_token_ids)} completion={len(t.completion_token_ids)} "
+                f"trained={sum(t.loss_mask)} reward={t.reward:.3f}\n"
+            )
+        report.append(
+            {
+                "rollout_id": rollout.rollout_id,
+                "status": rollout.status.value,
+                "reward": records.final_reward,
+                "calls": len(records.calls),
+                "transitions": len(trajectory.transitions),
+                "error": error,
+            }
+        )
+    succeeded = [r for r in report if r["status"] == RolloutStatus.SUCCEEDED.value]
+    rewards = [r["reward"] for r in succeeded if r["reward"] is not None]
+    mean = sum(rewards) / len(rewards) if rewards else float("nan")
+    out.write(
+        f"\n{len(succeeded)}/{len(report)} rollouts succeeded; mean reward {mean:.3f}; "
+        f"{sum(r['transitions'] for r in report)} transitions\n"
+    )
+    return report
+
+
+async def _in_order(store: Any, ids: Sequence[str]) -> list[Any]:
+    return [await store.get_rollout(rollout_id) for rollout_id in ids]

@@ -1,0 +1,186 @@
+"""The running services of one training or dev run, started and stopped as one async context.
+
+``TrainingStack`` owns: the store (SQLite in the run directory, or in memory for ``dev``), the
+inference engine (a child process, or an endpoint that is already running), the gateway (served
+by uvicorn on 127.0.0.1 inside this event loop) and a runner executing the agent. Stopping is
+in reverse order, and every part is stopped even when another fails to stop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+from pathlib import Path
+from typing import Any
+
+from fulmen.errors import EngineError
+from fulmen.store import Store, open_store
+from fulmen.trainer.config import EngineConfig, RolloutSettings
+
+__all__ = ["TrainingStack"]
+
+logger = logging.getLogger(__name__)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class TrainingStack:
+    """Store, engine, gateway and runner for one run.
+
+    Args:
+        store_url: the store to open (``sqlite:///run/store.db``, ``memory://``).
+        agent: what the runner runs (``"module:object"``, a ``@rollout`` function, an Agent).
+        model: the model name or directory the engine serves.
+        engine: which engine and how to start it.
+        rollouts: runner concurrency and isolation.
+        log_dir: where the engine's log file goes.
+    """
+
+    def __init__(
+        self,
+        *,
+        store_url: str,
+        agent: Any,
+        model: str,
+        engine: EngineConfig,
+        rollouts: RolloutSettings,
+        log_dir: Path,
+    ) -> None:
+        self._store_url = store_url
+        self._agent = agent
+        self._model = model
+        self._engine_config = engine
+        self._rollouts = rollouts
+        self._log_dir = log_dir
+        self._store: Store | None = None
+        self.engine: Any = None
+        self.gateway_url = ""
+        self._gateway_app: Any = None
+        self._gateway_server: Any = None
+        self._gateway_task: asyncio.Task[None] | None = None
+        self._runner: Any = None
+        self._runner_task: asyncio.Task[Any] | None = None
+
+    @property
+    def store(self) -> Store:
+        """The run's store (available inside the context)."""
+        if self._store is None:
+            raise RuntimeError("the TrainingStack is not started")
+        return self._store
+
+    @property
+    def engine_url(self) -> str:
+        """The engine's OpenAI base URL (``.../v1``)."""
+        if self.engine is not None:
+            return str(self.engine.base_url)
+        return str(self._engine_config.url)
+
+    async def __aenter__(self) -> TrainingStack:
+        try:
+            self._store = await open_store(self._store_url)
+            await self._start_engine()
+            await self._start_gateway()
+            self._start_runner()
+        except BaseException:
+            await self.aclose()
+            raise
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def _start_engine(self) -> None:
+        config = self._engine_config
+        if config.kind == "endpoint":
+            return
+        self._log_dir.mkdir(parents=True, exist_ok=True)
+        log_path = self._log_dir / "engine.log"
+        if config.kind == "builtin":
+            from fulmen.engines.launcher import BuiltinLauncher
+
+            self.engine = BuiltinLauncher(
+                self._model,
+                max_batch=config.max_batch,
+                max_lora_rank=config.max_lora_rank,
+                log_path=log_path,
+            )
+        else:
+            from fulmen.engines.vllm import VLLMLauncher
+
+            self.engine = VLLMLauncher(
+                self._model, max_lora_rank=config.max_lora_rank, log_path=log_path
+            )
+        logger.info("starting the %s engine for %s (log: %s)", config.kind, self._model, log_path)
+        try:
+            await asyncio.to_thread(self.engine.start)
+        except EngineError as exc:
+            raise EngineError(f"{exc.message}; see {log_path}") from exc
+
+    async def _start_gateway(self) -> None:
+        import uvicorn
+
+        from fulmen.gateway.app import create_app
+
+        port = _free_port()
+        self._gateway_app = create_app(self.store, [self.engine_url])
+        config = uvicorn.Config(
+            self._gateway_app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"
+        )
+        server = uvicorn.Server(config)
+        server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
+        self._gateway_server = server
+        self._gateway_task = asyncio.create_task(server.serve(), name="fulmen-gateway")
+        while not server.started:
+            if self._gateway_task.done():
+                self._gateway_task.result()  # raises the startup error
+                raise RuntimeError("the gateway stopped during startup")
+            await asyncio.sleep(0.02)
+        self.gateway_url = f"http://127.0.0.1:{port}"
+        logger.info("gateway on %s -> %s", self.gateway_url, self.engine_url)
+
+    def _start_runner(self) -> None:
+        from fulmen.agent.config import RunnerConfig
+        from fulmen.agent.runner import Runner
+
+        config = RunnerConfig(
+            concurrency=self._rollouts.concurrency,
+            gateway_url=self.gateway_url,
+            sync_isolation=self._rollouts.sync_isolation,
+            heartbeat_interval=2.0,
+            poll_interval=0.1,
+        )
+        self._runner = Runner(self.store, self._agent, config)
+        self._runner_task = asyncio.create_task(self._runner.run(), name="fulmen-runner")
+
+    async def flush_calls(self) -> None:
+        """Write every LLM call the gateway has seen to the store (before reading them)."""
+        await self._gateway_app.state.gateway.flush()
+
+    def check_runner(self) -> None:
+        """Raise the runner's error if it stopped on its own."""
+        if self._runner_task is not None and self._runner_task.done():
+            self._runner_task.result()
+            raise RuntimeError("the runner stopped unexpectedly")
+
+    async def aclose(self) -> None:
+        """Stop the runner, gateway, engine and store, in that order."""
+        if self._runner is not None and self._runner_task is not None:
+            self._runner.stop()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._runner_task, 30)
+        if self._gateway_server is not None and self._gateway_task is not None:
+            self._gateway_server.should_exit = True
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._gateway_task, 30)
+        if self.engine is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.to_thread(self.engine.stop)
+        if self._store is not None:
+            await self._store.aclose()
+            self._store = None

@@ -1,0 +1,149 @@
+"""``Trainer``: train an agent (``fit``) or try it without training (``dev``).
+
+``fit`` starts the whole stack of a run — the SQLite store in the run directory, the engine,
+the gateway and a runner — and runs the GRPO loop (``fulmen.trainer.loop``). ``dev`` runs a few
+rollouts against the current model or any OpenAI-compatible endpoint with an in-memory store and
+prints what happened: calls, rewards and the transitions training would use.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+from fulmen.trainer.config import EngineConfig, TrainConfig
+from fulmen.trainer.data import load_tasks, task_id_of
+from fulmen.trainer.metrics import MetricsLogger
+from fulmen.trainer.stack import TrainingStack
+
+__all__ = ["Trainer"]
+
+logger = logging.getLogger("fulmen.train")
+
+
+class Trainer:
+    """Trains the agent named by (or passed with) a ``TrainConfig``.
+
+    Args:
+        config: the run's configuration (see ``fulmen.trainer.config``).
+    """
+
+    def __init__(self, config: TrainConfig) -> None:
+        self.config = config
+        for entry in config.python_path:
+            if str(entry) not in sys.path:
+                sys.path.insert(0, str(entry))
+
+    def fit(
+        self,
+        agent: Any = None,
+        train_data: str | Sequence[Any] | None = None,
+        val_data: str | Sequence[Any] | None = None,
+    ) -> list[dict[str, float]]:
+        """Train; blocks until done and returns the metrics of every step (see ``afit``)."""
+        return asyncio.run(self.afit(agent, train_data, val_data))
+
+    async def afit(
+        self,
+        agent: Any = None,
+        train_data: str | Sequence[Any] | None = None,
+        val_data: str | Sequence[Any] | None = None,
+    ) -> list[dict[str, float]]:
+        """Train the agent (default: ``config.agent``) on ``train_data`` (default: config).
+
+        Resumes when the run directory holds a checkpoint of an earlier run.
+        """
+        from fulmen.engines.models import resolve_model
+        from fulmen.trainer.loop import GRPOLoop
+
+        config = self.config
+        run_dir = config.run_dir
+        run_dir.mkdir(parents=True, exist_ok=True)
+        train_tasks = load_tasks(train_data or config.data.train, python_path=config.python_path)
+        val_source = val_data or config.data.val
+        val_tasks = load_tasks(val_source, python_path=config.python_path) if val_source else None
+        model_path = await asyncio.to_thread(resolve_model, config.model)
+        stack = TrainingStack(
+            store_url=f"sqlite:///{run_dir / 'store.db'}",
+            agent=agent or config.agent,
+            model=config.model,
+            engine=config.engine,
+            rollouts=config.rollouts,
+            log_dir=run_dir,
+        )
+        with MetricsLogger(run_dir, tensorboard=config.tensorboard) as metrics:
+            async with stack:
+                loop = GRPOLoop(
+                    config,
+                    stack,
+                    train_tasks=train_tasks,
+                    val_tasks=val_tasks,
+                    metrics=metrics,
+                    model_path=model_path,
+                )
+                return await loop.run()
+
+    def dev(
+        self,
+        agent: Any = None,
+        tasks: str | Sequence[Any] | None = None,
+        *,
+        n: int = 4,
+        endpoint: str | None = None,
+        model: str | None = None,
+        out: TextIO | None = None,
+    ) -> list[dict[str, Any]]:
+        """Run ``n`` rollouts without training and print calls, rewards and transitions.
+
+        Args:
+            agent: what to run (default: ``config.agent``).
+            tasks: where tasks come from (default: the validation data, else the training data).
+            n: how many tasks to run.
+            endpoint: an OpenAI-compatible base URL to use instead of starting the engine.
+            model: the model name to request from ``endpoint`` (default: ``config.model``).
+            out: where the report goes (default: stdout).
+        """
+        return asyncio.run(
+            self.adev(agent, tasks, n=n, endpoint=endpoint, model=model, out=out or sys.stdout)
+        )
+
+    async def adev(
+        self,
+        agent: Any = None,
+        tasks: str | Sequence[Any] | None = None,
+        *,
+        n: int = 4,
+        endpoint: str | None = None,
+        model: str | None = None,
+        out: TextIO,
+    ) -> list[dict[str, Any]]:
+        """The async form of ``dev``."""
+        from fulmen.trainer.dev import run_dev
+
+        config = self.config
+        source = tasks or config.data.val or config.data.train
+        chosen = load_tasks(source, python_path=config.python_path)[:n]
+        engine = EngineConfig(kind="endpoint", url=endpoint) if endpoint else config.engine
+        stack = TrainingStack(
+            store_url="memory://",
+            agent=agent or config.agent,
+            model=config.model,
+            engine=engine,
+            rollouts=config.rollouts,
+            log_dir=Path(config.run_dir) / "dev",
+        )
+        async with stack:
+            ids = [task_id_of(t, i, config.data.task_id_key) for i, t in enumerate(chosen)]
+            return await run_dev(
+                stack,
+                chosen,
+                task_ids=ids,
+                model=model or config.model,
+                options=config.transition_options(),
+                rollouts=config.rollouts,
+                out=out,
+            )

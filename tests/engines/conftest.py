@@ -1,0 +1,48 @@
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from fulmen.engines.launcher import BuiltinLauncher, EngineProcess
+from fulmen.engines.models import resolve_model
+from fulmen.engines.vllm import VLLMLauncher, find_vllm_python
+from tests.engines.adapters import perturbed_copy, train_tool_call_adapter
+
+
+@pytest.fixture(scope="session")
+def tiny_dir() -> Path:
+    return resolve_model("tiny")
+
+
+@pytest.fixture(scope="session")
+def tool_adapter(tiny_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return train_tool_call_adapter(tiny_dir, tmp_path_factory.mktemp("tool-adapter"))
+
+
+@pytest.fixture(scope="session")
+def perturbed_dir(tiny_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return perturbed_copy(tiny_dir, tmp_path_factory.mktemp("perturbed"))
+
+
+@pytest.fixture(scope="module", params=["builtin", "vllm"])
+def engine(request: pytest.FixtureRequest, tiny_dir: Path,
+           tmp_path_factory: pytest.TempPathFactory) -> Iterator[EngineProcess]:
+    log = tmp_path_factory.mktemp("engine-log") / f"{request.param}.log"
+    launcher: EngineProcess
+    if request.param == "vllm":
+        if find_vllm_python() is None:
+            pytest.skip("no vLLM environment (set FULMEN_VLLM_PYTHON or create /work/venvs/vllm)")
+        launcher = VLLMLauncher(str(tiny_dir), served_model_name="tiny", max_lora_rank=16,
+                                log_path=log)
+    else:
+        launcher = BuiltinLauncher(str(tiny_dir), max_batch=8, max_lora_rank=16, log_path=log,
+                                   extra_args=["--served-model-name", "tiny"])
+    try:
+        launcher.start()
+    except Exception:
+        print(log.read_text() if log.exists() else "(no log)")
+        raise
+    yield launcher
+    launcher.stop()

@@ -1,0 +1,134 @@
+"""The recorder: batched, off the request path, retried, and nothing lost at close."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import httpx
+
+from fulmen.errors import StoreUnavailable
+from fulmen.gateway import CallRecorder, GatewayConfig
+from fulmen.types import LLMCallCreate
+from tests.gateway.conftest import SpyStore, gateway_over, new_attempt
+from tests.gateway.scripted_upstream import Script
+
+CHAT = {"model": "tiny-model", "messages": [{"role": "user", "content": "hi"}]}
+
+
+def call(i: int, rollout: tuple[str, str] | None = None) -> LLMCallCreate:
+    r_id, a_id = rollout if rollout else (None, None)
+    return LLMCallCreate(call_id=f"c{i}", rollout_id=r_id, attempt_id=a_id, started_at=time.time())
+
+
+class FlakyStore(SpyStore):
+    """Fails ``failures`` writes with StoreUnavailable, and each write takes ``delay_s``."""
+
+    def __init__(self, inner: Any, *, failures: int = 0, delay_s: float = 0.0) -> None:
+        super().__init__(inner)
+        self.failures = failures
+        self.delay_s = delay_s
+        self.gate = asyncio.Event()
+        self.gate.set()
+
+    async def add_llm_calls(self, calls: Any) -> Any:
+        await self.gate.wait()
+        await asyncio.sleep(self.delay_s)
+        if self.failures:
+            self.failures -= 1
+            raise StoreUnavailable("store down (scripted)")
+        return await super().add_llm_calls(calls)
+
+
+async def test_close_writes_everything_in_batches(store: SpyStore) -> None:
+    slow = FlakyStore(store._inner, delay_s=0.01)
+    recorder = CallRecorder(slow, batch_size=50, flush_interval_s=1.0)
+    recorder.start()
+    for i in range(1000):
+        recorder.record(call(i))
+    await recorder.aclose()
+    assert [c.call_id for c in slow.added] == [f"c{i}" for i in range(1000)]
+    assert max(slow.write_batches) <= 50
+    assert len(slow.write_batches) < 100  # batched, not one write per record
+    assert (recorder.recorded, recorder.stored, recorder.dropped) == (1000, 1000, 0)
+
+
+async def test_unreachable_store_is_retried(store: SpyStore) -> None:
+    flaky = FlakyStore(store._inner, failures=3)
+    recorder = CallRecorder(flaky, flush_interval_s=0.01, jitter=lambda: 0.0)
+    recorder.start()
+    for i in range(10):
+        recorder.record(call(i))
+    await asyncio.wait_for(recorder.flush(), timeout=10)
+    assert len(flaky.added) == 10 and recorder.dropped == 0
+    await recorder.aclose()
+
+
+async def test_a_refused_record_does_not_take_its_batch_along(store: SpyStore) -> None:
+    rollout = await new_attempt(store)
+    recorder = CallRecorder(store, flush_interval_s=0.01)
+    recorder.start()
+    recorder.record(call(0, rollout))
+    recorder.record(call(1, (rollout[0], "attempt-of-nobody")))  # the store refuses it
+    recorder.record(call(2, rollout))
+    await recorder.aclose()
+    stored = (await store.query_llm_calls(rollout[0])).items
+    assert [c.call_id for c in stored] == ["c0", "c2"]
+    assert (recorder.stored, recorder.dropped) == (2, 1)
+
+
+async def test_close_gives_up_on_a_dead_store_after_its_timeout(store: SpyStore) -> None:
+    dead = FlakyStore(store._inner, failures=10**9)
+    recorder = CallRecorder(dead, flush_interval_s=0.01, close_timeout_s=0.3)
+    recorder.start()
+    recorder.record(call(0))
+    started = time.monotonic()
+    await asyncio.wait_for(recorder.aclose(), timeout=10)
+    assert time.monotonic() - started < 5
+    assert recorder.dropped == 1
+
+
+async def test_store_writes_are_off_the_request_path(
+    store: SpyStore, config: GatewayConfig
+) -> None:
+    blocked = FlakyStore(store._inner)
+    blocked.gate.clear()  # every store write waits until the gate opens
+    async with gateway_over(blocked, Script(), config) as gw:
+        rollout_id, attempt_id = await new_attempt(blocked)
+        url = f"{gw.base_url(rollout_id, attempt_id)}/chat/completions"
+        async with httpx.AsyncClient() as client:
+            for _ in range(5):
+                r = await asyncio.wait_for(client.post(url, json=CHAT), timeout=5)
+                assert r.status_code == 200
+        assert blocked.added == []
+        blocked.gate.set()
+        assert len(await gw.calls(rollout_id)) == 5
+
+
+async def test_gateway_shutdown_flushes_pending_records(store: SpyStore) -> None:
+    lazy = GatewayConfig(flush_interval_s=30.0, batch_size=10_000, connect_retries=0)
+    async with gateway_over(store, Script(), lazy) as gw:
+        rollout_id, attempt_id = await new_attempt(store)
+        url = f"{gw.base_url(rollout_id, attempt_id)}/chat/completions"
+        async with httpx.AsyncClient() as client:
+            for _ in range(20):
+                assert (await client.post(url, json=CHAT)).status_code == 200
+        assert store.added == []  # nothing written yet: the interval is 30 s
+    # Leaving the block shut the gateway down (lifespan): everything was written.
+    assert len((await store.query_llm_calls(rollout_id)).items) == 20
+
+
+async def test_flush_endpoint_returns_after_records_are_stored(
+    store: SpyStore,
+) -> None:
+    lazy = GatewayConfig(flush_interval_s=30.0, batch_size=10_000, connect_retries=0)
+    async with gateway_over(store, Script(), lazy) as gw, httpx.AsyncClient() as client:
+        rollout_id, attempt_id = await new_attempt(store)
+        url = f"{gw.base_url(rollout_id, attempt_id)}/chat/completions"
+        assert (await client.post(url, json=CHAT)).status_code == 200
+        r = await client.post(f"{gw.url}/gateway/flush")
+        assert r.json() == {"status": "flushed"}
+        assert len((await store.query_llm_calls(rollout_id)).items) == 1
+        health = (await client.get(f"{gw.url}/healthz")).json()
+    assert health["recorder"] == {"recorded": 1, "stored": 1, "dropped": 0}

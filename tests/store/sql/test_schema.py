@@ -1,0 +1,157 @@
+"""Schema creation, schema versions, reopening, SQLite pragmas and error translation."""
+
+from __future__ import annotations
+
+import sqlite3
+from datetime import UTC
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from fulmen.errors import ConfigError, StoreError, StoreUnavailable
+from fulmen.store import open_store
+from fulmen.store.sql import SqlStore
+from fulmen.store.sql.schema import SCHEMA_VERSION, metadata
+from fulmen.types import (
+    AttemptStatus,
+    PromptTemplate,
+    ResourcesCreate,
+    RolloutCreate,
+    SpanCreate,
+)
+
+
+def _span(rollout_id: str, attempt_id: str, span_id: str) -> SpanCreate:
+    return SpanCreate(
+        rollout_id=rollout_id,
+        attempt_id=attempt_id,
+        trace_id="ab" * 16,
+        span_id=span_id,
+        name="step",
+        start_time=1.0,
+    )
+
+
+async def test_schema_is_created_with_its_version(sql_url: str) -> None:
+    async with open_store(sql_url, watchdog_interval=None) as store:
+        assert isinstance(store, SqlStore)
+
+        def inspect(conn: sa.Connection) -> tuple[set[str], int]:
+            names = set(sa.inspect(conn).get_table_names())
+            version = conn.exec_driver_sql(
+                "SELECT value FROM fulmen_meta WHERE key = 'schema_version'"
+            ).scalar_one()
+            return names, version
+
+        names, version = await store._runner.read(inspect)
+    assert set(metadata.tables) <= names
+    assert version == SCHEMA_VERSION
+
+
+async def test_reopening_keeps_data_and_continues_numbering(sql_url: str) -> None:
+    async with open_store(sql_url, watchdog_interval=None) as store:
+        await store.add_resources(ResourcesCreate(resources={"p": PromptTemplate(template="a")}))
+        first = await store.enqueue([RolloutCreate(input=i) for i in range(3)])
+        (claim,) = await store.claim("w")
+        spans = await store.add_spans(
+            [_span(claim.rollout.rollout_id, claim.attempt.attempt_id, f"s{i}") for i in range(2)]
+        )
+    async with open_store(sql_url, watchdog_interval=None) as store:
+        again = await store.enqueue([RolloutCreate(input="x")])
+        assert again[0].position == first[-1].position + 1
+        assert again[0].resources_version == 1
+        more = await store.add_spans(
+            [_span(claim.rollout.rollout_id, claim.attempt.attempt_id, "s9")]
+        )
+        assert more[0].sequence == spans[-1].sequence + 1
+        version2 = await store.add_resources(
+            ResourcesCreate(resources={"p": PromptTemplate(template="b")})
+        )
+        assert version2.version == 2
+        assert await store.get_rollout(first[1].rollout_id) == first[1]  # never claimed
+        stored = await store.get_attempt(claim.attempt.attempt_id)
+        assert stored == claim.attempt  # timestamps round-trip to the microsecond
+        assert stored.started_at.tzinfo is not None
+        assert stored.started_at.utcoffset() == UTC.utcoffset(None)
+        await store.update_attempt(claim.attempt.attempt_id, status=AttemptStatus.SUCCEEDED)
+
+
+async def test_a_newer_schema_version_is_refused(sqlite_path: Path) -> None:
+    async with open_store(str(sqlite_path), watchdog_interval=None):
+        pass
+    with sqlite3.connect(sqlite_path) as conn:
+        conn.execute("UPDATE fulmen_meta SET value = ? WHERE key = 'schema_version'", (99,))
+    with pytest.raises(ConfigError, match="schema version 99"):
+        await SqlStore.connect(str(sqlite_path), watchdog_interval=None)
+
+
+@pytest.mark.parametrize("form", ["bare", "sqlite", "aiosqlite"])
+async def test_sqlite_url_forms_open_the_same_file(sqlite_path: Path, form: str) -> None:
+    url = {
+        "bare": str(sqlite_path),
+        "sqlite": f"sqlite:///{sqlite_path}",
+        "aiosqlite": f"sqlite+aiosqlite:///{sqlite_path}",
+    }[form]
+    async with open_store(url, watchdog_interval=None) as store:
+        await store.enqueue([RolloutCreate(input=form, rollout_id="r")])
+    assert sqlite_path.exists()
+    with sqlite3.connect(sqlite_path) as conn:
+        assert conn.execute("SELECT count(*) FROM fulmen_rollouts").fetchone() == (1,)
+
+
+async def test_sqlite_uses_wal_normal_sync_busy_timeout_and_foreign_keys(
+    sqlite_path: Path,
+) -> None:
+    async with open_store(str(sqlite_path), watchdog_interval=None, busy_timeout_s=7) as store:
+
+        def pragmas(conn: sa.Connection) -> dict[str, int | str]:
+            names = ("journal_mode", "synchronous", "busy_timeout", "foreign_keys")
+            return {n: conn.exec_driver_sql(f"PRAGMA {n}").scalar_one() for n in names}
+
+        found = await store._runner.write(pragmas)
+    # synchronous=1 is NORMAL: a commit survives a killed process (the OS has the WAL pages).
+    assert found == {
+        "journal_mode": "wal",
+        "synchronous": 1,
+        "busy_timeout": 7000,
+        "foreign_keys": 1,
+    }
+
+
+async def test_missing_directory_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="not a directory"):
+        await SqlStore.connect(str(tmp_path / "nope" / "store.db"))
+
+
+async def test_a_file_that_is_not_a_database_is_a_store_error(tmp_path: Path) -> None:
+    path = tmp_path / "junk.db"
+    path.write_bytes(b"this is not a database" * 100)
+    with pytest.raises(StoreError) as info:
+        await SqlStore.connect(str(path), watchdog_interval=None)
+    assert isinstance(info.value.__cause__, sa.exc.DatabaseError | sqlite3.DatabaseError)
+
+
+async def test_unreachable_postgresql_is_unavailable() -> None:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    with pytest.raises(StoreUnavailable, match="cannot connect"):
+        await SqlStore.connect(f"postgresql://postgres@127.0.0.1:{port}/x")
+
+
+async def test_unsupported_urls_are_config_errors() -> None:
+    with pytest.raises(ConfigError, match="driver"):
+        await SqlStore.connect("postgresql+psycopg2://u@127.0.0.1/db")
+    with pytest.raises(ConfigError, match="not a SQL store URL"):
+        await SqlStore.connect("mysql://u@127.0.0.1/db")
+
+
+async def test_closed_store_refuses_work(sql_url: str) -> None:
+    store = await SqlStore.connect(sql_url, watchdog_interval=None)
+    await store.aclose()
+    await store.aclose()  # closing twice is harmless
+    with pytest.raises(StoreError, match="closed"):
+        await store.enqueue([RolloutCreate(input=1)])

@@ -1,0 +1,176 @@
+"""The store service's HTTP surface, against a real uvicorn server on 127.0.0.1.
+
+Raw httpx requests check the wire format of errors: every failure is JSON
+``{"error", "code", "detail"}`` with the right status, and never a traceback.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import httpx
+import pytest
+
+from fulmen.store import Store
+from fulmen.store.memory import MemoryStore
+from fulmen.store.server import create_app
+from fulmen.types import RolloutCreate
+from tests.store.http_server import aserve_store
+
+TOKEN = "s3cret"
+AUTH = {"authorization": f"Bearer {TOKEN}"}
+LIMIT = 64 * 1024
+
+
+@pytest.fixture
+async def store() -> AsyncIterator[Store]:
+    store = await MemoryStore.connect(watchdog_interval=None)
+    yield store
+    await store.aclose()
+
+
+@pytest.fixture
+async def http(store: Store) -> AsyncIterator[httpx.AsyncClient]:
+    async with (
+        aserve_store(store, token=TOKEN, max_body_bytes=LIMIT) as url,
+        httpx.AsyncClient(base_url=url, headers=AUTH, timeout=10) as client,
+    ):
+        yield client
+
+
+def assert_error(response: httpx.Response, status: int, code: str) -> dict[str, object]:
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"] == "application/json"
+    body = response.json()
+    assert set(body) == {"error", "code", "detail"}
+    assert body["code"] == code
+    assert "Traceback" not in response.text
+    return body
+
+
+async def test_schema_error_names_the_field(http: httpx.AsyncClient) -> None:
+    response = await http.post("/v1/rollouts", json={"rollouts": [{"input": 1, "mode": "bogus"}]})
+    body = assert_error(response, 422, "invalid_request")
+    assert "rollouts.0.mode" in str(body["error"])
+    assert body["detail"] == [
+        {
+            "loc": ["rollouts", 0, "mode"],
+            "msg": "Input should be 'train', 'val' or 'test'",
+            "type": "enum",
+        }
+    ]
+
+
+async def test_unknown_field_and_bad_query_are_refused(http: httpx.AsyncClient) -> None:
+    body = assert_error(
+        await http.post("/v1/rollouts/claim", json={"worker_id": "w", "limt": 2}),
+        422,
+        "invalid_request",
+    )
+    assert "limt" in str(body["error"])
+    (rollout,) = (await http.post("/v1/rollouts", json={"rollouts": [{"input": 1}]})).json()
+    response = await http.get(f"/v1/rollouts/{rollout['rollout_id']}/spans?limit=zero")
+    assert "limit" in str(assert_error(response, 422, "invalid_request")["error"])
+
+
+async def test_malformed_json_is_400(http: httpx.AsyncClient) -> None:
+    response = await http.post("/v1/spans", content=b'{"spans": [', headers=AUTH)
+    assert "malformed JSON" in str(assert_error(response, 400, "invalid_request")["error"])
+
+
+async def test_unknown_id_is_404(http: httpx.AsyncClient) -> None:
+    body = assert_error(await http.get("/v1/rollouts/nope"), 404, "not_found")
+    assert "nope" in str(body["error"])
+    assert_error(await http.get("/v1/attempts/nope"), 404, "not_found")
+    assert_error(await http.get("/v1/resources/7"), 404, "not_found")
+    assert_error(await http.get("/v1/resources/seven"), 422, "invalid_request")
+
+
+async def test_unknown_route_and_method(http: httpx.AsyncClient) -> None:
+    assert_error(await http.get("/v1/nothing-here"), 404, "not_found")
+    assert_error(await http.delete("/v1/stats"), 405, "method_not_allowed")
+
+
+async def test_illegal_transition_is_409(http: httpx.AsyncClient, store: Store) -> None:
+    (rollout,) = await store.enqueue([RolloutCreate(input=1)])
+    path = f"/v1/rollouts/{rollout.rollout_id}"
+    assert (await http.patch(path, json={"status": "cancelled"})).status_code == 200
+    body = assert_error(
+        await http.patch(path, json={"status": "cancelled"}), 409, "invalid_transition"
+    )
+    assert rollout.rollout_id in str(body["error"])
+    # Only "cancelled" may be set by a caller.
+    assert_error(await http.patch(path, json={"status": "succeeded"}), 422, "invalid_request")
+
+
+async def test_conflicting_rewrite_is_409(http: httpx.AsyncClient) -> None:
+    first = {"rollouts": [{"input": 1, "rollout_id": "r1"}]}
+    assert (await http.post("/v1/rollouts", json=first)).status_code == 200
+    other = {"rollouts": [{"input": 2, "rollout_id": "r1"}]}
+    assert_error(await http.post("/v1/rollouts", json=other), 409, "conflict")
+
+
+async def test_payload_too_large_declared(http: httpx.AsyncClient) -> None:
+    body = b'{"spans": [' + b" " * LIMIT + b"]}"
+    response = await http.post("/v1/spans", content=body)
+    assert_error(response, 413, "payload_too_large")
+
+
+async def test_payload_too_large_streamed_without_length(http: httpx.AsyncClient) -> None:
+    async def chunks() -> AsyncIterator[bytes]:
+        yield b'{"spans": ['
+        for _ in range(8):
+            yield b" " * (LIMIT // 4)
+        yield b"]}"
+
+    # A generator body is sent chunked, with no content-length: the limit applies while reading.
+    response = await http.post("/v1/spans", content=chunks())
+    assert_error(response, 413, "payload_too_large")
+
+
+async def test_auth_missing_and_wrong(http: httpx.AsyncClient, store: Store) -> None:
+    url = str(http.base_url)
+    async with httpx.AsyncClient(base_url=url) as anonymous:
+        body = assert_error(await anonymous.post("/v1/rollouts", json={"rollouts": [{"input": 1}]}),
+                            401, "unauthorized")  # fmt: skip
+        assert "missing" in str(body["error"])
+        response = await anonymous.get("/v1/stats", headers={"authorization": "Bearer nope"})
+        assert "wrong" in str(assert_error(response, 401, "unauthorized")["error"])
+        assert response.headers["www-authenticate"] == "Bearer"
+        # The service description is public: clients read capabilities before they auth.
+        info = (await anonymous.get("/v1/info")).json()
+        assert info["auth_required"] is True
+    assert (await store.stats()).rollouts  # nothing was written by the refused requests
+    assert sum((await store.stats()).rollouts.values()) == 0
+
+
+async def test_unexpected_error_is_a_json_500_and_logged(
+    store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    class Broken(MemoryStore):
+        async def stats(self):  # type: ignore[override]
+            raise RuntimeError("disk on fire")
+
+    broken = Broken()
+    async with (
+        aserve_store(broken) as url,
+        httpx.AsyncClient(base_url=url) as client,
+    ):
+        response = await client.get("/v1/stats")
+    body = assert_error(response, 500, "internal_error")
+    assert "disk on fire" not in response.text
+    assert body["error"] == "internal server error (see the server log)"
+    assert "disk on fire" in caplog.text
+
+
+async def test_ids_with_slashes_round_trip(http: httpx.AsyncClient) -> None:
+    payload = {"rollouts": [{"input": 1, "rollout_id": "team/a b?c"}]}
+    assert (await http.post("/v1/rollouts", json=payload)).status_code == 200
+    response = await http.get("/v1/rollouts/team%2Fa%20b%3Fc")
+    assert response.status_code == 200
+    assert response.json()["rollout_id"] == "team/a b?c"
+
+
+def test_create_app_rejects_a_bad_limit(store: Store) -> None:
+    with pytest.raises(ValueError, match="max_body_bytes"):
+        create_app(store, max_body_bytes=0)
