@@ -37,28 +37,41 @@ PROMPTS = [
 ]
 
 
-def sequential_generate(path: Path, max_tokens: int) -> float:
+def sequential_generate(path: Path, max_tokens: int, threads: int) -> float:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    torch.set_num_threads(2)
+    torch.set_num_threads(threads)
     tok = AutoTokenizer.from_pretrained(str(path))
-    model = AutoModelForCausalLM.from_pretrained(str(path)).eval()
+    # same attention kernel and thread count as the server, so only batching differs
+    model = AutoModelForCausalLM.from_pretrained(str(path), attn_implementation="eager").eval()
     pad = tok.pad_token_id if tok.pad_token_id is not None else 0
     encoded = [tok(p, return_tensors="pt") for p in PROMPTS]
     model.generate(**encoded[0], max_new_tokens=2, do_sample=False, pad_token_id=pad)  # warm-up
     start, total = time.perf_counter(), 0
     with torch.inference_mode():
         for enc in encoded:
-            out = model.generate(**enc, max_new_tokens=max_tokens, min_new_tokens=max_tokens,
-                                 do_sample=False, pad_token_id=pad)
+            out = model.generate(
+                **enc,
+                max_new_tokens=max_tokens,
+                min_new_tokens=max_tokens,
+                do_sample=False,
+                pad_token_id=pad,
+            )
             total += out.shape[1] - enc["input_ids"].shape[1]
     return total / (time.perf_counter() - start)
 
 
-async def _one(client: httpx.AsyncClient, url: str, model: str, prompt: str, max_tokens: int) -> int:
-    body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
-            "ignore_eos": True}
+async def _one(
+    client: httpx.AsyncClient, url: str, model: str, prompt: str, max_tokens: int
+) -> int:
+    body = {
+        "model": model,
+        "prompt": prompt,
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "ignore_eos": True,
+    }
     response = await client.post(f"{url}/completions", json=body)
     response.raise_for_status()
     return int(response.json()["usage"]["completion_tokens"])
@@ -73,8 +86,12 @@ async def served_tps(engine: EngineProcess, model: str, max_tokens: int, concurr
             for p in PROMPTS:
                 total += await _one(client, engine.base_url, model, p, max_tokens)
         else:
-            counts = await asyncio.gather(*(_one(client, engine.base_url, model, p, max_tokens)
-                                            for p in PROMPTS[:concurrency]))
+            counts = await asyncio.gather(
+                *(
+                    _one(client, engine.base_url, model, p, max_tokens)
+                    for p in PROMPTS[:concurrency]
+                )
+            )
             total = sum(counts)
     return total / (time.perf_counter() - start)
 
@@ -106,19 +123,33 @@ async def update_costs(engine: EngineProcess, adapter: Path, model_dir: Path) ->
     return costs
 
 
-def run_model(name: str, max_tokens: int, tmp: Path, vllm: bool) -> dict[str, Any]:
+def run_model(name: str, max_tokens: int, tmp: Path, vllm: bool, threads: int) -> dict[str, Any]:
     path = resolve_model(name)
     key = "tiny" if name == "tiny" else "gemma"
     out: dict[str, Any] = {f"{key}_max_tokens": max_tokens}
-    seq = sequential_generate(path, max_tokens)
+    seq = sequential_generate(path, max_tokens, threads)
     adapter = random_lora(path, tmp / f"{key}-lora")
     out[f"{key}_sequential_tps"] = round(seq, 1)
     engines: list[tuple[str, EngineProcess]] = [
-        (key, BuiltinLauncher(str(path), extra_args=["--served-model-name", name],
-                              log_path=tmp / f"{key}.log"))]
+        (
+            key,
+            BuiltinLauncher(
+                str(path),
+                threads=threads,
+                extra_args=["--served-model-name", name],
+                log_path=tmp / f"{key}.log",
+            ),
+        )
+    ]
     if vllm:
-        engines.append((f"vllm_{key}", VLLMLauncher(str(path), served_model_name=name,
-                                                    max_lora_rank=8, log_path=tmp / "vllm.log")))
+        engines.append(
+            (
+                f"vllm_{key}",
+                VLLMLauncher(
+                    str(path), served_model_name=name, max_lora_rank=8, log_path=tmp / "vllm.log"
+                ),
+            )
+        )
     for prefix, engine in engines:
         with engine:
             c1 = asyncio.run(served_tps(engine, name, max_tokens, 1))
@@ -137,13 +168,20 @@ def main() -> None:
     parser.add_argument("--no-vllm", action="store_true")
     parser.add_argument("--tiny-tokens", type=int, default=128)
     parser.add_argument("--gemma-tokens", type=int, default=32)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads, both sides")
     args = parser.parse_args()
     vllm = not (args.quick or args.no_vllm) and find_vllm_python() is not None
-    result: dict[str, Any] = {"benchmark": "engine_throughput", "requests": len(PROMPTS)}
+    result: dict[str, Any] = {
+        "benchmark": "engine_throughput",
+        "requests": len(PROMPTS),
+        "threads": args.threads,
+    }
     with tempfile.TemporaryDirectory(prefix="fulmen-bench-") as tmp:
-        result.update(run_model("tiny", args.tiny_tokens, Path(tmp), vllm))
+        result.update(run_model("tiny", args.tiny_tokens, Path(tmp), vllm, args.threads))
         if not args.quick:
-            result.update(run_model("gemma-3-270m", args.gemma_tokens, Path(tmp), False))
+            result.update(
+                run_model("gemma-3-270m", args.gemma_tokens, Path(tmp), False, args.threads)
+            )
     print(json.dumps(result))
 
 

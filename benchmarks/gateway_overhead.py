@@ -19,12 +19,14 @@ import socket
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
 UPSTREAM = ROOT / "tests" / "gateway" / "scripted_upstream.py"
+ERROR_KINDS: Counter[str] = Counter()  # what failed, for the JSON line
 BODY = {"model": "tiny-model", "messages": [{"role": "user", "content": "What is 2+2?"}]}
 
 
@@ -81,11 +83,13 @@ async def measure(
             start = time.perf_counter()
             try:
                 r = await client.post(url, json=BODY)
-            except httpx.HTTPError:
+            except httpx.HTTPError as exc:
                 errors += 1
+                ERROR_KINDS[type(exc).__name__] += 1
                 continue
             if r.status_code != 200:
                 errors += 1
+                ERROR_KINDS[f"{r.status_code}: {r.text[:120]}"] += 1
                 continue
             latencies.append(time.perf_counter() - start)
 
@@ -169,6 +173,7 @@ async def run(args: argparse.Namespace) -> dict[str, float | int]:
         "recorded_dropped": recorder["dropped"],
         "cpu_count": os.cpu_count() or 0,
         "load_avg_1m": round(os.getloadavg()[0], 2),
+        "error_kinds": dict(ERROR_KINDS),
     }
 
 
@@ -181,7 +186,11 @@ def main() -> None:
     parser.add_argument("--upstream", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_gateway:
-        asyncio.run(serve_gateway(args.serve_gateway, args.upstream))
+        # The same event loop `fulmen gateway` uses (uvloop when installed).
+        from fulmen.cli.gateway import loop_factory
+
+        with asyncio.Runner(loop_factory=loop_factory()) as runner:
+            runner.run(serve_gateway(args.serve_gateway, args.upstream))
         return
     print(json.dumps(asyncio.run(run(args))))
 

@@ -1,8 +1,9 @@
 """A toy task that proves the training gradient is right, for the random `tiny` model.
 
-The agent asks the model to write the letter ``a``; the reward is the fraction of the
-completion's non-space characters that are ``a``. A randomly initialised model scores a few
-percent; a correct policy-gradient update pushes it towards 1.0 within a few CPU minutes.
+The agent asks the model to write the letter ``a``; the reward is the number of ``a``
+characters in the answer divided by the token budget (capped at 1.0). A randomly initialised
+model scores about 0.1; a correct policy-gradient update pushes it to 1.0 within a few CPU
+minutes (the model learns to repeat a token that contains the letter).
 
 ``toy_two_calls`` makes two calls per rollout: a *planner* whose output is ignored by the reward
 and an *actor* that is rewarded. Training it with ``transitions.agents: [actor]`` trains only the
@@ -22,11 +23,8 @@ MAX_TOKENS = 8
 
 
 def score(text: str) -> float:
-    """Fraction of the non-space characters of ``text`` that are the target letter."""
-    chars = [c for c in text if not c.isspace()]
-    if not chars:
-        return 0.0
-    return sum(c == TARGET for c in chars) / len(chars)
+    """How many target letters ``text`` holds, per token of budget, capped at 1.0."""
+    return min(1.0, text.count(TARGET) / MAX_TOKENS)
 
 
 def train_tasks() -> list[dict[str, Any]]:
@@ -54,7 +52,7 @@ async def _ask(llm: fulmen.LLM, prompt: str) -> str:
 
 @fulmen.rollout
 async def toy_agent(task: dict[str, Any], llm: fulmen.LLM) -> float:
-    """One call; reward = share of the target letter in the answer."""
+    """One call; reward = target letters in the answer per token of budget."""
     return score(await _ask(llm, task["prompt"]))
 
 

@@ -108,34 +108,38 @@ def build_trajectory(
     if final is None:
         diag.rollouts_without_reward = 1
         final = opts.missing_reward
-    trajectory = Trajectory(
+    transitions: list[Transition] = []
+    if final is not None:
+        selected = _select(ordered, signals.agent_names, opts, diag)
+        credits = assign_credit(
+            credit or opts.credit_fn(),
+            CreditInput(final, tuple(signals.call_rewards[i] for i, _, _ in selected)),
+        )
+        pieces = [
+            _Piece(
+                i,
+                c,
+                agent,
+                list(c.choices[0].token_ids or []),
+                list(c.choices[0].logprobs or []),
+                cc,
+            )
+            for (i, c, agent), cc in zip(selected, credits, strict=True)
+        ]
+        diag.calls_used = len(pieces)
+        chains = _chain(pieces, diag) if opts.merge else [[p] for p in pieces]
+        transitions = [
+            _transition(chain, rollout_id, attempt_id, task_id, final)
+            for chain in sorted(chains, key=lambda ch: ch[0].index)
+        ]
+    return Trajectory(
         rollout_id=rollout_id,
         attempt_id=attempt_id,
         task_id=task_id,
         final_reward=final,
+        transitions=transitions,
         diagnostics=diag,
     )
-    if final is None:
-        return trajectory
-    selected = _select(ordered, signals.agent_names, opts, diag)
-    credit_input = CreditInput(
-        final_reward=final,
-        call_rewards=tuple(signals.call_rewards[i] for i, _, _ in selected),
-    )
-    credits = assign_credit(credit or opts.credit_fn(), credit_input)
-    pieces = [
-        _Piece(i, call, agent, list(choice.token_ids or []), list(choice.logprobs or []), c)
-        for (i, call, agent), choice, c in zip(
-            selected, (call.choices[0] for _, call, _ in selected), credits, strict=True
-        )
-    ]
-    diag.calls_used = len(pieces)
-    chains = _chain(pieces, diag) if opts.merge else [[p] for p in pieces]
-    trajectory.transitions = [
-        _transition(chain, rollout_id, attempt_id, task_id, final)
-        for chain in sorted(chains, key=lambda ch: ch[0].index)
-    ]
-    return trajectory
 
 
 def _select(

@@ -20,12 +20,12 @@ import contextlib
 import logging
 import os
 import signal
-import traceback
 import uuid
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from fulmen.agent.api import RolloutResult, RolloutTarget
+from fulmen.agent.attempt import RunningAttempt, StopReason, error_text
 from fulmen.agent.config import RunnerConfig
 from fulmen.agent.context import RolloutContext
 from fulmen.agent.execution import run_async, run_sync
@@ -35,6 +35,7 @@ from fulmen.tracing.backoff import Backoff, retry_call
 from fulmen.tracing.exporter import StoreSpanExporter
 from fulmen.tracing.instrumentation import instrument, uninstrument
 from fulmen.tracing.provider import create_provider, provider_tracer
+from fulmen.tracing.tasks import cancel_and_wait
 from fulmen.types import AttemptStatus, Mode
 
 if TYPE_CHECKING:
@@ -47,8 +48,7 @@ __all__ = ["Runner", "RunnerStats"]
 
 logger = logging.getLogger(__name__)
 
-_MAX_ERROR_CHARS = 32_000
-_StopReason = Literal["timeout", "release", "ended"]
+_STUCK_AGENT_S = 30.0  # after a stop, how long to wait for agents that ignore cancellation
 
 
 @dataclass
@@ -61,18 +61,6 @@ class RunnerStats:
     timed_out: int = 0
     released: int = 0
     ended_by_store: int = 0
-
-
-@dataclass
-class _Running:
-    task: asyncio.Task[RolloutResult] | None = None
-    reason: _StopReason | None = None
-
-    def stop(self, reason: _StopReason) -> None:
-        if self.reason is None:
-            self.reason = reason
-        if self.task is not None:
-            self.task.cancel()
 
 
 @dataclass
@@ -96,20 +84,19 @@ class Runner:
         self, store: Store, agent: Any, config: RunnerConfig | None = None, **options: Any
     ) -> None:
         base = config or RunnerConfig()
-        self.config = base.model_copy(update=options) if options else base
-        if options:
-            self.config = RunnerConfig.model_validate(self.config.model_dump())
+        self.config = RunnerConfig.model_validate({**base.model_dump(), **options})
         self.store = store
         self.target = RolloutTarget.of(agent)
         self._check_isolation()
         self.stats = RunnerStats()
-        self._running: dict[str, _Running] = {}
+        self._running: dict[str, RunningAttempt] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._stop = asyncio.Event()
         self._wake = asyncio.Event()
         self._resources: dict[int, Resources] = {}
         self._setup_lock = asyncio.Lock()
         self._is_set_up = False
+        self._closing = False
         self._pool: WorkerPool | None = None
         self._telemetry: _Telemetry | None = None
         self._backoff = Backoff(maximum=self.config.store_retry_max_delay, deadline=None)
@@ -119,9 +106,12 @@ class Runner:
         """The id the store knows this runner by."""
         return self.config.worker_id
 
-    def _check_isolation(self) -> None:
+    def _uses_processes(self) -> bool:
         is_sync = any(not self.target.is_async(m) for m in Mode)
-        if is_sync and self.config.sync_isolation == "process" and self.target.spec is None:
+        return is_sync and self.config.sync_isolation == "process"
+
+    def _check_isolation(self) -> None:
+        if self._uses_processes() and self.target.spec is None:
             raise ConfigError(
                 f"agent {self.target.obj!r} is sync and cannot be imported by a worker process; "
                 "pass it as 'module:object', define it at module level, or use "
@@ -172,18 +162,24 @@ class Runner:
             logger.warning("no gateway URL: agents call their LLM directly, calls are not recorded")
         heartbeats = asyncio.create_task(self._heartbeat_loop(), name="fulmen-heartbeat")
         try:
+            if self._pool is not None and self._uses_processes():
+                # Start one worker before claiming: an agent that cannot load fails the run
+                # now, and the first rollout does not spend its timeout on a process start.
+                self._pool.release(await self._pool.acquire())
             await self._claim_loop(max_rollouts, until_idle)
             await self._drain()
         finally:
             uninstrument(instrumented)
-            heartbeats.cancel()
-            await asyncio.gather(heartbeats, return_exceptions=True)
-            for task in self._tasks:
-                task.cancel()
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+            self._closing = True
+            await cancel_and_wait(heartbeats)
+            for task in list(self._tasks):  # only left when run() itself was cancelled
+                await cancel_and_wait(task)
             if self._pool is not None:
                 await self._pool.aclose()
-            await exporter.aclose()
+            try:
+                await asyncio.wait_for(exporter.aclose(), self.config.report_deadline_s)
+            except TimeoutError:
+                logger.error("%d spans could not be stored before exit", exporter.pending)
             provider.shutdown()
         return self.stats
 
@@ -227,7 +223,7 @@ class Runner:
 
     def _start_attempt(self, claim: Claim) -> None:
         self.stats.claimed += 1
-        running = _Running()
+        running = RunningAttempt()
         self._running[claim.attempt.attempt_id] = running
         task = asyncio.create_task(self._attempt(claim, running), name=claim.attempt.attempt_id)
         self._tasks.add(task)
@@ -241,19 +237,21 @@ class Runner:
             for running in list(self._running.values()):
                 running.stop("release")
         while self._tasks:
-            await asyncio.wait(set(self._tasks))
+            _, pending = await asyncio.wait(set(self._tasks), timeout=_STUCK_AGENT_S)
+            if pending and self._stop.is_set():
+                # An async agent that ignores cancellation cannot be stopped from here; the
+                # store ends its attempt (timeout or lost) and another runner retries it.
+                logger.error("%d agents ignored cancellation; exiting without them", len(pending))
+                return
 
     # -- one attempt ----------------------------------------------------------------------------
 
-    async def _attempt(self, claim: Claim, running: _Running) -> None:
+    async def _attempt(self, claim: Claim, running: RunningAttempt) -> None:
         attempt_id = claim.attempt.attempt_id
         try:
             task = asyncio.create_task(self._execute(claim))
             running.task = task
-            done, _ = await asyncio.wait({task}, timeout=claim.rollout.config.timeout_s)
-            if not done:
-                running.stop("timeout")
-                await asyncio.wait({task})
+            await running.watch(task, claim.rollout.config.timeout_s)
             await self._flush_spans()
             await self._report(claim, running.reason, task)
         except Exception:
@@ -321,7 +319,7 @@ class Runner:
                 logger.error("spans could not be stored within %s s", self.config.report_deadline_s)
 
     async def _report(
-        self, claim: Claim, reason: _StopReason | None, task: asyncio.Task[RolloutResult]
+        self, claim: Claim, reason: StopReason | None, task: asyncio.Task[RolloutResult]
     ) -> None:
         attempt_id = claim.attempt.attempt_id
         if reason == "ended":
@@ -345,7 +343,7 @@ class Runner:
             return
         self.stats.failed += 1
         logger.info("attempt %s failed: %s: %s", attempt_id, type(exc).__name__, exc)
-        await self._update(attempt_id, AttemptStatus.FAILED, _error_text(exc))
+        await self._update(attempt_id, AttemptStatus.FAILED, error_text(exc))
 
     async def _update(self, attempt_id: str, status: AttemptStatus, error: str | None) -> None:
         await retry_call(
@@ -365,7 +363,7 @@ class Runner:
             "concurrency": self.config.concurrency,
             "agent": self.target.spec,
         }
-        while True:
+        while not self._closing:
             await asyncio.sleep(self.config.heartbeat_interval)
             ids = list(self._running)
             try:
@@ -381,11 +379,3 @@ class Runner:
                 running = self._running.get(attempt_id)
                 if attempt_id not in alive and running is not None and running.reason is None:
                     running.stop("ended")
-
-
-def _error_text(exc: BaseException) -> str:
-    if isinstance(exc, AgentError):
-        text = exc.traceback_text
-    else:
-        text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    return text if len(text) <= _MAX_ERROR_CHARS else "...\n" + text[-_MAX_ERROR_CHARS:]

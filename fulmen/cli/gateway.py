@@ -11,14 +11,16 @@ their OpenAI base URL (plain ``/v1`` works too, recorded as untracked calls).
 from __future__ import annotations
 
 import argparse
+import asyncio
 import ipaddress
 import os
 import signal
+from collections.abc import Callable
 from typing import Any
 
 from fulmen.errors import ConfigError
 
-__all__ = ["register"]
+__all__ = ["loop_factory", "register"]
 
 
 def register(subparsers: Any) -> None:
@@ -58,15 +60,45 @@ def register(subparsers: Any) -> None:
         default="FULMEN_TOKEN",
         help="environment variable with the bearer token agents must send (default FULMEN_TOKEN)",
     )
-    parser.add_argument(
-        "--read-timeout", type=float, default=600.0, help="seconds to wait for upstream bytes"
-    )
+    _add_config_options(parser)
     parser.set_defaults(func=_run)
 
 
-def _run(args: argparse.Namespace) -> int:
-    import asyncio
+def _add_config_options(parser: argparse.ArgumentParser) -> None:
+    """One ``--option`` per scalar ``GatewayConfig`` field, its help taken from the docstring."""
+    from fulmen.gateway.config import GatewayConfig
 
+    helps = _attribute_docs(GatewayConfig.__doc__ or "")
+    group = parser.add_argument_group("gateway options (GatewayConfig)")
+    for name, field in GatewayConfig.model_fields.items():
+        kind: object = field.annotation
+        if kind is not int and kind is not float and kind is not bool:
+            continue
+        flag = "--" + name.replace("_", "-")
+        text = f"{helps.get(name, '')} (default {field.default})"
+        if kind is bool:
+            group.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=text)
+        else:
+            group.add_argument(flag, type=kind, default=None, dest=name, help=text)
+
+
+def _attribute_docs(doc: str) -> dict[str, str]:
+    """Map each ``name: text`` entry of a Google-style ``Attributes:`` section to its text."""
+    out: dict[str, str] = {}
+    current: str | None = None
+    for line in doc.split("Attributes:", 1)[-1].splitlines():
+        stripped = line.strip()
+        head, sep, rest = stripped.partition(": ")
+        is_entry = line.startswith(" " * 8) and not line.startswith(" " * 9)
+        if sep and head.isidentifier() and is_entry:
+            current = head
+            out[head] = rest
+        elif current and stripped:
+            out[current] += " " + stripped
+    return out
+
+
+def _run(args: argparse.Namespace) -> int:
     token = os.environ.get(args.token_env) or None
     if not _is_loopback(args.host) and token is None:
         raise ConfigError(
@@ -77,9 +109,10 @@ def _run(args: argparse.Namespace) -> int:
         raise ConfigError("give at least one --upstream or --hosted-upstream URL")
     # uvicorn shuts down gracefully on SIGTERM, then re-raises it; a stop we asked for is a
     # clean exit (0), so the re-raised signal is swallowed here.
-    previous = signal.signal(signal.SIGTERM, lambda *_: None)
+    previous = signal.signal(signal.SIGTERM, _ignore_signal)
     try:
-        asyncio.run(_serve(args, token))
+        with asyncio.Runner(loop_factory=loop_factory()) as runner:
+            runner.run(_serve(args, token))
     finally:
         signal.signal(signal.SIGTERM, previous)
     return 0
@@ -97,7 +130,8 @@ async def _serve(args: argparse.Namespace, token: str | None) -> None:
         Upstream(base_url=url, api_key=api_key, is_token_level=False)
         for url in args.hosted_upstream
     ]
-    config = GatewayConfig(read_timeout_s=args.read_timeout)
+    chosen = {n: getattr(args, n, None) for n in GatewayConfig.model_fields}
+    config = GatewayConfig(**{n: v for n, v in chosen.items() if v is not None})
     store = await open_store(args.store)
     try:
         app = create_app(store, upstreams, token=token, config=config)
@@ -107,6 +141,19 @@ async def _serve(args: argparse.Namespace, token: str | None) -> None:
         await uvicorn.Server(server_config).serve()
     finally:
         await store.aclose()
+
+
+def loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """Return uvloop's loop factory when uvloop is installed (the gateway's hot path is I/O)."""
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    return uvloop.new_event_loop
+
+
+def _ignore_signal(signum: int, frame: object) -> None:
+    del signum, frame
 
 
 def _is_loopback(host: str) -> bool:

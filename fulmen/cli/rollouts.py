@@ -288,6 +288,7 @@ def register(subparsers: Any) -> None:
         "list",
         help="list rollouts in enqueue order",
         description="List rollouts in enqueue order, one line each, filtered by status and mode.",
+        epilog="example: fulmen rollouts list --store http://127.0.0.1:4747 --status failed",
     )
     add_store_options(listing)
     listing.add_argument(

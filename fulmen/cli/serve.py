@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import sys
 import ipaddress
+import sys
 from typing import Any
 
 from fulmen.errors import ConfigError
@@ -33,7 +33,13 @@ def register(subparsers: Any) -> None:
     p.add_argument("--max-lora-rank", type=int, default=64)
     p.add_argument("--max-model-len", type=int, default=None)
     p.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
-    p.add_argument("--threads", type=int, default=2, help="torch threads (built-in engine)")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch threads of the built-in engine (1 is fastest on a shared machine)",
+    )
+    p.add_argument("--attn-implementation", choices=["eager", "sdpa"], default="eager")
     p.add_argument(
         "--vllm-python",
         default=None,
@@ -92,6 +98,7 @@ def _run(args: argparse.Namespace) -> int:
         max_lora_rank=args.max_lora_rank,
         max_model_len=args.max_model_len,
         dtype=args.dtype,
+        attn_implementation=args.attn_implementation,
     )
     app = create_app(model, max_batch=args.max_batch, threads=args.threads)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")

@@ -43,7 +43,8 @@ def add_store_options(parser: argparse.ArgumentParser) -> None:
         metavar="URL",
         default=os.environ.get("FULMEN_STORE_URL", DEFAULT_STORE_URL),
         help="store to read: http://host:port (a running `fulmen store serve`), "
-        "sqlite:///path.db or postgresql://... (default: $FULMEN_STORE_URL, else %(default)s)",
+        f"sqlite:///path.db or postgresql://... (default: $FULMEN_STORE_URL, else "
+        f"{DEFAULT_STORE_URL})",
     )
     parser.add_argument(
         "--token",
@@ -124,7 +125,27 @@ def register(subparsers: Any) -> None:
         description="The store holds rollouts, attempts, spans, LLM calls and resources.",
     )
     commands = parser.add_subparsers(dest="store_command", metavar="SUBCOMMAND", required=True)
+    _register_serve(commands)
 
+    stats = commands.add_parser(
+        "stats",
+        help="count rollouts, attempts, spans, LLM calls, resources and workers",
+        description="Print counts over the whole store, by status.",
+    )
+    add_store_options(stats)
+    stats.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    stats.set_defaults(func=_stats)
+
+    openapi = commands.add_parser(
+        "openapi",
+        help="print the OpenAPI 3.1 spec of the store service",
+        description="Print the OpenAPI spec generated from the code (docs/openapi.json holds "
+        "the committed copy).",
+    )
+    openapi.set_defaults(func=_openapi)
+
+
+def _register_serve(commands: Any) -> None:
     serve = commands.add_parser(
         "serve",
         help="serve a store over HTTP for runners and algorithms on other machines",
@@ -132,13 +153,19 @@ def register(subparsers: Any) -> None:
         "Clients connect with open_store('http://HOST:PORT'). The server runs the watchdog "
         "that ends timed-out and lost attempts. Binding anything but loopback requires a "
         "token. Stops cleanly on SIGTERM or Ctrl-C.",
+        epilog="examples:\n"
+        "  fulmen store serve --db runs.db\n"
+        "  FULMEN_STORE_TOKEN=$(openssl rand -hex 16) \\\n"
+        "    fulmen store serve --db postgresql://user@db/fulmen --host 0.0.0.0 --port 4747\n"
+        "  then, elsewhere: FULMEN_STORE_URL=http://HOST:4747 fulmen store stats",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     serve.add_argument(
         "--db",
         default=os.environ.get("FULMEN_STORE_DB", DEFAULT_STORE_URL),
         metavar="PATH_OR_URL",
         help="backend to serve: a SQLite path or sqlite:///path.db, postgresql://..., or "
-        "memory:// (default: $FULMEN_STORE_DB, else %(default)s)",
+        f"memory:// (default: $FULMEN_STORE_DB, else {DEFAULT_STORE_URL})",
     )
     serve.add_argument(
         "--host", default="127.0.0.1", help="address to listen on (default: %(default)s)"
@@ -164,20 +191,3 @@ def register(subparsers: Any) -> None:
     )
     serve.add_argument("--access-log", action="store_true", help="log every request")
     serve.set_defaults(func=_serve)
-
-    stats = commands.add_parser(
-        "stats",
-        help="count rollouts, attempts, spans, LLM calls, resources and workers",
-        description="Print counts over the whole store, by status.",
-    )
-    add_store_options(stats)
-    stats.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    stats.set_defaults(func=_stats)
-
-    openapi = commands.add_parser(
-        "openapi",
-        help="print the OpenAPI 3.1 spec of the store service",
-        description="Print the OpenAPI spec generated from the code (docs/openapi.json holds "
-        "the committed copy).",
-    )
-    openapi.set_defaults(func=_openapi)

@@ -50,14 +50,19 @@ def _train(args: argparse.Namespace) -> int:
     from fulmen.trainer.config import load_config
     from fulmen.trainer.trainer import Trainer
 
+    from fulmen.trainer.metrics import read_metrics
+
     config = load_config(args.config, overrides=args.set)
     history = Trainer(config).fit()
-    if history:
-        last = history[-1]
-        print(
-            f"done: {len(history)} steps this run; last reward {last['reward/mean']:.3f}; "
-            f"metrics in {config.run_dir / 'metrics.jsonl'}"
-        )
+    records = read_metrics(config.run_dir / "metrics.jsonl")
+    train = [r["reward/mean"] for r in records if r.get("reward/mean") is not None]
+    val = [r["val/reward_mean"] for r in records if r.get("val/reward_mean") is not None]
+    print(f"done: {len(history)} steps in this run, {len(train)} in all")
+    if train:
+        print(f"train reward: first step {train[0]:.3f} -> last step {train[-1]:.3f}")
+    if val:
+        print(f"validation reward: before {val[0]:.3f} -> after {val[-1]:.3f}")
+    print(f"metrics: {config.run_dir / 'metrics.jsonl'}")
     return 0
 
 

@@ -42,7 +42,7 @@ class Engine(Protocol):
         ...
 
     async def health(self) -> bool:
-        """True when the server answers its health check."""
+        """Return True when the server answers its health check."""
         ...
 
     async def load_adapter(self, name: str, path: str) -> int | None:

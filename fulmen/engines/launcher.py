@@ -30,7 +30,7 @@ logger = logging.getLogger(__name__)
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that was free on ``host`` a moment ago."""
+    """Return a TCP port that was free on ``host`` a moment ago."""
     with socket.socket() as s:
         s.bind((host, 0))
         return int(s.getsockname()[1])
@@ -49,8 +49,16 @@ class EngineProcess:
 
     capabilities = Capabilities()
 
-    def __init__(self, command: list[str], *, host: str, port: int, env: dict[str, str] | None = None,
-                 log_path: Path | None = None, startup_timeout: float = 180.0) -> None:
+    def __init__(
+        self,
+        command: list[str],
+        *,
+        host: str,
+        port: int,
+        env: dict[str, str] | None = None,
+        log_path: Path | None = None,
+        startup_timeout: float = 180.0,
+    ) -> None:
         self.command = command
         self.host, self.port = host, port
         self.env = env or {}
@@ -75,21 +83,31 @@ class EngineProcess:
             raise EngineError("engine process already started; create a new launcher")
         self._log = open(self.log_path, "ab") if self.log_path else None  # noqa: SIM115
         logger.info("starting engine: %s", " ".join(self.command))
-        self._proc = subprocess.Popen(self.command, env={**os.environ, **self.env},
-                                      stdout=self._log, stderr=subprocess.STDOUT if self._log else None,
-                                      stdin=subprocess.DEVNULL, start_new_session=True)
+        self._proc = subprocess.Popen(
+            self.command,
+            env={**os.environ, **self.env},
+            stdout=self._log,
+            stderr=subprocess.STDOUT if self._log else None,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         deadline = time.monotonic() + self.startup_timeout
         while time.monotonic() < deadline:
-            if self._proc.poll() is not None:
+            code = self._proc.poll()
+            if code is not None:
                 self.stop()
-                raise EngineError(f"engine exited with code {self._proc.returncode} during startup"
-                                  f" (log: {self.log_path})", detail={"command": self.command})
+                raise EngineError(
+                    f"engine exited with code {code} during startup (log: {self.log_path})",
+                    detail={"command": self.command},
+                )
             with contextlib.suppress(httpx.HTTPError):
                 if httpx.get(f"{self.root_url}/health", timeout=2).status_code == 200:
                     return
             time.sleep(0.5)
         self.stop()
-        raise EngineError(f"engine not healthy after {self.startup_timeout:.0f}s (log: {self.log_path})")
+        raise EngineError(
+            f"engine not healthy after {self.startup_timeout:.0f}s (log: {self.log_path})"
+        )
 
     def stop(self, timeout: float = 20.0) -> None:
         """SIGTERM the process group, then SIGKILL it if still alive after ``timeout``."""
@@ -109,10 +127,17 @@ class EngineProcess:
 
     def run_forever(self) -> int:
         """Start, then wait until the child exits or the user interrupts; returns its exit code."""
-        self.start()
-        proc = self._proc
-        print(f"serving on {self.base_url}", file=sys.stderr, flush=True)
+
+        def interrupt(signum: int, frame: object) -> None:
+            raise KeyboardInterrupt  # unwinds into the finally below, which stops the child
+
+        # SIGTERM too: a supervisor stopping `fulmen serve` must not orphan the engine
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, interrupt)
         try:
+            self.start()
+            proc = self._proc
+            print(f"serving on {self.base_url}", file=sys.stderr, flush=True)
             return proc.wait() if proc is not None else 1
         except KeyboardInterrupt:
             return 130
@@ -130,8 +155,10 @@ class EngineProcess:
         async with httpx.AsyncClient(timeout=600) as client:
             response = await client.post(f"{self.root_url}{path}", json=body)
         if response.status_code >= 400:
-            raise EngineError(f"{path} failed with {response.status_code}: {response.text}",
-                              detail={"status": response.status_code})
+            raise EngineError(
+                f"{path} failed with {response.status_code}: {response.text}",
+                detail={"status": response.status_code},
+            )
         return response
 
     @staticmethod
@@ -140,7 +167,7 @@ class EngineProcess:
         return int(header) if header is not None else None
 
     async def health(self) -> bool:
-        """True when ``/health`` answers 200."""
+        """Return True when ``/health`` answers 200."""
         try:
             async with httpx.AsyncClient(timeout=5) as client:
                 return (await client.get(f"{self.root_url}/health")).status_code == 200
@@ -149,9 +176,12 @@ class EngineProcess:
 
     async def load_adapter(self, name: str, path: str) -> int | None:
         """``POST /v1/load_lora_adapter``."""
-        return self._version(await self._post("/v1/load_lora_adapter",
-                                              {"lora_name": name, "lora_path": path,
-                                               "load_inplace": True}))
+        return self._version(
+            await self._post(
+                "/v1/load_lora_adapter",
+                {"lora_name": name, "lora_path": path, "load_inplace": True},
+            )
+        )
 
     async def unload_adapter(self, name: str) -> int | None:
         """``POST /v1/unload_lora_adapter``."""
@@ -183,13 +213,35 @@ class BuiltinLauncher(EngineProcess):
 
     capabilities = Capabilities(full_reload=True, policy_version=True, replace_adapter=True)
 
-    def __init__(self, model: str, *, port: int | None = None, max_batch: int = 8,
-                 max_lora_rank: int = 64, threads: int = 2, python: str | None = None,
-                 log_path: Path | None = None, extra_args: list[str] | None = None) -> None:
+    def __init__(
+        self,
+        model: str,
+        *,
+        port: int | None = None,
+        max_batch: int = 8,
+        max_lora_rank: int = 64,
+        threads: int = 1,
+        python: str | None = None,
+        log_path: Path | None = None,
+        extra_args: list[str] | None = None,
+    ) -> None:
         port = port or free_port()
-        command = [python or sys.executable, "-m", "fulmen.cli.serve", "--model", model,
-                   "--port", str(port), "--max-batch", str(max_batch),
-                   "--max-lora-rank", str(max_lora_rank), "--threads", str(threads),
-                   *(extra_args or [])]
-        super().__init__(command, host="127.0.0.1", port=port, log_path=log_path,
-                         startup_timeout=600.0)
+        command = [
+            python or sys.executable,
+            "-m",
+            "fulmen.cli.serve",
+            "--model",
+            model,
+            "--port",
+            str(port),
+            "--max-batch",
+            str(max_batch),
+            "--max-lora-rank",
+            str(max_lora_rank),
+            "--threads",
+            str(threads),
+            *(extra_args or []),
+        ]
+        super().__init__(
+            command, host="127.0.0.1", port=port, log_path=log_path, startup_timeout=600.0
+        )

@@ -36,7 +36,7 @@ _CPU_ENV = {
 
 
 def find_vllm_python(explicit: str | None = None) -> str | None:
-    """The python to run vLLM with: ``explicit``, ``$FULMEN_VLLM_PYTHON``, or the default venv."""
+    """Find the python to run vLLM: ``explicit``, ``$FULMEN_VLLM_PYTHON`` or the default venv."""
     for candidate in (explicit, os.environ.get("FULMEN_VLLM_PYTHON"), DEFAULT_VLLM_PYTHON):
         if candidate and Path(candidate).is_file():
             return candidate
@@ -59,27 +59,56 @@ class VLLMLauncher(EngineProcess):
 
     capabilities = Capabilities(full_reload=False, policy_version=False, replace_adapter=True)
 
-    def __init__(self, model: str, *, host: str = "127.0.0.1", port: int | None = None,
-                 served_model_name: str | None = None, max_lora_rank: int = 64,
-                 max_model_len: int | None = None, dtype: str = "float32",
-                 python: str | None = None, log_path: Path | None = None,
-                 extra_args: list[str] | None = None) -> None:
+    def __init__(
+        self,
+        model: str,
+        *,
+        host: str = "127.0.0.1",
+        port: int | None = None,
+        served_model_name: str | None = None,
+        max_lora_rank: int = 64,
+        max_model_len: int | None = None,
+        dtype: str = "float32",
+        python: str | None = None,
+        log_path: Path | None = None,
+        extra_args: list[str] | None = None,
+    ) -> None:
         from fulmen.engines.models import resolve_model
 
         interpreter = find_vllm_python(python)
         if interpreter is None:
-            raise ConfigError("no python with vllm found: pass --vllm-python, set "
-                              f"FULMEN_VLLM_PYTHON, or create {DEFAULT_VLLM_PYTHON}")
+            raise ConfigError(
+                "no python with vllm found: pass --vllm-python, set "
+                f"FULMEN_VLLM_PYTHON, or create {DEFAULT_VLLM_PYTHON}"
+            )
         port = port or free_port(host)
         path = resolve_model(model)
         command = [
-            interpreter, "-m", "vllm.entrypoints.openai.api_server",
-            "--model", str(path), "--served-model-name", served_model_name or model,
-            "--host", host, "--port", str(port), "--dtype", dtype,
-            "--max-model-len", str(max_model_len or 2048),
-            "--enable-lora", "--max-lora-rank", str(max_lora_rank), "--max-loras", "4",
-            "--enable-auto-tool-choice", "--tool-call-parser", "hermes",
+            interpreter,
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            str(path),
+            "--served-model-name",
+            served_model_name or model,
+            "--host",
+            host,
+            "--port",
+            str(port),
+            "--dtype",
+            dtype,
+            "--max-model-len",
+            str(max_model_len or 2048),
+            "--enable-lora",
+            "--max-lora-rank",
+            str(max_lora_rank),
+            "--max-loras",
+            "4",
+            "--enable-auto-tool-choice",
+            "--tool-call-parser",
+            "hermes",
             *(extra_args or []),
         ]
-        super().__init__(command, host=host, port=port, env=_CPU_ENV, log_path=log_path,
-                         startup_timeout=600.0)
+        super().__init__(
+            command, host=host, port=port, env=_CPU_ENV, log_path=log_path, startup_timeout=600.0
+        )

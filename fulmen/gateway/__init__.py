@@ -3,15 +3,42 @@
 Agents point their ``base_url`` at ``{gateway}/rollout/{rollout_id}/attempt/{attempt_id}/v1``;
 the gateway forwards to the inference engines, asks them for token ids and logprobs, shows the
 agent the reply it asked for, and writes one ``LLMCallCreate`` per call to the store.
-Importing this package loads Starlette and httpx; ``import fulmen`` does not import it.
+Names load lazily: ``fulmen.gateway.config`` alone does not import Starlette or httpx.
 """
 
 from __future__ import annotations
 
-from fulmen.gateway.app import create_app
-from fulmen.gateway.config import GatewayConfig
-from fulmen.gateway.proxy import Gateway
-from fulmen.gateway.recorder import CallRecorder
-from fulmen.gateway.upstreams import Upstream, UpstreamPool
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __all__ = ["CallRecorder", "Gateway", "GatewayConfig", "Upstream", "UpstreamPool", "create_app"]
+
+# public name → module that defines it
+_LAZY: dict[str, str] = {
+    "CallRecorder": "fulmen.gateway.recorder",
+    "Gateway": "fulmen.gateway.proxy",
+    "GatewayConfig": "fulmen.gateway.config",
+    "Upstream": "fulmen.gateway.upstreams",
+    "UpstreamPool": "fulmen.gateway.upstreams",
+    "create_app": "fulmen.gateway.app",
+}
+
+if TYPE_CHECKING:
+    from fulmen.gateway.app import create_app
+    from fulmen.gateway.config import GatewayConfig
+    from fulmen.gateway.proxy import Gateway
+    from fulmen.gateway.recorder import CallRecorder
+    from fulmen.gateway.upstreams import Upstream, UpstreamPool
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'fulmen.gateway' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import hmac
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
 import orjson
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -61,7 +62,7 @@ def create_app(
     gateway = Gateway(store, engines, token=token, config=config, transport=transport)
 
     @asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+    async def lifespan(app: Starlette) -> AsyncGenerator[None]:
         del app
         gateway.start()
         try:
@@ -80,7 +81,11 @@ def create_app(
     app = Starlette(
         routes=routes,
         lifespan=lifespan,
-        exception_handlers={FulmenError: _fulmen_error, Exception: _unexpected_error},
+        exception_handlers={
+            FulmenError: _fulmen_error,
+            HTTPException: _http_error,
+            Exception: _unexpected_error,
+        },
     )
     if token is not None:
         app.add_middleware(TokenAuth, token=token, open_paths=("/healthz",))
@@ -132,6 +137,20 @@ async def _fulmen_error(request: Request, exc: Exception) -> Response:
     return Response(
         orjson.dumps(openai_error_body(error)), error.http_status, media_type="application/json"
     )
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    status = exc.status_code if isinstance(exc, HTTPException) else 500
+    detail = exc.detail if isinstance(exc, HTTPException) else str(exc)
+    body = {
+        "error": {
+            "message": f"{detail}: {request.method} {request.url.path}",
+            "type": "invalid_request_error",
+            "param": None,
+            "code": "not_found" if status == 404 else "invalid_request",
+        }
+    }
+    return Response(orjson.dumps(body), status, media_type="application/json")
 
 
 async def _unexpected_error(request: Request, exc: Exception) -> Response:

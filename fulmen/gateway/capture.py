@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from fulmen.types import LLMCallCreate, LLMChoice
 
@@ -22,6 +22,8 @@ __all__ = [
     "Exchange",
     "agent_chunk",
     "agent_view",
+    "as_array",
+    "as_object",
     "build_call",
     "prepare_request",
 ]
@@ -55,23 +57,23 @@ def prepare_request(
     """
     out = dict(body)
     out.update(overrides)
+    if endpoint not in TOKEN_ENDPOINTS:
+        return out, Asked(token_ids=True, logprobs=True, usage=True)  # nothing added: hide none
     raw_logprobs = body.get("logprobs")
     asked_logprobs = bool(raw_logprobs) if endpoint == CHAT else _is_set(raw_logprobs)
-    stream_options = body.get("stream_options")
-    options = dict(stream_options) if isinstance(stream_options, Mapping) else {}
+    options = dict(as_object(body.get("stream_options")) or {})
     asked = Asked(
         token_ids=bool(body.get("return_token_ids")),
         logprobs=asked_logprobs,
         usage=bool(options.get("include_usage")),
     )
-    if endpoint in TOKEN_ENDPOINTS:
-        if is_token_level:
-            out["return_token_ids"] = True
-            if not asked_logprobs:
-                out["logprobs"] = True if endpoint == CHAT else 1
-        if body.get("stream"):
-            # Usage of a streamed call only arrives if asked for; the record needs it.
-            out["stream_options"] = {**options, "include_usage": True}
+    if is_token_level:
+        out["return_token_ids"] = True
+        if not asked_logprobs:
+            out["logprobs"] = True if endpoint == CHAT else 1
+    if body.get("stream"):
+        # Usage of a streamed call only arrives if asked for; the record needs it.
+        out["stream_options"] = {**options, "include_usage": True}
     return out, asked
 
 
@@ -86,9 +88,8 @@ def agent_view(response: dict[str, Any], asked: Asked) -> dict[str, Any]:
     out = dict(response)
     if not asked.token_ids:
         out.pop("prompt_token_ids", None)
-    choices = response.get("choices")
-    if isinstance(choices, list):
-        out["choices"] = [_strip_choice(c, asked) for c in choices]
+    if "choices" in response:
+        out["choices"] = [_strip_choice(c, asked) for c in as_array(response["choices"])]
     return out
 
 
@@ -100,9 +101,10 @@ def agent_chunk(chunk: dict[str, Any], asked: Asked) -> dict[str, Any] | None:
 
 
 def _strip_choice(choice: Any, asked: Asked) -> Any:
-    if not isinstance(choice, dict):
+    fields = as_object(choice)
+    if fields is None:
         return choice
-    out = dict(choice)
+    out = dict(fields)
     if not asked.token_ids:
         out.pop("token_ids", None)
         out.pop("prompt_token_ids", None)
@@ -136,7 +138,7 @@ class Exchange:
 def build_call(exchange: Exchange) -> LLMCallCreate:
     """Build the record of ``exchange``, token-level when the engine gave ids and logprobs."""
     response = exchange.response or {}
-    choices = [_choice(c, exchange.endpoint) for c in _list(response.get("choices"))]
+    choices = [_choice(c, exchange.endpoint) for c in as_array(response.get("choices"))]
     prompt_ids = _prompt_token_ids(response)
     is_token_level = (
         exchange.endpoint in TOKEN_ENDPOINTS
@@ -148,10 +150,9 @@ def build_call(exchange: Exchange) -> LLMCallCreate:
     version = response.get("policy_version")
     if version is None:
         version = exchange.policy_version
-    usage = response.get("usage")
-    error = exchange.error
-    if error is None and isinstance(response.get("error"), dict):
-        error = response["error"]  # an error event inside an otherwise successful stream
+    usage = as_object(response.get("usage"))
+    # An error event inside an otherwise successful stream counts as the call's error.
+    error = exchange.error or as_object(response.get("error"))
     return LLMCallCreate(
         call_id=exchange.call_id,
         rollout_id=exchange.rollout_id,
@@ -169,23 +170,25 @@ def build_call(exchange: Exchange) -> LLMCallCreate:
         is_stream=exchange.is_stream,
         started_at=exchange.started_at,
         latency_s=exchange.latency_s,
-        usage=usage if isinstance(usage, dict) else {},
+        usage=usage or {},
         error=error,
     )
 
 
-def _choice(raw: Any, endpoint: str) -> LLMChoice:
-    if not isinstance(raw, dict):
+def _choice(value: Any, endpoint: str) -> LLMChoice:
+    raw = as_object(value)
+    if raw is None:
         return LLMChoice()
-    logprobs = raw.get("logprobs")
+    logprobs = as_object(raw.get("logprobs")) or {}
+    values: Any
     if endpoint == CHAT:
-        message = raw.get("message")
-        text = message.get("content") if isinstance(message, dict) else None
-        entries = logprobs.get("content") if isinstance(logprobs, dict) else None
-        values = [e.get("logprob") for e in entries if isinstance(e, dict)] if entries else None
+        text = (as_object(raw.get("message")) or {}).get("content")
+        entries = [as_object(e) or {} for e in as_array(logprobs.get("content"))]
+        has_entries = isinstance(logprobs.get("content"), list)
+        values = [e.get("logprob") for e in entries] if has_entries else None
     else:
         text = raw.get("text")
-        values = logprobs.get("token_logprobs") if isinstance(logprobs, dict) else None
+        values = logprobs.get("token_logprobs")
     index = raw.get("index")
     finish = raw.get("finish_reason")
     return LLMChoice(
@@ -202,7 +205,8 @@ def _prompt_token_ids(response: Mapping[str, Any]) -> list[int] | None:
     if top is not None:
         return top
     # /v1/completions puts the prompt on each choice; one record holds one prompt.
-    per_choice = [_ints(c.get("prompt_token_ids")) for c in _dicts(response.get("choices"))]
+    choices = [as_object(c) or {} for c in as_array(response.get("choices"))]
+    per_choice = [_ints(c.get("prompt_token_ids")) for c in choices]
     if per_choice and per_choice[0] is not None and all(p == per_choice[0] for p in per_choice):
         return per_choice[0]
     return None
@@ -216,25 +220,29 @@ def _is_token_level(choice: LLMChoice) -> bool:
     )
 
 
-def _list(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else []
+def as_object(value: object) -> dict[str, Any] | None:
+    """Return ``value`` as a JSON object, or ``None`` when it is not one."""
+    return cast("dict[str, Any]", value) if isinstance(value, dict) else None
 
 
-def _dicts(value: Any) -> list[dict[str, Any]]:
-    return [v for v in _list(value) if isinstance(v, dict)]
+def as_array(value: object) -> list[Any]:
+    """Return ``value`` as a JSON array; anything else reads as an empty one."""
+    return cast("list[Any]", value) if isinstance(value, list) else []
 
 
 def _ints(value: Any) -> list[int] | None:
-    if isinstance(value, list) and all(type(v) is int for v in value):
-        return value
+    items = as_array(value)
+    if isinstance(value, list) and all(type(v) is int for v in items):
+        return cast("list[int]", items)
     return None
 
 
 def _floats(value: Any) -> list[float] | None:
+    items = as_array(value)
     if isinstance(value, list) and all(
-        isinstance(v, int | float) and not isinstance(v, bool) for v in value
+        isinstance(v, int | float) and not isinstance(v, bool) for v in items
     ):
-        return [float(v) for v in value]
+        return [float(v) for v in items]
     return None
 
 

@@ -16,6 +16,9 @@ class GatewayConfig(BaseModel):
         connect_retries: extra rounds over the upstreams after every one refused a connection.
         retry_backoff_s: base of the capped, jittered wait between those rounds.
         max_connections: pooled connections to all upstreams together.
+        keepalive_s: idle upstream connections are closed after this; kept below the engines'
+            own keep-alive (uvicorn and vLLM: 5 s) so a connection is not reused just as the
+            engine closes it.
         unhealthy_s: how long an upstream that refused a connection is tried last.
         attempt_ttl_s: how long a running attempt's status is trusted before it is re-read
             (final statuses are cached for good).
@@ -36,6 +39,7 @@ class GatewayConfig(BaseModel):
     connect_retries: int = Field(default=2, ge=0, le=10)
     retry_backoff_s: float = Field(default=0.05, ge=0)
     max_connections: int = Field(default=512, ge=1)
+    keepalive_s: float = Field(default=2.0, ge=0)
     unhealthy_s: float = Field(default=5.0, ge=0)
     attempt_ttl_s: float = Field(default=1.0, ge=0)
     max_body_bytes: int = Field(default=32 * 1024 * 1024, ge=1024)

@@ -9,6 +9,7 @@ opened as streams; the caller reads them whole or chunk by chunk and closes them
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 from collections.abc import AsyncIterator, Callable, Mapping
 
@@ -19,6 +20,8 @@ from fulmen.gateway.errors import UpstreamTimeout, UpstreamUnavailable
 from fulmen.gateway.upstreams import Upstream, UpstreamPool
 
 __all__ = ["Forwarder", "UpstreamReply"]
+
+_log = logging.getLogger(__name__)
 
 # Headers that describe one hop, or that httpx sets itself, never copied between hops.
 HOP_HEADERS = frozenset(
@@ -108,6 +111,7 @@ class Forwarder:
         limits = httpx.Limits(
             max_connections=config.max_connections,
             max_keepalive_connections=config.max_connections,
+            keepalive_expiry=config.keepalive_s,
         )
         self._client = httpx.AsyncClient(timeout=timeout, limits=limits, transport=transport)
 
@@ -150,7 +154,7 @@ class Forwarder:
     ) -> UpstreamReply | None:
         self._pool.acquire(upstream)
         try:
-            response = await self._client.send(request, stream=True)
+            response = await self._send(request)
         except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
             self._pool.release(upstream)
             self._pool.mark_down(upstream)
@@ -168,6 +172,17 @@ class Forwarder:
             self._pool.release(upstream)
             raise
         return UpstreamReply(upstream, response, self._pool)
+
+    async def _send(self, request: httpx.Request) -> httpx.Response:
+        try:
+            return await self._client.send(request, stream=True)
+        except httpx.RemoteProtocolError as exc:
+            # A pooled connection the engine closed while idle: the engine never read the
+            # request (it answered nothing), so one resend on a fresh connection is safe.
+            if "without sending a response" not in str(exc):
+                raise
+            _log.debug("upstream closed an idle connection; resending once: %r", exc)
+            return await self._client.send(request, stream=True)
 
     async def aclose(self) -> None:
         """Close every pooled connection."""

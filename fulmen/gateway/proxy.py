@@ -1,8 +1,9 @@
 """The gateway's core: one object that forwards a call, shows the agent its reply, records it.
 
 ``Gateway`` owns the engine pool, the forwarder, the context resolver and the recorder. Its
-``handle`` runs one request end to end; records are built after the reply is on its way (a
-Starlette background task for whole replies, the stream's ``finally`` for streams).
+``handle`` runs one request end to end. The raw exchange is queued before the agent gets the
+last byte (so ``flush`` after a reply always covers it); the record is built and validated by
+the recorder's background task, off the request path.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import uuid
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
+import anyio
 import httpx
 import orjson
 from starlette.requests import Request
@@ -25,6 +27,7 @@ from fulmen.gateway.capture import (
     Exchange,
     agent_chunk,
     agent_view,
+    as_object,
     prepare_request,
 )
 from fulmen.gateway.config import GatewayConfig
@@ -124,9 +127,10 @@ class Gateway:
             body = orjson.loads(raw)
         except orjson.JSONDecodeError as exc:
             raise BadRequest(f"request body is not valid JSON: {exc}") from exc
-        if not isinstance(body, dict):
+        fields = as_object(body)
+        if fields is None:
             raise BadRequest(f"request body must be a JSON object, got {type(body).__name__}")
-        return body
+        return fields
 
     async def _pass_through(
         self, request: Request, endpoint: str, ctx: CallContext | None
@@ -137,7 +141,7 @@ class Gateway:
             endpoint,
             rollout_id=ctx.rollout_id if ctx else None,
             headers=_forward_headers(request),
-            agent_auth=self._agent_auth(request),
+            agent_auth=self.agent_auth(request),
             body_for=lambda _u: raw or None,
             params=dict(request.query_params),
         )
@@ -147,7 +151,8 @@ class Gateway:
             await reply.aclose()
         return Response(content, reply.status_code, headers=reply.headers())
 
-    def _agent_auth(self, request: Request) -> str | None:
+    def agent_auth(self, request: Request) -> str | None:
+        """Return the Authorization header to forward upstream (none with a gateway token)."""
         # With a gateway token the agent's bearer is that token: never leak it upstream.
         return None if self.token is not None else request.headers.get("authorization")
 
@@ -203,8 +208,9 @@ class _Call:
             self.endpoint,
             rollout_id=self.ctx.rollout_id if self.ctx else None,
             headers=_forward_headers(self.request),
-            agent_auth=gateway._agent_auth(self.request),
+            agent_auth=gateway.agent_auth(self.request),
             body_for=self._body_for,
+            params=dict(self.request.query_params) or None,
         )
         if reply.status_code == 400 and gateway.pool.is_token_level(reply.upstream):
             # A hosted API that rejects ``return_token_ids``: remember it, resend as text.
@@ -252,7 +258,7 @@ class _Call:
         return None
 
     async def whole(self, reply: UpstreamReply) -> Response:
-        """Read a whole reply, show the agent its view, record the rest after sending."""
+        """Read a whole reply, queue its record, and give the agent its view of it."""
         try:
             content = await reply.read()
         except FulmenError as exc:
@@ -305,7 +311,9 @@ class _Call:
             is_tokens = self.endpoint in TOKEN_ENDPOINTS
             response = accumulator.response() if is_tokens else None
             self.finish(response, error=error, policy_version=self._policy_version(reply))
-            await reply.aclose()
+            # The agent may have hung up (this task is being cancelled): close anyway.
+            with anyio.CancelScope(shield=True):
+                await reply.aclose()
 
     def _rewrite(self, event: bytes, accumulator: StreamAccumulator) -> bytes:
         data = event_data(event)
@@ -330,13 +338,14 @@ def _loads_object(raw: bytes) -> dict[str, Any] | None:
         value = orjson.loads(raw)
     except orjson.JSONDecodeError:
         return None
-    return value if isinstance(value, dict) else None
+    return as_object(value)
 
 
 def _error_of(data: dict[str, Any]) -> dict[str, Any]:
     error = data.get("error")
-    if isinstance(error, dict):
-        return error
+    fields = as_object(error)
+    if fields is not None:
+        return fields
     return {"message": str(error if error is not None else data)[:2000], "type": "upstream_error"}
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fulmen.gateway.capture import CHAT
+from fulmen.gateway.capture import CHAT, as_array, as_object
 
 __all__ = ["SSEDecoder", "StreamAccumulator", "event_data"]
 
@@ -56,21 +56,22 @@ class _Choice:
         self.stop_reason: Any = None
 
     def add_ids(self, ids: Any) -> None:
-        if isinstance(ids, list):
-            self.token_ids = (self.token_ids or []) + ids
+        items = as_array(ids)
+        if items or ids == []:
+            self.token_ids = (self.token_ids or []) + items
 
     def add_logprobs(self, logprobs: Any) -> None:
-        if not isinstance(logprobs, dict):
-            return
-        for key, value in logprobs.items():
-            if isinstance(value, list):
-                self.logprobs.setdefault(key, []).extend(value)
+        for key, value in (as_object(logprobs) or {}).items():
+            items = as_array(value)
+            if items or value == []:
+                self.logprobs.setdefault(key, []).extend(items)
 
     def add_tool_calls(self, deltas: Any) -> None:
-        for delta in deltas if isinstance(deltas, list) else []:
-            if not isinstance(delta, dict):
+        for item in as_array(deltas):
+            delta = as_object(item)
+            if delta is None:
                 continue
-            index = delta.get("index", len(self.tool_calls))
+            index = _index(delta.get("index"), default=len(self.tool_calls))
             call = self.tool_calls.setdefault(
                 index, {"id": None, "type": "function", "function": {"name": "", "arguments": ""}}
             )
@@ -78,10 +79,14 @@ class _Choice:
                 call["id"] = delta["id"]
             if delta.get("type"):
                 call["type"] = delta["type"]
-            function = delta.get("function")
-            if isinstance(function, dict):
+            function = as_object(delta.get("function"))
+            if function is not None:
                 call["function"]["name"] += function.get("name") or ""
                 call["function"]["arguments"] += function.get("arguments") or ""
+
+
+def _index(value: Any, *, default: int = 0) -> int:
+    return value if isinstance(value, int) else default
 
 
 class StreamAccumulator:
@@ -95,8 +100,9 @@ class StreamAccumulator:
 
     def add(self, chunk: dict[str, Any]) -> None:
         """Fold one decoded chunk in."""
-        if isinstance(chunk.get("error"), dict):
-            self.error = chunk["error"]
+        error = as_object(chunk.get("error"))
+        if error is not None:
+            self.error = error
             return
         for key in ("id", "created", "model", "system_fingerprint", "policy_version"):
             if key in chunk and key not in self._top:
@@ -105,13 +111,13 @@ class StreamAccumulator:
             self._top["prompt_token_ids"] = chunk["prompt_token_ids"]
         if chunk.get("usage") is not None:
             self._top["usage"] = chunk["usage"]
-        choices = chunk.get("choices")
-        for raw in choices if isinstance(choices, list) else []:
-            if isinstance(raw, dict):
-                self._add_choice(raw)
+        for raw in as_array(chunk.get("choices")):
+            choice = as_object(raw)
+            if choice is not None:
+                self._add_choice(choice)
 
     def _add_choice(self, raw: dict[str, Any]) -> None:
-        index = raw.get("index", 0)
+        index = _index(raw.get("index"))
         choice = self._choices.get(index)
         if choice is None:
             choice = self._choices[index] = _Choice(index)
@@ -123,8 +129,8 @@ class StreamAccumulator:
             choice.finish_reason = raw["finish_reason"]
         if raw.get("stop_reason") is not None:
             choice.stop_reason = raw["stop_reason"]
-        delta = raw.get("delta") if self._is_chat else raw
-        if isinstance(delta, dict):
+        delta = as_object(raw.get("delta")) if self._is_chat else raw
+        if delta is not None:
             text = delta.get("content") if self._is_chat else delta.get("text")
             if isinstance(text, str):
                 choice.text.append(text)

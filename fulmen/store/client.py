@@ -11,28 +11,17 @@ status report that may already have been applied is checked before it is sent ag
 
 from __future__ import annotations
 
-import asyncio
-import logging
-import random
 import time
-from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 import httpx
-import orjson
-from pydantic import BaseModel, TypeAdapter
+from pydantic import TypeAdapter
 
-from fulmen.errors import (
-    FulmenError,
-    InvalidRequest,
-    PayloadTooLarge,
-    StoreError,
-    StoreUnavailable,
-    error_class_for_code,
-)
 from fulmen.store.base import Capabilities, ReconcileReport
 from fulmen.store.clock import new_id
+from fulmen.store.session import StoreSession
 from fulmen.store.wire import (
     AttemptUpdate,
     ClaimRequest,
@@ -72,9 +61,6 @@ if TYPE_CHECKING:
 
 __all__ = ["StoreClient"]
 
-logger = logging.getLogger(__name__)
-
-_T = TypeVar("_T")
 _ROLLOUTS = TypeAdapter(list[Rollout])
 _ATTEMPTS = TypeAdapter(list[Attempt])
 _CLAIMS = TypeAdapter(list[Claim])
@@ -82,29 +68,10 @@ _SPANS = TypeAdapter(list[Span])
 _CALLS = TypeAdapter(list[LLMCall])
 _WORKERS = TypeAdapter(list[Worker])
 _MAYBE_RESOURCES = TypeAdapter(Resources | None)
-_JSON_HEADERS = {"content-type": "application/json"}
-_RETRY_STATUSES = frozenset({500, 502, 503, 504})
-_BACKOFF_BASE_S = 0.05
-_BACKOFF_CAP_S = 2.0
-
-Recover = Callable[[], Awaitable[bytes | None]]
 
 
 def _segment(value: str) -> str:
     return quote(value, safe="")
-
-
-def _error_from(response: httpx.Response) -> FulmenError:
-    """Turn an error response back into the exception the server raised."""
-    try:
-        body = orjson.loads(response.content)
-        message, code, detail = body["error"], body["code"], body.get("detail")
-    except (orjson.JSONDecodeError, KeyError, TypeError):
-        text = response.text[:200]
-        if response.status_code >= 500:
-            return StoreUnavailable(f"store answered HTTP {response.status_code}: {text}")
-        return StoreError(f"store answered HTTP {response.status_code}: {text}")
-    return error_class_for_code(str(code))(str(message), detail=detail)
 
 
 class StoreClient:
@@ -113,11 +80,10 @@ class StoreClient:
     The server runs the watchdog; the client runs none. Use one client per event loop.
     """
 
-    def __init__(self, http: httpx.AsyncClient, info: ServiceInfo, *, retries: int) -> None:
-        self._http = http
+    def __init__(self, session: StoreSession, info: ServiceInfo) -> None:
+        self._session = session
         self._info = info
-        self._retries = retries
-        self._closed = False
+        self._send = session.send
 
     @classmethod
     async def connect(
@@ -143,22 +109,16 @@ class StoreClient:
                 server process runs the watchdog.
         """
         del watchdog_interval
-        if retries < 0:
-            raise ValueError(f"retries must be >= 0, got {retries}")
-        headers = {"authorization": f"Bearer {token}"} if token else {}
-        http = httpx.AsyncClient(
-            base_url=url.rstrip("/"),
-            headers=headers,
-            transport=transport,
-            timeout=httpx.Timeout(timeout),
+        session = StoreSession.open(
+            url, token=token, transport=transport, timeout=timeout, retries=retries
         )
         try:
-            client = cls(http, _placeholder_info(), retries=retries)
-            client._info = ServiceInfo.model_validate_json(await client._send("GET", "/v1/info"))
+            info = ServiceInfo.model_validate_json(await session.send("GET", "/v1/info"))
         except BaseException:
-            await http.aclose()
+            await session.aclose()
             raise
-        return client
+        session.max_body_bytes = info.max_body_bytes
+        return cls(session, info)
 
     @property
     def capabilities(self) -> Capabilities:
@@ -166,78 +126,6 @@ class StoreClient:
         return Capabilities(
             is_durable=self._info.is_durable, is_shared=self._info.is_shared, is_remote=True
         )
-
-    # -- transport ------------------------------------------------------------------------------
-
-    async def _send(
-        self,
-        method: str,
-        path: str,
-        body: BaseModel | None = None,
-        *,
-        params: dict[str, Any] | None = None,
-        extra_timeout: float = 0.0,
-        recover: Recover | None = None,
-        partial: bool = False,
-    ) -> bytes:
-        """Send one request, retrying network errors and 5xx; return the response body."""
-        if self._closed:
-            raise InvalidRequest("the store client is closed")
-        # Only partial updates leave fields out; elsewhere defaults must be sent (a discriminator
-        # such as a resource's ``kind`` is a default the server cannot do without).
-        content = body.model_dump_json(exclude_unset=partial).encode() if body is not None else None
-        if content is not None and len(content) > self._info.max_body_bytes:
-            raise PayloadTooLarge(
-                f"request body of {len(content)} bytes exceeds the server's limit of "
-                f"{self._info.max_body_bytes} bytes; send smaller batches",
-                detail={"limit": self._info.max_body_bytes},
-            )
-        timeout = self._http.timeout
-        if extra_timeout and timeout.read is not None:
-            timeout = httpx.Timeout(timeout.read + extra_timeout, connect=timeout.connect)
-        for attempt in range(self._retries + 1):
-            if attempt and recover is not None:
-                recovered = await recover()
-                if recovered is not None:
-                    return recovered
-            try:
-                response = await self._http.request(
-                    method,
-                    path,
-                    content=content,
-                    params=params,
-                    headers=_JSON_HEADERS if content is not None else None,
-                    timeout=timeout,
-                )
-            except httpx.TransportError as exc:
-                if attempt == self._retries:
-                    raise StoreUnavailable(
-                        f"store at {self._http.base_url} unreachable after "
-                        f"{attempt + 1} tries: {exc!r}"
-                    ) from exc
-                await self._backoff(attempt, method, path, repr(exc))
-                continue
-            if response.status_code < 400:
-                return response.content
-            if response.status_code in _RETRY_STATUSES and attempt < self._retries:
-                await self._backoff(attempt, method, path, f"HTTP {response.status_code}")
-                continue
-            raise _error_from(response)
-        raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
-
-    async def _backoff(self, attempt: int, method: str, path: str, reason: str) -> None:
-        # Full jitter keeps many clients that failed together from retrying together.
-        delay = random.uniform(0, min(_BACKOFF_CAP_S, _BACKOFF_BASE_S * 2**attempt))
-        logger.warning(
-            "store request %s %s failed (%s); retry %d/%d in %.2f s",
-            method,
-            path,
-            reason,
-            attempt + 1,
-            self._retries,
-            delay,
-        )
-        await asyncio.sleep(delay)
 
     # -- rollouts -------------------------------------------------------------------------------
 
@@ -466,8 +354,7 @@ class StoreClient:
 
     async def aclose(self) -> None:
         """Close the connection pool; the client may not be used afterwards."""
-        self._closed = True
-        await self._http.aclose()
+        await self._session.aclose()
 
 
 def _record_params(attempt_id: str | None, after_sequence: int, limit: int) -> dict[str, Any]:
@@ -475,15 +362,3 @@ def _record_params(attempt_id: str | None, after_sequence: int, limit: int) -> d
     if attempt_id is not None:
         params["attempt_id"] = attempt_id
     return params
-
-
-def _placeholder_info() -> ServiceInfo:
-    # Used only while /v1/info itself is being fetched.
-    return ServiceInfo(
-        version="?",
-        is_durable=False,
-        is_shared=False,
-        max_body_bytes=2**62,
-        max_wait_s=30.0,
-        auth_required=False,
-    )

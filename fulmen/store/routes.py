@@ -9,7 +9,7 @@ routes and documentation cannot disagree. Handlers validate input with pydantic 
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -35,12 +35,14 @@ from fulmen.types import (
     Attempt,
     Claim,
     LLMCall,
+    LLMCallCreate,
     Page,
     Resources,
     ResourcesCreate,
     Rollout,
     RolloutQuery,
     Span,
+    SpanCreate,
     StoreStats,
     Worker,
 )
@@ -58,10 +60,16 @@ class MalformedBody(InvalidRequest):
 
 @dataclass(frozen=True)
 class Call:
-    """One request as a handler sees it: the store, decoded path parameters, query, body."""
+    """One request as a handler sees it: the store, decoded path parameters, query, body.
+
+    ``add_spans``/``add_llm_calls`` write through the server's group commit
+    (``fulmen.store.coalescer``) instead of calling the store directly.
+    """
 
     store: Store
     info: ServiceInfo
+    add_spans: Callable[[Sequence[SpanCreate]], Awaitable[list[Span]]]
+    add_llm_calls: Callable[[Sequence[LLMCallCreate]], Awaitable[list[LLMCall]]]
     path: Mapping[str, str]
     query: Mapping[str, str]
     body: bytes
@@ -202,12 +210,12 @@ async def _update_attempt(call: Call) -> bytes:
 
 async def _add_spans(call: Call) -> bytes:
     request = parse_body(SpansRequest, call.body)
-    return _SPANS.dump_json(await call.store.add_spans(request.spans))
+    return _SPANS.dump_json(await call.add_spans(request.spans))
 
 
 async def _add_llm_calls(call: Call) -> bytes:
     request = parse_body(LLMCallsRequest, call.body)
-    return _CALLS.dump_json(await call.store.add_llm_calls(request.calls))
+    return _CALLS.dump_json(await call.add_llm_calls(request.calls))
 
 
 async def _add_resources(call: Call) -> bytes:

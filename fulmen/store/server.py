@@ -11,6 +11,7 @@ context variables.
 
 from __future__ import annotations
 
+import dataclasses
 import hmac
 import logging
 from collections.abc import Awaitable, Callable
@@ -28,6 +29,7 @@ from starlette.routing import Route
 from fulmen import __version__
 from fulmen.errors import FulmenError, PayloadTooLarge, Unauthorized
 from fulmen.store.base import Store
+from fulmen.store.coalescer import WriteCoalescer
 from fulmen.store.routes import OPERATIONS, Call, Operation
 from fulmen.store.wire import ServiceInfo
 
@@ -41,10 +43,11 @@ logger = logging.getLogger(__name__)
 DEFAULT_MAX_BODY_BYTES = 32 * 1024 * 1024
 DEFAULT_MAX_WAIT_S = 30.0
 _JSON = "application/json"
+_SPEC_PATH = "/v1/openapi.json"
 
 
 def _error_response(exc: FulmenError) -> Response:
-    body = orjson.dumps(exc.to_json())
+    body = orjson.dumps(exc.to_json(), default=str)  # a detail may hold odd values
     headers = {"www-authenticate": "Bearer"} if isinstance(exc, Unauthorized) else None
     return Response(body, status_code=exc.http_status, media_type=_JSON, headers=headers)
 
@@ -74,15 +77,12 @@ async def _read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-def _endpoint(
-    op: Operation, store: Store, info: ServiceInfo, limit: int
-) -> Callable[[Request], Awaitable[Response]]:
+def _endpoint(op: Operation, base: Call, limit: int) -> Callable[[Request], Awaitable[Response]]:
     async def endpoint(request: Request) -> Response:
         try:
             body = await _read_body(request, limit) if op.body is not None else b""
-            call = Call(
-                store=store,
-                info=info,
+            call = dataclasses.replace(
+                base,
                 # Routing matches the raw path (see _RawPath), so parameters arrive encoded.
                 path={k: unquote(v) for k, v in request.path_params.items()},
                 query=request.query_params,
@@ -138,6 +138,20 @@ class _BearerAuth:
         await response(scope, receive, send)
 
 
+def _openapi_endpoint() -> Callable[[Request], Awaitable[Response]]:
+    spec: list[bytes] = []  # built on first request: most servers are never asked
+
+    async def openapi(request: Request) -> Response:
+        del request
+        if not spec:
+            from fulmen.store.openapi import openapi_json
+
+            spec.append(openapi_json().encode())
+        return Response(spec[0], media_type=_JSON)
+
+    return openapi
+
+
 async def _http_error(request: Request, exc: Exception) -> Response:
     status = exc.status_code if isinstance(exc, HTTPException) else 500
     code = {404: "not_found", 405: "method_not_allowed"}.get(status, "http_error")
@@ -164,7 +178,8 @@ def create_app(
 
     Args:
         store: any backend; the app does not close it and does not run its watchdog.
-        token: bearer token every request but ``GET /v1/info`` must carry; ``None`` disables
+        token: bearer token every request but ``GET /v1/info`` and ``GET /v1/openapi.json``
+            must carry; ``None`` disables
             auth (only sensible on loopback, which ``fulmen store serve`` enforces).
         max_body_bytes: larger request bodies are refused with 413 while being read.
         max_wait_s: the longest one ``wait_for_rollouts`` request is held open.
@@ -175,16 +190,26 @@ def create_app(
     info = ServiceInfo(
         version=__version__,
         is_durable=caps.is_durable,
-        is_shared=caps.is_shared,
+        is_shared=True,  # whatever the backend, every client of the service shares it
         max_body_bytes=max_body_bytes,
         max_wait_s=max_wait_s,
         auth_required=token is not None,
     )
+    base = Call(
+        store=store,
+        info=info,
+        add_spans=WriteCoalescer(store.add_spans).submit,
+        add_llm_calls=WriteCoalescer(store.add_llm_calls).submit,
+        path={},
+        query={},
+        body=b"",
+    )
     routes = [
-        Route(op.path, _endpoint(op, store, info, max_body_bytes), methods=[op.method])
+        Route(op.path, _endpoint(op, base, max_body_bytes), methods=[op.method])
         for op in OPERATIONS
     ]
-    public = frozenset(op.path for op in OPERATIONS if op.is_public)
+    routes.append(Route(_SPEC_PATH, _openapi_endpoint(), methods=["GET"]))
+    public = frozenset(op.path for op in OPERATIONS if op.is_public) | {_SPEC_PATH}
     return Starlette(
         routes=routes,
         middleware=[

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
 import ipaddress
 import logging
 import signal
@@ -119,10 +120,22 @@ async def run_service(
                 timeout_graceful_shutdown=5,
             )
             server = _Server(config)
-            url = service_url(host, sock.getsockname()[1])
-            auth = "bearer token" if token else "none (loopback only)"
-            logger.info("fulmen store serving %s at %s (auth: %s)", db, url, auth)
-            await server.serve(sockets=[sock])
+            serving = asyncio.create_task(server.serve(sockets=[sock]))
+            while not server.started and not serving.done():
+                await asyncio.sleep(0.01)
+            if server.started:  # announce only once connections are accepted
+                url = service_url(host, sock.getsockname()[1])
+                auth = "bearer token" if token else "none (loopback only)"
+                loop = type(asyncio.get_running_loop()).__module__.split(".")[0]
+                logger.info(
+                    "fulmen store serving %s at %s (auth: %s; %s loop, %s parser)",
+                    db,
+                    url,
+                    auth,
+                    loop,
+                    "httptools" if importlib.util.find_spec("httptools") else "h11",
+                )
+            await serving
         logger.info("fulmen store stopped; %s closed", db)
     finally:
         sock.close()

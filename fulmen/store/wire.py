@@ -116,7 +116,8 @@ class ServiceInfo(_Body):
 
     Attributes:
         version: the fulmen version of the server.
-        is_durable / is_shared: the capabilities of the backend behind the service.
+        is_durable: whether the backend behind the service keeps data across restarts.
+        is_shared: always true: every client of the service sees the same store.
         max_body_bytes: the largest request body the server accepts.
         max_wait_s: the longest a single ``wait_for_rollouts`` request is held open.
         auth_required: whether requests need a bearer token.

@@ -23,6 +23,7 @@ from opentelemetry.trace import StatusCode
 from fulmen.errors import FulmenError
 from fulmen.tracing import semconv
 from fulmen.tracing.backoff import Backoff, retry_call
+from fulmen.tracing.tasks import cancel_and_wait
 from fulmen.types import SpanCreate, SpanEvent, SpanStatus, SpanStatusCode
 
 if TYPE_CHECKING:
@@ -178,20 +179,19 @@ class StoreSpanExporter(SpanExporter):
         return out
 
     async def aclose(self) -> None:
-        """Flush what is queued and stop the sender task."""
+        """Stop the sender task and store what is still queued."""
         if self._closed:
             return
         self._closed = True
         if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+            await cancel_and_wait(self._task)
             await self.flush()
 
     async def _run(self) -> None:
         wake = self._wake
         if wake is None:
             raise RuntimeError("the exporter was not started")
-        while True:
+        while not self._closed:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(wake.wait(), self._interval)
             wake.clear()

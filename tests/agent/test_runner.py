@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -124,7 +125,9 @@ async def test_async_agent_past_timeout_is_cancelled_and_retried(store: Store) -
         return 1.0
 
     stats = await Runner(store, agent, **FAST).run(max_rollouts=2)
-    assert cancelled == [1] and stats.timed_out == 1 and stats.succeeded == 1
+    # the runner's timer or the store's watchdog (seen in a heartbeat) stops it, whichever is first
+    assert cancelled == [1] and stats.timed_out + stats.ended_by_store == 1
+    assert stats.succeeded == 1
     attempts = await store.list_attempts(rollout_id)
     assert [a.status for a in attempts] == [AttemptStatus.TIMEOUT, AttemptStatus.SUCCEEDED]
     assert (await store.get_rollout(rollout_id)).status is RolloutStatus.SUCCEEDED
@@ -155,10 +158,10 @@ async def test_sync_agent_past_timeout_is_killed_with_its_children(
 
     pid_file = tmp_path / "pids"
     (r,) = await store.enqueue(
-        [RolloutCreate(input={"pid_file": str(pid_file)}, config=RolloutConfig(timeout_s=1.5))]
+        [RolloutCreate(input={"pid_file": str(pid_file)}, config=RolloutConfig(timeout_s=3.0))]
     )
     stats = await Runner(store, sync_hang, **FAST).run(max_rollouts=1)
-    assert stats.timed_out == 1
+    assert stats.timed_out + stats.ended_by_store == 1
     worker_pid, grandchild_pid = map(int, pid_file.read_text().split())
     deadline = time.monotonic() + 5
     while (_alive(worker_pid) or _alive(grandchild_pid)) and time.monotonic() < deadline:
@@ -256,15 +259,16 @@ def test_sync_closure_needs_thread_isolation(store: Store) -> None:
 
 async def test_thread_isolated_sync_agent_past_timeout_is_abandoned(store: Store) -> None:
     (rollout_id,) = await enqueue(store, 1, timeout_s=0.3)
+    release = threading.Event()
 
     def hang(task: Any) -> float:
-        time.sleep(1.0)  # a thread cannot be killed: the runner stops waiting for it
+        release.wait(30)  # a thread cannot be killed: the runner stops waiting for it
         return 1.0
 
-    started = time.monotonic()
     stats = await Runner(store, hang, sync_isolation="thread", **FAST).run(max_rollouts=1)
-    assert stats.timed_out == 1 and time.monotonic() - started < 1.0
+    assert not release.is_set()  # the run ended while the agent's thread still hung
+    release.set()
+    assert stats.timed_out + stats.ended_by_store == 1
     (attempt,) = await store.list_attempts(rollout_id)
     assert attempt.status is AttemptStatus.TIMEOUT
     assert (await store.get_rollout(rollout_id)).status is RolloutStatus.FAILED
-    await asyncio.sleep(1.0)  # let the abandoned thread end before the loop closes

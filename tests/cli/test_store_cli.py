@@ -184,3 +184,19 @@ def test_help_texts(capsys: pytest.CaptureFixture[str]) -> None:
         assert exit_info.value.code == 0
         out = capsys.readouterr().out
         assert "--store" in out or "--db" in out
+
+
+def test_serve_reports_a_busy_port() -> None:
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        result = subprocess.run(
+            [sys.executable, "-m", "fulmen", "store", "serve", "--db", "memory://",
+             "--port", str(port)],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+    assert result.returncode == 1
+    assert f"cannot listen on 127.0.0.1:{port}" in result.stderr

@@ -50,15 +50,28 @@ def _train(model_dir: Path, out_dir: Path, rank: int) -> Path:
     torch.manual_seed(0)
     tok = AutoTokenizer.from_pretrained(str(model_dir))
     model = AutoModelForCausalLM.from_pretrained(str(model_dir))
-    prompt = tok.apply_chat_template(MESSAGES, tools=TOOLS, add_generation_prompt=True, tokenize=False)
+    prompt = tok.apply_chat_template(
+        MESSAGES, tools=TOOLS, add_generation_prompt=True, tokenize=False
+    )
     prompt_ids = tok.encode(prompt, add_special_tokens=False)
     target_ids = tok.encode(TARGET + "<|im_end|>", add_special_tokens=False)
     ids = torch.tensor([prompt_ids + target_ids])
     labels = ids.clone()
     labels[0, : len(prompt_ids)] = -100
-    config = LoraConfig(r=rank, lora_alpha=2 * rank, lora_dropout=0.0,
-                        target_modules=["q_proj", "k_proj", "v_proj", "o_proj",
-                                        "gate_proj", "up_proj", "down_proj"])
+    config = LoraConfig(
+        r=rank,
+        lora_alpha=2 * rank,
+        lora_dropout=0.0,
+        target_modules=[
+            "q_proj",
+            "k_proj",
+            "v_proj",
+            "o_proj",
+            "gate_proj",
+            "up_proj",
+            "down_proj",
+        ],
+    )
     peft_model = get_peft_model(model, config)
     optim = torch.optim.Adam([p for p in peft_model.parameters() if p.requires_grad], lr=3e-3)
     target = torch.tensor(target_ids)

@@ -27,18 +27,25 @@ def perturbed_dir(tiny_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> P
 
 
 @pytest.fixture(scope="module", params=["builtin", "vllm"])
-def engine(request: pytest.FixtureRequest, tiny_dir: Path,
-           tmp_path_factory: pytest.TempPathFactory) -> Iterator[EngineProcess]:
+def engine(
+    request: pytest.FixtureRequest, tiny_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[EngineProcess]:
     log = tmp_path_factory.mktemp("engine-log") / f"{request.param}.log"
     launcher: EngineProcess
     if request.param == "vllm":
         if find_vllm_python() is None:
             pytest.skip("no vLLM environment (set FULMEN_VLLM_PYTHON or create /work/venvs/vllm)")
-        launcher = VLLMLauncher(str(tiny_dir), served_model_name="tiny", max_lora_rank=16,
-                                log_path=log)
+        launcher = VLLMLauncher(
+            str(tiny_dir), served_model_name="tiny", max_lora_rank=16, log_path=log
+        )
     else:
-        launcher = BuiltinLauncher(str(tiny_dir), max_batch=8, max_lora_rank=16, log_path=log,
-                                   extra_args=["--served-model-name", "tiny"])
+        launcher = BuiltinLauncher(
+            str(tiny_dir),
+            max_batch=8,
+            max_lora_rank=16,
+            log_path=log,
+            extra_args=["--served-model-name", "tiny"],
+        )
     try:
         launcher.start()
     except Exception:

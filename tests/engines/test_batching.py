@@ -15,8 +15,16 @@ from fulmen.engines.builtin.model import ServedModel
 from fulmen.engines.builtin.sampling import SamplingParams
 from fulmen.engines.builtin.sequence import Job, JobFailed, JobStarted, TokenEvent
 
-PROMPTS = ["Hello world", "What is 2 + 2? Tell me now", "a", "SELECT name FROM t1;",
-           "The quick brown fox jumps over", "x y z", "one two three four five six", "Q"]
+PROMPTS = [
+    "Hello world",
+    "What is 2 + 2? Tell me now",
+    "a",
+    "SELECT name FROM t1;",
+    "The quick brown fox jumps over",
+    "x y z",
+    "one two three four five six",
+    "Q",
+]
 
 
 class Collector:
@@ -58,13 +66,20 @@ def scheduler(model: ServedModel) -> Iterator[Scheduler]:
 
 
 def greedy(model: ServedModel, ids: list[int], n: int) -> list[int]:
-    out = model.base.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
-                              max_new_tokens=n, do_sample=False, eos_token_id=None, pad_token_id=0)
-    return out[0, len(ids):].tolist()
+    out = model.base.generate(
+        torch.tensor([ids]),
+        attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+        max_new_tokens=n,
+        do_sample=False,
+        eos_token_id=None,
+        pad_token_id=0,
+    )
+    return out[0, len(ids) :].tolist()
 
 
-def submit(s: Scheduler, ids: list[int], params: SamplingParams, adapter: str | None = None,
-           n: int = 1) -> Collector:
+def submit(
+    s: Scheduler, ids: list[int], params: SamplingParams, adapter: str | None = None, n: int = 1
+) -> Collector:
     c = Collector(n)
     s.submit(Job(ids, params, adapter, n, c))
     return c
@@ -95,13 +110,16 @@ def test_staggered_requests_share_forward_passes_and_match_generate(
     assert len(calls) < len(PROMPTS) * 24 / 2  # far fewer passes than tokens
 
 
-def test_seeded_sampling_does_not_depend_on_the_batch(model: ServedModel, scheduler: Scheduler) -> None:
+def test_seeded_sampling_does_not_depend_on_the_batch(
+    model: ServedModel, scheduler: Scheduler
+) -> None:
     ids = model.tokenizer.encode("Once upon a time", add_special_tokens=False)
     params = SamplingParams(max_tokens=16, temperature=0.9, top_p=0.95, seed=5, ignore_eos=True)
     alone = submit(scheduler, ids, params, n=2)
     assert alone.done.wait(60)
-    noise = [submit(scheduler, ids[:2], SamplingParams(max_tokens=30, temperature=1.0))
-             for _ in range(2)]
+    noise = [
+        submit(scheduler, ids[:2], SamplingParams(max_tokens=30, temperature=1.0)) for _ in range(2)
+    ]
     crowded = submit(scheduler, ids, params, n=2)
     assert crowded.done.wait(60) and all(c.done.wait(60) for c in noise)
     assert crowded.tokens == alone.tokens
@@ -133,6 +151,7 @@ def test_adapter_for_other_requests_loads_without_draining(
     model: ServedModel, scheduler: Scheduler, tool_adapter: Path
 ) -> None:
     ids = model.tokenizer.encode("Hello world", add_special_tokens=False)
+    expected = greedy(model, ids, 50)  # before the load: peft patches the base modules
     running = submit(scheduler, ids, SamplingParams(max_tokens=400, temperature=0, ignore_eos=True))
     while running.version is None:
         time.sleep(0.001)
@@ -141,14 +160,16 @@ def test_adapter_for_other_requests_loads_without_draining(
         version.result(30)
         assert not running.done.is_set()  # applied between steps, not after the drain
         assert running.done.wait(60)
-        assert running.tokens[0][:50] == greedy(model, ids, 50)  # base rows ignore the adapter
+        assert running.tokens[0][:50] == expected  # base rows ignore the adapter
         mixed = submit(scheduler, ids, SamplingParams(max_tokens=6, temperature=0), adapter="t")
         assert mixed.done.wait(60) and mixed.version == version.result()
     finally:
         scheduler.update(lambda: model.unload_adapter("t"), touches="t").result(30)
 
 
-def test_unknown_adapter_at_admission_fails_the_job(model: ServedModel, scheduler: Scheduler) -> None:
+def test_unknown_adapter_at_admission_fails_the_job(
+    model: ServedModel, scheduler: Scheduler
+) -> None:
     c = submit(scheduler, [5, 6], SamplingParams(max_tokens=2), adapter="gone")
     assert c.done.wait(10)
     assert c.error is not None and c.error.error.status == 404

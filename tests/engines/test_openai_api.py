@@ -27,19 +27,23 @@ def ok(engine: EngineProcess, path: str, body: dict[str, Any]) -> dict[str, Any]
 
 
 def chat(engine: EngineProcess, **body: Any) -> dict[str, Any]:
-    return ok(engine, "/v1/chat/completions",
-              {"model": "tiny", "messages": HELLO, "temperature": 0, "max_tokens": 12, **body})
+    return ok(
+        engine,
+        "/v1/chat/completions",
+        {"model": "tiny", "messages": HELLO, "temperature": 0, "max_tokens": 12, **body},
+    )
 
 
 def stream(engine: EngineProcess, path: str, body: dict[str, Any]) -> list[dict[str, Any]]:
     events: list[dict[str, Any]] = []
-    with httpx.stream("POST", f"{engine.root_url}{path}", json={**body, "stream": True},
-                      timeout=120) as response:
+    with httpx.stream(
+        "POST", f"{engine.root_url}{path}", json={**body, "stream": True}, timeout=120
+    ) as response:
         assert response.status_code == 200
         lines = [line for line in response.iter_lines() if line.startswith("data: ")]
     assert lines[-1] == "data: [DONE]"
     for line in lines[:-1]:
-        events.append(json.loads(line[len("data: "):]))
+        events.append(json.loads(line[len("data: ") :]))
     return events
 
 
@@ -51,8 +55,9 @@ def test_models_lists_the_base_model(engine: EngineProcess) -> None:
 
 def test_chat_returns_token_ids_and_logprobs(engine: EngineProcess) -> None:
     body = chat(engine, return_token_ids=True, logprobs=True, top_logprobs=3)
-    prompt = ok(engine, "/tokenize", {"model": "tiny", "messages": HELLO,
-                                       "add_generation_prompt": True})["tokens"]
+    prompt = ok(
+        engine, "/tokenize", {"model": "tiny", "messages": HELLO, "add_generation_prompt": True}
+    )["tokens"]
     assert body["prompt_token_ids"] == prompt
     choice = body["choices"][0]
     ids = choice["token_ids"]
@@ -77,8 +82,13 @@ def test_greedy_is_deterministic(engine: EngineProcess) -> None:
 
 def test_completion_accepts_token_id_prompt(engine: EngineProcess) -> None:
     ids = ok(engine, "/tokenize", {"model": "tiny", "prompt": "SELECT name FROM t1;"})["tokens"]
-    base = {"model": "tiny", "max_tokens": 8, "temperature": 0, "return_token_ids": True,
-            "logprobs": 1}
+    base = {
+        "model": "tiny",
+        "max_tokens": 8,
+        "temperature": 0,
+        "return_token_ids": True,
+        "logprobs": 1,
+    }
     by_text = ok(engine, "/v1/completions", {**base, "prompt": "SELECT name FROM t1;"})
     by_ids = ok(engine, "/v1/completions", {**base, "prompt": ids})
     a, b = by_text["choices"][0], by_ids["choices"][0]
@@ -101,9 +111,18 @@ def test_n_choices_with_seed_are_reproducible(engine: EngineProcess) -> None:
 
 def test_chat_stream_matches_non_stream(engine: EngineProcess) -> None:
     full = chat(engine, return_token_ids=True)["choices"][0]
-    events = stream(engine, "/v1/chat/completions",
-                    {"model": "tiny", "messages": HELLO, "temperature": 0, "max_tokens": 12,
-                     "return_token_ids": True, "stream_options": {"include_usage": True}})
+    events = stream(
+        engine,
+        "/v1/chat/completions",
+        {
+            "model": "tiny",
+            "messages": HELLO,
+            "temperature": 0,
+            "max_tokens": 12,
+            "return_token_ids": True,
+            "stream_options": {"include_usage": True},
+        },
+    )
     choices = [c for e in events for c in e["choices"]]
     assert choices[0]["delta"]["role"] == "assistant"
     assert [t for c in choices for t in c.get("token_ids") or []] == full["token_ids"]
@@ -113,8 +132,13 @@ def test_chat_stream_matches_non_stream(engine: EngineProcess) -> None:
 
 
 def test_completion_stream_matches_non_stream(engine: EngineProcess) -> None:
-    body = {"model": "tiny", "prompt": "The quick brown fox", "temperature": 0, "max_tokens": 10,
-            "return_token_ids": True}
+    body = {
+        "model": "tiny",
+        "prompt": "The quick brown fox",
+        "temperature": 0,
+        "max_tokens": 10,
+        "return_token_ids": True,
+    }
     full = ok(engine, "/v1/completions", body)["choices"][0]
     choices = [c for e in stream(engine, "/v1/completions", body) for c in e["choices"]]
     assert [t for c in choices for t in c.get("token_ids") or []] == full["token_ids"]
@@ -132,14 +156,19 @@ def test_stop_string_ends_the_completion(engine: EngineProcess) -> None:
 def test_concurrent_requests_get_their_own_results(engine: EngineProcess) -> None:
     prompts = [f"Count {i}: one two three" + " four" * i for i in range(8)]
     body = {"model": "tiny", "temperature": 0, "max_tokens": 16, "return_token_ids": True}
-    alone = [ok(engine, "/v1/completions", {**body, "prompt": p})["choices"][0]["token_ids"]
-             for p in prompts]
+    alone = [
+        ok(engine, "/v1/completions", {**body, "prompt": p})["choices"][0]["token_ids"]
+        for p in prompts
+    ]
 
     async def together() -> list[list[int]]:
         async with httpx.AsyncClient(timeout=120) as client:
-            responses = await asyncio.gather(*(
-                client.post(f"{engine.base_url}/completions", json={**body, "prompt": p})
-                for p in prompts))
+            responses = await asyncio.gather(
+                *(
+                    client.post(f"{engine.base_url}/completions", json={**body, "prompt": p})
+                    for p in prompts
+                )
+            )
         return [r.json()["choices"][0]["token_ids"] for r in responses]
 
     assert asyncio.run(together()) == alone
@@ -156,8 +185,9 @@ def test_concurrent_requests_get_their_own_results(engine: EngineProcess) -> Non
         ("/v1/unload_lora_adapter", {"lora_name": "never-loaded"}, 404),
     ],
 )
-def test_errors_are_openai_shaped(engine: EngineProcess, path: str, body: dict[str, Any],
-                                  status: int) -> None:
+def test_errors_are_openai_shaped(
+    engine: EngineProcess, path: str, body: dict[str, Any], status: int
+) -> None:
     response = post(engine, path, body)
     assert response.status_code == status, response.text
     error = response.json()["error"]
@@ -175,12 +205,24 @@ def test_context_too_long_is_a_400(engine: EngineProcess) -> None:
 
 
 def _tool_chat(engine: EngineProcess, model: str, **extra: Any) -> dict[str, Any]:
-    return ok(engine, "/v1/chat/completions",
-              {"model": model, "messages": MESSAGES, "tools": TOOLS, "temperature": 0,
-               "max_tokens": 40, "return_token_ids": True, **extra})
+    return ok(
+        engine,
+        "/v1/chat/completions",
+        {
+            "model": model,
+            "messages": MESSAGES,
+            "tools": TOOLS,
+            "temperature": 0,
+            "max_tokens": 40,
+            "return_token_ids": True,
+            **extra,
+        },
+    )
 
 
-def test_adapter_hot_load_changes_output_and_back(engine: EngineProcess, tool_adapter: Path) -> None:
+def test_adapter_hot_load_changes_output_and_back(
+    engine: EngineProcess, tool_adapter: Path
+) -> None:
     before = _tool_chat(engine, "tiny")["choices"][0]
     assert "tool_calls" not in before["message"] or not before["message"]["tool_calls"]
     asyncio.run(engine.load_adapter("weather", str(tool_adapter)))
@@ -196,9 +238,17 @@ def test_adapter_hot_load_changes_output_and_back(engine: EngineProcess, tool_ad
         assert not tuned["message"]["content"]
         # the base model is unchanged while the adapter is loaded
         assert _tool_chat(engine, "tiny")["choices"][0]["token_ids"] == before["token_ids"]
-        events = stream(engine, "/v1/chat/completions",
-                        {"model": "weather", "messages": MESSAGES, "tools": TOOLS,
-                         "temperature": 0, "max_tokens": 40})
+        events = stream(
+            engine,
+            "/v1/chat/completions",
+            {
+                "model": "weather",
+                "messages": MESSAGES,
+                "tools": TOOLS,
+                "temperature": 0,
+                "max_tokens": 40,
+            },
+        )
         deltas = [c["delta"] for e in events for c in e["choices"]]
         calls = [tc for d in deltas for tc in d.get("tool_calls") or []]
         assert "".join(tc["function"].get("name") or "" for tc in calls) == "get_weather"
@@ -207,14 +257,23 @@ def test_adapter_hot_load_changes_output_and_back(engine: EngineProcess, tool_ad
         assert "<tool_call>" not in "".join(d.get("content") or "" for d in deltas)
     finally:
         asyncio.run(engine.unload_adapter("weather"))
-    assert post(engine, "/v1/chat/completions",
-                {"model": "weather", "messages": MESSAGES, "max_tokens": 2}).status_code == 404
+    assert (
+        post(
+            engine,
+            "/v1/chat/completions",
+            {"model": "weather", "messages": MESSAGES, "max_tokens": 2},
+        ).status_code
+        == 404
+    )
     assert _tool_chat(engine, "tiny")["choices"][0]["token_ids"] == before["token_ids"]
 
 
 def test_bad_adapter_path_is_refused(engine: EngineProcess, tmp_path: Path) -> None:
-    response = post(engine, "/v1/load_lora_adapter",
-                    {"lora_name": "broken", "lora_path": str(tmp_path / "missing")})
+    response = post(
+        engine,
+        "/v1/load_lora_adapter",
+        {"lora_name": "broken", "lora_path": str(tmp_path / "missing")},
+    )
     assert 400 <= response.status_code < 500
     assert "error" in response.json()
     assert chat(engine, max_tokens=2)["choices"][0]["finish_reason"] == "length"
@@ -223,19 +282,28 @@ def test_bad_adapter_path_is_refused(engine: EngineProcess, tmp_path: Path) -> N
 def test_policy_version_follows_weight_updates(engine: EngineProcess, tool_adapter: Path) -> None:
     if not engine.capabilities.policy_version:
         pytest.skip("engine does not report policy versions")
-    response = post(engine, "/v1/chat/completions",
-                    {"model": "tiny", "messages": HELLO, "max_tokens": 2, "temperature": 0})
+    response = post(
+        engine,
+        "/v1/chat/completions",
+        {"model": "tiny", "messages": HELLO, "max_tokens": 2, "temperature": 0},
+    )
     v0 = response.json()["policy_version"]
     assert response.headers["x-fulmen-policy-version"] == str(v0)
     v1 = asyncio.run(engine.load_adapter("versioned", str(tool_adapter)))
     try:
         assert v1 == v0 + 1
-        tuned = post(engine, "/v1/chat/completions",
-                     {"model": "versioned", "messages": HELLO, "max_tokens": 2})
+        tuned = post(
+            engine,
+            "/v1/chat/completions",
+            {"model": "versioned", "messages": HELLO, "max_tokens": 2},
+        )
         assert tuned.json()["policy_version"] == v1
         assert tuned.headers["x-fulmen-policy-version"] == str(v1)
-        events = stream(engine, "/v1/chat/completions",
-                        {"model": "versioned", "messages": HELLO, "max_tokens": 2})
+        events = stream(
+            engine,
+            "/v1/chat/completions",
+            {"model": "versioned", "messages": HELLO, "max_tokens": 2},
+        )
         assert {e["policy_version"] for e in events} == {v1}
     finally:
         v2 = asyncio.run(engine.unload_adapter("versioned"))

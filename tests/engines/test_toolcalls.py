@@ -18,8 +18,10 @@ def test_parses_one_call_and_keeps_content() -> None:
 
 
 def test_parses_several_calls_and_string_arguments() -> None:
-    text = ('<tool_call>{"name": "a", "arguments": {"x": 1}}</tool_call>'
-            '<tool_call>{"name": "b", "arguments": "{\\"y\\": 2}"}</tool_call>')
+    text = (
+        '<tool_call>{"name": "a", "arguments": {"x": 1}}</tool_call>'
+        '<tool_call>{"name": "b", "arguments": "{\\"y\\": 2}"}</tool_call>'
+    )
     content, calls = parse_tool_calls(text)
     assert content is None
     assert [c["function"]["name"] for c in calls] == ["a", "b"]
@@ -33,16 +35,26 @@ def test_unterminated_call_at_the_end_is_parsed() -> None:
 
 
 def test_malformed_blocks_stay_content() -> None:
-    for text in ("<tool_call>not json</tool_call>", '<tool_call>{"arguments": {}}</tool_call>',
-                 "plain text", '<tool_call>["name"]</tool_call>'):
+    for text in (
+        "<tool_call>not json</tool_call>",
+        '<tool_call>{"arguments": {}}</tool_call>',
+        "plain text",
+        '<tool_call>["name"]</tool_call>',
+    ):
         content, calls = parse_tool_calls(text)
         assert calls == [] and content == text
 
 
 def test_stream_filter_holds_back_markup() -> None:
     f = ToolCallStreamFilter()
-    pieces = ["Sure", ", one moment <", "tool_", 'call>{"name": "f", ', '"arguments": {"a": 1}}',
-              "</tool_call>"]
+    pieces = [
+        "Sure",
+        ", one moment <",
+        "tool_",
+        'call>{"name": "f", ',
+        '"arguments": {"a": 1}}',
+        "</tool_call>",
+    ]
     streamed = "".join(f.feed(p) for p in pieces)
     rest, calls = f.finish()
     assert streamed + rest == "Sure, one moment "

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import faulthandler
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -14,6 +15,8 @@ from fulmen.gateway.proxy import Gateway
 from fulmen.store import open_store
 from fulmen.types import LLMCall, LLMCallCreate, Mode, ResourcesCreate, RolloutCreate
 from tests.gateway.scripted_upstream import Script, create_upstream_app, serve_app
+
+TIME_LIMIT_S = 120
 
 
 class SpyStore:
@@ -64,6 +67,14 @@ async def new_attempt(
     claims = await store.claim("worker-1", limit=100)
     (claim,) = [c for c in claims if c.rollout.rollout_id == rollout.rollout_id]
     return rollout.rollout_id, claim.attempt.attempt_id
+
+
+@pytest.fixture(autouse=True)
+def time_limit() -> Iterator[None]:
+    """Bound every test: a hung one dumps its stacks and ends the run instead of hanging CI."""
+    faulthandler.dump_traceback_later(TIME_LIMIT_S, exit=True)
+    yield
+    faulthandler.cancel_dump_traceback_later()
 
 
 @pytest.fixture

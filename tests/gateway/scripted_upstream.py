@@ -61,6 +61,7 @@ class Script:
     policy_version: str | None = "policy-7"
     is_policy_version_in_body: bool = True
     break_stream_after: int | None = None  # chunks sent before the connection is dropped
+    chunk_delay_s: float = 0.0  # pause between streamed chunks
     stream_chunk_chars: int = 4
     requests: list[dict[str, Any]] = field(default_factory=list)
     headers: list[dict[str, str]] = field(default_factory=list)
@@ -285,7 +286,7 @@ class _Upstream:
                     choice["token_ids"] = piece
                 position += len(piece)
                 yield chunk(choice)
-                await asyncio.sleep(0)
+                await asyncio.sleep(self.script.chunk_delay_s)
             if options.get("include_usage"):
                 usage = {**top, "choices": [], "usage": _usage(len(prompt_ids), len(ids))}
                 yield b"data: " + orjson.dumps(usage) + b"\n\n"
@@ -419,7 +420,9 @@ def create_upstream_app(script: Script) -> Starlette:
 
 
 def free_socket() -> socket.socket:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    # IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY on accepted connections only then, and
+    # without it small replies can wait ~40 ms for delayed ACKs.
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     return sock
@@ -434,6 +437,8 @@ async def serve_app(app: Any) -> AsyncIterator[str]:
         app, log_level="warning", lifespan="on", ws="none", timeout_graceful_shutdown=5
     )
     server = uvicorn.Server(config)
+    # capture_signals would swap the test process's signal handlers; not wanted here.
+    server.capture_signals = contextlib.nullcontext  # type: ignore[method-assign]
     task = asyncio.create_task(server.serve(sockets=[sock]))
     try:
         for _ in range(500):

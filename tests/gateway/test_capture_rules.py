@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import httpx
 import openai
 
@@ -191,3 +193,26 @@ async def test_max_tokens_cut_is_recorded(gw: Running) -> None:
     (call,) = await gw.calls(rollout_id)
     assert call.choices[0].token_ids == encode("a l")
     assert call.choices[0].finish_reason == "length"
+
+
+async def test_agent_hanging_up_mid_stream_still_records_and_frees_the_engine(
+    store: SpyStore, config: GatewayConfig
+) -> None:
+    script = Script(chunk_delay_s=0.05, stream_chunk_chars=1)
+    script.replies.append(Reply(content="x" * 200))
+    async with gateway_over(store, script, config) as gw:
+        rollout_id, attempt_id = await new_attempt(store)
+        url = f"{gw.base_url(rollout_id, attempt_id)}/chat/completions"
+        async with httpx.AsyncClient() as client:
+            body = {"model": "tiny-model", "messages": MESSAGES, "stream": True}
+            async with client.stream("POST", url, json=body) as r:
+                async for _ in r.aiter_bytes():
+                    break  # the agent hangs up after the first bytes
+        for _ in range(100):
+            if gw.gateway.pool.in_flight(gw.gateway.pool.upstreams[0]) == 0:
+                break
+            await asyncio.sleep(0.05)
+        assert gw.gateway.pool.in_flight(gw.gateway.pool.upstreams[0]) == 0
+        (call,) = await gw.calls(rollout_id)
+    assert call.is_stream
+    assert 0 < len(call.choices[0].token_ids or []) < 200  # what arrived before the hang-up

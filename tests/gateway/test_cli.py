@@ -7,9 +7,13 @@ import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import httpx
+import pytest
 
+from fulmen.store import open_store
+from tests.gateway.conftest import new_attempt
 from tests.gateway.scripted_upstream import Script, create_upstream_app, free_socket, serve_app
 
 CHAT = {"model": "tiny-model", "messages": [{"role": "user", "content": "hi"}]}
@@ -62,3 +66,68 @@ def test_gateway_command_refuses_open_bind_without_token() -> None:
     )  # fmt: skip
     assert result.returncode == 1
     assert "refusing to bind '0.0.0.0' without a token" in result.stderr
+
+
+def test_config_flags_are_derived_from_gateway_config(capsys: pytest.CaptureFixture[str]) -> None:
+    from fulmen.cli.main import build_parser
+    from fulmen.gateway import GatewayConfig
+
+    args = build_parser().parse_args(
+        ["gateway", "--store", "memory://", "--upstream", "http://127.0.0.1:9/v1",
+         "--read-timeout-s", "7.5", "--no-record-untracked", "--batch-size", "8"]
+    )  # fmt: skip
+    assert (args.read_timeout_s, args.record_untracked, args.batch_size) == (7.5, False, 8)
+    assert args.connect_timeout_s is None  # unset: GatewayConfig's default applies
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["gateway", "--help"])
+    helps = capsys.readouterr().out
+    for name in GatewayConfig.model_fields:
+        if name != "policy_version_headers":
+            assert "--" + name.replace("_", "-") in helps
+
+
+async def test_gateway_command_records_tracked_calls_into_a_shared_sqlite_store(
+    tmp_path: Path,
+) -> None:
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    async with open_store(url, watchdog_interval=None) as store:
+        rollout_id, attempt_id = await new_attempt(store)
+        port = _free_port()
+        async with serve_app(create_upstream_app(Script())) as upstream:
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "fulmen", "gateway", "--store", url,
+                "--upstream", f"{upstream}/v1", "--port", str(port),
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=_env(),
+            )  # fmt: skip
+            base = f"http://127.0.0.1:{port}"
+            try:
+                async with httpx.AsyncClient() as client:
+                    await _wait_healthy(client, base)
+                    r = await client.post(
+                        f"{base}/rollout/{rollout_id}/attempt/{attempt_id}/v1/chat/completions",
+                        json=CHAT,
+                    )
+                    assert r.status_code == 200
+                    await client.post(f"{base}/gateway/flush")
+            finally:
+                proc.send_signal(signal.SIGTERM)
+                assert await asyncio.wait_for(proc.wait(), timeout=15) == 0
+        (call,) = (await store.query_llm_calls(rollout_id)).items
+    assert call.is_token_level and call.attempt_id == attempt_id
+
+
+def _free_port() -> int:
+    sock = free_socket()
+    port = sock.getsockname()[1]
+    sock.close()
+    return port
+
+
+async def _wait_healthy(client: httpx.AsyncClient, base: str) -> None:
+    for _ in range(200):
+        try:
+            if (await client.get(f"{base}/healthz")).is_success:
+                return
+        except httpx.TransportError:
+            await asyncio.sleep(0.05)
+    raise AssertionError("gateway did not come up")

@@ -177,3 +177,11 @@ async def test_stream_broken_by_upstream_ends_with_error_event_and_is_recorded(
     assert call.error is not None and call.error["code"] == "upstream_unavailable"
     assert call.is_stream and not call.is_token_level
     assert call.choices[0].token_ids == encode("a fairly")  # what did arrive is kept
+
+
+async def test_unknown_path_and_method_are_openai_shaped(gw: Running) -> None:
+    async with httpx.AsyncClient() as client:
+        r = await client.get(f"{gw.url}/nothing/here")
+        assert_openai_error(r, 404, "not_found")
+        r = await client.request("OPTIONS", f"{gw.url}/v1/chat/completions")
+        assert_openai_error(r, 405, "invalid_request")

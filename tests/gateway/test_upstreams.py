@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
+import re
 
 import httpx
+import orjson
 
 from fulmen.gateway import GatewayConfig, Upstream, UpstreamPool, create_app
 from tests.gateway.conftest import SpyStore, new_attempt
@@ -96,3 +99,50 @@ async def test_dead_engine_is_skipped(store: SpyStore, config: GatewayConfig) ->
         dead.close()
     assert len(script.requests) == 6
     assert all(c.error is None for c in store.added)
+
+
+async def test_connection_closed_by_an_idle_engine_is_resent_once(
+    store: SpyStore, config: GatewayConfig
+) -> None:
+    """An engine that drops a reused keep-alive connection without answering (its idle
+    timeout racing our reuse) costs the agent nothing: the request goes out again."""
+    received: list[int] = []  # connection number of every request read
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        number = len({*received}) + 1
+        try:
+            for served in itertools.count():
+                head = await reader.readuntil(b"\r\n\r\n")
+                match = re.search(rb"content-length: *(\d+)", head, re.IGNORECASE)
+                await reader.readexactly(int(match.group(1)) if match else 0)
+                received.append(number)
+                if served == 1:  # the second request on this connection: hang up silently
+                    return
+                body = orjson.dumps(
+                    {"id": "x", "object": "chat.completion", "model": "m",
+                     "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"},
+                                  "finish_reason": "stop"}]}
+                )  # fmt: skip
+                writer.write(
+                    b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+                    b"content-length: %d\r\n\r\n%s" % (len(body), body)
+                )
+                await writer.drain()
+        except asyncio.IncompleteReadError:
+            pass
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    reuse = config.model_copy(update={"keepalive_s": 60.0})
+    app = create_app(store, [f"http://127.0.0.1:{port}/v1"], config=reuse)
+    try:
+        async with serve_app(app) as url, httpx.AsyncClient() as client:
+            for _ in range(2):
+                r = await client.post(f"{url}/v1/chat/completions", json=CHAT)
+                assert r.status_code == 200, r.text
+    finally:
+        server.close()
+        await server.wait_closed()
+    assert received == [1, 1, 2]  # second call: dropped on the reused connection, then resent

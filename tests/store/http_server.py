@@ -41,7 +41,7 @@ def _bound_socket() -> socket.socket:
     return sock
 
 
-def _server(app: Any) -> uvicorn.Server:
+def _server(app: Any, **options: Any) -> uvicorn.Server:
     config = uvicorn.Config(
         app,
         log_level="warning",
@@ -49,6 +49,7 @@ def _server(app: Any) -> uvicorn.Server:
         ws="none",
         access_log=False,
         timeout_graceful_shutdown=2,
+        **options,
     )
     return uvicorn.Server(config)
 
@@ -64,11 +65,14 @@ async def aserve_store(
 
 
 @contextlib.asynccontextmanager
-async def aserve_app(app: Any) -> AsyncIterator[str]:
-    """Serve any ASGI app with uvicorn on this event loop; yields ``http://127.0.0.1:PORT``."""
+async def aserve_app(app: Any, **options: Any) -> AsyncIterator[str]:
+    """Serve any ASGI app with uvicorn on this event loop; yields ``http://127.0.0.1:PORT``.
+
+    ``options`` go to ``uvicorn.Config`` (e.g. ``timeout_keep_alive``).
+    """
     sock = _bound_socket()
     port = sock.getsockname()[1]
-    server = _server(app)
+    server = _server(app, **options)
     # capture_signals would swap the test process's signal handlers; not wanted here.
     server.capture_signals = contextlib.nullcontext  # type: ignore[method-assign]
     task = asyncio.create_task(server.serve(sockets=[sock]))

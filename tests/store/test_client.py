@@ -74,6 +74,8 @@ class FailAfterProcessing:
             headers = [(b"content-type", b"application/json")]
             await send({"type": "http.response.start", "status": 503, "headers": headers})
             await send({"type": "http.response.body", "body": body})
+        elif self.mode == "500":  # die before answering: uvicorn sends a plain-text 500
+            raise RuntimeError("simulated crash before the answer")
         else:  # "drop": start the answer, then die; uvicorn closes the connection mid-response
             await send({"type": "http.response.start", "status": 200, "headers": []})
             raise ConnectionAbortedError("simulated crash after the write")
@@ -86,7 +88,7 @@ async def store() -> AsyncIterator[Store]:
     await store.aclose()
 
 
-@pytest.mark.parametrize("mode", ["503", "drop"])
+@pytest.mark.parametrize("mode", ["503", "500", "drop"])
 async def test_retried_writes_are_not_duplicated(store: Store, mode: str) -> None:
     async def run(method: str, prefix: str, action: Any) -> tuple[Any, FailAfterProcessing]:
         proxy = FailAfterProcessing(create_app(store), method, prefix, mode=mode)
@@ -164,7 +166,8 @@ async def test_errors_map_to_the_same_classes(store: Store) -> None:
         with pytest.raises(InvalidRequest, match="limit"):
             await client.claim("w", limit=0)
         assert client.capabilities.is_remote
-        assert not client.capabilities.is_durable
+        assert not client.capabilities.is_durable  # a memory store, even when served
+        assert client.capabilities.is_shared  # but every client of the service shares it
     finally:
         await client.aclose()
     with pytest.raises(InvalidRequest, match="closed"):
@@ -231,3 +234,14 @@ async def test_wait_for_rollouts_long_polls_past_the_server_cap(store: Store) ->
         assert 0.6 < elapsed < 3  # woke on the change, not at the timeout
         assert await client.wait_for_rollouts([], timeout=0) == []
         await client.aclose()
+
+
+@pytest.mark.parametrize("mode", ["503", "500", "drop"])
+async def test_gives_up_after_the_retries(store: Store, mode: str) -> None:
+    proxy = FailAfterProcessing(create_app(store), "GET", "/v1/stats", mode=mode, failures=10)
+    async with aserve_app(proxy) as url:
+        client = await StoreClient.connect(url, retries=2)
+        with pytest.raises(StoreUnavailable):
+            await client.stats()
+        await client.aclose()
+    assert proxy.seen.count("GET /v1/stats") == 3  # the first try and two retries

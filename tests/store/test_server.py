@@ -174,3 +174,20 @@ async def test_ids_with_slashes_round_trip(http: httpx.AsyncClient) -> None:
 def test_create_app_rejects_a_bad_limit(store: Store) -> None:
     with pytest.raises(ValueError, match="max_body_bytes"):
         create_app(store, max_body_bytes=0)
+
+
+async def test_the_spec_is_served_without_a_token(http: httpx.AsyncClient) -> None:
+    from fulmen.store.openapi import build_openapi
+
+    async with httpx.AsyncClient(base_url=str(http.base_url)) as anonymous:
+        response = await anonymous.get("/v1/openapi.json")
+    assert response.status_code == 200
+    assert response.json() == build_openapi()
+
+
+def test_serve_store_in_a_thread_for_sync_callers() -> None:
+    from tests.store.http_server import serve_store
+
+    with serve_store("memory://", token=TOKEN) as url:
+        assert httpx.get(f"{url}/v1/stats", headers=AUTH).json()["spans"] == 0
+        assert httpx.get(f"{url}/v1/stats").status_code == 401

@@ -4,8 +4,9 @@
 splits it into micro-batches by a padded-token budget, accumulates the gradient of the clipped
 importance-ratio loss (plus the optional KL to the reference) over them, and takes one
 optimizer step per epoch. The model stays in eval mode (dropout off) so its logprobs match the
-sampler's; gradients flow regardless. Torch, transformers and peft are imported here, never by
-``import fulmen``.
+sampler's; gradients flow regardless. It switches to train mode for the policy forward only when
+that has an effect the config asked for (activation checkpointing, LoRA dropout). Torch,
+transformers and peft are imported here, never by ``import fulmen``.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import torch
 from torch import nn
 
 from fulmen.adapter.transition_types import Transition
-from fulmen.algorithms.grpo.batching import MicroBatch, collate, plan_micro_batches
+from fulmen.algorithms.grpo.batching import MicroBatch, TokenSample, collate, plan_micro_batches
 from fulmen.algorithms.grpo.config import GRPOConfig
 from fulmen.algorithms.grpo.losses import KL_ESTIMATORS, POLICY_LOSSES
 from fulmen.algorithms.grpo.policy import (
@@ -94,6 +95,9 @@ class GRPOEngine:
         torch.manual_seed(self.config.seed)
         self.model = prepare_policy(model, self.config)
         self.model.eval()
+        self._train_mode = self.config.gradient_checkpointing or (
+            self.config.finetune == "lora" and self.config.lora.dropout > 0
+        )
         self._reference = (
             ReferencePolicy(self.model, finetune=self.config.finetune)
             if self.config.kl_coef > 0
@@ -130,23 +134,14 @@ class GRPOEngine:
         """
         started = time.perf_counter()
         cfg = self.config
-        version = policy_version if policy_version is not None else self.policy_version
-        samples, stats = build_samples(transitions, config=cfg, policy_version=version)
-        metrics = stats.as_metrics()
-        metrics["step"] = float(self.step)
+        samples, metrics = self._samples(transitions, policy_version)
         if not samples:
             metrics.update(updated=0.0, step_time_s=time.perf_counter() - started)
             return metrics
-        plan = plan_micro_batches(
-            lengths=[len(s) for s in samples], token_budget=cfg.micro_batch_tokens
-        )
         totals = _Totals()
         grad_norm = 0.0
         for _ in range(cfg.epochs):
-            for group in plan:
-                self._accumulate(
-                    collate([samples[i] for i in group], pad_id=self.pad_token_id), totals
-                )
+            self._backward(samples, totals)
             grad_norm = self._apply_gradients()
         self.step += 1
         elapsed = time.perf_counter() - started
@@ -160,6 +155,38 @@ class GRPOEngine:
         )
         return metrics
 
+    def compute_gradients(
+        self, transitions: Sequence[Transition], *, policy_version: str | None = None
+    ) -> dict[str, float]:
+        """Accumulate one pass's loss gradient into the parameters' ``.grad``, without a step.
+
+        For inspection and tests (the invariants compare these gradients); ``train_step`` is
+        the way to train. Call ``self.optimizer.zero_grad()`` before reusing the engine.
+        """
+        samples, metrics = self._samples(transitions, policy_version)
+        totals = _Totals()
+        if samples:
+            self._backward(samples, totals)
+        metrics.update(totals.metrics(1))
+        return metrics
+
+    def _samples(
+        self, transitions: Sequence[Transition], policy_version: str | None
+    ) -> tuple[list[TokenSample], dict[str, float]]:
+        version = policy_version if policy_version is not None else self.policy_version
+        samples, stats = build_samples(transitions, config=self.config, policy_version=version)
+        metrics = stats.as_metrics()
+        metrics["step"] = float(self.step)
+        return samples, metrics
+
+    def _backward(self, samples: Sequence[TokenSample], totals: _Totals) -> None:
+        plan = plan_micro_batches(
+            lengths=[len(s) for s in samples], token_budget=self.config.micro_batch_tokens
+        )
+        for group in plan:
+            batch = collate([samples[i] for i in group], pad_id=self.pad_token_id)
+            self._accumulate(batch, totals)
+
     def _accumulate(self, batch: MicroBatch, totals: _Totals) -> None:
         cfg = self.config
         coordinates = {
@@ -170,7 +197,13 @@ class GRPOEngine:
             "temperature": cfg.temperature,
             "chunk_tokens": cfg.logit_chunk_tokens,
         }
-        logprobs, entropy = token_logprobs(self.model, with_entropy=True, **coordinates)
+        # Train mode only when it changes something (checkpointing, LoRA dropout): HF applies
+        # activation checkpointing only to modules in train mode.
+        self.model.train(self._train_mode)
+        try:
+            logprobs, entropy = token_logprobs(self.model, with_entropy=True, **coordinates)
+        finally:
+            self.model.eval()
         terms = POLICY_LOSSES[cfg.policy_loss](
             logprobs=logprobs,
             old_logprobs=batch.old_logprobs,

@@ -74,9 +74,15 @@ def prepare_policy(model: nn.Module, config: GRPOConfig) -> nn.Module:
         for parameter in model.parameters():
             parameter.requires_grad_(True)
     if config.gradient_checkpointing:
-        causal_lm_of(model).gradient_checkpointing_enable(  # type: ignore[operator]
-            gradient_checkpointing_kwargs={"use_reentrant": False}
-        )
+        causal_lm = causal_lm_of(model)
+        # transformers 5 renamed gradient_* to activation_* (the old name warns).
+        enable = getattr(causal_lm, "activation_checkpointing_enable", None)
+        if enable is not None:
+            enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        else:
+            causal_lm.gradient_checkpointing_enable(
+                gradient_checkpointing_kwargs={"use_reentrant": False}
+            )
     return model
 
 

@@ -8,7 +8,7 @@ group-relative advantages (over every rollout in the batch) and the loss normali
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
@@ -37,13 +37,32 @@ class SampleStats:
     trained_tokens: int = 0
     reward_mean: float = 0.0
     reward_std: float = 0.0
-    extra: dict[str, float] = field(default_factory=dict)
 
     def as_metrics(self) -> dict[str, float]:
         """Flat float metrics for logging."""
-        out = {k: float(v) for k, v in vars(self).items() if k != "extra"}
-        out.update(self.extra)
-        return out
+        return {k: float(v) for k, v in vars(self).items()}
+
+
+@dataclass(frozen=True)
+class _Index:
+    """Rollouts and groups of the kept transitions, numbered in order of appearance."""
+
+    rollout_of: list[int]  # per transition
+    group_of_rollout: list[int]
+    rollout_rewards: list[float]
+
+    @classmethod
+    def of(cls, kept: Sequence[Transition]) -> _Index:
+        rollouts: dict[str, int] = {}
+        groups: dict[str, int] = {}
+        group_of_rollout: list[int] = []
+        rewards: list[float] = []
+        for t in kept:
+            if t.rollout_id not in rollouts:
+                rollouts[t.rollout_id] = len(rollouts)
+                group_of_rollout.append(groups.setdefault(t.group_id, len(groups)))
+                rewards.append(t.rollout_reward)
+        return cls([rollouts[t.rollout_id] for t in kept], group_of_rollout, rewards)
 
 
 def build_samples(
@@ -58,6 +77,49 @@ def build_samples(
     another version are counted as stale (they are still trained: the ratio corrects them).
     """
     stats = SampleStats(transitions=len(transitions))
+    kept = _keep(transitions, config, policy_version, stats)
+    index = _Index.of(kept)
+    stats.rollouts, stats.groups = len(index.rollout_rewards), len(set(index.group_of_rollout))
+    if not kept:
+        return [], stats
+    rollout_rewards = torch.tensor(index.rollout_rewards)
+    stats.reward_mean = float(rollout_rewards.mean())
+    stats.reward_std = float(rollout_rewards.std()) if len(rollout_rewards) > 1 else 0.0
+    advantages = ADVANTAGE_ESTIMATORS[config.advantage](
+        rollout_rewards=rollout_rewards,
+        rollout_group=torch.tensor(index.group_of_rollout),
+        transition_rollout=torch.tensor(index.rollout_of),
+        transition_rewards=torch.tensor([t.reward for t in kept]),
+        normalize_std=config.normalize_std,
+    ).tolist()
+    positions = [_positions(t) for t in kept]
+    token_rollout = torch.tensor(
+        [r for r, pos in zip(index.rollout_of, positions, strict=True) for _ in pos]
+    )
+    norm = LOSS_NORMALIZERS[config.loss_normalization](
+        token_rollout=token_rollout, num_rollouts=len(index.rollout_rewards)
+    ).tolist()
+    stats.trained_tokens = len(norm)
+    samples: list[TokenSample] = []
+    offset = 0
+    for t, rollout, advantage, pos in zip(
+        kept, index.rollout_of, advantages, positions, strict=True
+    ):
+        sample = _sample(t, rollout, advantage, pos, norm[offset : offset + len(pos)])
+        offset += len(pos)
+        if config.skip_zero_advantage and config.kl_coef == 0 and not any(sample.advantages):
+            stats.skipped_zero_advantage += 1
+        else:
+            samples.append(sample)
+    return samples, stats
+
+
+def _keep(
+    transitions: Sequence[Transition],
+    config: GRPOConfig,
+    policy_version: str | None,
+    stats: SampleStats,
+) -> list[Transition]:
     kept: list[Transition] = []
     for t in transitions:
         stats.truncated += t.is_truncated
@@ -70,55 +132,25 @@ def build_samples(
             stats.dropped_truncated += 1
         elif len(t.prompt_token_ids) + len(t.completion_token_ids) > config.max_seq_len:
             stats.dropped_overlong += 1
-        elif not any(_positions(t)):
+        elif not _positions(t):
             stats.dropped_untrained += 1
         else:
             kept.append(t)
-    rollout_ids = list(dict.fromkeys(t.rollout_id for t in kept))
-    rollout_index = {r: i for i, r in enumerate(rollout_ids)}
-    first = {t.rollout_id: t for t in reversed(kept)}
-    group_ids = list(dict.fromkeys(first[r].group_id for r in rollout_ids))
-    group_index = {g: i for i, g in enumerate(group_ids)}
-    stats.rollouts, stats.groups = len(rollout_ids), len(group_ids)
-    if not kept:
-        return [], stats
-    rollout_rewards = torch.tensor([first[r].rollout_reward for r in rollout_ids])
-    stats.reward_mean = float(rollout_rewards.mean())
-    stats.reward_std = float(rollout_rewards.std()) if len(rollout_ids) > 1 else 0.0
-    advantages = ADVANTAGE_ESTIMATORS[config.advantage](
-        rollout_rewards=rollout_rewards,
-        rollout_group=torch.tensor([group_index[first[r].group_id] for r in rollout_ids]),
-        transition_rollout=torch.tensor([rollout_index[t.rollout_id] for t in kept]),
-        transition_rewards=torch.tensor([t.reward for t in kept]),
-        normalize_std=config.normalize_std,
-    ).tolist()
-    positions = [_positions(t) for t in kept]
-    token_rollout = torch.tensor(
-        [rollout_index[t.rollout_id] for t, pos in zip(kept, positions, strict=True) for _ in pos]
+    return kept
+
+
+def _sample(
+    t: Transition, rollout: int, advantage: float, positions: list[int], norm: list[float]
+) -> TokenSample:
+    offset = len(t.prompt_token_ids)
+    return TokenSample(
+        input_ids=[*t.prompt_token_ids, *t.completion_token_ids],
+        positions=positions,
+        old_logprobs=[t.logprobs[p - offset] for p in positions],
+        advantages=[advantage * t.credit_weights[p - offset] for p in positions],
+        norm=norm,
+        rollout=rollout,
     )
-    norm = LOSS_NORMALIZERS[config.loss_normalization](
-        token_rollout=token_rollout, num_rollouts=len(rollout_ids)
-    ).tolist()
-    stats.trained_tokens = len(norm)
-    samples: list[TokenSample] = []
-    offset = 0
-    for t, advantage, pos in zip(kept, advantages, positions, strict=True):
-        prompt_len = len(t.prompt_token_ids)
-        token_adv = [advantage * t.credit_weights[p - prompt_len] for p in pos]
-        sample = TokenSample(
-            input_ids=[*t.prompt_token_ids, *t.completion_token_ids],
-            positions=pos,
-            old_logprobs=[t.logprobs[p - prompt_len] for p in pos],
-            advantages=token_adv,
-            norm=norm[offset : offset + len(pos)],
-            rollout=rollout_index[t.rollout_id],
-        )
-        offset += len(pos)
-        if config.skip_zero_advantage and config.kl_coef == 0 and not any(token_adv):
-            stats.skipped_zero_advantage += 1
-            continue
-        samples.append(sample)
-    return samples, stats
 
 
 def _positions(t: Transition) -> list[int]:

@@ -57,7 +57,7 @@ class Scheduler:
         threads: torch intra-op threads for the batching thread.
     """
 
-    def __init__(self, model: ServedModel, *, max_batch: int = 8, threads: int = 2) -> None:
+    def __init__(self, model: ServedModel, *, max_batch: int = 8, threads: int = 1) -> None:
         self.model = model
         self.max_batch = max_batch
         self.threads = threads
@@ -133,8 +133,7 @@ class Scheduler:
                     return False
                 head = self._updates[0]
                 busy = any(
-                    head.touches == ALL_WEIGHTS or s.job.adapter == head.touches
-                    for s in self._rows
+                    head.touches == ALL_WEIGHTS or s.job.adapter == head.touches for s in self._rows
                 )
                 if busy:
                     return True
@@ -179,12 +178,15 @@ class Scheduler:
         self._emit(new, logits)
 
     def _decode(self) -> None:
-        assert self._mask is not None  # invariant: rows exist only with a cache and a mask
+        if self._mask is None:  # rows exist only together with a cache and a mask
+            return
         rows = self._rows
         ids = torch.tensor([[s.pending] for s in rows], dtype=torch.long)
         positions = self._mask.sum(dim=1, keepdim=True)
         mask = torch.cat([self._mask, torch.ones((len(rows), 1), dtype=torch.long)], dim=1)
-        logits = self.model.forward(ids, mask, positions, self._cache, [s.job.adapter for s in rows])
+        logits = self.model.forward(
+            ids, mask, positions, self._cache, [s.job.adapter for s in rows]
+        )
         self._mask = mask
         self._emit(rows, logits)
         self._drop_finished()
@@ -242,8 +244,10 @@ class Scheduler:
         self._rows = [self._rows[i] for i in keep]
 
     def _fail_all(self, rows: list[Sequence], exc: BaseException) -> None:
-        error = exc if isinstance(exc, APIError) else APIError(
-            f"generation failed: {exc}", status=500, type="InternalServerError"
+        error = (
+            exc
+            if isinstance(exc, APIError)
+            else APIError(f"generation failed: {exc}", status=500, type="InternalServerError")
         )
         for job in {id(s.job): s.job for s in rows}.values():
             job.sink(JobFailed(error))

@@ -25,7 +25,12 @@ class APIError(EngineError):
     """
 
     def __init__(
-        self, message: str, *, status: int = 400, type: str = "BadRequestError", param: str | None = None
+        self,
+        message: str,
+        *,
+        status: int = 400,
+        type: str = "BadRequestError",
+        param: str | None = None,
     ) -> None:
         super().__init__(message, detail={"param": param})
         self.status = status
@@ -33,7 +38,7 @@ class APIError(EngineError):
         self.param = param
 
     def body(self) -> dict[str, Any]:
-        """The JSON body sent to the client."""
+        """Return the JSON body sent to the client."""
         return {
             "error": {
                 "message": self.message,
@@ -45,10 +50,10 @@ class APIError(EngineError):
 
 
 def bad_request(message: str, param: str | None = None) -> APIError:
-    """A 400 error for an invalid request value."""
+    """Make a 400 error for an invalid request value."""
     return APIError(message, status=400, type="BadRequestError", param=param)
 
 
 def not_found(message: str, param: str | None = None) -> APIError:
-    """A 404 error for an unknown model or adapter."""
+    """Make a 404 error for an unknown model or adapter."""
     return APIError(message, status=404, type="NotFoundError", param=param)

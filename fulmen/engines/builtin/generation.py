@@ -51,7 +51,11 @@ class Generation:
         """Submit a job and wait until it is admitted; raises its ``APIError`` if refused."""
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[JobStarted | JobFailed | TokenEvent] = asyncio.Queue()
-        job = Job(prompt_ids, params, adapter, n, lambda ev: loop.call_soon_threadsafe(queue.put_nowait, ev))
+
+        def sink(event: JobStarted | JobFailed | TokenEvent) -> None:
+            loop.call_soon_threadsafe(queue.put_nowait, event)  # called on the batching thread
+
+        job = Job(prompt_ids, params, adapter, n, sink)
         scheduler.submit(job)
         gen = cls(job, queue)
         try:

@@ -11,6 +11,7 @@ adapter load, unload or full reload increments it.
 from __future__ import annotations
 
 import threading
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,9 @@ class ServedModel:
         max_model_len: context limit (prompt + completion); defaults to the config's
             ``max_position_embeddings``.
         dtype: torch dtype name for the weights (``float32`` or ``bfloat16``).
+        attn_implementation: ``eager`` (default) or ``sdpa``. Eager is the default because
+            torch's CPU SDPA takes a very slow path for grouped-query attention without a mask
+            (measured 18 ms vs 0.015 ms per call for the tiny model with torch 2.13).
     """
 
     def __init__(
@@ -55,13 +59,16 @@ class ServedModel:
         max_lora_rank: int = 64,
         max_model_len: int | None = None,
         dtype: str = "float32",
+        attn_implementation: str = "eager",
     ) -> None:
         self.path = path
         self.served_name = served_name
         self.max_lora_rank = max_lora_rank
         self.dtype = getattr(torch, dtype)
         self.tokenizer: Any = AutoTokenizer.from_pretrained(str(path))
-        self.base: Any = AutoModelForCausalLM.from_pretrained(str(path), dtype=self.dtype).eval()
+        self.base: Any = AutoModelForCausalLM.from_pretrained(
+            str(path), dtype=self.dtype, attn_implementation=attn_implementation
+        ).eval()
         self._peft: Any = None
         self.adapters: dict[str, AdapterInfo] = {}
         self.version = 0
@@ -73,7 +80,7 @@ class ServedModel:
         self.pad_token_id = int(
             self.tokenizer.pad_token_id
             if self.tokenizer.pad_token_id is not None
-            else self.eos_token_ids[0]
+            else min(self.eos_token_ids)
         )
 
     def _eos_ids(self) -> frozenset[int]:
@@ -91,12 +98,12 @@ class ServedModel:
         return int(self.base.config.get_text_config().num_hidden_layers)
 
     def model_names(self) -> list[str]:
-        """The served base name followed by every loaded adapter name."""
+        """List the served base name followed by every loaded adapter name."""
         with self._lock:
             return [self.served_name, *self.adapters]
 
     def adapter_for(self, model: str) -> str | None:
-        """The adapter a request's ``model`` selects (``None`` for base); 404 if unknown."""
+        """Return the adapter ``model`` selects (``None`` for base); 404 if unknown."""
         if model == self.served_name:
             return None
         with self._lock:
@@ -128,7 +135,7 @@ class ServedModel:
         return out.logits[:, -1, :].float()
 
     def load_adapter(self, name: str, path: str) -> int:
-        """Load (or replace) LoRA adapter ``name`` from a peft directory; returns the new version."""
+        """Load (or replace) LoRA adapter ``name`` from a peft directory; return the new version."""
         from peft import PeftConfig, PeftModel
 
         if not name or name == self.served_name or name == _BASE:
@@ -136,7 +143,9 @@ class ServedModel:
         try:
             config = PeftConfig.from_pretrained(path)
         except (OSError, ValueError) as exc:
-            raise bad_request(f"cannot read a LoRA adapter at {path!r}: {exc}", "lora_path") from exc
+            raise bad_request(
+                f"cannot read a LoRA adapter at {path!r}: {exc}", "lora_path"
+            ) from exc
         rank = int(getattr(config, "r", 0))
         if getattr(config, "peft_type", None) != "LORA" or rank <= 0:
             raise bad_request(f"adapter at {path!r} is not a LoRA adapter", param="lora_path")
@@ -148,13 +157,18 @@ class ServedModel:
         if name in self.adapters:
             self._drop(name)
         try:
-            if self._peft is None:
-                self._peft = PeftModel.from_pretrained(self.base, path, adapter_name=name)
-                self._peft.eval()
-            else:
-                self._peft.load_adapter(path, adapter_name=name, is_trainable=False)
+            # peft probes a transformers attribute deprecated in v5; the warning is noise here
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", FutureWarning)
+                if self._peft is None:
+                    self._peft = PeftModel.from_pretrained(self.base, path, adapter_name=name)
+                    self._peft.eval()
+                else:
+                    self._peft.load_adapter(path, adapter_name=name, is_trainable=False)
         except (OSError, ValueError, KeyError, RuntimeError) as exc:
-            raise APIError(f"loading LoRA adapter {path!r} failed: {exc}", param="lora_path") from exc
+            raise APIError(
+                f"loading LoRA adapter {path!r} failed: {exc}", param="lora_path"
+            ) from exc
         with self._lock:
             self.version += 1
             self.adapters[name] = AdapterInfo(name, path, rank, self.version)
@@ -197,8 +211,10 @@ class ServedModel:
             key = name.replace(".base_layer", "")
             tensor = new.get(key)
             if tensor is None or tensor.shape != param.shape:
-                raise bad_request(f"{source_dir!r} has no parameter {key!r} of shape "
-                                  f"{tuple(param.shape)}", param="path")
+                raise bad_request(
+                    f"{source_dir!r} has no parameter {key!r} of shape {tuple(param.shape)}",
+                    param="path",
+                )
             pairs.append((param, tensor))
         with torch.no_grad():
             for param, tensor in pairs:

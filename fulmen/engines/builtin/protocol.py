@@ -127,7 +127,9 @@ def _refuse_unsupported(req: _Sampling) -> None:
             raise bad_request("best_of is not supported by the built-in engine", "best_of")
 
 
-def sampling_params(req: ChatRequest | CompletionRequest, *, prompt_len: int, max_model_len: int) -> SamplingParams:
+def sampling_params(
+    req: ChatRequest | CompletionRequest, *, prompt_len: int, max_model_len: int
+) -> SamplingParams:
     """Build sampling parameters, enforcing the context limit with a 400 error."""
     _refuse_unsupported(req)
     max_tokens = req.max_completion_tokens or req.max_tokens

@@ -36,6 +36,7 @@ class TokenText:
         self._cache: dict[int, str] = {}
 
     def __call__(self, token_id: int) -> str:
+        """Return the text of one token id."""
         text = self._cache.get(token_id)
         if text is None:
             text = self._tokenizer.decode([token_id])
@@ -44,7 +45,7 @@ class TokenText:
 
 
 def new_id(prefix: str) -> str:
-    """A fresh response id such as ``chatcmpl-…``."""
+    """Make a fresh response id such as ``chatcmpl-…``."""
     return f"{prefix}-{uuid.uuid4().hex}"
 
 
@@ -85,7 +86,7 @@ def chat_body(
     parse_tools: bool,
     text: TokenText,
 ) -> dict[str, Any]:
-    """A ``chat.completion`` body; ``logprobs`` is ``None`` or the top-k count."""
+    """Build a ``chat.completion`` body; ``logprobs`` is ``None`` or the top-k count."""
     choices = []
     for r in results:
         content, calls = parse_tool_calls(r.text) if parse_tools else (r.text, [])
@@ -134,10 +135,14 @@ def chat_chunk(
 
 
 def completion_logprobs(
-    text: TokenText, token_ids: list[int], logprobs: list[float], tops: list[Any], top_n: int,
+    text: TokenText,
+    token_ids: list[int],
+    logprobs: list[float],
+    tops: list[Any],
+    top_n: int,
     offset: int = 0,
 ) -> dict[str, Any]:
-    """The legacy completions ``logprobs`` object."""
+    """Build the legacy completions ``logprobs`` object."""
     tokens = [text(t) for t in token_ids]
     offsets, pos = [], offset
     for token in tokens:
@@ -161,7 +166,7 @@ def completion_body(
     logprobs: int | None,
     text: TokenText,
 ) -> dict[str, Any]:
-    """A ``text_completion`` body for one or more prompts (``n`` choices each)."""
+    """Build a ``text_completion`` body for one or more prompts (``n`` choices each)."""
     choices = []
     for p, (prompt, per_prompt) in enumerate(zip(prompts, results, strict=True)):
         for r in per_prompt:

@@ -71,6 +71,8 @@ def sample(
     if max_top > 0:
         values, indices = torch.topk(logprobs, max_top, dim=-1)
         v, i = values.tolist(), indices.tolist()
-        tops = [tuple(zip(i[r][: p.top_logprobs], v[r][: p.top_logprobs], strict=True))
-                for r, p in enumerate(params)]
+        tops = [
+            tuple(zip(i[r][: p.top_logprobs], v[r][: p.top_logprobs], strict=True))
+            for r, p in enumerate(params)
+        ]
     return [SampledToken(int(ids[r]), float(picked[r]), tops[r]) for r in range(len(params))]

@@ -91,9 +91,7 @@ class Sequence:
         p = self.job.params
         self.output_ids.append(token.token_id)
         self.pending = token.token_id
-        if token.token_id in p.stop_token_ids or (
-            token.token_id in eos_ids and not p.ignore_eos
-        ):
+        if token.token_id in p.stop_token_ids or (token.token_id in eos_ids and not p.ignore_eos):
             self.finish_reason = "stop"
         elif len(self.output_ids) >= p.max_tokens or (
             len(self.job.prompt_ids) + len(self.output_ids) >= max_model_len

@@ -76,13 +76,21 @@ def _message_text(content: Any) -> Any:
     return content
 
 
-def render_chat(model: ServedModel, messages: list[dict[str, Any]], tools: Any,
-                add_generation_prompt: bool, kwargs: dict[str, Any] | None) -> list[int]:
+def render_chat(
+    model: ServedModel,
+    messages: list[dict[str, Any]],
+    tools: Any,
+    add_generation_prompt: bool,
+    kwargs: dict[str, Any] | None,
+) -> list[int]:
     """Apply the chat template and tokenize; template errors become 400s."""
     flat = [dict(m, content=_message_text(m.get("content"))) for m in messages]
     try:
         text = model.tokenizer.apply_chat_template(
-            flat, tools=tools, add_generation_prompt=add_generation_prompt, tokenize=False,
+            flat,
+            tools=tools,
+            add_generation_prompt=add_generation_prompt,
+            tokenize=False,
             **(kwargs or {}),
         )
     except Exception as exc:  # jinja raises many types for malformed messages
@@ -105,36 +113,58 @@ async def chat_completions(request: Request) -> Response:
     e = _engine(request)
     req = parse_request(ChatRequest, await _body(request))
     adapter = e.model.adapter_for(req.model)
-    ids = _check_ids(e.model, render_chat(e.model, req.messages, req.tools,
-                                          req.add_generation_prompt, req.chat_template_kwargs),
-                     "messages")
+    ids = _check_ids(
+        e.model,
+        render_chat(
+            e.model, req.messages, req.tools, req.add_generation_prompt, req.chat_template_kwargs
+        ),
+        "messages",
+    )
     params = sampling_params(req, prompt_len=len(ids), max_model_len=e.model.max_model_len)
     gen = await Generation.start(e.scheduler, ids, params, adapter, req.n)
     top = params.top_logprobs if req.logprobs else None
     parse_tools = bool(req.tools) and req.tool_choice != "none"
     if req.stream:
         usage = bool((req.stream_options or {}).get("include_usage"))
-        stream = chat_stream(gen, model=req.model, token_ids=req.return_token_ids, logprobs=top,
-                             parse_tools=parse_tools, include_usage=usage, text=e.text)
-        return StreamingResponse(stream, media_type="text/event-stream",
-                                 headers={POLICY_VERSION_HEADER: str(gen.policy_version)})
+        stream = chat_stream(
+            gen,
+            model=req.model,
+            token_ids=req.return_token_ids,
+            logprobs=top,
+            parse_tools=parse_tools,
+            include_usage=usage,
+            text=e.text,
+        )
+        return StreamingResponse(
+            stream,
+            media_type="text/event-stream",
+            headers={POLICY_VERSION_HEADER: str(gen.policy_version)},
+        )
     results = await gen.collect()
-    body = chat_body(model=req.model, prompt_ids=ids, results=results,
-                     policy_version=gen.policy_version, token_ids=req.return_token_ids,
-                     logprobs=top, parse_tools=parse_tools, text=e.text)
+    body = chat_body(
+        model=req.model,
+        prompt_ids=ids,
+        results=results,
+        policy_version=gen.policy_version,
+        token_ids=req.return_token_ids,
+        logprobs=top,
+        parse_tools=parse_tools,
+        text=e.text,
+    )
     return _json(body, gen.policy_version)
 
 
 def _prompts(model: ServedModel, prompt: Any) -> list[list[int]]:
-    if isinstance(prompt, str):
-        prompt = [prompt]
-    elif prompt and isinstance(prompt[0], int):
+    if isinstance(prompt, str) or (prompt and isinstance(prompt[0], int)):
         prompt = [prompt]
     if not prompt:
         raise bad_request("the prompt is empty", param="prompt")
     return [
-        _check_ids(model, p if isinstance(p, list) else
-                   model.tokenizer.encode(p, add_special_tokens=True), "prompt")
+        _check_ids(
+            model,
+            p if isinstance(p, list) else model.tokenizer.encode(p, add_special_tokens=True),
+            "prompt",
+        )
         for p in prompt
     ]
 
@@ -147,8 +177,10 @@ async def completions(request: Request) -> Response:
     prompts = _prompts(e.model, req.prompt)
     if req.stream and len(prompts) > 1:
         raise bad_request("streaming supports a single prompt", param="prompt")
-    params = [sampling_params(req, prompt_len=len(p), max_model_len=e.model.max_model_len)
-              for p in prompts]
+    params = [
+        sampling_params(req, prompt_len=len(p), max_model_len=e.model.max_model_len)
+        for p in prompts
+    ]
     gens: list[Generation] = []
     try:
         for p, sp in zip(prompts, params, strict=True):
@@ -156,19 +188,34 @@ async def completions(request: Request) -> Response:
         top = req.logprobs
         if req.stream:
             usage = bool((req.stream_options or {}).get("include_usage"))
-            stream = completion_stream(gens[0], model=req.model, token_ids=req.return_token_ids,
-                                       logprobs=top, include_usage=usage, text=e.text)
-            return StreamingResponse(stream, media_type="text/event-stream",
-                                     headers={POLICY_VERSION_HEADER: str(gens[0].policy_version)})
+            stream = completion_stream(
+                gens[0],
+                model=req.model,
+                token_ids=req.return_token_ids,
+                logprobs=top,
+                include_usage=usage,
+                text=e.text,
+            )
+            return StreamingResponse(
+                stream,
+                media_type="text/event-stream",
+                headers={POLICY_VERSION_HEADER: str(gens[0].policy_version)},
+            )
         results = await asyncio.gather(*(g.collect() for g in gens))
     except BaseException:
         for g in gens:
             g.job.cancelled = True
         raise
     version = min(g.policy_version for g in gens)
-    body = completion_body(model=req.model, prompts=prompts, results=list(results),
-                           policy_version=version, token_ids=req.return_token_ids,
-                           logprobs=top, text=e.text)
+    body = completion_body(
+        model=req.model,
+        prompts=prompts,
+        results=list(results),
+        policy_version=version,
+        token_ids=req.return_token_ids,
+        logprobs=top,
+        text=e.text,
+    )
     return _json(body, version)
 
 
@@ -176,12 +223,30 @@ async def models(request: Request) -> Response:
     """``GET /v1/models``: the base model and every loaded adapter."""
     m = _engine(request).model
     created = int(time.time())
-    data = [{"id": m.served_name, "object": "model", "created": created, "owned_by": "fulmen",
-             "root": str(m.path), "parent": None, "max_model_len": m.max_model_len}]
+    data = [
+        {
+            "id": m.served_name,
+            "object": "model",
+            "created": created,
+            "owned_by": "fulmen",
+            "root": str(m.path),
+            "parent": None,
+            "max_model_len": m.max_model_len,
+        }
+    ]
     for info in list(m.adapters.values()):
-        data.append({"id": info.name, "object": "model", "created": created, "owned_by": "fulmen",
-                     "root": info.path, "parent": m.served_name,
-                     "max_model_len": m.max_model_len, "policy_version": info.version})
+        data.append(
+            {
+                "id": info.name,
+                "object": "model",
+                "created": created,
+                "owned_by": "fulmen",
+                "root": info.path,
+                "parent": m.served_name,
+                "max_model_len": m.max_model_len,
+                "policy_version": info.version,
+            }
+        )
     return _json({"object": "list", "data": data}, m.version)
 
 
@@ -212,8 +277,10 @@ async def detokenize(request: Request) -> Response:
 async def health(request: Request) -> Response:
     """``GET /health``: 200 while the batching thread runs."""
     e = _engine(request)
-    return _json({"status": "ok", "policy_version": e.model.version, "running": e.scheduler.running},
-                 e.model.version)
+    return _json(
+        {"status": "ok", "policy_version": e.model.version, "running": e.scheduler.running},
+        e.model.version,
+    )
 
 
 async def _update(request: Request, apply: Any, touches: str, what: dict[str, Any]) -> Response:
@@ -226,8 +293,12 @@ async def load_lora_adapter(request: Request) -> Response:
     """``POST /v1/load_lora_adapter`` (vLLM's body); replacing a loaded name is allowed."""
     req = parse_request(LoadAdapterRequest, await _body(request))
     m = _engine(request).model
-    return await _update(request, lambda: m.load_adapter(req.lora_name, req.lora_path),
-                         req.lora_name, {"lora_name": req.lora_name})
+    return await _update(
+        request,
+        lambda: m.load_adapter(req.lora_name, req.lora_path),
+        req.lora_name,
+        {"lora_name": req.lora_name},
+    )
 
 
 async def unload_lora_adapter(request: Request) -> Response:
@@ -235,16 +306,21 @@ async def unload_lora_adapter(request: Request) -> Response:
     req = parse_request(UnloadAdapterRequest, await _body(request))
     m = _engine(request).model
     m.adapter_for(req.lora_name)  # 404 now rather than after the drain
-    return await _update(request, lambda: m.unload_adapter(req.lora_name), req.lora_name,
-                         {"lora_name": req.lora_name})
+    return await _update(
+        request,
+        lambda: m.unload_adapter(req.lora_name),
+        req.lora_name,
+        {"lora_name": req.lora_name},
+    )
 
 
 async def reload_weights(request: Request) -> Response:
     """``POST /v1/reload_weights``: copy all base weights from a model directory."""
     req = parse_request(ReloadWeightsRequest, await _body(request) if await request.body() else {})
     m = _engine(request).model
-    return await _update(request, lambda: m.reload_weights(req.path), ALL_WEIGHTS,
-                         {"path": req.path or str(m.path)})
+    return await _update(
+        request, lambda: m.reload_weights(req.path), ALL_WEIGHTS, {"path": req.path or str(m.path)}
+    )
 
 
 async def _api_error(request: Request, exc: Exception) -> Response:
@@ -254,7 +330,7 @@ async def _api_error(request: Request, exc: Exception) -> Response:
     return JSONResponse(exc.body(), status_code=exc.status)
 
 
-def create_app(model: ServedModel, *, max_batch: int = 8, threads: int = 2) -> Starlette:
+def create_app(model: ServedModel, *, max_batch: int = 8, threads: int = 1) -> Starlette:
     """Build the ASGI app serving ``model``; the batching thread runs during the lifespan."""
     scheduler = Scheduler(model, max_batch=max_batch, threads=threads)
 
@@ -277,7 +353,10 @@ def create_app(model: ServedModel, *, max_batch: int = 8, threads: int = 2) -> S
         Route("/v1/unload_lora_adapter", unload_lora_adapter, methods=["POST"]),
         Route("/v1/reload_weights", reload_weights, methods=["POST"]),
     ]
-    app = Starlette(routes=routes, lifespan=lifespan,
-                    exception_handlers={APIError: _api_error, Exception: _api_error})
+    app = Starlette(
+        routes=routes,
+        lifespan=lifespan,
+        exception_handlers={APIError: _api_error, Exception: _api_error},
+    )
     app.state.engine = _Engine(model, scheduler, TokenText(model.tokenizer))
     return app

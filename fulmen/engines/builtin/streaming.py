@@ -34,7 +34,9 @@ def sse(data: dict[str, Any] | str) -> bytes:
     return f"data: {payload}\n\n".encode()
 
 
-def _usage_chunk(base: dict[str, Any], prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
+def _usage_chunk(
+    base: dict[str, Any], prompt_tokens: int, completion_tokens: int
+) -> dict[str, Any]:
     chunk = dict(base, choices=[])
     chunk["usage"] = {
         "prompt_tokens": prompt_tokens,
@@ -54,14 +56,18 @@ async def chat_stream(
     include_usage: bool,
     text: TokenText,
 ) -> AsyncIterator[bytes]:
-    """The SSE body of a streamed chat completion."""
+    """Yield the SSE body of a streamed chat completion."""
     rid, version = new_id("chatcmpl"), gen.policy_version
     filters = [ToolCallStreamFilter() for _ in range(gen.job.n)]
     generated = 0
     try:
         for index in range(gen.job.n):
-            first: dict[str, Any] = {"index": index, "delta": {"role": "assistant", "content": ""},
-                                     "logprobs": None, "finish_reason": None}
+            first: dict[str, Any] = {
+                "index": index,
+                "delta": {"role": "assistant", "content": ""},
+                "logprobs": None,
+                "finish_reason": None,
+            }
             chunk = chat_chunk(rid, model, version, first)
             if token_ids and index == 0:
                 chunk["prompt_token_ids"] = gen.prompt_ids
@@ -79,16 +85,24 @@ async def chat_stream(
                 if calls:
                     delta["tool_calls"] = [dict(c, index=i) for i, c in enumerate(calls)]
                     finish = "tool_calls"
-            choice: dict[str, Any] = {"index": ev.index, "delta": delta, "logprobs": None,
-                                      "finish_reason": finish}
+            choice: dict[str, Any] = {
+                "index": ev.index,
+                "delta": delta,
+                "logprobs": None,
+                "finish_reason": finish,
+            }
             if logprobs is not None:
-                entries = chat_logprob_entries(text, [ev.token_id], [ev.logprob], [ev.top], logprobs)
+                entries = chat_logprob_entries(
+                    text, [ev.token_id], [ev.logprob], [ev.top], logprobs
+                )
                 choice["logprobs"] = {"content": entries}
             if token_ids:
                 choice["token_ids"] = [ev.token_id]
             yield sse(chat_chunk(rid, model, version, choice))
         if include_usage:
-            yield sse(_usage_chunk(chat_chunk(rid, model, version, {}), len(gen.prompt_ids), generated))
+            yield sse(
+                _usage_chunk(chat_chunk(rid, model, version, {}), len(gen.prompt_ids), generated)
+            )
     except APIError as exc:
         yield sse(exc.body())
     yield sse("[DONE]")
@@ -103,15 +117,19 @@ async def completion_stream(
     include_usage: bool,
     text: TokenText,
 ) -> AsyncIterator[bytes]:
-    """The SSE body of a streamed text completion (one prompt)."""
+    """Yield the SSE body of a streamed text completion (one prompt)."""
     rid, version = new_id("cmpl"), gen.policy_version
     generated = 0
     offsets = [0] * gen.job.n
     try:
         async for ev in gen.events():
             generated += 1
-            choice: dict[str, Any] = {"index": ev.index, "text": ev.text, "logprobs": None,
-                                      "finish_reason": ev.finish_reason}
+            choice: dict[str, Any] = {
+                "index": ev.index,
+                "text": ev.text,
+                "logprobs": None,
+                "finish_reason": ev.finish_reason,
+            }
             if logprobs is not None:
                 choice["logprobs"] = completion_logprobs(
                     text, [ev.token_id], [ev.logprob], [ev.top], logprobs, offsets[ev.index]

@@ -42,7 +42,8 @@ def _call(body: str) -> dict[str, Any] | None:
 def parse_tool_calls(text: str) -> tuple[str | None, list[dict[str, Any]]]:
     """Split ``text`` into (content or ``None``, tool calls in OpenAI's shape).
 
-    >>> content, calls = parse_tool_calls('Sure.<tool_call>{"name": "f", "arguments": {"x": 1}}</tool_call>')
+    >>> text = 'Sure.<tool_call>{"name": "f", "arguments": {"x": 1}}</tool_call>'
+    >>> content, calls = parse_tool_calls(text)
     >>> content, calls[0]["function"]["name"], calls[0]["function"]["arguments"]
     ('Sure.', 'f', '{"x": 1}')
     """

@@ -28,7 +28,7 @@ KNOWN_MODELS: dict[str, str] = {
 
 
 def default_cache_dir() -> Path:
-    """The model cache: ``$FULMEN_CACHE_DIR`` if set, else ``~/.cache/fulmen/models``."""
+    """Return the model cache: ``$FULMEN_CACHE_DIR`` if set, else ``~/.cache/fulmen/models``."""
     env = os.environ.get("FULMEN_CACHE_DIR")
     return Path(env).expanduser() if env else Path.home() / ".cache" / "fulmen" / "models"
 
@@ -58,6 +58,7 @@ def resolve_model(name_or_path: str | os.PathLike[str], *, cache_dir: Path | Non
             staging = Path(tempfile.mkdtemp(prefix=f".{text}-", dir=root))
             try:
                 build(staging)
+                staging.chmod(0o755)  # mkdtemp makes it owner-only; the cache is shareable
                 if not (target / "config.json").is_file():  # another process may have won
                     shutil.rmtree(target, ignore_errors=True)
                     staging.rename(target)

@@ -36,9 +36,7 @@ CHATML_TEMPLATE = (
     "{%- for message in messages %}"
     "{%- if message.role == 'system' and loop.first %}"
     "{%- elif message.role == 'assistant' %}<|im_start|>assistant\n"
-    "{% if message.content %}{{ message.content }}{% endif %}"
-    + _TOOL_CALLS
-    + "<|im_end|>\n"
+    "{% if message.content %}{{ message.content }}{% endif %}" + _TOOL_CALLS + "<|im_end|>\n"
     "{% elif message.role == 'tool' %}<|im_start|>user\n<tool_response>\n"
     "{{ message.content }}\n</tool_response><|im_end|>\n"
     "{% else %}<|im_start|>{{ message.role }}\n{{ message.content }}<|im_end|>\n"
@@ -57,9 +55,7 @@ GEMMA_TEMPLATE = (
     "{%- for message in messages %}"
     "{%- if message.role == 'system' and loop.first %}"
     "{%- elif message.role == 'assistant' %}<start_of_turn>model\n"
-    "{% if message.content %}{{ message.content }}{% endif %}"
-    + _TOOL_CALLS
-    + "<end_of_turn>\n"
+    "{% if message.content %}{{ message.content }}{% endif %}" + _TOOL_CALLS + "<end_of_turn>\n"
     "{% elif message.role == 'tool' %}<start_of_turn>user\n<tool_response>\n"
     "{{ message.content }}\n</tool_response><end_of_turn>\n"
     "{% else %}<start_of_turn>user\n"

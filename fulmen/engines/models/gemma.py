@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from fulmen.engines.models.chat_templates import GEMMA_TEMPLATE
 from fulmen.errors import ConfigError
@@ -39,14 +40,14 @@ def build(target: Path) -> None:
     with tempfile.TemporaryDirectory(prefix="fulmen-gguf-") as tmp:
         gguf = _assemble_gguf(Path(tmp))
         tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-        model = AutoModelForCausalLM.from_pretrained(
+        model: Any = AutoModelForCausalLM.from_pretrained(
             str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32
         )
     # The weights are already dequantized; the quantizer flag only blocks saving.
     model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
-    model.is_quantized = False  # pyright: ignore[reportAttributeAccessIssue]
+    model.is_quantized = False
     tokenizer.chat_template = GEMMA_TEMPLATE
     eos = [t for t in (tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids("<end_of_turn>"))]
     model.generation_config.eos_token_id = sorted({int(t) for t in eos if t is not None})

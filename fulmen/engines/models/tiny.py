@@ -23,24 +23,25 @@ SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 #: Added as ordinary (non-special) tokens so they survive decoding, as in Qwen 2.5.
 TOOL_TOKENS = ["<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>"]
 
-_WORDS = (
+_WORD_TEXT = (
     "the a an of to and in is it you that he was for on are with as his they be at one have "
     "this from or had by word but what some we can out other were all there when up use your "
-    "how said each she which do their time if will way about many then them write would like "
-    "so these her long make thing see him two has look more day could go come did number sound "
-    "no most people my over know water than call first who may down side been now find any new "
+    "how said each she which do their time if will way about many then them write would like so "
+    "these her long make thing see him two has look more day could go come did number sound no "
+    "most people my over know water than call first who may down side been now find any new "
     "work part take get place made live where after back little only round man year came show "
-    "every good me give our under name very through just form sentence great think say help "
-    "low line differ turn cause much mean before move right boy old too same tell does set "
-    "three want air well also play small end put home read hand port large spell add even land "
-    "here must big high such follow act why ask men change went light kind off need house "
-    "picture try us again animal point mother world near build self earth father answer "
-    "question tool call function result error query table select from where sum count total"
-).split()
+    "every good me give our under name very through just form sentence great think say help low "
+    "line differ turn cause much mean before move right boy old too same tell does set three "
+    "want air well also play small end put home read hand port large spell add even land here "
+    "must big high such follow act why ask men change went light kind off need house picture "
+    "try us again animal point mother world near build self earth father answer question tool "
+    "call function result error query table select from where sum count total"
+)
+_WORDS = tuple(_WORD_TEXT.split())
 
 
 def corpus(n_lines: int = 4000) -> list[str]:
-    """The tokenizer's training text: sentences, arithmetic, JSON and code-like lines."""
+    """Generate the tokenizer's training text: sentences, arithmetic, JSON and code-like lines."""
     rng = random.Random(SEED)
     lines: list[str] = []
     for i in range(n_lines):
@@ -51,7 +52,7 @@ def corpus(n_lines: int = 4000) -> list[str]:
         elif kind == 1:
             a, b = rng.randint(0, 999), rng.randint(0, 999)
             op = rng.choice(["+", "-", "*"])
-            lines.append(f"{a} {op} {b} = {eval(f'{a}{op}{b}')}")  # noqa: S307 - literal ints
+            lines.append(f"{a} {op} {b} = {eval(f'{a}{op}{b}')}")
         elif kind == 2:
             key, word = rng.choice(_WORDS), rng.choice(_WORDS)
             lines.append(f'{{"name": "{word}", "arguments": {{"{key}": {rng.randint(0, 99)}}}}}')
@@ -87,7 +88,7 @@ def _build_tokenizer(target: Path) -> None:
 
 
 def build(target: Path) -> None:
-    """Write the tiny model (config, safetensors weights, tokenizer, chat template) to ``target``."""
+    """Write the tiny model (config, weights, tokenizer, chat template) to ``target``."""
     import torch
     from transformers import (
         AutoTokenizer,
@@ -113,7 +114,7 @@ def build(target: Path) -> None:
         bos_token_id=eos[1],
         eos_token_id=eos,
         pad_token_id=eos[1],
-        torch_dtype="float32",
+        dtype="float32",
     )
     torch.manual_seed(SEED)
     model = LlamaForCausalLM(config).eval()

@@ -5,8 +5,8 @@
 ``fulmen.store`` imports it only when such a URL is opened.
 
 Modules: ``schema`` (tables), ``dialects`` (what differs between the databases), ``runner``
-(one operation = one transaction, off the event loop), ``queue``/``records``/``reads`` (the
-operations), ``codec`` (rows ↔ models), ``store`` (``SqlStore``).
+(one operation = one transaction), ``queue``/``workers``/``records``/``reads``/``expiry`` (the
+operations), ``codec`` (rows ↔ models), ``wakeups`` (waking waiters), ``store`` (``SqlStore``).
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from fulmen.store.sql.codec import attempt_from_row, rollout_from_row
 from fulmen.store.sql.dialects import SqlDialect
 from fulmen.store.sql.queue import finish_attempt, save_attempt
 from fulmen.store.sql.schema import attempts, rollouts
-from fulmen.types import AttemptStatus, RolloutConfig, RolloutStatus
+from fulmen.types import Attempt, AttemptStatus, Rollout, RolloutConfig, RolloutStatus
 
 __all__ = ["expire", "find_expired"]
 
@@ -55,9 +55,12 @@ def find_expired(conn: Connection, dialect: SqlDialect) -> list[str]:
     return out
 
 
-def expire(conn: Connection, dialect: SqlDialect, attempt_ids: Sequence[str]) -> ReconcileReport:
-    """End the listed attempts that are still expired, skipping rows another pass holds."""
-    now = utc_now()
+def _lock_candidates(
+    conn: Connection, attempt_ids: Sequence[str]
+) -> tuple[dict[str, Rollout], dict[str, Attempt]]:
+    """Lock the rollouts of still-running candidates (skipping those another pass or writer
+    holds), then their attempts: rollout before attempt, the order every writer uses.
+    """
     found = conn.execute(
         sa.select(attempts.c.attempt_id, attempts.c.rollout_id).where(
             attempts.c.attempt_id.in_(attempt_ids), attempts.c.status == _RUNNING
@@ -72,14 +75,30 @@ def expire(conn: Connection, dialect: SqlDialect, attempt_ids: Sequence[str]) ->
             .with_for_update(skip_locked=True)
         )
     }
+    if not locked_rollouts:
+        return {}, {}
+    # The attempts of the rollouts we hold: waited for, not skipped (only a heartbeat can hold
+    # one, briefly), so a rollout whose lock we won is always handled by this pass.
     locked_attempts = {
         row.attempt_id: attempt_from_row(row)
         for row in conn.execute(
             sa.select(attempts)
-            .where(attempts.c.attempt_id.in_(attempt_ids), attempts.c.status == _RUNNING)
-            .with_for_update(skip_locked=True)
+            .where(
+                attempts.c.attempt_id.in_(attempt_ids),
+                attempts.c.rollout_id.in_(sorted(locked_rollouts)),
+                attempts.c.status == _RUNNING,
+            )
+            .order_by(attempts.c.attempt_id)
+            .with_for_update()
         )
     }
+    return locked_rollouts, locked_attempts
+
+
+def expire(conn: Connection, dialect: SqlDialect, attempt_ids: Sequence[str]) -> ReconcileReport:
+    """End the listed attempts that are still expired, skipping rows another pass holds."""
+    now = utc_now()
+    locked_rollouts, locked_attempts = _lock_candidates(conn, attempt_ids)
     timed_out: list[str] = []
     lost: list[str] = []
     requeued: list[str] = []

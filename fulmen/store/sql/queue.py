@@ -75,15 +75,33 @@ _SET_CLAIMED = (
 )
 
 
+# Statements used on every call are built once: building one costs about as much as running it.
+_COUNTER = sa.select(meta.c.value).where(meta.c.key == sa.bindparam("b_key"))
+_COUNTER_LOCKED = _COUNTER.with_for_update()
+_ROLLOUT = sa.select(rollouts).where(rollouts.c.rollout_id == sa.bindparam("b_rollout"))
+_ROLLOUT_LOCKED = _ROLLOUT.with_for_update()
+_ATTEMPT = sa.select(attempts).where(attempts.c.attempt_id == sa.bindparam("b_attempt"))
+_ATTEMPT_LOCKED = _ATTEMPT.with_for_update()
+# UPDATEs without values(): the SET clause comes from the keys of the parameters.
+_UPDATE_ATTEMPT = sa.update(attempts).where(attempts.c.attempt_id == sa.bindparam("b_attempt"))
+_UPDATE_ROLLOUT = sa.update(rollouts).where(rollouts.c.rollout_id == sa.bindparam("b_rollout"))
+_USED_ATTEMPTS = (
+    sa.select(sa.func.count())
+    .select_from(attempts)
+    .where(
+        attempts.c.rollout_id == sa.bindparam("b_rollout"),
+        attempts.c.status != AttemptStatus.RELEASED.value,
+    )
+)
+
+
 def _counter(conn: Connection, key: str, *, lock: bool) -> int:
-    query = sa.select(meta.c.value).where(meta.c.key == key)
-    return conn.execute(query.with_for_update() if lock else query).scalar_one()
+    return conn.execute(_COUNTER_LOCKED if lock else _COUNTER, {"b_key": key}).scalar_one()
 
 
 def load_rollout(conn: Connection, rollout_id: str, *, lock: bool = False) -> Rollout:
     """One rollout (row-locked on PostgreSQL when ``lock``), or ``NotFound``."""
-    query = sa.select(rollouts).where(rollouts.c.rollout_id == rollout_id)
-    row = conn.execute(query.with_for_update() if lock else query).first()
+    row = conn.execute(_ROLLOUT_LOCKED if lock else _ROLLOUT, {"b_rollout": rollout_id}).first()
     if row is None:
         raise NotFound(f"rollout {rollout_id!r} does not exist")
     return rollout_from_row(row)
@@ -254,8 +272,7 @@ def _repeat_claim(conn: Connection, claim_id: str) -> list[Claim]:
 
 
 def _load_attempt(conn: Connection, attempt_id: str, *, lock: bool = False) -> Attempt:
-    query = sa.select(attempts).where(attempts.c.attempt_id == attempt_id)
-    row = conn.execute(query.with_for_update() if lock else query).first()
+    row = conn.execute(_ATTEMPT_LOCKED if lock else _ATTEMPT, {"b_attempt": attempt_id}).first()
     if row is None:
         raise NotFound(f"attempt {attempt_id!r} does not exist")
     return attempt_from_row(row)
@@ -264,10 +281,8 @@ def _load_attempt(conn: Connection, attempt_id: str, *, lock: bool = False) -> A
 def save_attempt(conn: Connection, attempt: Attempt) -> None:
     """Write every field of ``attempt`` to its row."""
     values = attempt_values(attempt)
-    del values["attempt_id"]
-    conn.execute(
-        sa.update(attempts).where(attempts.c.attempt_id == attempt.attempt_id).values(values)
-    )
+    values["b_attempt"] = values.pop("attempt_id")
+    conn.execute(_UPDATE_ATTEMPT, values)
 
 
 def update_attempt(
@@ -311,22 +326,13 @@ def finish_attempt(
     """Move the rollout of a just-ended attempt; returns its new status (None: unchanged)."""
     if rollout.status is not RolloutStatus.RUNNING:
         return None
-    used = conn.execute(
-        sa.select(sa.func.count())
-        .select_from(attempts)
-        .where(
-            attempts.c.rollout_id == rollout.rollout_id,
-            attempts.c.status != AttemptStatus.RELEASED.value,
-        )
-    ).scalar_one()
+    used = conn.execute(_USED_ATTEMPTS, {"b_rollout": rollout.rollout_id}).scalar_one()
     after = rollout_status_after_attempt(rollout.config, attempt.status, used)
     check_rollout_transition(rollout.rollout_id, rollout.status, after)
-    values: dict[str, Any] = {"status": after.value}
+    values: dict[str, Any] = {"b_rollout": rollout.rollout_id, "status": after.value}
     if after is not RolloutStatus.QUEUING:
         values.update(ended_at=attempt.ended_at, error=attempt.error)
-    conn.execute(
-        sa.update(rollouts).where(rollouts.c.rollout_id == rollout.rollout_id).values(values)
-    )
+    conn.execute(_UPDATE_ROLLOUT, values)
     if after in ROLLOUT_TERMINAL:
         dialect.notify(conn)
     return after

@@ -1,12 +1,14 @@
 """Store operations on spans and LLM call records: idempotent appends with sequence numbers.
 
 Appends take an optimistic path first: check the attempts (from a cache of attempt → rollout,
-which never changes once written), reserve sequence numbers with one ``UPDATE ... RETURNING``
-per rollout, and insert with ``ON CONFLICT DO NOTHING``. If any span was already stored or a
-reference is wrong, the optimistic transaction is rolled back (``SlowPath``) and the exact path
-runs: it locks the rollouts, reads what is already stored, and handles each record in order
-with the reference semantics (errors included). A retried batch therefore costs two
-transactions, a fresh one costs one with two statements.
+which never changes once written), reserve sequence numbers (one ``UPDATE ... RETURNING`` for a
+single rollout; a locking ``SELECT`` plus one executemany ``UPDATE`` for several), and insert
+with ``ON CONFLICT DO NOTHING``. The rollout rows stay locked until commit, so numbers of one
+rollout strictly increase in commit order. If any record was already stored or a reference is
+wrong, the optimistic transaction is rolled back (``SlowPath``) and the exact path runs: it
+locks the rollouts, reads what is already stored, and handles each record in order with the
+reference semantics (errors included). A fresh single span costs one transaction with two
+statements; a retried batch costs two transactions.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from fulmen.store.sql.schema import attempts, llm_calls, rollouts, spans
 from fulmen.types import LLMCall, LLMCallCreate, Span, SpanCreate
 
 __all__ = [
+    "MAX_CACHED_ATTEMPTS",
     "SlowPath",
     "add_calls_exact",
     "add_calls_fast",
@@ -40,7 +43,12 @@ _NEXT_SEQUENCES = (
     .values(last_sequence=rollouts.c.last_sequence + sa.bindparam("b_count"))
     .returning(rollouts.c.last_sequence)
 )
-_MAX_CACHED_ATTEMPTS = 100_000
+_SET_SEQUENCE = (
+    sa.update(rollouts)
+    .where(rollouts.c.rollout_id == sa.bindparam("b_rollout"))
+    .values(last_sequence=sa.bindparam("b_last"))
+)
+MAX_CACHED_ATTEMPTS = 100_000
 
 
 class SlowPath(Exception):
@@ -52,7 +60,7 @@ def _check_cached(conn: Connection, pairs: Iterable[tuple[str, str]], cache: Att
     pairs = list(pairs)
     unknown = {a for _, a in pairs if a not in cache}
     if unknown:
-        if len(cache) > _MAX_CACHED_ATTEMPTS:
+        if len(cache) > MAX_CACHED_ATTEMPTS:
             cache.clear()
         rows = conn.execute(
             sa.select(attempts.c.attempt_id, attempts.c.rollout_id).where(
@@ -66,15 +74,31 @@ def _check_cached(conn: Connection, pairs: Iterable[tuple[str, str]], cache: Att
 
 def _reserve(conn: Connection, counts: Counter[str]) -> dict[str, int]:
     """First new sequence number per rollout after reserving ``counts`` numbers for each."""
-    first: dict[str, int] = {}
-    for rollout_id in sorted(counts):  # one lock order for every writer
+    if not counts:
+        return {}
+    if len(counts) == 1:
+        ((rollout_id, count),) = counts.items()
         last = conn.execute(
-            _NEXT_SEQUENCES, {"b_rollout": rollout_id, "b_count": counts[rollout_id]}
+            _NEXT_SEQUENCES, {"b_rollout": rollout_id, "b_count": count}
         ).scalar_one_or_none()
         if last is None:
             raise SlowPath
-        first[rollout_id] = last - counts[rollout_id] + 1
-    return first
+        return {rollout_id: last - count + 1}
+    # Several rollouts (an exporter's batch): lock and read them in one statement, in one
+    # order for every writer, and write the new counters with one executemany.
+    rows = conn.execute(
+        sa.select(rollouts.c.rollout_id, rollouts.c.last_sequence)
+        .where(rollouts.c.rollout_id.in_(counts))
+        .order_by(rollouts.c.rollout_id)
+        .with_for_update()
+    ).all()
+    if len(rows) != len(counts):
+        raise SlowPath
+    conn.execute(
+        _SET_SEQUENCE,
+        [{"b_rollout": r, "b_last": last + counts[r]} for r, last in rows],
+    )
+    return {r: last + 1 for r, last in rows}
 
 
 def _insert_all_new(

@@ -1,8 +1,8 @@
 """SqlStore: the ``Store`` on SQLite (embedded default) or PostgreSQL, in one code path.
 
-Every operation is a function in ``queue``, ``records`` or ``reads`` run as one transaction by
-a runner (see ``runner``); this class adds what lives between transactions: the attempt cache,
-waking up ``wait_for_rollouts``, and the watchdog.
+Every operation is a function (in ``queue``, ``workers``, ``records``, ``reads``, ``expiry``)
+run as one transaction by a runner (see ``runner``); this class adds what lives between
+transactions: the attempt cache, waking up ``wait_for_rollouts`` (``wakeups``), the watchdog.
 
 Waiting never busy-polls. A change this object makes wakes its waiters at once. Changes made by
 other processes wake them through PostgreSQL ``LISTEN``/``NOTIFY``; on SQLite, which has no
@@ -14,16 +14,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from fulmen.errors import ConfigError, InvalidRequest
 from fulmen.store.base import Capabilities, ReconcileReport
 from fulmen.store.sql import expiry, queue, reads, records, workers
-from fulmen.store.sql.dialects import NOTIFY_CHANNEL, SqlDialect, resolve_url
-from fulmen.store.sql.runner import AsyncEngineRunner, Runner, ThreadRunner
+from fulmen.store.sql.async_runner import AsyncEngineRunner
+from fulmen.store.sql.dialects import SqlDialect, resolve_url
+from fulmen.store.sql.runner import Runner
 from fulmen.store.sql.schema import ensure_schema
+from fulmen.store.sql.sqlite_runner import SqliteRunner
+from fulmen.store.sql.wakeups import Wakeups
 from fulmen.store.watchdog import Watchdog
 from fulmen.types import (
     UNSET,
@@ -49,13 +51,17 @@ from fulmen.types import (
 if TYPE_CHECKING:
     from pydantic import JsonValue
     from sqlalchemy.engine import Connection
-    from sqlalchemy.ext.asyncio import AsyncConnection
 
     from fulmen.types import RolloutCreate
 
 __all__ = ["SqlStore"]
 
-logger = logging.getLogger(__name__)
+# Operations whose SQLite work stays within a few milliseconds run on the event loop thread
+# (a round trip to a thread costs more than a small operation, and under CPU contention the
+# thread wake-ups dominate); bigger ones go to a thread so the loop stays responsive.
+_SMALL = 32  # rollouts, attempts
+_SMALL_APPEND = 128  # spans or LLM calls (about 40 us each)
+_SMALL_PAGE = 100  # rows read
 
 
 def _create_schema(conn: Connection, dialect: SqlDialect) -> None:
@@ -71,11 +77,8 @@ class SqlStore:
         self._runner = runner
         self._dialect = dialect
         self._attempt_rollouts: dict[str, str] = {}
-        self._changed = asyncio.Event()
+        self._wakeups = Wakeups(runner, dialect)
         self._watchdog: Watchdog | None = None
-        self._listener: AsyncConnection | None = None
-        self._listening = False
-        self._listener_lock = asyncio.Lock()
         self._closed = False
 
     @classmethod
@@ -86,6 +89,7 @@ class SqlStore:
         watchdog_interval: float | None = 1.0,
         busy_timeout_s: float = 30.0,
         pool_size: int = 5,
+        **options: Any,
     ) -> SqlStore:
         """Open (and create if needed) the store at ``url``.
 
@@ -95,7 +99,14 @@ class SqlStore:
                 (another process does).
             busy_timeout_s: SQLite: how long a writer waits for another process's write lock.
             pool_size: PostgreSQL: connections kept open.
+            **options: refused with ``ConfigError`` (e.g. ``token``, which only the HTTP
+                client uses), so a setting that would have no effect is not silently dropped.
         """
+        if options:
+            raise ConfigError(
+                f"option(s) {sorted(options)} do not apply to a SQL store ({url!r}); "
+                "known: watchdog_interval, busy_timeout_s, pool_size"
+            )
         dialect, sa_url = resolve_url(url)
         if watchdog_interval is not None and watchdog_interval <= 0:
             raise ConfigError(
@@ -103,7 +114,7 @@ class SqlStore:
             )
         runner: Runner
         if dialect.is_threaded:
-            runner = await ThreadRunner.open(sa_url, dialect, busy_timeout_s=busy_timeout_s)
+            runner = await SqliteRunner.open(sa_url, dialect, busy_timeout_s=busy_timeout_s)
         else:
             runner = await _open_async_runner(sa_url, dialect, pool_size)
         try:
@@ -133,7 +144,9 @@ class SqlStore:
         """See ``Store.enqueue``; the batch is all-or-nothing."""
         if not rollouts:
             return []
-        return await self._runner.write(queue.enqueue, self._dialect, list(rollouts))
+        return await self._runner.write(
+            queue.enqueue, self._dialect, list(rollouts), small=len(rollouts) <= _SMALL
+        )
 
     async def claim(
         self,
@@ -148,8 +161,10 @@ class SqlStore:
             raise InvalidRequest(f"limit must be at least 1, got {limit}")
         modes = list(modes) if modes is not None else None
         claims = await self._runner.write(
-            queue.claim, self._dialect, worker_id, limit, modes, claim_id
+            queue.claim, self._dialect, worker_id, limit, modes, claim_id, small=limit <= _SMALL
         )
+        if len(self._attempt_rollouts) > records.MAX_CACHED_ATTEMPTS:
+            self._attempt_rollouts.clear()  # a cache of immutable facts: refilled on demand
         for c in claims:
             self._attempt_rollouts[c.attempt.attempt_id] = c.rollout.rollout_id
         return claims
@@ -163,7 +178,12 @@ class SqlStore:
     ) -> Worker:
         """See ``Store.heartbeat``."""
         return await self._runner.write(
-            workers.heartbeat, self._dialect, worker_id, list(attempt_ids), metadata
+            workers.heartbeat,
+            self._dialect,
+            worker_id,
+            list(attempt_ids),
+            metadata,
+            small=len(attempt_ids) <= _SMALL,
         )
 
     async def update_attempt(
@@ -175,10 +195,10 @@ class SqlStore:
     ) -> Attempt:
         """See ``Store.update_attempt``."""
         attempt, after = await self._runner.write(
-            queue.update_attempt, self._dialect, attempt_id, status, error
+            queue.update_attempt, self._dialect, attempt_id, status, error, small=True
         )
         if after is not None:
-            self._wake()
+            self._wakeups.wake()
         return attempt
 
     async def update_rollout(
@@ -190,10 +210,10 @@ class SqlStore:
     ) -> Rollout:
         """See ``Store.update_rollout``."""
         rollout = await self._runner.write(
-            queue.update_rollout, self._dialect, rollout_id, status, metadata
+            queue.update_rollout, self._dialect, rollout_id, status, metadata, small=True
         )
         if status is not UNSET:
-            self._wake()
+            self._wakeups.wake()
         return rollout
 
     # -- spans and LLM calls --------------------------------------------------------------------
@@ -203,9 +223,10 @@ class SqlStore:
         if not spans:
             return []
         batch = list(spans)
+        small = len(batch) <= _SMALL_APPEND
         try:
             return await self._runner.write(
-                records.add_spans_fast, self._dialect, batch, self._attempt_rollouts
+                records.add_spans_fast, self._dialect, batch, self._attempt_rollouts, small=small
             )
         except records.SlowPath:
             return await self._runner.write(
@@ -217,9 +238,10 @@ class SqlStore:
         if not calls:
             return []
         batch = list(calls)
+        small = len(batch) <= _SMALL_APPEND
         try:
             return await self._runner.write(
-                records.add_calls_fast, self._dialect, batch, self._attempt_rollouts
+                records.add_calls_fast, self._dialect, batch, self._attempt_rollouts, small=small
             )
         except records.SlowPath:
             return await self._runner.write(
@@ -236,7 +258,12 @@ class SqlStore:
     ) -> Page[Span]:
         """See ``Store.query_spans``."""
         return await self._runner.read(
-            reads.query_spans, rollout_id, attempt_id, after_sequence, limit
+            reads.query_spans,
+            rollout_id,
+            attempt_id,
+            after_sequence,
+            limit,
+            small=limit <= _SMALL_PAGE,
         )
 
     async def query_llm_calls(
@@ -249,26 +276,33 @@ class SqlStore:
     ) -> Page[LLMCall]:
         """See ``Store.query_llm_calls``."""
         return await self._runner.read(
-            reads.query_llm_calls, rollout_id, attempt_id, after_sequence, limit
+            reads.query_llm_calls,
+            rollout_id,
+            attempt_id,
+            after_sequence,
+            limit,
+            small=limit <= _SMALL_PAGE,
         )
 
     # -- reads ----------------------------------------------------------------------------------
 
     async def get_rollout(self, rollout_id: str) -> Rollout:
         """See ``Store.get_rollout``."""
-        return await self._runner.read(reads.get_rollout, rollout_id)
+        return await self._runner.read(reads.get_rollout, rollout_id, small=True)
 
     async def get_attempt(self, attempt_id: str) -> Attempt:
         """See ``Store.get_attempt``."""
-        return await self._runner.read(reads.get_attempt, attempt_id)
+        return await self._runner.read(reads.get_attempt, attempt_id, small=True)
 
     async def list_attempts(self, rollout_id: str) -> list[Attempt]:
         """See ``Store.list_attempts``."""
-        return await self._runner.read(reads.list_attempts, rollout_id)
+        return await self._runner.read(reads.list_attempts, rollout_id, small=True)
 
     async def query_rollouts(self, query: RolloutQuery) -> Page[Rollout]:
         """See ``Store.query_rollouts``."""
-        return await self._runner.read(reads.query_rollouts, query)
+        return await self._runner.read(
+            reads.query_rollouts, query, small=query.limit <= _SMALL_PAGE
+        )
 
     async def list_workers(self) -> list[Worker]:
         """See ``Store.list_workers``."""
@@ -282,15 +316,15 @@ class SqlStore:
 
     async def add_resources(self, resources: ResourcesCreate) -> Resources:
         """See ``Store.add_resources``."""
-        return await self._runner.write(reads.add_resources, self._dialect, resources)
+        return await self._runner.write(reads.add_resources, self._dialect, resources, small=True)
 
     async def get_resources(self, version: int) -> Resources:
         """See ``Store.get_resources``."""
-        return await self._runner.read(reads.get_resources, version)
+        return await self._runner.read(reads.get_resources, version, small=True)
 
     async def latest_resources(self) -> Resources | None:
         """See ``Store.latest_resources``."""
-        return await self._runner.read(reads.latest_resources)
+        return await self._runner.read(reads.latest_resources, small=True)
 
     # -- waiting, watchdog, lifecycle -----------------------------------------------------------
 
@@ -301,21 +335,21 @@ class SqlStore:
         ids = list(rollout_ids)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(timeout, 0.0)
-        await self._ensure_listener()
+        await self._wakeups.listen()
         while True:
-            changed = self._changed  # taken before reading, so no wake-up is missed
-            rollouts = await self._runner.read(reads.get_rollouts, ids)
+            changed = self._wakeups.changed  # taken before reading: no wake-up is missed
+            rollouts = await self._runner.read(
+                reads.get_rollouts, ids, small=len(ids) <= _SMALL_PAGE
+            )
             remaining = deadline - loop.time()
             if all(r.is_terminal for r in rollouts) or remaining <= 0:
                 return [r for r in rollouts if r.is_terminal]
-            poll = self._dialect.fallback_poll_s
-            if self._dialect.notify_sql is not None and not self._listening:
-                poll = 0.5  # the listener is down: fall back to a slow poll until it is back
-            wait = remaining if poll is None else min(remaining, poll)
+            poll = self._wakeups.poll_s
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(changed.wait(), wait)
-            if not self._listening:
-                await self._ensure_listener()
+                await asyncio.wait_for(
+                    changed.wait(), remaining if poll is None else min(remaining, poll)
+                )
+            await self._wakeups.listen()  # again, if the listening connection was lost
 
     async def reconcile(self) -> ReconcileReport:
         """See ``Store.reconcile``: a read pass finds candidates, a write pass ends them."""
@@ -324,7 +358,7 @@ class SqlStore:
             return ReconcileReport()
         report = await self._runner.write(expiry.expire, self._dialect, expired)
         if report.timed_out or report.lost:
-            self._wake()
+            self._wakeups.wake()
         return report
 
     async def aclose(self) -> None:
@@ -334,45 +368,8 @@ class SqlStore:
         self._closed = True
         if self._watchdog is not None:
             await self._watchdog.stop()
-        await self._drop_listener()
+        await self._wakeups.aclose()
         await self._runner.aclose()
-        self._wake()
-
-    def _wake(self) -> None:
-        """Wake every waiter; each re-reads its rollouts."""
-        changed, self._changed = self._changed, asyncio.Event()
-        changed.set()
-
-    async def _ensure_listener(self) -> None:
-        """Start listening for other processes' notifications, once (PostgreSQL only)."""
-        if self._listening or self._closed or not isinstance(self._runner, AsyncEngineRunner):
-            return
-        async with self._listener_lock:
-            if self._listening or self._closed:
-                return
-            await self._drop_listener()
-            try:
-                self._listener = await _listen(self._runner, self._on_notify, self._on_lost)
-                self._listening = True
-            except Exception:  # waiting still works, by polling, until the next try
-                logger.warning("cannot LISTEN for store notifications; polling", exc_info=True)
-
-    async def _drop_listener(self) -> None:
-        listener, self._listener = self._listener, None
-        self._listening = False
-        if listener is not None:
-            # Invalidate rather than return it: a pooled connection must not keep listening.
-            with contextlib.suppress(Exception):
-                await listener.invalidate()
-            with contextlib.suppress(Exception):
-                await listener.close()
-
-    def _on_notify(self, *_args: object) -> None:
-        self._wake()
-
-    def _on_lost(self, *_args: object) -> None:
-        self._listening = False  # the next wait drops the dead connection and listens again
-        self._wake()
 
 
 async def _open_async_runner(sa_url: Any, dialect: SqlDialect, pool_size: int) -> Runner:
@@ -383,17 +380,3 @@ async def _open_async_runner(sa_url: Any, dialect: SqlDialect, pool_size: int) -
     except Exception as exc:
         where = sa_url.render_as_string(hide_password=True)
         raise StoreUnavailable(f"cannot connect to {where}: {exc}") from exc
-
-
-async def _listen(runner: AsyncEngineRunner, on_notify: Any, on_lost: Any) -> AsyncConnection:
-    """Check a connection out of the pool for good and listen on the store's channel."""
-    conn = await runner.engine.connect()
-    try:
-        raw = await conn.get_raw_connection()
-        driver: Any = raw.driver_connection
-        await driver.add_listener(NOTIFY_CHANNEL, on_notify)
-        driver.add_termination_listener(on_lost)
-    except BaseException:
-        await conn.close()
-        raise
-    return conn

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from datetime import UTC
 from pathlib import Path
@@ -18,6 +19,7 @@ from fulmen.types import (
     PromptTemplate,
     ResourcesCreate,
     RolloutCreate,
+    RolloutStatus,
     SpanCreate,
 )
 
@@ -100,23 +102,58 @@ async def test_sqlite_url_forms_open_the_same_file(sqlite_path: Path, form: str)
         assert conn.execute("SELECT count(*) FROM fulmen_rollouts").fetchone() == (1,)
 
 
-async def test_sqlite_uses_wal_normal_sync_busy_timeout_and_foreign_keys(
-    sqlite_path: Path,
-) -> None:
-    async with open_store(str(sqlite_path), watchdog_interval=None, busy_timeout_s=7) as store:
+async def test_sqlite_uses_wal_normal_sync_and_foreign_keys(sqlite_path: Path) -> None:
+    async with open_store(str(sqlite_path), watchdog_interval=None) as store:
 
         def pragmas(conn: sa.Connection) -> dict[str, int | str]:
-            names = ("journal_mode", "synchronous", "busy_timeout", "foreign_keys")
+            names = ("journal_mode", "synchronous", "foreign_keys", "busy_timeout")
             return {n: conn.exec_driver_sql(f"PRAGMA {n}").scalar_one() for n in names}
 
         found = await store._runner.write(pragmas)
     # synchronous=1 is NORMAL: a commit survives a killed process (the OS has the WAL pages).
-    assert found == {
-        "journal_mode": "wal",
-        "synchronous": 1,
-        "busy_timeout": 7000,
-        "foreign_keys": 1,
-    }
+    # The writer never waits inside SQLite (busy_timeout 0): the store waits in asyncio.
+    assert found == {"journal_mode": "wal", "synchronous": 1, "foreign_keys": 1, "busy_timeout": 0}
+
+
+async def test_a_writer_of_another_process_is_waited_for_without_blocking(
+    sqlite_path: Path,
+) -> None:
+    async with open_store(str(sqlite_path), watchdog_interval=None, busy_timeout_s=30) as store:
+        other = sqlite3.connect(sqlite_path, isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")
+        ticks = 0
+
+        async def tick() -> None:
+            nonlocal ticks
+            while True:
+                await asyncio.sleep(0.01)
+                ticks += 1
+
+        ticker = asyncio.create_task(tick())
+        write = asyncio.create_task(store.enqueue([RolloutCreate(input=1)]))
+        await asyncio.sleep(0.3)
+        assert not write.done()
+        other.execute("COMMIT")
+        other.close()
+        (rollout,) = await asyncio.wait_for(write, 10)
+        ticker.cancel()
+        assert rollout.position == 1
+        assert ticks >= 10  # the event loop kept running while the store waited
+
+
+async def test_a_writer_that_holds_the_lock_too_long_makes_the_store_unavailable(
+    sqlite_path: Path,
+) -> None:
+    async with open_store(str(sqlite_path), watchdog_interval=None, busy_timeout_s=0.2) as store:
+        other = sqlite3.connect(sqlite_path, isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")
+        try:
+            with pytest.raises(StoreUnavailable, match="locked"):
+                await store.enqueue([RolloutCreate(input=1)])
+        finally:
+            other.execute("ROLLBACK")
+            other.close()
+        assert len(await store.enqueue([RolloutCreate(input=1)])) == 1
 
 
 async def test_missing_directory_is_a_config_error(tmp_path: Path) -> None:
@@ -149,9 +186,36 @@ async def test_unsupported_urls_are_config_errors() -> None:
         await SqlStore.connect("mysql://u@127.0.0.1/db")
 
 
+async def test_options_of_other_backends_are_refused(sqlite_path: Path) -> None:
+    with pytest.raises(ConfigError, match="token"):
+        await SqlStore.connect(str(sqlite_path), token="secret")
+
+
 async def test_closed_store_refuses_work(sql_url: str) -> None:
     store = await SqlStore.connect(sql_url, watchdog_interval=None)
     await store.aclose()
     await store.aclose()  # closing twice is harmless
     with pytest.raises(StoreError, match="closed"):
         await store.enqueue([RolloutCreate(input=1)])
+
+
+async def test_a_dropped_postgresql_connection_is_unavailable_then_recovers(sql_url: str) -> None:
+    if not sql_url.startswith("postgresql"):
+        pytest.skip("server-side connection kill is a PostgreSQL scenario")
+    import asyncpg
+
+    async with open_store(sql_url, watchdog_interval=None) as store:
+        await store.enqueue([RolloutCreate(input=1)])
+        database = sql_url.rsplit("/", 1)[1]
+        admin = await asyncpg.connect(sql_url.rsplit("/", 1)[0] + "/postgres")
+        try:
+            await admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1",
+                database,
+            )
+        finally:
+            await admin.close()
+        with pytest.raises(StoreUnavailable):
+            await store.enqueue([RolloutCreate(input=2)])
+        assert len(await store.enqueue([RolloutCreate(input=3)])) == 1
+        assert (await store.stats()).rollouts[RolloutStatus.QUEUING] == 2

@@ -1,0 +1,67 @@
+from __future__ import annotations
+
+import pytest
+
+from fulmen.adapter.credit import (
+    CallCredit,
+    CreditInput,
+    assign_credit,
+    resolve_credit,
+)
+from fulmen.errors import ConfigError
+
+
+def _run(name: str, final: float, rewards: tuple[float | None, ...], **opts: float) -> list:
+    return assign_credit(resolve_credit(name, **opts), CreditInput(final, rewards))
+
+
+def test_final_gives_every_call_the_final_reward() -> None:
+    assert _run("final", 2.0, (None, None, None)) == [CallCredit(2.0, 1.0)] * 3
+
+
+def test_discounted_from_the_end() -> None:
+    got = _run("discounted", 1.0, (None, None, None), gamma=0.5)
+    assert got == [CallCredit(0.25, 0.25), CallCredit(0.5, 0.5), CallCredit(1.0, 1.0)]
+
+
+def test_discounted_default_gamma_and_bad_gamma() -> None:
+    got = _run("discounted", 1.0, (None, None))
+    assert got[0].reward == pytest.approx(0.9) and got[1].reward == 1.0
+    with pytest.raises(ConfigError, match="gamma"):
+        _run("discounted", 1.0, (None,), gamma=1.5)
+
+
+def test_last_call_only() -> None:
+    got = _run("last", 3.0, (None, None, None))
+    assert got == [CallCredit(0.0, 0.0), CallCredit(0.0, 0.0), CallCredit(3.0, 1.0)]
+
+
+def test_per_call_uses_emitted_rewards_and_zero_for_missing() -> None:
+    got = _run("per_call", 9.0, (0.5, None, -1.0))
+    assert got == [CallCredit(0.5, 1.0), CallCredit(0.0, 1.0), CallCredit(-1.0, 1.0)]
+
+
+def test_zero_calls() -> None:
+    assert _run("final", 1.0, ()) == []
+
+
+def test_unknown_name_and_unknown_option_are_errors() -> None:
+    with pytest.raises(ConfigError, match="unknown credit strategy 'nope'"):
+        resolve_credit("nope")
+    with pytest.raises(ConfigError, match="gamma"):
+        resolve_credit("final", gamma=0.5)
+
+
+def test_user_function_and_wrong_length() -> None:
+    def first_only(rollout: CreditInput) -> list[CallCredit]:
+        return [CallCredit(rollout.final_reward, 1.0)] + [CallCredit(0.0, 0.0)] * (
+            rollout.num_calls - 1
+        )
+
+    fn = resolve_credit(first_only)
+    assert assign_credit(fn, CreditInput(1.0, (None, None))) == [
+        CallCredit(1.0, 1.0),
+        CallCredit(0.0, 0.0),
+    ]
+    with pytest.raises(ConfigError, match="returned 1 credits for 2 calls"):
+        assign_credit(lambda r: [CallCredit(1.0)], CreditInput(1.0, (None, None)))

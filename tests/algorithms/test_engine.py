@@ -1,0 +1,187 @@
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+from pydantic import ValidationError
+
+from fulmen.algorithms.grpo import GRPOConfig
+from fulmen.algorithms.grpo.engine import GRPOEngine
+from fulmen.errors import ConfigError
+
+from .builders import transition
+from .models import tiny_llama
+
+
+def _batch(model, *, rewards=(1.0, 0.0, 0.5, 0.0), prefix: str = "r", **fields):
+    gen = torch.Generator().manual_seed(len(prefix))
+    out = []
+    for i, reward in enumerate(rewards):
+        prompt = [1, *torch.randint(3, 64, (3,), generator=gen).tolist()]
+        completion = torch.randint(3, 64, (4,), generator=gen).tolist()
+        out.append(transition(model, f"{prefix}{i}", prompt, completion, reward, **fields))
+    return out
+
+
+def _params(engine: GRPOEngine) -> torch.Tensor:
+    return torch.cat([p.detach().flatten() for p in engine.model.parameters()]).clone()
+
+
+def test_lora_step_changes_only_the_adapter_and_reports_metrics() -> None:
+    engine = GRPOEngine(tiny_llama(), config=GRPOConfig(learning_rate=1e-2, kl_coef=0.1))
+    frozen = {n: p.detach().clone() for n, p in engine.model.named_parameters() if "lora" not in n}
+    batch = _batch(engine.model)
+    first = engine.train_step(batch)
+    # At the start the adapter is zero, so the policy equals the reference: KL is exactly 0,
+    # and the behaviour logprobs came from the same model: every ratio is 1.
+    assert first["kl"] == 0.0 and first["ratio_mean"] == pytest.approx(1.0, abs=1e-5)
+    assert first["logprob_gap"] < 1e-5 and first["clip_fraction"] == 0.0
+    assert first["updated"] == 1.0 and first["trained_tokens"] == 16
+    assert first["entropy"] > 0 and first["tokens_per_s"] > 0 and first["grad_norm"] > 0
+    assert (first["rollouts"], first["groups"]) == (4.0, 1.0)
+    assert first["reward_mean"] == pytest.approx(0.375)
+    second = engine.train_step(batch)
+    assert second["kl"] > 0 and second["logprob_gap"] > 0 and engine.step == 2
+    for name, p in engine.model.named_parameters():
+        if name in frozen:
+            assert torch.equal(p, frozen[name]), name
+
+
+def test_full_finetune_keeps_a_frozen_reference() -> None:
+    engine = GRPOEngine(
+        tiny_llama(), config=GRPOConfig(finetune="full", kl_coef=0.5, learning_rate=1e-3)
+    )
+    batch = _batch(engine.model)
+    engine.train_step(batch)
+    metrics = engine.train_step(batch)
+    assert metrics["kl"] > 0
+
+
+def test_batch_without_signal_takes_no_step() -> None:
+    engine = GRPOEngine(tiny_llama(), config=GRPOConfig(learning_rate=1e-2))
+    before = _params(engine)
+    metrics = engine.train_step(_batch(engine.model, rewards=(1.0, 1.0, 1.0)))
+    assert metrics["updated"] == 0.0 and metrics["skipped_zero_advantage"] == 3
+    assert torch.equal(before, _params(engine)) and engine.step == 0
+
+
+def test_stale_truncated_and_overlong_are_counted() -> None:
+    model = tiny_llama()
+    batch = [
+        *_batch(model, rewards=(1.0, 0.0), policy_version="v1"),
+        *_batch(model, rewards=(1.0, 0.0), prefix="s", policy_version="v2", is_truncated=True),
+    ]
+    engine = GRPOEngine(model, config=GRPOConfig(skip_truncated=True, max_seq_len=100))
+    metrics = engine.train_step(batch, policy_version="v2")
+    assert (metrics["stale"], metrics["truncated"], metrics["dropped_truncated"]) == (2, 2, 2)
+    assert metrics["trained_tokens"] == 8
+    short = GRPOEngine(tiny_llama(), config=GRPOConfig(max_seq_len=7))
+    assert short.train_step(batch)["dropped_overlong"] == 4
+
+
+def test_checkpoint_resume_reproduces_the_next_step(tmp_path: Path) -> None:
+    config = GRPOConfig(learning_rate=1e-2)
+    engine = GRPOEngine(tiny_llama(), config=config)
+    batch_a = _batch(engine.model)
+    batch_b = _batch(engine.model, prefix="other", rewards=(0.0, 1.0, 1.0, 0.2))
+    engine.train_step(batch_a)
+    engine.policy_version = "v1"
+    engine.save_checkpoint(tmp_path / "ckpt")
+    engine.train_step(batch_b)
+    continued = _params(engine)
+
+    resumed = GRPOEngine(tiny_llama(), config=config)
+    resumed.load_checkpoint(tmp_path / "ckpt")
+    assert (resumed.step, resumed.policy_version) == (1, "v1")
+    resumed.train_step(batch_b)
+    torch.testing.assert_close(_params(resumed), continued, atol=0, rtol=0)
+    assert not (tmp_path / "ckpt.partial").exists()
+
+
+def test_checkpoint_of_another_policy_is_refused(tmp_path: Path) -> None:
+    GRPOEngine(tiny_llama(), config=GRPOConfig(finetune="full")).save_checkpoint(tmp_path / "c")
+    with pytest.raises(ConfigError, match="does not fit"):
+        GRPOEngine(tiny_llama()).load_checkpoint(tmp_path / "c")
+    with pytest.raises(ConfigError, match="not a checkpoint"):
+        GRPOEngine(tiny_llama()).load_checkpoint(tmp_path / "nothing")
+
+
+def test_saved_adapter_loads_into_the_base_model_with_the_same_outputs(tmp_path: Path) -> None:
+    from peft import PeftModel
+
+    engine = GRPOEngine(tiny_llama(seed=4), config=GRPOConfig(learning_rate=5e-2))
+    engine.train_step(_batch(engine.model))
+    out = engine.save_adapter(tmp_path / "adapter")
+    assert (out / "adapter_config.json").is_file()
+    assert (out / "adapter_model.safetensors").is_file()
+    with warnings.catch_warnings():  # peft reads an attribute transformers 5 deprecated
+        warnings.simplefilter("ignore", FutureWarning)
+        served = PeftModel.from_pretrained(tiny_llama(seed=4), str(out)).eval()
+    ids = torch.tensor([[1, 5, 9, 13, 17]])
+    with torch.no_grad():
+        torch.testing.assert_close(served(input_ids=ids).logits, engine.model(input_ids=ids).logits)
+        base = tiny_llama(seed=4)(input_ids=ids).logits
+    assert not torch.allclose(base, served(input_ids=ids).logits)
+
+
+def test_save_model_merges_lora_and_full_mode_has_no_adapter(tmp_path: Path) -> None:
+    from transformers import AutoModelForCausalLM
+
+    engine = GRPOEngine(tiny_llama(seed=4), config=GRPOConfig(learning_rate=5e-2))
+    engine.train_step(_batch(engine.model))
+    merged = AutoModelForCausalLM.from_pretrained(str(engine.save_model(tmp_path / "m"))).eval()
+    ids = torch.tensor([[1, 5, 9, 13, 17]])
+    with torch.no_grad():
+        torch.testing.assert_close(
+            merged(input_ids=ids).logits, engine.model(input_ids=ids).logits, atol=1e-5, rtol=1e-4
+        )
+    full = GRPOEngine(tiny_llama(), config=GRPOConfig(finetune="full"))
+    with pytest.raises(ConfigError, match="finetune='lora'"):
+        full.save_adapter(tmp_path / "x")
+
+
+def test_config_rejects_unknown_names() -> None:
+    with pytest.raises(ValidationError, match="policy_loss"):
+        GRPOConfig(policy_loss="nope")
+    with pytest.raises(ValidationError, match="kl_estimator"):
+        GRPOConfig(kl_estimator="k9")
+
+
+def test_gradient_checkpointing_gives_the_same_gradient() -> None:
+    from .builders import gradient
+
+    batch = _batch(tiny_llama())
+    grads, layer_calls = [], []
+    for checkpointing in (False, True):
+        engine = GRPOEngine(
+            tiny_llama(), config=GRPOConfig(finetune="full", gradient_checkpointing=checkpointing)
+        )
+        modes: list[bool] = []
+        layer = engine.model.model.layers[0]
+        layer.register_forward_hook(lambda module, *_: modes.append(module.training))
+        engine.compute_gradients(batch)
+        grads.append(gradient(engine.model))
+        layer_calls.append((layer.gradient_checkpointing, modes))
+        assert not engine.model.training
+    # HF checkpoints a layer only when it is flagged and in train mode during the forward
+    assert layer_calls == [(False, [False]), (True, [True])]
+    torch.testing.assert_close(grads[0], grads[1], atol=1e-7, rtol=1e-5)
+
+
+def test_two_epochs_move_the_ratio_away_from_one() -> None:
+    engine = GRPOEngine(tiny_llama(), config=GRPOConfig(learning_rate=5e-2, epochs=2))
+    metrics = engine.train_step(_batch(engine.model))
+    assert metrics["ratio_mean"] != pytest.approx(1.0, abs=1e-6)
+    assert engine.step == 1
+
+
+def test_bfloat16_policy_trains_with_float32_adapter_and_logits() -> None:
+    engine = GRPOEngine(tiny_llama(), config=GRPOConfig(dtype="bfloat16", learning_rate=1e-2))
+    dtypes = {n: p.dtype for n, p in engine.model.named_parameters()}
+    assert all(d == torch.float32 for n, d in dtypes.items() if "lora_" in n)
+    assert dtypes["base_model.model.lm_head.weight"] == torch.bfloat16
+    metrics = engine.train_step(_batch(engine.model))
+    assert metrics["updated"] == 1.0
+    assert all(v == v and abs(v) != float("inf") for v in metrics.values())

@@ -1,0 +1,75 @@
+"""LangGraph with two LLM nodes (LangChain's ChatOpenAI), unchanged, pointed at the gateway."""
+
+from __future__ import annotations
+
+from typing import TypedDict
+
+import pytest
+
+pytest.importorskip("langgraph")
+pytest.importorskip("langchain_openai")
+
+from langchain_openai import ChatOpenAI
+from langgraph.graph import END, START, StateGraph
+
+from tests.gateway.conftest import Running, new_attempt
+from tests.gateway.scripted_upstream import Reply, encode
+
+
+class State(TypedDict, total=False):
+    question: str
+    plan: str
+    answer: str
+
+
+def build_graph(llm: ChatOpenAI):  # the agent's own code: nothing fulmen-specific
+    async def planner(state: State) -> State:
+        out = await llm.ainvoke([("system", "Plan briefly."), ("user", state["question"])])
+        return {"plan": str(out.content)}
+
+    async def answerer(state: State) -> State:
+        out = await llm.ainvoke(
+            [("system", f"Follow the plan: {state['plan']}"), ("user", state["question"])]
+        )
+        return {"answer": str(out.content)}
+
+    graph = StateGraph(State)
+    graph.add_node("planner", planner)
+    graph.add_node("answerer", answerer)
+    graph.add_edge(START, "planner")
+    graph.add_edge("planner", "answerer")
+    graph.add_edge("answerer", END)
+    return graph.compile()
+
+
+async def test_two_llm_nodes_are_captured_with_token_ids(gw: Running) -> None:
+    rollout_id, attempt_id = await new_attempt(gw.store)
+    gw.script.replies.extend([Reply(content="add the numbers"), Reply(content="4")])
+    llm = ChatOpenAI(model="tiny-model", base_url=gw.base_url(rollout_id, attempt_id), api_key="x")
+    result = await build_graph(llm).ainvoke({"question": "What is 2+2?"})
+    assert result["answer"] == "4"
+    calls = await gw.calls(rollout_id)
+    assert len(calls) == 2
+    assert [c.choices[0].text for c in calls] == ["add the numbers", "4"]
+    for call, text in zip(calls, ["add the numbers", "4"], strict=True):
+        assert call.is_token_level and call.attempt_id == attempt_id
+        assert call.choices[0].token_ids == encode(text)
+        assert call.choices[0].logprobs and len(call.choices[0].logprobs) == len(text)
+        assert call.prompt_token_ids
+    assert "add the numbers" in calls[1].request["messages"][0]["content"]
+
+
+async def test_streaming_chat_model_is_captured(gw: Running) -> None:
+    rollout_id, attempt_id = await new_attempt(gw.store)
+    gw.script.replies.append(Reply(content="streamed through langchain"))
+    llm = ChatOpenAI(
+        model="tiny-model",
+        base_url=gw.base_url(rollout_id, attempt_id),
+        api_key="x",
+        streaming=True,
+    )
+    parts = [chunk.content async for chunk in llm.astream("Say something")]
+    assert "".join(str(p) for p in parts) == "streamed through langchain"
+    (call,) = await gw.calls(rollout_id)
+    assert call.is_stream and call.is_token_level
+    assert call.choices[0].token_ids == encode("streamed through langchain")

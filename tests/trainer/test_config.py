@@ -1,0 +1,64 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from fulmen.errors import ConfigError
+from fulmen.trainer.config import load_config
+
+BASE = """
+model: tiny
+agent: agent:toy_agent
+data:
+  train: agent:train_tasks
+"""
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "config.yaml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_minimal_config_gets_defaults_and_resolves_paths(tmp_path: Path) -> None:
+    config = load_config(write(tmp_path, BASE + "run_dir: out\npython_path: [src]\n"))
+    assert config.run_dir == tmp_path / "out"
+    assert config.python_path == [tmp_path / "src"]
+    assert config.engine.kind == "builtin"
+    assert config.grpo_config().finetune == "lora"
+
+
+def test_overrides_use_dotted_keys(tmp_path: Path) -> None:
+    config = load_config(
+        write(tmp_path, BASE), overrides=["algorithm.steps=3", "rollouts.train_sampling={temperature: 0.5}"]
+    )
+    assert config.algorithm.steps == 3
+    assert config.rollouts.train_sampling == {"temperature": 0.5}
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ("validation: {every: 2}\n", "data.val is not set"),
+        ("engine: {kind: builtin, url: 'http://x/v1'}\n", "engine.url has no effect"),
+        ("engine: {kind: vllm, max_batch: 4}\n", "max_batch has no effect"),
+        ("engine: {kind: endpoint, url: 'http://x/v1'}\n", "cannot take new weights"),
+        ("algorithm: {grpo: {finetune: full, lora: {r: 4}}}\n", "lora has no effect"),
+        ("algorithm: {grpo: {kl_estimator: k1}}\n", "kl_estimator has no effect"),
+        ("algorithm: {transitions: {gamma: 0.9}}\n", "gamma has effect only"),
+        ("algorithm: {grpo: {learning_rate: -1}}\n", "learning_rate"),
+        ("algorithm: {group_size: 1}\n", "group_size"),
+        ("unknown_option: 1\n", "unknown_option"),
+    ],
+)
+def test_options_without_effect_or_invalid_are_errors(tmp_path: Path, extra: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        load_config(write(tmp_path, BASE + extra))
+
+
+def test_unreadable_config_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read config"):
+        load_config(tmp_path / "missing.yaml")
+    with pytest.raises(ConfigError, match="override must look like"):
+        load_config(write(tmp_path, BASE), overrides=["steps"])

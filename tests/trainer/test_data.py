@@ -1,0 +1,57 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from fulmen.errors import ConfigError
+from fulmen.trainer.data import TaskSampler, load_tasks, task_id_of
+from fulmen.trainer.metrics import MetricsLogger, read_metrics
+
+
+def test_load_tasks_from_jsonl_and_callable(tmp_path: Path) -> None:
+    path = tmp_path / "tasks.jsonl"
+    path.write_text("\n".join(json.dumps({"id": i}) for i in range(3)) + "\n", encoding="utf-8")
+    assert load_tasks(str(path)) == [{"id": 0}, {"id": 1}, {"id": 2}]
+    (tmp_path / "mytasks.py").write_text("def make():\n    return [1, 2]\n", encoding="utf-8")
+    assert load_tasks("mytasks:make", python_path=[tmp_path]) == [1, 2]
+
+
+def test_load_tasks_errors_name_the_source(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="nope.jsonl"):
+        load_tasks(str(tmp_path / "nope.jsonl"))
+    with pytest.raises(ConfigError, match="no_such_module"):
+        load_tasks("no_such_module:f")
+    with pytest.raises(ConfigError, match="module:callable"):
+        load_tasks("tasks.csv")
+    with pytest.raises(ConfigError, match="no tasks"):
+        load_tasks([])
+
+
+def test_sampler_covers_each_epoch_once_and_is_reproducible() -> None:
+    tasks = list(range(10))
+    sampler = TaskSampler(tasks, seed=3)
+    first_epoch = [t for step in range(5) for _, t in sampler.batch(step, 2)]
+    assert sorted(first_epoch) == tasks
+    assert [t for _, t in TaskSampler(tasks, seed=3).batch(7, 4)] == [
+        t for _, t in sampler.batch(7, 4)
+    ]
+    assert [t for _, t in TaskSampler(tasks, seed=4).batch(0, 10)] != first_epoch
+
+
+def test_task_id_of() -> None:
+    assert task_id_of({"id": 7}, 0) == "7"
+    assert task_id_of({"name": "x"}, 3) == "task-3"
+    assert task_id_of({"name": "x"}, 3, key="name") == "x"
+
+
+def test_metrics_logger_writes_jsonl(tmp_path: Path) -> None:
+    with MetricsLogger(tmp_path) as metrics:
+        metrics.log(1, {"reward/mean": 0.5, "loss": float("nan")}, echo=False)
+        metrics.log(2, {"reward/mean": 0.75}, echo=False)
+    with (tmp_path / "metrics.jsonl").open("a", encoding="utf-8") as f:
+        f.write('{"step": 3, "rew')  # a torn line from a crash
+    records = read_metrics(tmp_path / "metrics.jsonl")
+    assert [r["step"] for r in records] == [1, 2]
+    assert records[0]["loss"] is None and records[1]["reward/mean"] == 0.75

@@ -1,0 +1,88 @@
+"""End to end on CPU: the toy agent learns with the whole stack (store, engine, gateway, runner,
+adapter, GRPO), and the two-call variant trains only the selected agent."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fulmen.trainer.config import load_config
+from fulmen.trainer.metrics import read_metrics
+from fulmen.trainer.trainer import Trainer
+
+pytest.importorskip("torch")
+pytest.importorskip("openai")
+
+TOY = Path(__file__).resolve().parents[2] / "examples" / "toy"
+
+
+def _config(tmp_path: Path, *overrides: str) -> Any:
+    return load_config(TOY / "config.yaml", overrides=[f"run_dir={tmp_path / 'run'}", *overrides])
+
+
+@pytest.mark.slow
+def test_toy_agent_reward_rises_to_near_maximum(tmp_path: Path) -> None:
+    config = _config(tmp_path, "algorithm.steps=30", "validation.every=30")
+    history = Trainer(config).fit()
+    assert len(history) == 30
+    records = read_metrics(config.run_dir / "metrics.jsonl")
+    val = [r["val/reward_mean"] for r in records if "val/reward_mean" in r]
+    assert len(val) == 2  # before training and after the last step
+    before, after = val
+    assert before < 0.3
+    assert after >= 0.8, f"validation reward {before:.3f} -> {after:.3f}"
+    first_train = [h["reward/mean"] for h in history[:3]]
+    last_train = [h["reward/mean"] for h in history[-3:]]
+    assert min(last_train) > max(first_train) + 0.4
+    assert all(h["transitions"] == 32 for h in history)
+    assert (config.run_dir / "state.json").exists()
+    state = json.loads((config.run_dir / "state.json").read_text())
+    assert state["step"] == 30
+
+
+@pytest.mark.slow
+def test_two_call_agent_trains_only_the_selected_agent(tmp_path: Path) -> None:
+    config = _config(
+        tmp_path,
+        "agent=agent:toy_two_calls",
+        "algorithm.steps=2",
+        "algorithm.tasks_per_step=2",
+        "algorithm.group_size=4",
+        "algorithm.transitions={agents: [actor]}",
+        "validation=null",
+        "data.val=null",
+    )
+    history = Trainer(config).fit()
+    for step in history:
+        assert step["transitions"] == 8  # 8 rollouts, one actor call each
+        assert step["adapter/calls"] == 16  # planner + actor
+        assert step["adapter/skipped_agent"] == 8  # every planner call left out
+        assert step["updated"] in (0.0, 1.0)
+    _check_agent_attribution(config.run_dir / "store.db")
+
+
+def _check_agent_attribution(db: Path) -> None:
+    import asyncio
+
+    from fulmen.adapter.transitions import TransitionOptions, load_trajectory
+    from fulmen.store import open_store
+    from fulmen.types import Mode, RolloutQuery, RolloutStatus
+
+    async def check() -> None:
+        async with open_store(f"sqlite:///{db}", watchdog_interval=None) as store:
+            page = await store.query_rollouts(
+                RolloutQuery(mode=Mode.TRAIN, statuses=[RolloutStatus.SUCCEEDED])
+            )
+            assert len(page.items) == 16
+            for rollout in page.items:
+                actor_only = await load_trajectory(
+                    store, rollout.rollout_id, options=TransitionOptions(agents=("actor",))
+                )
+                assert [t.agent_name for t in actor_only.transitions] == ["actor"]
+                both = await load_trajectory(store, rollout.rollout_id)
+                assert [t.agent_name for t in both.transitions] == ["planner", "actor"]
+
+    asyncio.run(check())
