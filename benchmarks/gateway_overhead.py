@@ -119,6 +119,12 @@ async def compare(
     return out
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (Linux ``/proc``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000
@@ -144,7 +150,10 @@ async def run(args: argparse.Namespace) -> dict[str, float | int]:
             f"/attempt/{ids['attempt_id']}/v1/chat/completions"
         )
         urls = {"direct": direct, "gw": tracked}
+        cpu_before = cpu_seconds(gateway.pid), cpu_seconds(upstream.pid)
         c1 = await compare(urls, args.calls_c1, 1, blocks=args.blocks)
+        gw_cpu = cpu_seconds(gateway.pid) - cpu_before[0]
+        up_cpu = cpu_seconds(upstream.pid) - cpu_before[1]
         c32 = await compare(urls, args.calls_c32, 32, blocks=args.blocks)
         async with httpx.AsyncClient() as client:
             await client.post(f"http://127.0.0.1:{gw_port}/gateway/flush")
@@ -167,6 +176,9 @@ async def run(args: argparse.Namespace) -> dict[str, float | int]:
         "calls_per_s_direct_c32": round(len(d32) / direct_wall, 1),
         "errors_c32": gw_errors,
         "errors_direct_c32": direct_errors,
+        # CPU time is less sensitive than latency to other processes on a busy machine.
+        "gateway_cpu_ms_per_call": round(1000 * gw_cpu / max(len(g1), 1), 3),
+        "upstream_cpu_ms_per_call": round(1000 * up_cpu / max(len(g1) + len(d1), 1), 3),
         "calls_c1": len(g1),
         "calls_c32": len(g32),
         "recorded_stored": recorder["stored"],

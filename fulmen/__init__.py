@@ -31,24 +31,43 @@ _LAZY: dict[str, str] = {
     "rollout": "fulmen.agent.api",
 }
 
-__all__ = sorted(["__version__", *_LAZY])
+__all__ = [
+    "Agent",
+    "LLM",
+    "RolloutContext",
+    "Runner",
+    "RunnerConfig",
+    "TrainConfig",
+    "Trainer",
+    "__version__",
+    "as_agent",
+    "emit_exception",
+    "emit_message",
+    "emit_observation",
+    "emit_reward",
+    "load_config",
+    "open_store",
+    "operation",
+    "rollout",
+]
 
-if TYPE_CHECKING:
-    from fulmen.agent.api import Agent, rollout
-    from fulmen.agent.config import RunnerConfig
-    from fulmen.agent.context import LLM, RolloutContext
-    from fulmen.agent.runner import Runner
-    from fulmen.store import open_store
-    from fulmen.trainer.config import TrainConfig, load_config
-    from fulmen.trainer.trainer import Trainer
-    from fulmen.tracing.emitters import (
-        as_agent,
-        emit_exception,
-        emit_message,
-        emit_observation,
-        emit_reward,
-        operation,
-    )
+if TYPE_CHECKING:  # the lazy names, for type checkers and IDEs
+    from fulmen.agent.api import Agent as Agent
+    from fulmen.agent.api import rollout as rollout
+    from fulmen.agent.config import RunnerConfig as RunnerConfig
+    from fulmen.agent.context import LLM as LLM
+    from fulmen.agent.context import RolloutContext as RolloutContext
+    from fulmen.agent.runner import Runner as Runner
+    from fulmen.store import open_store as open_store
+    from fulmen.tracing.emitters import as_agent as as_agent
+    from fulmen.tracing.emitters import emit_exception as emit_exception
+    from fulmen.tracing.emitters import emit_message as emit_message
+    from fulmen.tracing.emitters import emit_observation as emit_observation
+    from fulmen.tracing.emitters import emit_reward as emit_reward
+    from fulmen.tracing.emitters import operation as operation
+    from fulmen.trainer.config import TrainConfig as TrainConfig
+    from fulmen.trainer.config import load_config as load_config
+    from fulmen.trainer.trainer import Trainer as Trainer
 
 
 def __getattr__(name: str) -> Any:

@@ -59,7 +59,7 @@ class FulmenError(Exception):
         self.detail = detail
 
     def to_json(self) -> dict[str, Any]:
-        """The JSON error body the HTTP services send for this error."""
+        """Return the JSON error body the HTTP services send for this error."""
         return {"error": self.message, "code": self.code, "detail": self.detail}
 
 
@@ -159,5 +159,5 @@ _BY_CODE: dict[str, type[FulmenError]] = {
 
 
 def error_class_for_code(code: str) -> type[FulmenError]:
-    """The exception class that carries ``code``; unknown codes map to ``StoreError``."""
+    """Return the exception class of ``code``; unknown codes map to ``StoreError``."""
     return _BY_CODE.get(code, StoreError)

@@ -66,7 +66,9 @@ def postgres_server() -> Iterator[str]:
     )
     options = f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=off"
     subprocess.run(
-        _as_postgres([pg_ctl, "-D", str(data), "-o", options, "-l", str(root / "log"), "-w", "start"]),
+        _as_postgres(
+            [pg_ctl, "-D", str(data), "-o", options, "-l", str(root / "log"), "-w", "start"]
+        ),
         **run,  # type: ignore[arg-type]
     )
     try:

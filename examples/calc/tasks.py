@@ -20,14 +20,22 @@ TEMPLATES: tuple[tuple[str, str], ...] = (
     ("Tom has {a} apples and buys {b} more. How many apples does Tom have now?", "{a} + {b}"),
     ("A shelf holds {a} books. {b} books are taken away. How many books are left?", "{a} - {b}"),
     ("There are {a} boxes with {b} pens in each box. How many pens are there?", "{a} * {b}"),
-    ("A baker makes {a} rolls in each of {b} batches, then sells {c}. How many rolls remain?",
-     "{a} * {b} - {c}"),
-    ("Sara saves {a} coins a day for {b} days and then finds {c} more. How many coins?",
-     "{a} * {b} + {c}"),
-    ("A farm has {a} hens and {b} ducks. Each bird lays {c} eggs. How many eggs in total?",
-     "({a} + {b}) * {c}"),
-    ("A train has {a} cars with {b} seats each. {c} seats are empty. How many are taken?",
-     "{a} * {b} - {c}"),
+    (
+        "A baker makes {a} rolls in each of {b} batches, then sells {c}. How many rolls remain?",
+        "{a} * {b} - {c}",
+    ),
+    (
+        "Sara saves {a} coins a day for {b} days and then finds {c} more. How many coins?",
+        "{a} * {b} + {c}",
+    ),
+    (
+        "A farm has {a} hens and {b} ducks. Each bird lays {c} eggs. How many eggs in total?",
+        "({a} + {b}) * {c}",
+    ),
+    (
+        "A train has {a} cars with {b} seats each. {c} seats are empty. How many are taken?",
+        "{a} * {b} - {c}",
+    ),
 )
 
 _OPS: dict[type[ast.operator], Callable[[Any, Any], Any]] = {

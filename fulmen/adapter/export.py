@@ -104,7 +104,11 @@ def preference_rows(attempts: Iterable[AttemptRecords]) -> list[Row]:
 
 
 def write_rows(path: str | Path, rows: Sequence[Row]) -> Path:
-    """Write rows to ``path``: JSON Lines for ``.jsonl``, Parquet for ``.parquet``."""
+    """Write rows to ``path``: JSON Lines for ``.jsonl``, Parquet for ``.parquet``.
+
+    In Parquet, scalars and flat lists (token ids, logprobs) are native columns; nested values
+    (chat messages, whose shapes vary from message to message) are stored as JSON strings.
+    """
     target = Path(path)
     suffix = target.suffix.lower()
     if suffix == ".jsonl":
@@ -119,10 +123,19 @@ def write_rows(path: str | Path, rows: Sequence[Row]) -> Path:
             raise ConfigError(
                 f"writing {target} needs pyarrow: pip install 'fulmen[train]' or pyarrow"
             ) from exc
-        pq.write_table(pa.Table.from_pylist(list(rows)), target)
+        table = [{k: _parquet_value(v) for k, v in row.items()} for row in rows]
+        pq.write_table(pa.Table.from_pylist(table), target)
     else:
         raise ConfigError(f"unknown export format {suffix!r} for {target}; use .jsonl or .parquet")
     return target
+
+
+def _parquet_value(value: Any) -> Any:
+    if isinstance(value, dict) or (
+        isinstance(value, list) and any(isinstance(v, dict | list) for v in value)
+    ):
+        return json.dumps(value, ensure_ascii=False)
+    return value
 
 
 def _conversation(call: LLMCall) -> list[Any] | None:

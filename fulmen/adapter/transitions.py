@@ -72,13 +72,19 @@ class _Piece:
     index: int
     call: LLMCall
     agent: str | None
-    completion: list[int]
-    logprobs: list[float]
     credit: CallCredit
 
     @property
     def prompt(self) -> list[int]:
         return self.call.prompt_token_ids or []
+
+    @property
+    def completion(self) -> list[int]:
+        return self.call.choices[0].token_ids or []
+
+    @property
+    def logprobs(self) -> list[float]:
+        return self.call.choices[0].logprobs or []
 
     @property
     def is_truncated(self) -> bool:
@@ -116,15 +122,8 @@ def build_trajectory(
             CreditInput(final, tuple(signals.call_rewards[i] for i, _, _ in selected)),
         )
         pieces = [
-            _Piece(
-                i,
-                c,
-                agent,
-                list(c.choices[0].token_ids or []),
-                list(c.choices[0].logprobs or []),
-                cc,
-            )
-            for (i, c, agent), cc in zip(selected, credits, strict=True)
+            _Piece(index, call, agent, credit_)
+            for (index, call, agent), credit_ in zip(selected, credits, strict=True)
         ]
         diag.calls_used = len(pieces)
         chains = _chain(pieces, diag) if opts.merge else [[p] for p in pieces]

@@ -24,7 +24,7 @@ _COMMAND_MODULES: tuple[str, ...] = ("train", "store", "rollouts", "runner", "se
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The full argument parser with every subcommand registered."""
+    """Build the full argument parser with every subcommand registered."""
     parser = argparse.ArgumentParser(
         prog="fulmen", description="Train any LLM agent from its own runs."
     )

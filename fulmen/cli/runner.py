@@ -50,6 +50,11 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--mode", action="append", choices=[m.value for m in Mode], help="claim only these modes"
     )
+    _add_tuning_options(parser, default)
+    parser.set_defaults(func=_run)
+
+
+def _add_tuning_options(parser: argparse.ArgumentParser, default: Any) -> None:
     parser.add_argument(
         "--sync-isolation",
         choices=["process", "thread"],
@@ -75,7 +80,8 @@ def register(subparsers: Any) -> None:
         "--instrument",
         action="append",
         metavar="FRAMEWORK",
-        help="OpenInference instrumentation to activate (repeatable; default: every installed)",
+        help="OpenInference instrumentation to activate (repeatable; default: those of the "
+        "frameworks the agent module imports)",
     )
     parser.add_argument(
         "--no-instrument", action="store_true", help="activate no OpenInference instrumentation"
@@ -84,7 +90,6 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--until-idle", action="store_true", help="exit when the queue is empty and all finished"
     )
-    parser.set_defaults(func=_run)
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -48,9 +48,8 @@ def register(subparsers: Any) -> None:
 
 def _train(args: argparse.Namespace) -> int:
     from fulmen.trainer.config import load_config
-    from fulmen.trainer.trainer import Trainer
-
     from fulmen.trainer.metrics import read_metrics
+    from fulmen.trainer.trainer import Trainer
 
     config = load_config(args.config, overrides=args.set)
     history = Trainer(config).fit()

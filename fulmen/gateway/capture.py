@@ -118,7 +118,11 @@ class Exchange:
     """One call as the gateway saw it, before it becomes a record.
 
     ``request`` is the agent's body; ``response`` the engine's full reply (for a stream, the
-    reply rebuilt from its chunks); ``policy_version`` a version read from a response header.
+    reply rebuilt from its chunks), from which the token-level fields are read; ``shown`` the
+    reply as the agent received it, which is what the record keeps as its ``response`` (the
+    token ids and logprobs the gateway asked for on its own are in the record's typed fields,
+    so storing them twice would only cost space and validation time); ``policy_version`` a
+    version read from a response header.
     """
 
     call_id: str
@@ -133,6 +137,7 @@ class Exchange:
     latency_s: float | None
     error: dict[str, Any] | None = None
     policy_version: str | None = None
+    shown: dict[str, Any] | None = None
 
 
 def build_call(exchange: Exchange) -> LLMCallCreate:
@@ -159,7 +164,7 @@ def build_call(exchange: Exchange) -> LLMCallCreate:
         attempt_id=exchange.attempt_id,
         endpoint=exchange.endpoint,
         request=exchange.request,
-        response=exchange.response,
+        response=exchange.response if exchange.shown is None else exchange.shown,
         prompt_token_ids=prompt_ids,
         choices=choices,
         is_token_level=is_token_level,

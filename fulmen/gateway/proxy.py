@@ -230,8 +230,9 @@ class _Call:
         *,
         error: dict[str, Any] | None = None,
         policy_version: str | None = None,
+        shown: dict[str, Any] | None = None,
     ) -> None:
-        """Queue the call's record."""
+        """Queue the call's record (``shown``: the reply as the agent got it, if it differs)."""
         ctx = self.ctx
         self.gateway.record(
             Exchange(
@@ -247,6 +248,7 @@ class _Call:
                 latency_s=time.perf_counter() - self._t0,
                 error=error,
                 policy_version=policy_version,
+                shown=shown,
             )
         )
 
@@ -277,7 +279,7 @@ class _Call:
         error = _error_of(data) if reply.status_code >= 400 else None
         view = agent_view(data, self.asked) if error is None else data
         # Queued before the reply leaves, so a flush after the reply always includes it.
-        self.finish(data, error=error, policy_version=self._policy_version(reply))
+        self.finish(data, error=error, policy_version=self._policy_version(reply), shown=view)
         out = content if view is data else orjson.dumps(view)
         return Response(out, reply.status_code, headers=headers)
 
@@ -310,7 +312,9 @@ class _Call:
         finally:
             is_tokens = self.endpoint in TOKEN_ENDPOINTS
             response = accumulator.response() if is_tokens else None
-            self.finish(response, error=error, policy_version=self._policy_version(reply))
+            shown = agent_view(response, self.asked) if response is not None else None
+            version = self._policy_version(reply)
+            self.finish(response, error=error, policy_version=version, shown=shown)
             # The agent may have hung up (this task is being cancelled): close anyway.
             with anyio.CancelScope(shield=True):
                 await reply.aclose()

@@ -18,7 +18,7 @@ import random
 from collections import deque
 from collections.abc import Callable
 
-from fulmen.errors import FulmenError, StoreUnavailable
+from fulmen.errors import FulmenError, GatewayError, StoreUnavailable
 from fulmen.gateway.capture import Exchange, build_call
 from fulmen.store.base import Store
 from fulmen.types import LLMCallCreate
@@ -69,7 +69,7 @@ class CallRecorder:
     def start(self) -> None:
         """Start the background writer (call from inside the event loop that serves requests)."""
         if self._closed or self._task is not None:
-            raise RuntimeError("a CallRecorder starts once and cannot be reused after aclose()")
+            raise GatewayError("a CallRecorder starts once and cannot be reused after aclose()")
         self._task = asyncio.get_running_loop().create_task(self._run(), name="call-recorder")
 
     def record(self, call: LLMCallCreate | Exchange) -> None:

@@ -76,9 +76,12 @@ class Store(Protocol):
         ...
 
     async def enqueue(self, rollouts: Sequence[RolloutCreate]) -> list[Rollout]:
-        """Queue rollouts in order; an existing ``rollout_id`` with the same content is returned
-        as is, with different content it raises ``Conflict``. Unknown ``resources_version`` raises
-        ``NotFound``; ``None`` takes the latest version (or none if there is none yet)."""
+        """Queue rollouts in order.
+
+        An existing ``rollout_id`` with the same content is returned as is; with different
+        content it raises ``Conflict``. An unknown ``resources_version`` raises ``NotFound``;
+        ``None`` takes the latest version (or none if there is none yet).
+        """
         ...
 
     async def claim(
@@ -89,9 +92,12 @@ class Store(Protocol):
         modes: Sequence[Mode] | None = None,
         claim_id: str | None = None,
     ) -> list[Claim]:
-        """Atomically take up to ``limit`` queuing rollouts, oldest first, creating one running
-        attempt each. No rollout is ever given to two claims. Repeating a call with the same
-        ``claim_id`` returns the first call's claims instead of taking more."""
+        """Atomically take up to ``limit`` queuing rollouts, oldest first.
+
+        Each claim creates one running attempt. No rollout is ever given to two claims.
+        Repeating a call with the same ``claim_id`` returns the first call's claims instead of
+        taking more.
+        """
         ...
 
     async def heartbeat(
@@ -109,11 +115,13 @@ class Store(Protocol):
         attempt_id: str,
         *,
         status: AttemptStatus | Unset = UNSET,
-        error: str | None | Unset = UNSET,
+        error: str | Unset | None = UNSET,
     ) -> Attempt:
-        """Report an attempt's outcome (``succeeded``, ``failed`` or ``released``) and move its
-        rollout per the lifecycle rules. A report on an attempt that is already final is kept in
-        ``late_status``/``late_error`` and changes nothing else."""
+        """Report an attempt's outcome (``succeeded``, ``failed`` or ``released``).
+
+        The rollout moves per the lifecycle rules. A report on an attempt that is already final
+        is kept in ``late_status``/``late_error`` and changes nothing else.
+        """
         ...
 
     async def update_rollout(
@@ -124,17 +132,23 @@ class Store(Protocol):
         metadata: dict[str, JsonValue] | Unset = UNSET,
     ) -> Rollout:
         """Change a rollout's metadata, or cancel it (the only status a caller may set).
-        Cancelling a final rollout raises ``InvalidTransition``."""
+
+        Cancelling a final rollout raises ``InvalidTransition``.
+        """
         ...
 
     async def add_spans(self, spans: Sequence[SpanCreate]) -> list[Span]:
-        """Store spans and give each a sequence number; a span already stored is returned as
-        it was, not stored twice."""
+        """Store spans and give each a sequence number.
+
+        A span already stored is returned as it was, not stored twice.
+        """
         ...
 
     async def add_llm_calls(self, calls: Sequence[LLMCallCreate]) -> list[LLMCall]:
-        """Store LLM call records and give tracked ones a sequence number; idempotent by
-        ``call_id``."""
+        """Store LLM call records and give tracked ones a sequence number.
+
+        Idempotent by ``call_id``.
+        """
         ...
 
     async def get_rollout(self, rollout_id: str) -> Rollout:
@@ -146,7 +160,7 @@ class Store(Protocol):
         ...
 
     async def list_attempts(self, rollout_id: str) -> list[Attempt]:
-        """The attempts of a rollout, by number; ``NotFound`` for an unknown rollout."""
+        """Return the attempts of a rollout, by number; ``NotFound`` for an unknown rollout."""
         ...
 
     async def query_rollouts(self, query: RolloutQuery) -> Page[Rollout]:
@@ -184,14 +198,17 @@ class Store(Protocol):
         ...
 
     async def latest_resources(self) -> Resources | None:
-        """The highest version, or ``None`` when no resources were added."""
+        """Return the highest version, or ``None`` when no resources were added."""
         ...
 
     async def wait_for_rollouts(
         self, rollout_ids: Sequence[str], *, timeout: float
     ) -> list[Rollout]:
-        """Wait (without busy polling) until every listed rollout is final or ``timeout``
-        seconds pass; return the ones that are final, in the order asked."""
+        """Wait, without busy polling, for rollouts to become final.
+
+        Waits until every listed rollout is final or ``timeout`` seconds pass; returns the ones
+        that are final, in the order asked.
+        """
         ...
 
     async def list_workers(self) -> list[Worker]:
@@ -199,12 +216,15 @@ class Store(Protocol):
         ...
 
     async def stats(self) -> StoreStats:
-        """Counts over the whole store."""
+        """Count rollouts, attempts, spans, calls, resources and workers."""
         ...
 
     async def reconcile(self) -> ReconcileReport:
-        """One watchdog pass: end attempts past their timeout or heartbeat deadline and retry or
-        fail their rollouts. Safe to run from several processes at once."""
+        """Run one watchdog pass.
+
+        Ends attempts past their timeout or heartbeat deadline and retries or fails their
+        rollouts. Safe to run from several processes at once.
+        """
         ...
 
     async def aclose(self) -> None:

@@ -9,10 +9,10 @@ __all__ = ["new_id", "utc_now"]
 
 
 def utc_now() -> datetime:
-    """The current time as an aware UTC datetime."""
+    """Return the current time as an aware UTC datetime."""
     return datetime.now(UTC)
 
 
 def new_id(prefix: str) -> str:
-    """A new random id such as ``ro-3f2a...`` (prefix, dash, 32 hex digits)."""
+    """Return a new random id such as ``ro-3f2a...`` (prefix, dash, 32 hex digits)."""
     return f"{prefix}-{uuid.uuid4().hex}"

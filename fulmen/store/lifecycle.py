@@ -82,7 +82,7 @@ def check_reported_status(attempt_id: str, status: AttemptStatus) -> None:
 def rollout_status_after_attempt(
     config: RolloutConfig, outcome: AttemptStatus, attempts_used: int
 ) -> RolloutStatus:
-    """The rollout's next status once its current attempt ended with ``outcome``.
+    """Return the rollout's next status once its current attempt ended with ``outcome``.
 
     ``attempts_used`` counts the rollout's attempts that were not released, the ended one
     included.
@@ -113,7 +113,7 @@ def expired_status(
 
 
 def expired_error(config: RolloutConfig, outcome: AttemptStatus) -> str:
-    """The error message recorded on an attempt the watchdog ended with ``outcome``."""
+    """Return the error message recorded on an attempt the watchdog ended with ``outcome``."""
     if outcome is AttemptStatus.TIMEOUT:
         return f"attempt timed out after {config.timeout_s:g} s"
     return f"attempt lost: no heartbeat for {config.heartbeat_timeout_s:g} s"

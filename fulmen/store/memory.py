@@ -8,6 +8,7 @@ runs.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import heapq
 from collections import Counter
 from collections.abc import Sequence
@@ -16,7 +17,6 @@ from typing import TYPE_CHECKING, TypeVar
 from fulmen.errors import Conflict, InvalidRequest, NotFound
 from fulmen.store.base import Capabilities, ReconcileReport
 from fulmen.store.clock import new_id, utc_now
-from fulmen.store.watchdog import Watchdog
 from fulmen.store.lifecycle import (
     check_reported_status,
     check_rollout_transition,
@@ -24,6 +24,7 @@ from fulmen.store.lifecycle import (
     expired_status,
     rollout_status_after_attempt,
 )
+from fulmen.store.watchdog import Watchdog
 from fulmen.types import (
     UNSET,
     Attempt,
@@ -209,7 +210,9 @@ class MemoryStore:
                 metadata=worker.metadata if worker else {},
             )
             if claim_id is not None:
-                self._claims[claim_id] = [(c.rollout.rollout_id, c.attempt.attempt_id) for c in claims]
+                self._claims[claim_id] = [
+                    (c.rollout.rollout_id, c.attempt.attempt_id) for c in claims
+                ]
             return claims
 
     async def update_rollout(
@@ -253,7 +256,7 @@ class MemoryStore:
         attempt_id: str,
         *,
         status: AttemptStatus | Unset = UNSET,
-        error: str | None | Unset = UNSET,
+        error: str | Unset | None = UNSET,
     ) -> Attempt:
         """See ``Store.update_attempt``."""
         async with self._lock:
@@ -305,7 +308,9 @@ class MemoryStore:
                 worker_id=worker_id,
                 last_heartbeat_at=now,
                 running_attempt_ids=self._still_running(worker_id, attempt_ids),
-                metadata=metadata if metadata is not None else (previous.metadata if previous else {}),
+                metadata=metadata
+                if metadata is not None
+                else (previous.metadata if previous else {}),
             )
             self._workers[worker_id] = worker
             return worker
@@ -327,7 +332,9 @@ class MemoryStore:
                 stored = self._spans.get(key)
                 if stored is None:
                     self._check_attempt_of(span.rollout_id, span.attempt_id)
-                    stored = Span(**span.model_dump(), sequence=self._next_sequence(span.rollout_id))
+                    stored = Span(
+                        **span.model_dump(), sequence=self._next_sequence(span.rollout_id)
+                    )
                     self._spans[key] = stored
                     self._spans_by_rollout.setdefault(span.rollout_id, []).append(stored)
                 out.append(stored)
@@ -344,7 +351,9 @@ class MemoryStore:
                     sequence = 0
                     if call.rollout_id is not None:
                         if call.attempt_id is None:
-                            raise InvalidRequest(f"call {call.call_id}: rollout_id without attempt_id")
+                            raise InvalidRequest(
+                                f"call {call.call_id}: rollout_id without attempt_id"
+                            )
                         self._check_attempt_of(call.rollout_id, call.attempt_id)
                         sequence = self._next_sequence(call.rollout_id)
                     elif call.attempt_id is not None:
@@ -441,10 +450,8 @@ class MemoryStore:
                 remaining = deadline - loop.time()
                 if all(r.is_terminal for r in rollouts) or remaining <= 0:
                     return [r for r in rollouts if r.is_terminal]
-                try:
+                with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._changed.wait(), remaining)
-                except TimeoutError:
-                    pass
 
     # -- resources ------------------------------------------------------------------------------
 
@@ -452,9 +459,15 @@ class MemoryStore:
         """See ``Store.add_resources``."""
         async with self._lock:
             self._check_open()
-            if resources.resources_id is not None and resources.resources_id in self._resources_by_id:
+            if (
+                resources.resources_id is not None
+                and resources.resources_id in self._resources_by_id
+            ):
                 existing = self._resources_by_id[resources.resources_id]
-                if existing.resources != resources.resources or existing.metadata != resources.metadata:
+                if (
+                    existing.resources != resources.resources
+                    or existing.metadata != resources.metadata
+                ):
                     raise Conflict(
                         f"resources {resources.resources_id} already exist with other content"
                     )

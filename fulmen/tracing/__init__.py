@@ -15,6 +15,7 @@ from fulmen.tracing.emitters import (
     emit_reward,
     operation,
 )
+from fulmen.tracing.instrumentation import instrument, uninstrument
 from fulmen.tracing.semconv import (
     RewardEvent,
     agent_names_by_response_id,
@@ -34,9 +35,11 @@ __all__ = [
     "emit_message",
     "emit_observation",
     "emit_reward",
+    "instrument",
     "operation",
     "primary_reward",
     "reward_events",
     "rewards_from_spans",
     "rollout_scope",
+    "uninstrument",
 ]

@@ -91,6 +91,7 @@ def emit_reward(
     value: float | Mapping[str, float],
     *,
     primary: str | None = None,
+    response_id: str | None = None,
     attributes: Attributes | None = None,
     source: str = "emit",
 ) -> None:
@@ -99,14 +100,18 @@ def emit_reward(
     Args:
         value: the reward, or several named rewards (e.g. ``{"correct": 1, "format": 0.5}``).
         primary: which named reward the trainer optimises; see ``normalize_rewards``.
+        response_id: the ``id`` of the LLM response this reward is for (a per-call reward);
+            the adapter joins it to the gateway's record of that call.
         attributes: extra span attributes.
         source: who emitted it; the runner passes ``"return"`` for a function's return value.
     """
     rewards, primary = normalize_rewards(value, primary)
+    extra: dict[str, AttributeValue] = {semconv.RESPONSE_ID: response_id} if response_id else {}
     _emit(
         semconv.SPAN_REWARD,
         {
             **(attributes or {}),
+            **extra,
             semconv.REWARD_NAMES: list(rewards),
             semconv.REWARD_VALUES: list(rewards.values()),
             semconv.REWARD_PRIMARY: primary,

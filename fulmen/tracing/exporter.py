@@ -105,6 +105,7 @@ class StoreSpanExporter(SpanExporter):
         self._send_lock: asyncio.Lock | None = None
         self._wake: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread: int | None = None
         self._task: asyncio.Task[None] | None = None
         self._closed = False
         self.dropped = 0
@@ -123,10 +124,15 @@ class StoreSpanExporter(SpanExporter):
         if not spans:
             return
         with self._buffer_lock:
+            before = len(self._buffer)
             self._buffer.extend(spans)
-            full = len(self._buffer) >= self._batch_size
-        if full and self._loop is not None and self._wake is not None:
-            self._loop.call_soon_threadsafe(self._wake.set)
+            # wake the sender once per filled batch, not once per span
+            crossed = before < self._batch_size <= len(self._buffer)
+        if crossed and self._loop is not None and self._wake is not None:
+            if threading.get_ident() == self._loop_thread:
+                self._wake.set()
+            else:
+                self._loop.call_soon_threadsafe(self._wake.set)
 
     def shutdown(self) -> None:
         """Part of the OTel interface; the real shutdown is ``aclose()``."""
@@ -143,6 +149,7 @@ class StoreSpanExporter(SpanExporter):
         if self._task is not None or self._closed:
             raise RuntimeError("a StoreSpanExporter can be started only once")
         self._loop = asyncio.get_running_loop()
+        self._loop_thread = threading.get_ident()
         self._send_lock = asyncio.Lock()
         self._wake = asyncio.Event()
         self._task = self._loop.create_task(self._run(), name="fulmen-span-sender")

@@ -183,15 +183,18 @@ def agent_names_by_response_id(spans: Sequence[Span]) -> dict[str, str]:
     The gateway's ``LLMCall.response_id`` is the join key (never clocks). A span names a response
     by ``gen_ai.response.id`` or, for OpenInference spans, by the ``id`` inside its JSON
     ``output.value``. The agent is the span's own agent name or, failing that, the nearest
-    ancestor's (following ``parent_id`` within the attempt). Calls absent from the result belong
-    to the rollout as a whole.
+    ancestor's (following ``parent_id`` within the attempt). Reward spans are not read here
+    (they name the call they judge, not the agent that made it). Calls absent from the result
+    belong to the rollout as a whole.
     """
     by_id = {(s.attempt_id, s.span_id): s for s in spans}
     out: dict[str, str] = {}
     for span in sorted(spans, key=lambda s: s.sequence):
+        if span.name == SPAN_REWARD:
+            continue  # a reward naming a call may come from another agent (a judge)
         response_id = _response_id(span.attributes)
-        if response_id is None:
-            continue
+        if response_id is None or response_id in out:
+            continue  # the first span naming a response is the call's own
         node: Span | None = span
         seen: set[str] = set()
         while node is not None and node.span_id not in seen:

@@ -2,8 +2,9 @@
 
 On Python 3.11 a cancellation can be lost: when ``asyncio.wait_for`` sees its inner awaitable
 finish at the moment its task is cancelled, it returns the result and the task runs on
-(CPython gh-86296, fixed in 3.12). A loop that relies on one ``cancel()`` may then never stop, so
-fulmen's background loops also check a flag and are stopped with ``cancel_and_wait``.
+(CPython bpo-42130; 3.12 rewrote ``wait_for`` on ``asyncio.timeout``). A loop that relies on
+one ``cancel()`` may then never stop, so fulmen's background loops also check a flag and are
+stopped with ``cancel_and_wait``.
 """
 
 from __future__ import annotations

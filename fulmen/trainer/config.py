@@ -62,8 +62,10 @@ class EngineConfig(_Strict):
 
 
 class DataConfig(_Strict):
-    """Where tasks come from: ``"module:callable"`` (called with no arguments, returns a list of
-    JSON tasks) or a path to a ``.jsonl`` file (one task per line).
+    """Where tasks come from.
+
+    Each source is ``"module:callable"`` (called with no arguments, returns a list of JSON
+    tasks) or a path to a ``.jsonl`` file (one task per line).
 
     Attributes:
         train: the training tasks.
@@ -120,6 +122,8 @@ class AlgorithmConfig(_Strict):
             ``merge``, ``agents``, ``credit``, ``gamma``, ``missing_reward``).
         grpo: the training engine's settings (``fulmen.algorithms.grpo.GRPOConfig``).
         checkpoint_every: save a resumable checkpoint every this many steps (and at the end).
+        max_minutes: stop starting new steps once this much wall time has passed in this run
+            (then validate and checkpoint as after the last step); ``None``: no limit.
     """
 
     name: Literal["grpo"] = "grpo"
@@ -129,6 +133,7 @@ class AlgorithmConfig(_Strict):
     transitions: dict[str, JsonValue] = Field(default_factory=dict)
     grpo: dict[str, JsonValue] = Field(default_factory=dict)
     checkpoint_every: int = Field(default=1, ge=1)
+    max_minutes: float | None = Field(default=None, gt=0)
 
 
 class TrainConfig(_Strict):
@@ -175,7 +180,7 @@ class TrainConfig(_Strict):
         return self
 
     def grpo_config(self) -> Any:
-        """The ``GRPOConfig`` built from ``algorithm.grpo`` (checked for dead options)."""
+        """Build the ``GRPOConfig`` from ``algorithm.grpo`` (checked for dead options)."""
         from fulmen.algorithms.grpo.config import GRPOConfig
 
         settings = dict(self.algorithm.grpo)
@@ -189,7 +194,7 @@ class TrainConfig(_Strict):
         return config
 
     def transition_options(self) -> Any:
-        """The adapter's ``TransitionOptions`` built from ``algorithm.transitions``."""
+        """Build the adapter's ``TransitionOptions`` from ``algorithm.transitions``."""
         from fulmen.adapter.transitions import TransitionOptions
 
         options = TransitionOptions.model_validate(self.algorithm.transitions)
@@ -222,7 +227,11 @@ def load_config(path: str | Path, *, overrides: Sequence[str] = ()) -> TrainConf
     if isinstance(data, dict):
         for key in ("train", "val"):
             value = data.get(key)
-            if isinstance(value, str) and value.endswith(".jsonl") and not Path(value).is_absolute():
+            if (
+                isinstance(value, str)
+                and value.endswith(".jsonl")
+                and not Path(value).is_absolute()
+            ):
                 data[key] = str(base / value)
     for override in overrides:
         _apply_override(raw, override)

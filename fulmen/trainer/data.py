@@ -46,7 +46,7 @@ def load_tasks(source: str | Sequence[Any], *, python_path: Sequence[Path] = ())
 
 
 def task_id_of(task: Any, index: int, key: str = "id") -> str:
-    """The task's own id (``task[key]``) or ``task-<index>``."""
+    """Return the task's own id (``task[key]``) or ``task-<index>``."""
     if isinstance(task, dict) and key in task:
         return str(task[key])
     return f"task-{index}"
@@ -71,7 +71,7 @@ class TaskSampler:
         return order
 
     def batch(self, step: int, n: int) -> list[tuple[int, Any]]:
-        """The ``n`` (index, task) pairs of ``step``."""
+        """Return the ``n`` (index, task) pairs of ``step``."""
         out: list[tuple[int, Any]] = []
         for position in range(step * n, step * n + n):
             epoch, offset = divmod(position, len(self._tasks))

@@ -107,6 +107,8 @@ class GRPOLoop:
         await asyncio.to_thread(self._build_trainer)
         await self._resume()
         total = self.config.algorithm.steps
+        budget = self.config.algorithm.max_minutes
+        deadline = time.monotonic() + budget * 60 if budget else float("inf")
         progress = _progress(total, self.state.step)
         try:
             if self.state.step == 0:
@@ -119,9 +121,12 @@ class GRPOLoop:
                 progress.set_postfix(
                     reward=f"{metrics['reward/mean']:.3f}", step_s=f"{metrics['time/step_s']:.1f}"
                 )
+                is_last = step + 1 == total or time.monotonic() >= deadline
                 every = self.config.validation.every if self.config.validation else 0
-                if every and (step + 1) % every == 0 or step + 1 == total:
+                if is_last or (every and (step + 1) % every == 0):
                     await self._validate(step + 1)
+                if is_last:
+                    break
         finally:
             progress.close()
         return self.history
@@ -202,7 +207,9 @@ class GRPOLoop:
         metrics: dict[str, float] = {
             **_reward_metrics("reward", rewards, self._threshold()),
             "rollouts/finished": float(len(finished)),
-            "rollouts/failed": float(sum(r.status is not RolloutStatus.SUCCEEDED for r in finished)),
+            "rollouts/failed": float(
+                sum(r.status is not RolloutStatus.SUCCEEDED for r in finished)
+            ),
             "transitions": float(len(transitions)),
             **_diagnostics(trajectories),
             **{
@@ -267,7 +274,9 @@ class GRPOLoop:
                 break
             self.stack.check_runner()
             if time.monotonic() > deadline:
-                raise TimeoutError(f"{len(ids) - len(done)} rollouts did not finish in {limit:.0f} s")
+                raise TimeoutError(
+                    f"{len(ids) - len(done)} rollouts did not finish in {limit:.0f} s"
+                )
         await self.stack.flush_calls()
         return done
 
@@ -278,7 +287,9 @@ class GRPOLoop:
         for rollout in rollouts:
             if rollout.status is RolloutStatus.SUCCEEDED:
                 out.append(
-                    await load_trajectory(self.stack.store, rollout.rollout_id, options=self.options)
+                    await load_trajectory(
+                        self.stack.store, rollout.rollout_id, options=self.options
+                    )
                 )
         return out
 
@@ -294,7 +305,8 @@ class GRPOLoop:
 
     async def _checkpoint(self, completed: int, adapter_dir: Path) -> None:
         every = self.config.algorithm.checkpoint_every
-        if completed % every and completed != self.config.algorithm.steps:
+        budget = self.config.algorithm.max_minutes
+        if completed % every and completed != self.config.algorithm.steps and budget is None:
             return
         directory = self.run_dir / "checkpoints" / f"step-{completed:05d}"
         await asyncio.to_thread(self._trainer.save_checkpoint, directory)
@@ -345,8 +357,11 @@ class GRPOLoop:
 
 def _reward_metrics(prefix: str, rewards: Sequence[float], threshold: float) -> dict[str, float]:
     if not rewards:
-        return {f"{prefix}/mean": float("nan"), f"{prefix}/std": float("nan"),
-                f"{prefix}/success": float("nan")}
+        return {
+            f"{prefix}/mean": float("nan"),
+            f"{prefix}/std": float("nan"),
+            f"{prefix}/success": float("nan"),
+        }
     return {
         f"{prefix}/mean": statistics.fmean(rewards),
         f"{prefix}/std": statistics.pstdev(rewards),

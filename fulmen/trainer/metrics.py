@@ -83,7 +83,7 @@ class MetricsLogger:
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:
-    """The records of a ``metrics.jsonl`` file, in order (a torn last line is ignored)."""
+    """Read the records of a ``metrics.jsonl`` file, in order (a torn last line is ignored)."""
     records: list[dict[str, Any]] = []
     for line in path.read_text(encoding="utf-8").splitlines():
         try:

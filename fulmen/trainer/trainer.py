@@ -121,7 +121,7 @@ class Trainer:
         model: str | None = None,
         out: TextIO,
     ) -> list[dict[str, Any]]:
-        """The async form of ``dev``."""
+        """Run ``dev`` on the running event loop."""
         from fulmen.trainer.dev import run_dev
 
         config = self.config

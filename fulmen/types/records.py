@@ -7,7 +7,7 @@ written idempotently: the same ``(attempt_id, span_id)`` or ``call_id`` twice is
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
@@ -23,7 +23,7 @@ __all__ = [
 ]
 
 
-class SpanStatusCode(str, Enum):
+class SpanStatusCode(StrEnum):
     """OpenTelemetry's span status codes."""
 
     UNSET = "unset"

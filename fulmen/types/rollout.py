@@ -9,8 +9,7 @@ different machines are never compared.
 from __future__ import annotations
 
 from datetime import datetime
-from enum import Enum
-
+from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator
 
@@ -27,7 +26,7 @@ __all__ = [
 ]
 
 
-class Mode(str, Enum):
+class Mode(StrEnum):
     """What a rollout is for: training data, validation, or a test run."""
 
     TRAIN = "train"
@@ -35,7 +34,7 @@ class Mode(str, Enum):
     TEST = "test"
 
 
-class RolloutStatus(str, Enum):
+class RolloutStatus(StrEnum):
     """Where a rollout is in its lifecycle; ``succeeded``, ``failed``, ``cancelled`` are final."""
 
     QUEUING = "queuing"
@@ -45,7 +44,7 @@ class RolloutStatus(str, Enum):
     CANCELLED = "cancelled"
 
 
-class AttemptStatus(str, Enum):
+class AttemptStatus(StrEnum):
     """Where an attempt is; every status but ``running`` is final.
 
     ``timeout`` and ``lost`` are decided by the store's watchdog, never reported by a worker.

@@ -95,3 +95,18 @@ def test_preference_pairs_best_against_worst_of_each_task() -> None:
     assert row["rejected"][-1] == {"role": "assistant", "content": "5"}
     assert (row["chosen_reward"], row["rejected_reward"]) == (1.0, 0.0)
     assert (row["chosen_rollout_id"], row["rejected_rollout_id"]) == ("b", "c")
+
+
+def test_chat_rows_go_to_parquet_with_messages_as_json(tmp_path: Path) -> None:
+    attempt = _attempt("good", "t", 1.0, "4")
+    mixed = call(
+        7,
+        [1],
+        [2],
+        messages=[{"role": "user", "content": [{"type": "text", "text": "2+2?"}]}],
+        rollout_id="good",
+    )
+    rows = sft_rows([attempt, AttemptRecords("m", None, "t", [mixed], attempt.spans)])
+    back = pq.read_table(write_rows(tmp_path / "sft.parquet", rows)).to_pylist()
+    assert [json.loads(r["messages"]) for r in back] == [r["messages"] for r in rows]
+    assert [r["reward"] for r in back] == [r["reward"] for r in rows]

@@ -59,15 +59,6 @@ async def wait_exit(proc: subprocess.Popen[bytes], timeout: float) -> dict[str, 
     deadline = time.monotonic() + timeout
     while proc.poll() is None:
         if time.monotonic() > deadline:
-            import shutil
-
-            if shutil.which("py-spy"):
-                dump = subprocess.run(
-                    ["py-spy", "dump", "--locals", "--pid", str(proc.pid)],
-                    capture_output=True,
-                    text=True,
-                )
-                Path("/tmp/fw/hang.txt").write_text(dump.stdout + dump.stderr)
             stop(proc)
             raise AssertionError(f"process {proc.pid} did not exit within {timeout} s")
         await asyncio.sleep(0.05)

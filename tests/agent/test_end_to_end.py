@@ -51,17 +51,24 @@ async def two_agents(task: Any, llm: Any) -> float:
     return float(task["x"])
 
 
-@pytest.mark.parametrize("frameworks", [["openai"], []])
+@pytest.mark.parametrize(
+    ("agent", "frameworks"),
+    [
+        (two_agents, ["openai"]),
+        (two_agents, []),
+        # sync, in worker processes: each instruments the openai its agent module imported
+        ("tests.agent.openai_agents:sync_two_agents", None),
+    ],
+    ids=["async-instrumented", "async-plain", "sync-process-instrumented"],
+)
 async def test_calls_are_recorded_and_attributed_to_agents(
-    store: Store, frameworks: list[str]
+    store: Store, agent: Any, frameworks: list[str] | None
 ) -> None:
-    if frameworks:
+    if frameworks != []:
         pytest.importorskip("openinference.instrumentation.openai")
     rollouts = await store.enqueue([RolloutCreate(input={"x": i}) for i in range(4)])
     async with serving_gateway(store) as (url, gw):
-        runner = Runner(
-            store, two_agents, concurrency=4, gateway_url=url, frameworks=frameworks, **FAST
-        )
+        runner = Runner(store, agent, concurrency=4, gateway_url=url, frameworks=frameworks, **FAST)
         stats = await runner.run(until_idle=True)
         await gw.flush()
     assert stats.succeeded == 4
@@ -71,7 +78,7 @@ async def test_calls_are_recorded_and_attributed_to_agents(
         assert len(calls) == 2 and all(c.is_token_level and c.prompt_token_ids for c in calls)
         assert rewards_from_spans(spans) == {"reward": float(r.input["x"])}  # type: ignore[index]
         names = agent_names_by_response_id(spans)
-        if frameworks:
+        if frameworks != []:
             ordered = sorted(calls, key=lambda c: c.sequence)
             assert [names[c.response_id or ""] for c in ordered] == ["planner", "critic"]
         else:

@@ -272,3 +272,23 @@ async def test_thread_isolated_sync_agent_past_timeout_is_abandoned(store: Store
     (attempt,) = await store.list_attempts(rollout_id)
     assert attempt.status is AttemptStatus.TIMEOUT
     assert (await store.get_rollout(rollout_id)).status is RolloutStatus.FAILED
+
+
+async def test_async_agent_class_is_set_up_once(store: Store) -> None:
+    from fulmen.agent.api import Agent
+
+    class Counter(Agent):
+        setups = 0
+
+        async def setup(self) -> None:
+            await asyncio.sleep(0.05)
+            type(self).setups += 1
+
+        async def training_rollout(self, task: Any, llm: Any) -> float:
+            return float(task["x"]) + self.setups * 100
+
+    ids = await enqueue(store, 6)
+    stats = await Runner(store, Counter(), concurrency=3, **FAST).run(until_idle=True)
+    assert stats.succeeded == 6 and Counter.setups == 1
+    for x, rollout_id in enumerate(ids):
+        assert primary_reward(await spans_of(store, rollout_id)) == 100.0 + x

@@ -165,3 +165,15 @@ async def test_sigterm_releases_what_the_runner_claimed(tmp_path: Path, agent: s
         if agent.startswith("sync"):  # the worker was killed, not left running
             worker_pid = int(marker.read_text())
             await wait_for(lambda: asyncio.sleep(0, not _alive(worker_pid)), 10, "worker death")
+
+
+def test_cli_reports_an_agent_it_cannot_import(tmp_path: Path) -> None:
+    log = tmp_path / "runner.log"
+    proc = fulmen(
+        "runner", "--store", f"sqlite:///{tmp_path / 'r.db'}", "--agent", "nope.mod:x", log=log
+    )
+    try:
+        assert proc.wait(60) == 1
+    finally:
+        stop(proc)
+    assert "cannot import agent 'nope.mod:x'" in log.read_text()

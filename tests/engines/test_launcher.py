@@ -35,3 +35,14 @@ def test_a_server_that_dies_at_startup_is_reported(tmp_path: Path) -> None:
 def test_serve_refuses_a_public_bind_without_opt_in() -> None:
     with pytest.raises(ConfigError, match=r"0\.0\.0\.0"):
         serve_main(["--model", "tiny", "--host", "0.0.0.0"])
+
+
+def test_engine_modules_import_without_torch() -> None:
+    import subprocess
+
+    code = (
+        "import sys, fulmen.engines.models, fulmen.engines.vllm, fulmen.engines.base, "
+        "fulmen.cli.serve; bad = [m for m in ('torch', 'transformers', 'starlette') "
+        "if m in sys.modules]; assert not bad, bad"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

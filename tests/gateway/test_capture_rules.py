@@ -77,8 +77,10 @@ async def test_added_fields_are_stripped_from_what_the_agent_sees(gw: Running) -
     assert "token_ids" not in body["choices"][0]
     assert body["choices"][0]["logprobs"] is None
     (call,) = await gw.calls(rollout_id)
-    assert call.response["prompt_token_ids"] == encode(render_chat(MESSAGES))  # stored in full
-    assert call.response["choices"][0]["logprobs"] is not None
+    # The record keeps the reply the agent got; the ids and logprobs sit in the typed fields.
+    assert call.response == body
+    assert call.prompt_token_ids == encode(render_chat(MESSAGES))
+    assert call.choices[0].token_ids == encode("ok") and len(call.choices[0].logprobs or []) == 2
 
 
 async def test_streamed_usage_shown_only_when_asked(gw: Running) -> None:

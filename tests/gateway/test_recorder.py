@@ -7,8 +7,9 @@ import time
 from typing import Any
 
 import httpx
+import pytest
 
-from fulmen.errors import StoreUnavailable
+from fulmen.errors import GatewayError, StoreUnavailable
 from fulmen.gateway import CallRecorder, GatewayConfig
 from fulmen.types import LLMCallCreate
 from tests.gateway.conftest import SpyStore, gateway_over, new_attempt
@@ -132,3 +133,13 @@ async def test_flush_endpoint_returns_after_records_are_stored(
         assert len((await store.query_llm_calls(rollout_id)).items) == 1
         health = (await client.get(f"{gw.url}/healthz")).json()
     assert health["recorder"] == {"recorded": 1, "stored": 1, "dropped": 0}
+
+
+async def test_a_closed_recorder_refuses_reuse(store: SpyStore) -> None:
+    recorder = CallRecorder(store)
+    recorder.start()
+    await recorder.aclose()
+    with pytest.raises(GatewayError, match="cannot be reused"):
+        recorder.start()
+    recorder.record(call(0))  # after close: counted as dropped, never silently lost
+    assert recorder.dropped == 1

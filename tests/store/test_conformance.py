@@ -55,7 +55,9 @@ def call(call_id: str, rollout_id: str | None, attempt_id: str | None) -> LLMCal
         request={"model": "m", "messages": [{"role": "user", "content": "hi"}]},
         response={"id": "resp-1", "choices": [{"message": {"content": "yo"}}]},
         prompt_token_ids=[1, 2, 3],
-        choices=[LLMChoice(text="yo", token_ids=[7, 8], logprobs=[-0.5, -0.25], finish_reason="stop")],
+        choices=[
+            LLMChoice(text="yo", token_ids=[7, 8], logprobs=[-0.5, -0.25], finish_reason="stop")
+        ],
         is_token_level=True,
         response_id="resp-1",
         model="m",
@@ -72,7 +74,9 @@ async def claim_one(store: Store, worker: str = "w1") -> tuple[str, str]:
     return claims[0].rollout.rollout_id, claims[0].attempt.attempt_id
 
 
-async def wait_status(store: Store, rollout_id: str, status: RolloutStatus, timeout: float = 5.0) -> None:
+async def wait_status(
+    store: Store, rollout_id: str, status: RolloutStatus, timeout: float = 5.0
+) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if (await store.get_rollout(rollout_id)).status is status:

@@ -64,5 +64,12 @@ def test_agent_name_from_ancestors_and_langgraph_metadata() -> None:
         span(3, "node", "n", **{"metadata": '{"langgraph_node": "writer"}'}),
         span(4, "ChatOpenAI", "d", "n", **{semconv.RESPONSE_ID: "resp-2"}),
         span(5, "ChatOpenAI", "e", **{semconv.RESPONSE_ID: "resp-3"}),
+        # a judge's per-call reward names the planner's response: it does not re-attribute it
+        span(
+            6,
+            semconv.SPAN_REWARD,
+            "j",
+            **{semconv.RESPONSE_ID: "resp-1", semconv.AGENT_NAME: "judge"},
+        ),
     ]
     assert semconv.agent_names_by_response_id(spans) == {"resp-1": "researcher", "resp-2": "writer"}

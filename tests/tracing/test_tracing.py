@@ -196,3 +196,16 @@ async def test_agent_names_join_by_response_id(tracing: Tracing) -> None:
     await tracing.exporter.flush()
     spans = await spans_of(tracing.store, claim.rollout.rollout_id)
     assert agent_names_by_response_id(spans) == {"chatcmpl-1": "planner", "chatcmpl-2": "critic"}
+
+
+async def test_per_call_reward_names_its_response(tracing: Tracing) -> None:
+    (claim,) = await claim_many(tracing.store, 1)
+    scope = rollout_scope(tracing.tracer, claim.rollout.rollout_id, claim.attempt.attempt_id)  # type: ignore[arg-type]
+    with scope, as_agent("judge"):
+        emit_reward(0.25, response_id="chatcmpl-9")
+    await tracing.exporter.flush()
+    spans = await spans_of(tracing.store, claim.rollout.rollout_id)
+    (reward,) = [s for s in spans if s.name == semconv.SPAN_REWARD]
+    assert reward.attributes[semconv.RESPONSE_ID] == "chatcmpl-9"
+    assert reward.attributes[semconv.AGENT_NAME] == "judge"
+    assert agent_names_by_response_id(spans) == {}

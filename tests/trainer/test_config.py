@@ -31,7 +31,8 @@ def test_minimal_config_gets_defaults_and_resolves_paths(tmp_path: Path) -> None
 
 def test_overrides_use_dotted_keys(tmp_path: Path) -> None:
     config = load_config(
-        write(tmp_path, BASE), overrides=["algorithm.steps=3", "rollouts.train_sampling={temperature: 0.5}"]
+        write(tmp_path, BASE),
+        overrides=["algorithm.steps=3", "rollouts.train_sampling={temperature: 0.5}"],
     )
     assert config.algorithm.steps == 3
     assert config.rollouts.train_sampling == {"temperature": 0.5}
@@ -52,7 +53,9 @@ def test_overrides_use_dotted_keys(tmp_path: Path) -> None:
         ("unknown_option: 1\n", "unknown_option"),
     ],
 )
-def test_options_without_effect_or_invalid_are_errors(tmp_path: Path, extra: str, message: str) -> None:
+def test_options_without_effect_or_invalid_are_errors(
+    tmp_path: Path, extra: str, message: str
+) -> None:
     with pytest.raises(ConfigError, match=message):
         load_config(write(tmp_path, BASE + extra))
 

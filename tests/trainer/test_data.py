@@ -19,7 +19,7 @@ def test_load_tasks_from_jsonl_and_callable(tmp_path: Path) -> None:
 
 
 def test_load_tasks_errors_name_the_source(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="nope.jsonl"):
+    with pytest.raises(ConfigError, match=r"nope\.jsonl"):
         load_tasks(str(tmp_path / "nope.jsonl"))
     with pytest.raises(ConfigError, match="no_such_module"):
         load_tasks("no_such_module:f")

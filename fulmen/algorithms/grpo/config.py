@@ -56,7 +56,7 @@ class GRPOConfig(BaseModel):
         temperature: sampling temperature the behaviour logprobs were taken at.
         logit_chunk_tokens: LM-head rows computed at once (bounds the vocab-sized activations).
         gradient_checkpointing: recompute decoder activations in backward to save memory.
-        seed: torch seed set when the engine is built.
+        seed: seed of the adapter's initialization (the global torch RNG is left alone).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)

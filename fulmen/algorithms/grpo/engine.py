@@ -92,8 +92,10 @@ class GRPOEngine:
         pad_token_id: int | None = None,
     ) -> None:
         self.config = config or GRPOConfig()
-        torch.manual_seed(self.config.seed)
-        self.model = prepare_policy(model, self.config)
+        # The seed fixes the adapter's initialization without touching the caller's RNG.
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(self.config.seed)
+            self.model = prepare_policy(model, self.config)
         self.model.eval()
         self._train_mode = self.config.gradient_checkpointing or (
             self.config.finetune == "lora" and self.config.lora.dropout > 0

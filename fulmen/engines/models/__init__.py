@@ -61,7 +61,11 @@ def resolve_model(name_or_path: str | os.PathLike[str], *, cache_dir: Path | Non
                 staging.chmod(0o755)  # mkdtemp makes it owner-only; the cache is shareable
                 if not (target / "config.json").is_file():  # another process may have won
                     shutil.rmtree(target, ignore_errors=True)
-                    staging.rename(target)
+                    try:
+                        staging.rename(target)
+                    except OSError:  # lost the race after the check: keep the winner's copy
+                        if not (target / "config.json").is_file():
+                            raise
             finally:
                 shutil.rmtree(staging, ignore_errors=True)
         return target

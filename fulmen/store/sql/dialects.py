@@ -2,17 +2,20 @@
 
 Everything else in the SQL store is one code path. The differences:
 
-* **URL and driver.** SQLite runs on the standard ``sqlite3`` module in a store-owned thread
-  (one round trip to the thread per operation instead of one per statement, which is what
-  makes single-span appends cheap); ``sqlite+aiosqlite://`` URLs are accepted and mapped to it.
-  PostgreSQL runs on asyncpg (``postgresql://`` and ``postgres://`` map to
-  ``postgresql+asyncpg://``).
+* **URL and driver.** SQLite runs on the standard ``sqlite3`` module, small operations on the
+  event loop thread and large ones on a store-owned thread (``sqlite_runner``): aiosqlite pays a
+  thread round trip per statement, about 1.5 ms for a single-span append here against 0.2 ms.
+  ``sqlite+aiosqlite://`` URLs are accepted and mapped to it. PostgreSQL runs on asyncpg
+  (``postgresql://`` and ``postgres://`` map to ``postgresql+asyncpg://``).
 * **Upsert.** ``insert(table)`` returns the dialect's ``INSERT`` that has
-  ``on_conflict_do_nothing``/``on_conflict_do_update`` (same keywords on both).
+  ``on_conflict_do_nothing``/``on_conflict_do_update`` (same keywords on both); bulk inserts
+  count their rows with a plain executemany where the driver reports it (sqlite3) and with
+  ``RETURNING`` elsewhere (SQLAlchemy's ``supports_sane_multi_rowcount``).
 * **Row locks.** ``FOR UPDATE [SKIP LOCKED]`` is written once with ``with_for_update``; SQLite's
   compiler drops it and writers are serialized by ``BEGIN IMMEDIATE`` instead.
 * **Pragmas** (SQLite): WAL journal, ``synchronous=NORMAL`` (durable against a killed process,
-  not against power loss), ``busy_timeout``, foreign keys on.
+  not against power loss), ``busy_timeout``, foreign keys on; the writer waits for other
+  processes in asyncio rather than in ``busy_timeout``, and checkpoints run in the background.
 * **Notification.** PostgreSQL sends ``pg_notify`` when a rollout becomes final so waiters in
   other processes wake up; SQLite waiters poll every ``fallback_poll_s`` for changes made by
   other processes (changes made through the same store object wake them at once).

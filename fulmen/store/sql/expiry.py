@@ -58,8 +58,9 @@ def find_expired(conn: Connection, dialect: SqlDialect) -> list[str]:
 def _lock_candidates(
     conn: Connection, attempt_ids: Sequence[str]
 ) -> tuple[dict[str, Rollout], dict[str, Attempt]]:
-    """Lock the rollouts of still-running candidates (skipping those another pass or writer
-    holds), then their attempts: rollout before attempt, the order every writer uses.
+    """Lock the candidates' rollouts, skipping those others hold, then their attempts.
+
+    Rollout before attempt is the order every writer uses.
     """
     found = conn.execute(
         sa.select(attempts.c.attempt_id, attempts.c.rollout_id).where(

@@ -1,0 +1,87 @@
+"""Held-out accuracy of the calc agent (Gemma 3 270M + LoRA) before and after GRPO training.
+
+Runs ``fulmen train examples/calc/config.yaml`` in a fresh run directory with a wall-time budget:
+validation on the 64 held-out problems before the first step (the baseline, same run, same
+greedy decoding) and after the last one. Prints one JSON line with ``accuracy_before``,
+``accuracy_after``, ``train_minutes``, the reward curve and the time split.
+
+    python benchmarks/learn_calc.py --minutes 45
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from fulmen.trainer.config import load_config
+from fulmen.trainer.metrics import read_metrics
+from fulmen.trainer.trainer import Trainer
+
+CALC = Path(__file__).resolve().parents[1] / "examples" / "calc"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--minutes", type=float, default=45.0, help="training wall-time budget")
+    parser.add_argument("--steps", type=int, default=1000, help="upper bound on steps")
+    parser.add_argument("--val-tasks", type=int, default=64, help="held-out problems to score")
+    parser.add_argument("--run-dir", type=Path, default=None, help="keep the run here")
+    parser.add_argument("--set", action="append", default=[], help="config override key=value")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    for noisy in ("httpx", "httpx2", "httpcore"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+    run_dir = args.run_dir or Path(tempfile.mkdtemp(prefix="fulmen-learn-calc-"))
+    config = load_config(
+        CALC / "config.yaml",
+        overrides=[
+            f"run_dir={run_dir}",
+            f"algorithm.steps={args.steps}",
+            f"algorithm.max_minutes={args.minutes}",
+            f"validation.every={args.steps + 1}",
+            f"validation.max_tasks={args.val_tasks}",
+            *args.set,
+        ],
+    )
+    started = time.monotonic()
+    history = Trainer(config).fit()
+    wall = (time.monotonic() - started) / 60
+    records = read_metrics(run_dir / "metrics.jsonl")
+    val = [r for r in records if r.get("val/success") is not None]
+    steps = [r for r in records if r.get("reward/mean") is not None]
+    train_seconds = sum(r["time/step_s"] for r in steps)
+    split = {
+        key: round(sum(r.get(f"time/{key}_s", 0.0) for r in steps) / 60, 2)
+        for key in ("rollout", "train", "sync")
+    }
+    result = {
+        "accuracy_before": round(val[0]["val/success"], 4) if val else None,
+        "accuracy_after": round(val[-1]["val/success"], 4) if len(val) > 1 else None,
+        "train_minutes": round(train_seconds / 60, 2),
+        "steps": len(history),
+        "val_tasks": args.val_tasks,
+        "reward_curve": [round(r["reward/mean"], 3) for r in steps],
+        "reward_mean_first5": round(statistics.fmean(r["reward/mean"] for r in steps[:5]), 3)
+        if steps
+        else None,
+        "reward_mean_last5": round(statistics.fmean(r["reward/mean"] for r in steps[-5:]), 3)
+        if steps
+        else None,
+        "minutes_split": split,
+        "validation_minutes": round(sum(r.get("time/val_s", 0.0) for r in val) / 60, 2),
+        "wall_minutes": round(wall, 2),
+        "run_dir": str(run_dir),
+    }
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
