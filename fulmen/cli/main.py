@@ -20,7 +20,15 @@ from fulmen.errors import FulmenError
 __all__ = ["build_parser", "main"]
 
 # Subcommand modules under fulmen.cli, in the order --help lists them.
-_COMMAND_MODULES: tuple[str, ...] = ("train", "store", "rollouts", "runner", "serve", "gateway")
+_COMMAND_MODULES: tuple[str, ...] = (
+    "train",
+    "store",
+    "rollouts",
+    "export",
+    "runner",
+    "serve",
+    "gateway",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,92 @@
+"""``fulmen export``: training data from a store as JSONL or Parquet.
+
+Kinds: ``transitions`` (token ids, logprobs, masks, credited rewards, as the trainer uses them),
+``sft`` (chat conversations, optionally only from rollouts whose reward reaches a minimum) and
+``preferences`` (the best and the worst rollout of each task as a chosen/rejected pair).
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from fulmen.cli.store import add_store_options, open_cli_store, run_async
+
+__all__ = ["register"]
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``export`` subcommand."""
+    parser = subparsers.add_parser(
+        "export",
+        help="export transitions, SFT conversations or preference pairs from a store",
+        description=(
+            "Read finished rollouts from a store and write training data. The format follows "
+            "the file suffix: .jsonl, or .parquet (needs pyarrow)."
+        ),
+    )
+    parser.add_argument("kind", choices=["transitions", "sft", "preferences"])
+    parser.add_argument("--out", required=True, help="output file (.jsonl or .parquet)")
+    add_store_options(parser)
+    parser.add_argument("--mode", choices=["train", "val", "test"], help="only this mode")
+    parser.add_argument(
+        "--all-statuses",
+        action="store_true",
+        help="include failed and cancelled rollouts (default: succeeded only)",
+    )
+    parser.add_argument(
+        "--agents",
+        nargs="+",
+        default=["*"],
+        metavar="PATTERN",
+        help="transitions: agent name patterns to include (default: all)",
+    )
+    parser.add_argument(
+        "--merge", action="store_true", help="transitions: merge token-exact consecutive calls"
+    )
+    parser.add_argument(
+        "--credit", default="final", help="transitions: credit strategy (default: final)"
+    )
+    parser.add_argument("--min-reward", type=float, help="sft: keep rollouts with reward >= this")
+    parser.set_defaults(func=_export)
+
+
+def _export(args: argparse.Namespace) -> int:
+    count = run_async(lambda: _run(args))
+    print(f"wrote {count} {args.kind} rows to {args.out}")
+    return 0
+
+
+async def _run(args: argparse.Namespace) -> int:
+    from fulmen.adapter.export import preference_rows, sft_rows, transition_rows, write_rows
+    from fulmen.adapter.transitions import AttemptRecords, TransitionOptions, load_attempt
+    from fulmen.types import Mode, RolloutQuery, RolloutStatus
+
+    options = TransitionOptions(agents=tuple(args.agents), merge=args.merge, credit=args.credit)
+    attempts: list[AttemptRecords] = []
+    async with open_cli_store(args) as store:
+        cursor: int | None = None
+        while True:
+            page = await store.query_rollouts(
+                RolloutQuery(
+                    mode=Mode(args.mode) if args.mode else None,
+                    statuses=None if args.all_statuses else [RolloutStatus.SUCCEEDED],
+                    cursor=cursor,
+                    limit=500,
+                )
+            )
+            for rollout in page.items:
+                attempts.append(await load_attempt(store, rollout.rollout_id))
+            if page.next_cursor is None:
+                break
+            cursor = page.next_cursor
+    if args.kind == "transitions":
+        rows = transition_rows(
+            t for attempt in attempts for t in attempt.trajectory(options=options).transitions
+        )
+    elif args.kind == "sft":
+        rows = sft_rows(attempts, min_reward=args.min_reward)
+    else:
+        rows = preference_rows(attempts)
+    write_rows(args.out, rows)
+    return len(rows)

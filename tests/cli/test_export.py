@@ -1,0 +1,110 @@
+"""``fulmen export`` against a real SQLite store holding two rewarded rollouts of one task."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+
+from fulmen.cli.main import main
+from fulmen.store import open_store
+from fulmen.tracing import semconv
+from fulmen.types import (
+    AttemptStatus,
+    LLMCallCreate,
+    LLMChoice,
+    RolloutCreate,
+    SpanCreate,
+)
+
+
+async def _fill(url: str) -> None:
+    async with open_store(url, watchdog_interval=None) as store:
+        await store.enqueue(
+            [RolloutCreate(input={"q": i}, task_id="t1", rollout_id=f"r{i}") for i in range(2)]
+        )
+        for i, reward in enumerate((1.0, 0.0)):
+            (claim,) = await store.claim("w")
+            rid, aid = claim.rollout.rollout_id, claim.attempt.attempt_id
+            await store.add_llm_calls(
+                [
+                    LLMCallCreate(
+                        call_id=f"c{i}",
+                        rollout_id=rid,
+                        attempt_id=aid,
+                        request={"messages": [{"role": "user", "content": "2+2?"}]},
+                        response={
+                            "choices": [{"message": {"role": "assistant", "content": f"ans{i}"}}]
+                        },
+                        prompt_token_ids=[1, 2, 3],
+                        choices=[
+                            LLMChoice(text=f"ans{i}", token_ids=[4, 5], logprobs=[-1.0, -2.0])
+                        ],
+                        is_token_level=True,
+                        started_at=1.0,
+                    )
+                ]
+            )
+            await store.add_spans(
+                [
+                    SpanCreate(
+                        rollout_id=rid,
+                        attempt_id=aid,
+                        trace_id="ab" * 16,
+                        span_id=f"s{i}",
+                        name=semconv.SPAN_REWARD,
+                        attributes={
+                            semconv.REWARD_NAMES: ["reward"],
+                            semconv.REWARD_VALUES: [reward],
+                            semconv.REWARD_PRIMARY: "reward",
+                        },
+                        start_time=2.0,
+                    )
+                ]
+            )
+            await store.update_attempt(aid, status=AttemptStatus.SUCCEEDED)
+
+
+@pytest.fixture
+def store_url(tmp_path: Path) -> str:
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    asyncio.run(_fill(url))
+    return url
+
+
+def _rows(path: Path) -> list[dict[str, object]]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def test_export_transitions(
+    store_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "t.jsonl"
+    assert main(["export", "transitions", "--store", store_url, "--out", str(out)]) == 0
+    rows = _rows(out)
+    assert [r["rollout_reward"] for r in rows] == [1.0, 0.0]
+    assert rows[0]["prompt_token_ids"] == [1, 2, 3] and rows[0]["completion_token_ids"] == [4, 5]
+    assert rows[0]["logprobs"] == [-1.0, -2.0]
+    assert "wrote 2 transitions rows" in capsys.readouterr().out
+
+
+def test_export_sft_keeps_only_good_rollouts(store_url: str, tmp_path: Path) -> None:
+    out = tmp_path / "s.jsonl"
+    args = ["export", "sft", "--store", store_url, "--out", str(out), "--min-reward", "1"]
+    assert main(args) == 0
+    (row,) = _rows(out)
+    assert row["rollout_id"] == "r0"
+    assert row["messages"][-1]["content"] == "ans0"  # type: ignore[index]
+
+
+def test_export_preferences_pairs_best_and_worst(store_url: str, tmp_path: Path) -> None:
+    out = tmp_path / "p.jsonl"
+    assert main(["export", "preferences", "--store", store_url, "--out", str(out)]) == 0
+    (row,) = _rows(out)
+    assert row["chosen_rollout_id"] == "r0" and row["rejected_rollout_id"] == "r1"
+
+
+def test_export_rejects_unknown_format(store_url: str, tmp_path: Path) -> None:
+    assert main(["export", "sft", "--store", store_url, "--out", str(tmp_path / "x.csv")]) == 1
