@@ -115,7 +115,30 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    _exit_with_parent()
     return int(args.func(args))
+
+
+def _exit_with_parent(interval: float = 1.0) -> None:
+    """Stop this server when the process that launched it dies.
+
+    A launcher killed by SIGKILL (or any signal Python does not turn into cleanup) cannot stop
+    its engine; without this the engine would keep its port and memory forever. SIGTERM lets
+    uvicorn shut down cleanly.
+    """
+    import os
+    import signal
+    import threading
+    import time
+
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(interval)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="fulmen-parent-watch", daemon=True).start()
 
 
 if __name__ == "__main__":

@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
-from typing import Any
+import signal
+from collections.abc import Coroutine
+from typing import Any, TypeVar
 
 __all__ = ["register"]
+
+_T = TypeVar("_T")
 
 _SET_HELP = (
     "override a config value, e.g. --set algorithm.steps=3 (value parsed as YAML; repeatable)"
@@ -52,7 +57,11 @@ def _train(args: argparse.Namespace) -> int:
     from fulmen.trainer.trainer import Trainer
 
     config = load_config(args.config, overrides=args.set)
-    history = Trainer(config).fit()
+    try:
+        history = asyncio.run(_until_signal(Trainer(config).afit()))
+    except asyncio.CancelledError:
+        print(f"stopped; run the same command again to resume from {config.run_dir}")
+        return 143
     records = read_metrics(config.run_dir / "metrics.jsonl")
     train = [r["reward/mean"] for r in records if r.get("reward/mean") is not None]
     val = [r["val/reward_mean"] for r in records if r.get("val/reward_mean") is not None]
@@ -63,6 +72,20 @@ def _train(args: argparse.Namespace) -> int:
         print(f"validation reward: before {val[0]:.3f} -> after {val[-1]:.3f}")
     print(f"metrics: {config.run_dir / 'metrics.jsonl'}")
     return 0
+
+
+async def _until_signal(work: Coroutine[Any, Any, _T]) -> _T:
+    """Await ``work``; SIGTERM cancels it so the engine, gateway and store are stopped cleanly.
+
+    The run directory keeps its last checkpoint, and the next ``fulmen train`` resumes from it.
+    """
+    task = asyncio.ensure_future(work)
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGTERM, task.cancel)
+    try:
+        return await task
+    finally:
+        loop.remove_signal_handler(signal.SIGTERM)
 
 
 def _dev(args: argparse.Namespace) -> int:

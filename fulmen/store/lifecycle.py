@@ -17,7 +17,7 @@ from datetime import datetime
 from typing import Final
 
 from fulmen.errors import InvalidRequest, InvalidTransition
-from fulmen.types import AttemptStatus, RolloutConfig, RolloutStatus
+from fulmen.types import AttemptStatus, Rollout, RolloutConfig, RolloutCreate, RolloutStatus
 
 __all__ = [
     "ATTEMPT_TERMINAL",
@@ -29,6 +29,7 @@ __all__ = [
     "expired_error",
     "expired_status",
     "rollout_status_after_attempt",
+    "same_rollout_request",
 ]
 
 ROLLOUT_TRANSITIONS: Final[dict[RolloutStatus, frozenset[RolloutStatus]]] = {
@@ -117,3 +118,18 @@ def expired_error(config: RolloutConfig, outcome: AttemptStatus) -> str:
     if outcome is AttemptStatus.TIMEOUT:
         return f"attempt timed out after {config.timeout_s:g} s"
     return f"attempt lost: no heartbeat for {config.heartbeat_timeout_s:g} s"
+
+
+def same_rollout_request(existing: Rollout, request: RolloutCreate) -> bool:
+    """Whether re-enqueuing ``request`` under ``existing``'s id is a harmless repeat."""
+    return (
+        existing.input == request.input
+        and existing.mode == request.mode
+        and existing.task_id == request.task_id
+        and existing.config == request.config
+        and existing.metadata == request.metadata
+        and (
+            request.resources_version is None
+            or request.resources_version == existing.resources_version
+        )
+    )

@@ -12,7 +12,7 @@ import contextlib
 import heapq
 from collections import Counter
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING
 
 from fulmen.errors import Conflict, InvalidRequest, NotFound
 from fulmen.store.base import Capabilities, ReconcileReport
@@ -23,6 +23,7 @@ from fulmen.store.lifecycle import (
     expired_error,
     expired_status,
     rollout_status_after_attempt,
+    same_rollout_request,
 )
 from fulmen.store.watchdog import Watchdog
 from fulmen.types import (
@@ -46,28 +47,12 @@ from fulmen.types import (
     Unset,
     Worker,
 )
+from fulmen.types.queries import page_after_sequence
 
 if TYPE_CHECKING:
     from pydantic import JsonValue
 
-__all__ = ["MemoryStore", "same_rollout_request"]
-
-_Record = TypeVar("_Record", Span, LLMCall)
-
-
-def same_rollout_request(existing: Rollout, request: RolloutCreate) -> bool:
-    """Whether re-enqueuing ``request`` under ``existing``'s id is a harmless repeat."""
-    return (
-        existing.input == request.input
-        and existing.mode == request.mode
-        and existing.task_id == request.task_id
-        and existing.config == request.config
-        and existing.metadata == request.metadata
-        and (
-            request.resources_version is None
-            or request.resources_version == existing.resources_version
-        )
-    )
+__all__ = ["MemoryStore"]
 
 
 class MemoryStore:
@@ -374,10 +359,11 @@ class MemoryStore:
         limit: int = 1000,
     ) -> Page[Span]:
         """See ``Store.query_spans``."""
+        _check_limit(limit)
         async with self._lock:
             self._get_rollout(rollout_id)
             rows = self._spans_by_rollout.get(rollout_id, [])
-            return _page_by_sequence(rows, attempt_id, after_sequence, limit)
+            return page_after_sequence(rows, attempt_id, after_sequence, limit)
 
     async def query_llm_calls(
         self,
@@ -388,10 +374,11 @@ class MemoryStore:
         limit: int = 1000,
     ) -> Page[LLMCall]:
         """See ``Store.query_llm_calls``."""
+        _check_limit(limit)
         async with self._lock:
             self._get_rollout(rollout_id)
             rows = self._calls_by_rollout.get(rollout_id, [])
-            return _page_by_sequence(rows, attempt_id, after_sequence, limit)
+            return page_after_sequence(rows, attempt_id, after_sequence, limit)
 
     # -- reads ----------------------------------------------------------------------------------
 
@@ -414,24 +401,9 @@ class MemoryStore:
     async def query_rollouts(self, query: RolloutQuery) -> Page[Rollout]:
         """See ``Store.query_rollouts``."""
         async with self._lock:
-            ids = set(query.rollout_ids) if query.rollout_ids is not None else None
-            statuses = set(query.statuses) if query.statuses is not None else None
             items: list[Rollout] = []
             for rollout in self._rollouts.values():  # dict order is enqueue order
-                if query.cursor is not None and rollout.position <= query.cursor:
-                    continue
-                if ids is not None and rollout.rollout_id not in ids:
-                    continue
-                if statuses is not None and rollout.status not in statuses:
-                    continue
-                if query.mode is not None and rollout.mode != query.mode:
-                    continue
-                if query.task_id is not None and rollout.task_id != query.task_id:
-                    continue
-                if (
-                    query.resources_version is not None
-                    and rollout.resources_version != query.resources_version
-                ):
+                if not query.matches(rollout):
                     continue
                 if len(items) == query.limit:
                     return Page(items=items, next_cursor=items[-1].position)
@@ -620,15 +592,6 @@ class MemoryStore:
         return after
 
 
-def _page_by_sequence(
-    rows: list[_Record], attempt_id: str | None, after_sequence: int, limit: int
-) -> Page[_Record]:
-    items = [
-        r
-        for r in rows
-        if r.sequence > after_sequence and (attempt_id is None or r.attempt_id == attempt_id)
-    ]
-    items.sort(key=lambda r: r.sequence)
-    if len(items) > limit:
-        return Page(items=items[:limit], next_cursor=items[limit - 1].sequence)
-    return Page(items=items, next_cursor=None)
+def _check_limit(limit: int) -> None:
+    if limit < 1:
+        raise InvalidRequest(f"limit must be at least 1, got {limit}")

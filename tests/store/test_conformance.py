@@ -329,11 +329,11 @@ async def test_watchdog_retries_timed_out_attempt(store: Store) -> None:
 
 
 async def test_watchdog_finds_lost_attempts_and_heartbeats_keep_them(store: Store) -> None:
-    config = RolloutConfig(heartbeat_timeout_s=0.4, max_attempts=2)
+    config = RolloutConfig(heartbeat_timeout_s=1.0, max_attempts=2)
     kept, lost = await store.enqueue([rollout(0, config=config), rollout(1, config=config)])
     _, kept_attempt = await claim_one(store, "alive")
     _, lost_attempt = await claim_one(store, "dead")
-    for _ in range(10):
+    for _ in range(16):  # 1.6 s: past the lost attempt's deadline, heartbeats every 0.1 s
         worker = await store.heartbeat("alive", attempt_ids=[kept_attempt])
         await asyncio.sleep(0.1)
     assert worker.running_attempt_ids == [kept_attempt]

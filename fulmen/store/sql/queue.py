@@ -22,8 +22,8 @@ from fulmen.store.lifecycle import (
     check_reported_status,
     check_rollout_transition,
     rollout_status_after_attempt,
+    same_rollout_request,
 )
-from fulmen.store.memory import same_rollout_request
 from fulmen.store.sql.codec import (
     attempt_from_row,
     attempt_values,

@@ -1,0 +1,89 @@
+"""``fulmen train`` killed with SIGKILL mid-run resumes from its last checkpoint, and its
+engine does not outlive it."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from fulmen.trainer.metrics import read_metrics
+
+pytest.importorskip("torch")
+pytest.importorskip("openai")
+
+TOY = Path(__file__).resolve().parents[2] / "examples" / "toy" / "config.yaml"
+
+
+def _train(run_dir: Path, steps: int, log: Path) -> subprocess.Popen[bytes]:
+    command = [
+        sys.executable,
+        "-m",
+        "fulmen",
+        "train",
+        str(TOY),
+        "--set",
+        f"run_dir={run_dir}",
+        "--set",
+        f"algorithm.steps={steps}",
+        "--set",
+        "algorithm.group_size=4",
+        "--set",
+        "validation=null",
+        "--set",
+        "data.val=null",
+    ]
+    with log.open("wb") as out:  # a file, not a pipe: nobody reads while it trains
+        return subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+
+
+def _state_step(run_dir: Path) -> int:
+    path = run_dir / "state.json"
+    if not path.exists():
+        return 0
+    return int(json.loads(path.read_text())["step"])
+
+
+def _engine_pids() -> list[int]:
+    out = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
+    return [int(line.split()[0]) for line in out.splitlines() if "fulmen.cli.serve" in line]
+
+
+@pytest.mark.slow
+def test_killed_training_resumes_from_last_checkpoint(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    engines_before = set(_engine_pids())
+    first_log, second_log = tmp_path / "first.log", tmp_path / "second.log"
+    first = _train(run_dir, steps=5, log=first_log)
+    deadline = time.monotonic() + 300
+    while _state_step(run_dir) < 2:
+        assert first.poll() is None, first_log.read_text()
+        assert time.monotonic() < deadline, "training made no progress"
+        time.sleep(0.2)
+    os.kill(first.pid, signal.SIGKILL)
+    first.wait()
+    crashed_at = _state_step(run_dir)
+    assert 2 <= crashed_at < 5
+
+    # The engine notices its launcher is gone and stops.
+    deadline = time.monotonic() + 30
+    while set(_engine_pids()) - engines_before:
+        assert time.monotonic() < deadline, "the engine outlived the killed trainer"
+        time.sleep(0.2)
+
+    second = _train(run_dir, steps=5, log=second_log)
+    second.wait(timeout=600)
+    output = second_log.read_text()
+    assert second.returncode == 0, output
+    assert _state_step(run_dir) == 5
+    steps = [r["step"] for r in read_metrics(run_dir / "metrics.jsonl") if "reward/mean" in r]
+    # Steps up to the checkpoint ran once; the one the crash interrupted ran again; none is lost.
+    assert sorted(set(steps)) == [1, 2, 3, 4, 5]
+    assert steps[-(5 - crashed_at) :] == list(range(crashed_at + 1, 6))
+    assert f"done: {5 - crashed_at} steps in this run" in output
