@@ -39,6 +39,7 @@ from fulmen.tracing.tasks import cancel_and_wait
 from fulmen.types import AttemptStatus, Mode
 
 if TYPE_CHECKING:
+    import httpx
     from opentelemetry.sdk.trace import TracerProvider
 
     from fulmen.store.base import Store
@@ -98,6 +99,7 @@ class Runner:
         self._is_set_up = False
         self._closing = False
         self._pool: WorkerPool | None = None
+        self._gateway: httpx.AsyncClient | None = None  # flushes the gateway's call records
         self._telemetry: _Telemetry | None = None
         self._backoff = Backoff(maximum=self.config.store_retry_max_delay, deadline=None)
 
@@ -160,6 +162,17 @@ class Runner:
             self._pool = WorkerPool(self.target.spec, frameworks=self.config.frameworks)
         if self.config.gateway_url is None:
             logger.warning("no gateway URL: agents call their LLM directly, calls are not recorded")
+        else:
+            import httpx
+
+            key = self.config.gateway_api_key
+            # No kept-alive connections: a gateway that restarts or shuts down first would leave
+            # them dangling, and one flush per finished attempt does not need them.
+            self._gateway = httpx.AsyncClient(
+                timeout=self.config.report_deadline_s,
+                limits=httpx.Limits(max_keepalive_connections=0),
+                headers={"Authorization": f"Bearer {key}"} if key else None,
+            )
         heartbeats = asyncio.create_task(self._heartbeat_loop(), name="fulmen-heartbeat")
         try:
             if self._pool is not None and self._uses_processes():
@@ -253,6 +266,7 @@ class Runner:
             running.task = task
             await running.watch(task, claim.rollout.config.timeout_s)
             await self._flush_spans()
+            await self._flush_gateway()
             await self._report(claim, running.reason, task)
         except Exception:
             logger.exception("attempt %s: could not report its outcome", attempt_id)
@@ -317,6 +331,23 @@ class Runner:
                 )
             except TimeoutError:
                 logger.error("spans could not be stored within %s s", self.config.report_deadline_s)
+
+    async def _flush_gateway(self) -> None:
+        """Have the gateway store its pending LLM call records before the attempt is reported.
+
+        The gateway writes records in batches off the request path; flushing first means that
+        whoever sees the attempt final (the trainer's adapter) also sees all of its calls.
+        """
+        if self._gateway is None or self.config.gateway_url is None:
+            return
+        import httpx
+
+        url = f"{self.config.gateway_url.rstrip('/')}/gateway/flush"
+        try:
+            response = await self._gateway.post(url)
+            response.raise_for_status()
+        except httpx.HTTPError as exc:
+            logger.warning("gateway flush failed (%s); calls may be stored after the attempt", exc)
 
     async def _report(
         self, claim: Claim, reason: StopReason | None, task: asyncio.Task[RolloutResult]

@@ -95,7 +95,9 @@ class LLMCallCreate(BaseModel):
     Attributes:
         call_id: gateway-assigned id; writing the same id twice stores it once.
         rollout_id / attempt_id: ``None`` for untracked calls through plain ``/v1``.
-        request / response: the JSON as the agent sent it and as the engine answered.
+        request / response: the JSON as the agent sent it and as the agent received it (token
+            ids and logprobs the gateway asked for on the agent's behalf are kept only in the
+            typed fields below, not duplicated here).
         prompt_token_ids / choices: token-level view; empty when the upstream gave no ids.
         is_token_level: True when ids and logprobs make the call usable for token-level RL.
         response_id: the ``id`` of the response, used to join in-process spans to this call.

@@ -82,7 +82,7 @@ class GRPOConfig(BaseModel):
     skip_truncated: bool = False
     skip_zero_advantage: bool = True
     temperature: float = Field(default=1.0, gt=0)
-    logit_chunk_tokens: int = Field(default=1024, ge=1)
+    logit_chunk_tokens: int = Field(default=256, ge=1)
     gradient_checkpointing: bool = False
     seed: int = 0
 
