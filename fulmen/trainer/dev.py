@@ -77,7 +77,6 @@ async def run_dev(
         stack.check_runner()
         if time.monotonic() - started > rollouts.timeout_s + 60:
             break
-    await stack.flush_calls()
     report: list[dict[str, Any]] = []
     for rollout in await _in_order(store, ids):
         records = await load_attempt(store, rollout.rollout_id)

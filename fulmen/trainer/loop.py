@@ -277,7 +277,6 @@ class GRPOLoop:
                 raise TimeoutError(
                     f"{len(ids) - len(done)} rollouts did not finish in {limit:.0f} s"
                 )
-        await self.stack.flush_calls()
         return done
 
     async def _trajectories(self, rollouts: Sequence[Rollout]) -> list[Any]:

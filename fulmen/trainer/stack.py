@@ -61,7 +61,6 @@ class TrainingStack:
         self._store: Store | None = None
         self.engine: Any = None
         self.gateway_url = ""
-        self._gateway_app: Any = None
         self._gateway_server: Any = None
         self._gateway_task: asyncio.Task[None] | None = None
         self._runner: Any = None
@@ -128,9 +127,9 @@ class TrainingStack:
         from fulmen.gateway.app import create_app
 
         port = _free_port()
-        self._gateway_app = create_app(self.store, [self.engine_url])
+        app = create_app(self.store, [self.engine_url])
         config = uvicorn.Config(
-            self._gateway_app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"
+            app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"
         )
         server = uvicorn.Server(config)
         server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
@@ -157,10 +156,6 @@ class TrainingStack:
         )
         self._runner = Runner(self.store, self._agent, config)
         self._runner_task = asyncio.create_task(self._runner.run(), name="fulmen-runner")
-
-    async def flush_calls(self) -> None:
-        """Write every LLM call the gateway has seen to the store (before reading them)."""
-        await self._gateway_app.state.gateway.flush()
 
     def check_runner(self) -> None:
         """Raise the runner's error if it stopped on its own."""
