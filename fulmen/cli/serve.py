@@ -43,8 +43,8 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--vllm-python",
         default=None,
-        help="python with vllm installed (default: $FULMEN_VLLM_PYTHON or "
-        "/work/venvs/vllm/bin/python)",
+        help="python with vllm installed (default: $FULMEN_VLLM_PYTHON, else this python if "
+        "vllm is importable)",
     )
     p.add_argument(
         "--allow-remote",

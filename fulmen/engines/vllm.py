@@ -11,17 +11,16 @@ ids (``return_token_ids``) and logprobs natively. It has no full weight reload o
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import sys
 from pathlib import Path
 
 from fulmen.engines.base import Capabilities
 from fulmen.engines.launcher import EngineProcess, free_port
 from fulmen.errors import ConfigError
 
-__all__ = ["DEFAULT_VLLM_PYTHON", "VLLMLauncher", "find_vllm_python"]
-
-#: Where fulmen's setup puts the separate vLLM environment.
-DEFAULT_VLLM_PYTHON = "/work/venvs/vllm/bin/python"
+__all__ = ["VLLMLauncher", "find_vllm_python"]
 
 # vLLM on CPU: small KV cache, no core pinning (the machine is shared), no telemetry, offline.
 _CPU_ENV = {
@@ -36,10 +35,17 @@ _CPU_ENV = {
 
 
 def find_vllm_python(explicit: str | None = None) -> str | None:
-    """Find the python to run vLLM: ``explicit``, ``$FULMEN_VLLM_PYTHON`` or the default venv."""
-    for candidate in (explicit, os.environ.get("FULMEN_VLLM_PYTHON"), DEFAULT_VLLM_PYTHON):
+    """Find the python to run vLLM with.
+
+    Tries ``explicit``, then ``$FULMEN_VLLM_PYTHON``, then this interpreter when ``vllm`` is
+    importable here. vLLM usually lives in an environment of its own (its torch and openai
+    pins clash with fulmen's other extras), hence the separate interpreter.
+    """
+    for candidate in (explicit, os.environ.get("FULMEN_VLLM_PYTHON")):
         if candidate and Path(candidate).is_file():
             return candidate
+    if importlib.util.find_spec("vllm") is not None:
+        return sys.executable
     return None
 
 
@@ -78,8 +84,8 @@ class VLLMLauncher(EngineProcess):
         interpreter = find_vllm_python(python)
         if interpreter is None:
             raise ConfigError(
-                "no python with vllm found: pass --vllm-python, set "
-                f"FULMEN_VLLM_PYTHON, or create {DEFAULT_VLLM_PYTHON}"
+                "no python with vllm found: pass --vllm-python or set FULMEN_VLLM_PYTHON "
+                "(see README: vLLM runs from its own environment)"
             )
         port = port or free_port(host)
         path = resolve_model(model)

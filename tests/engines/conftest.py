@@ -34,7 +34,7 @@ def engine(
     launcher: EngineProcess
     if request.param == "vllm":
         if find_vllm_python() is None:
-            pytest.skip("no vLLM environment (set FULMEN_VLLM_PYTHON or create /work/venvs/vllm)")
+            pytest.skip("no vLLM environment: set FULMEN_VLLM_PYTHON (scripts/test.sh creates one)")
         launcher = VLLMLauncher(
             str(tiny_dir), served_model_name="tiny", max_lora_rank=16, log_path=log
         )
