@@ -12,7 +12,6 @@ from fulmen.adapter.credit import (
     CreditInput,
     resolve_credit,
 )
-from fulmen.adapter.transition_types import AdapterDiagnostics, Trajectory, Transition
 from fulmen.adapter.transitions import (
     AttemptRecords,
     TransitionOptions,
@@ -20,6 +19,7 @@ from fulmen.adapter.transitions import (
     load_attempt,
     load_trajectory,
 )
+from fulmen.types.transitions import AdapterDiagnostics, Trajectory, Transition
 
 __all__ = [
     "CREDIT_STRATEGIES",

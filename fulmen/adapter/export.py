@@ -13,10 +13,10 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from fulmen.adapter.transition_types import Transition
 from fulmen.adapter.transitions import AttemptRecords
 from fulmen.errors import ConfigError
 from fulmen.types import LLMCall
+from fulmen.types.transitions import Transition
 
 __all__ = [
     "preference_rows",

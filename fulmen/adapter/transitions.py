@@ -20,8 +20,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from fulmen.adapter.credit import CallCredit, CreditFn, CreditInput, assign_credit, resolve_credit
 from fulmen.adapter.signals import read_signals
-from fulmen.adapter.transition_types import AdapterDiagnostics, Trajectory, Transition
 from fulmen.types import LLMCall, LLMChoice, Span
+from fulmen.types.transitions import AdapterDiagnostics, Trajectory, Transition
 
 if TYPE_CHECKING:
     from fulmen.store.base import Store

@@ -175,8 +175,13 @@ class TrainConfig(_Strict):
             raise ValueError(
                 "engine.kind 'endpoint' cannot take new weights; use it with `fulmen dev`"
             )
-        self.grpo_config()  # validates the nested engine settings now, not at step 1
-        self.transition_options()
+        grpo = self.grpo_config()  # validates the nested settings now, not at step 1
+        options = self.transition_options()
+        if options.credit == "per_call" and grpo.advantage == "rollout":
+            raise ValueError(
+                "algorithm.transitions.credit 'per_call' has no effect with grpo.advantage "
+                "'rollout' (set grpo.advantage: transition)"
+            )
         return self
 
     def grpo_config(self) -> Any:

@@ -29,9 +29,11 @@ from fulmen.types.rollout import (
     RolloutStatus,
     Worker,
 )
+from fulmen.types.transitions import AdapterDiagnostics, Trajectory, Transition
 
 __all__ = [
     "UNSET",
+    "AdapterDiagnostics",
     "Attempt",
     "AttemptStatus",
     "Claim",
@@ -56,6 +58,8 @@ __all__ = [
     "SpanStatus",
     "SpanStatusCode",
     "StoreStats",
+    "Trajectory",
+    "Transition",
     "Unset",
     "UnsetType",
     "Worker",

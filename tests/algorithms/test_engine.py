@@ -160,7 +160,7 @@ def test_gradient_checkpointing_gives_the_same_gradient() -> None:
         )
         modes: list[bool] = []
         layer = engine.model.model.layers[0]
-        layer.register_forward_hook(lambda module, *_: modes.append(module.training))
+        layer.register_forward_hook(lambda module, *_, seen=modes: seen.append(module.training))
         engine.compute_gradients(batch)
         grads.append(gradient(engine.model))
         layer_calls.append((layer.gradient_checkpointing, modes))

@@ -52,7 +52,8 @@ def test_head_only_at_targets_matches_full_forward(build, chunk: int) -> None:
     assert entropy is not None and bool((entropy > 0).all())
 
 
-def test_gradients_match_full_forward_through_checkpointed_chunks() -> None:
+@pytest.mark.parametrize("chunk", [3, 1024], ids=["recomputed-chunks", "one-chunk"])
+def test_gradients_match_full_forward(chunk: int) -> None:
     ids, mask, rows, positions = _batch()
     weights = torch.linspace(-1.0, 1.0, 8)
     grads = []
@@ -65,7 +66,7 @@ def test_gradients_match_full_forward_through_checkpointed_chunks() -> None:
                 attention_mask=mask,
                 rows=rows,
                 positions=positions,
-                chunk_tokens=3,
+                chunk_tokens=chunk,
             )
         else:
             lp = _full_forward(model, ids, mask, rows, positions)

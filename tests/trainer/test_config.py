@@ -51,6 +51,7 @@ def test_overrides_use_dotted_keys(tmp_path: Path) -> None:
         ("algorithm: {grpo: {learning_rate: -1}}\n", "learning_rate"),
         ("algorithm: {group_size: 1}\n", "group_size"),
         ("unknown_option: 1\n", "unknown_option"),
+        ("algorithm: {transitions: {credit: per_call}}\n", "per_call' has no effect"),
     ],
 )
 def test_options_without_effect_or_invalid_are_errors(

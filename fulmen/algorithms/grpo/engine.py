@@ -22,7 +22,6 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from fulmen.adapter.transition_types import Transition
 from fulmen.algorithms.grpo.batching import MicroBatch, TokenSample, collate, plan_micro_batches
 from fulmen.algorithms.grpo.config import GRPOConfig
 from fulmen.algorithms.grpo.losses import KL_ESTIMATORS, POLICY_LOSSES
@@ -35,6 +34,7 @@ from fulmen.algorithms.grpo.policy import (
 )
 from fulmen.algorithms.grpo.samples import build_samples
 from fulmen.errors import ConfigError
+from fulmen.types.transitions import Transition
 
 __all__ = ["GRPOEngine"]
 

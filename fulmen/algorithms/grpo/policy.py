@@ -3,8 +3,9 @@
 ``token_logprobs`` runs the decoder for hidden states, gathers the hidden state *before* each
 trained token, and applies the LM head only to those rows, in chunks. With a 262k-token
 vocabulary (Gemma 3) the head over every position costs more than the rest of the model on a
-CPU; prompts and observation tokens never need logits. Each chunk's logits are recomputed in
-backward (activation checkpointing) so only one chunk of vocabulary-sized activations is alive.
+CPU; prompts and observation tokens never need logits. When the targets span several chunks,
+each chunk's logits are recomputed in backward (activation checkpointing), so only one chunk of
+vocabulary-sized activations is alive; a single chunk keeps its logits (no recompute).
 """
 
 from __future__ import annotations
@@ -151,10 +152,12 @@ def token_logprobs(
     softcap = getattr(causal_lm.config, "final_logit_softcapping", None)
     logprobs: list[Tensor] = []
     entropies: list[Tensor] = []
+    # One chunk keeps its logits for backward; several are recomputed there, one at a time.
+    recompute = torch.is_grad_enabled() and int(targets.shape[0]) > chunk_tokens
     for start in range(0, int(targets.shape[0]), chunk_tokens):
         h = selected[start : start + chunk_tokens]
         t = targets[start : start + chunk_tokens]
-        if torch.is_grad_enabled():
+        if recompute:
             lp, ent = checkpoint(
                 _head_logprobs, head, h, t, softcap, temperature, use_reentrant=False
             )
