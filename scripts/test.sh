@@ -57,7 +57,7 @@ fi
 echo "== lint and types"
 .venv/bin/ruff check fulmen tests benchmarks examples
 .venv/bin/ruff format --check fulmen tests benchmarks examples
-.venv/bin/pyright fulmen
+.venv/bin/pyright --pythonpath .venv/bin/python fulmen
 
 echo "== framework integrations (openai >= 3)"
 .venvs/integrations/bin/python -m pytest -q -p no:cacheprovider tests/integrations \
