@@ -9,6 +9,7 @@ which is how the exporter knows where a span belongs.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
@@ -27,6 +28,9 @@ if TYPE_CHECKING:
 __all__ = ["RolloutSpanProcessor", "create_provider", "provider_tracer"]
 
 _INSTRUMENTATION_NAME = "fulmen"
+
+
+logger = logging.getLogger(__name__)
 
 
 class RolloutSpanProcessor(SpanProcessor):
@@ -75,6 +79,12 @@ def create_provider(
     """
     attributes = {"service.name": "fulmen-runner", **(resource_attributes or {})}
     provider = TracerProvider(resource=Resource.create(attributes))
+    # OTEL_SDK_DISABLED=true (set by users, or by frameworks such as CrewAI's setup) turns the
+    # SDK into no-ops. It is meant for telemetry export; for fulmen, spans carry the rewards, so
+    # the runner's own provider must stay on whatever that variable says.
+    if getattr(provider, "_disabled", False):
+        logger.info("OTEL_SDK_DISABLED is set; fulmen's rollout spans are recorded anyway")
+        provider._disabled = False  # type: ignore[attr-defined]  # pyright: ignore[reportAttributeAccessIssue]
     provider.add_span_processor(RolloutSpanProcessor(exporter))
     return provider
 

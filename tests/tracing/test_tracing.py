@@ -209,3 +209,25 @@ async def test_per_call_reward_names_its_response(tracing: Tracing) -> None:
     assert reward.attributes[semconv.RESPONSE_ID] == "chatcmpl-9"
     assert reward.attributes[semconv.AGENT_NAME] == "judge"
     assert agent_names_by_response_id(spans) == {}
+
+
+async def test_rewards_are_recorded_when_otel_sdk_is_disabled(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # CrewAI's test setup (and some users) set this; fulmen's spans carry rewards and must stay.
+    monkeypatch.setenv("OTEL_SDK_DISABLED", "true")
+    from fulmen.tracing.exporter import StoreSpanExporter
+    from fulmen.tracing.provider import create_provider, provider_tracer
+
+    exporter = StoreSpanExporter(store, batch_size=50, interval=0.05)
+    exporter.start()
+    provider = create_provider(exporter)
+    (claim,) = await claim_many(store, 1)
+    tracer = provider_tracer(provider)
+    with rollout_scope(tracer, claim.rollout.rollout_id, claim.attempt.attempt_id):
+        emit_reward(0.5)
+    await exporter.flush()
+    rewards = rewards_from_spans(await spans_of(store, claim.rollout.rollout_id))
+    await exporter.aclose()
+    provider.shutdown()
+    assert rewards == {"reward": 0.5}
