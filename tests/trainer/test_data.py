@@ -55,3 +55,11 @@ def test_metrics_logger_writes_jsonl(tmp_path: Path) -> None:
     records = read_metrics(tmp_path / "metrics.jsonl")
     assert [r["step"] for r in records] == [1, 2]
     assert records[0]["loss"] is None and records[1]["reward/mean"] == 0.75
+
+
+def test_metrics_logger_writes_tensorboard_events(tmp_path: Path) -> None:
+    pytest.importorskip("tensorboardX")
+    with MetricsLogger(tmp_path, tensorboard=True) as metrics:
+        metrics.log(1, {"reward/mean": 0.5}, echo=False)
+    events = list((tmp_path / "tensorboard").glob("events.out.tfevents.*"))
+    assert len(events) == 1 and events[0].stat().st_size > 0
