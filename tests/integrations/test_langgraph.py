@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TypedDict
+from typing import Any, TypedDict
 
 import pytest
 
@@ -11,9 +11,19 @@ pytest.importorskip("langchain_openai")
 
 from langchain_openai import ChatOpenAI
 from langgraph.graph import END, START, StateGraph
+from pydantic import SecretStr
 
+from fulmen.agent.api import rollout
+from fulmen.agent.context import LLM
 from tests.gateway.conftest import Running, new_attempt
 from tests.gateway.scripted_upstream import Reply, encode
+from tests.integrations.through_runner import (
+    agent_names,
+    assert_reward,
+    assert_token_level,
+    instrumentation,
+    run_one,
+)
 
 
 class State(TypedDict, total=False):
@@ -73,3 +83,23 @@ async def test_streaming_chat_model_is_captured(gw: Running) -> None:
     (call,) = await gw.calls(rollout_id)
     assert call.is_stream and call.is_token_level
     assert call.choices[0].token_ids == encode("streamed through langchain")
+
+
+@rollout
+async def graph_rollout(task: dict[str, Any], llm: LLM) -> float:
+    """The graph as a fulmen rollout: its reward is whether the answer is right."""
+    chat = ChatOpenAI(model=llm.model, base_url=llm.base_url, api_key=SecretStr(llm.api_key))
+    result = await build_graph(chat).ainvoke({"question": task["question"]})
+    return 1.0 if result["answer"] == task["expected"] else 0.0
+
+
+@pytest.mark.parametrize("instrumented", [True, False], ids=["instrumented", "plain"])
+async def test_graph_through_the_runner(gw: Running, instrumented: bool) -> None:
+    frameworks = instrumentation("langchain", instrumented)
+    gw.script.replies.extend([Reply(content="add the numbers"), Reply(content="4")])
+    task = {"question": "What is 2+2?", "expected": "4"}
+    records = await run_one(gw, graph_rollout, frameworks, task)
+    assert_token_level(records, ["add the numbers", "4"])
+    assert_reward(records, 1.0)
+    expected = ["planner", "answerer"] if instrumented else [None, None]
+    assert agent_names(records) == expected

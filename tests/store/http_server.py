@@ -90,8 +90,11 @@ async def aserve_app(app: Any, **options: Any) -> AsyncIterator[str]:
 
 
 @contextlib.contextmanager
-def serve_store(store: Store | str, *, token: str | None = None) -> Iterator[str]:
-    """Serve a store (or the store at a URL) from a background thread; yields the base URL."""
+def serve_store(store: Store | str, *, token: str | None = None, **options: Any) -> Iterator[str]:
+    """Serve a store (or the store at a URL) from a background thread; yields the base URL.
+
+    ``options`` go to ``open_store`` when ``store`` is a URL (e.g. ``watchdog_interval``).
+    """
     started = threading.Event()
     stop = threading.Event()
     holder: dict[str, Any] = {}
@@ -99,7 +102,7 @@ def serve_store(store: Store | str, *, token: str | None = None) -> Iterator[str
     async def run() -> None:
         async with contextlib.AsyncExitStack() as stack:
             served = (
-                await stack.enter_async_context(open_store(store))
+                await stack.enter_async_context(open_store(store, **options))
                 if isinstance(store, str)
                 else store
             )
