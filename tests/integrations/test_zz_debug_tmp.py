@@ -19,8 +19,8 @@ async def calc(task, llm) -> float:
 
 async def test_dbg(gw):
     gw.script.replies.extend([Reply(tool_calls=[("add", {"a": 2, "b": 2})]), Reply(content="4")])
-    records = await run_one(gw, calc, ["openai_agents"], {"question": "q"})
+    records = await run_one(gw, calc, ["openai_agents", "openai"], {"question": "q"})
     print([ (c.response_id) for c in records.calls])
     for s in records.spans:
-        print(s.name, s.span_id, s.parent_id, {k: str(v)[:150] for k,v in s.attributes.items() if k not in ("fulmen.rollout.id", "fulmen.attempt.id")})
+        print(s.name, s.span_id, s.parent_id, s.attributes.get("output.value","")[:60])
     assert 0
