@@ -218,7 +218,15 @@ def _response_id(attributes: Mapping[str, JsonValue]) -> str | None:
             parsed = json.loads(output)
         except ValueError:
             return None
-        found = parsed.get("id") if isinstance(parsed, dict) else None
-        if isinstance(found, str) and found:
-            return found
+        if not isinstance(parsed, dict):
+            return None
+        # OpenAI-style output carries "id" at the top; LangChain's LLM spans nest it in
+        # "llm_output" (the node name comes from the same span's metadata).
+        llm_output = parsed.get("llm_output")
+        for found in (
+            parsed.get("id"),
+            llm_output.get("id") if isinstance(llm_output, dict) else None,
+        ):
+            if isinstance(found, str) and found:
+                return found
     return None

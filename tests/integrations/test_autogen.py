@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 pytest.importorskip("autogen_agentchat")
@@ -10,8 +12,17 @@ pytest.importorskip("autogen_ext.models.openai")
 from autogen_agentchat.agents import AssistantAgent
 from autogen_ext.models.openai import OpenAIChatCompletionClient
 
+from fulmen.agent.api import rollout
+from fulmen.agent.context import LLM
 from tests.gateway.conftest import Running, new_attempt
 from tests.gateway.scripted_upstream import Reply
+from tests.integrations.through_runner import (
+    agent_names,
+    assert_reward,
+    assert_token_level,
+    instrumentation,
+    run_one,
+)
 
 MODEL_INFO = {
     "vision": False,
@@ -48,3 +59,38 @@ async def test_assistant_with_a_tool_is_captured(gw: Running) -> None:
     assert all(c.is_token_level and c.attempt_id == attempt_id for c in calls)
     assert calls[0].choices[0].finish_reason == "tool_calls"
     assert calls[1].choices[0].text == "4"
+
+
+@rollout
+async def assistant_rollout(task: dict[str, Any], llm: LLM) -> float:
+    """The assistant as a fulmen rollout: its reward is whether the answer is right."""
+
+    async def add(a: int, b: int) -> int:
+        """Add two integers."""
+        return a + b
+
+    client = OpenAIChatCompletionClient(
+        model=llm.model, base_url=llm.base_url, api_key=llm.api_key, model_info=MODEL_INFO
+    )
+    agent = AssistantAgent("assistant", model_client=client, tools=[add], reflect_on_tool_use=True)
+    try:
+        result = await agent.run(task=task["question"])
+    finally:
+        await client.close()
+    return 1.0 if result.messages[-1].content == task["expected"] else 0.0
+
+
+@pytest.mark.parametrize("instrumented", [True, False], ids=["instrumented", "plain"])
+async def test_assistant_through_the_runner(gw: Running, instrumented: bool) -> None:
+    # AutoGen's model-client spans carry no response id; OpenInference's openai client spans
+    # nest under them and do, so both instrumentations together attribute each call.
+    frameworks = instrumentation("autogen_agentchat", instrumented)
+    frameworks += instrumentation("openai", instrumented)
+    gw.script.replies.extend([Reply(tool_calls=[("add", {"a": 2, "b": 2})]), Reply(content="4")])
+    task = {"question": "What is 2+2?", "expected": "4"}
+    records = await run_one(gw, assistant_rollout, frameworks, task)
+    assert_token_level(records)
+    assert [c.choices[0].finish_reason for c in records.calls] == ["tool_calls", "stop"]
+    assert_reward(records, 1.0)
+    expected = "assistant" if instrumented else None
+    assert agent_names(records) == [expected, expected]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from typing import Any
 
 import pytest
 
@@ -18,8 +19,17 @@ pytest.importorskip("crewai")
 from crewai import LLM, Agent, Crew, Task
 from crewai.tools import tool
 
+from fulmen.agent.api import rollout
+from fulmen.agent.context import LLM as FulmenLLM
 from tests.gateway.conftest import Running, new_attempt
 from tests.gateway.scripted_upstream import Reply
+from tests.integrations.through_runner import (
+    agent_names,
+    assert_reward,
+    assert_token_level,
+    instrumentation,
+    run_one,
+)
 
 # CrewAI's own code touches its deprecated fields; that is not what this test is about.
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -53,3 +63,40 @@ async def test_crew_with_a_tool_is_captured(gw: Running) -> None:
     assert seen == [(2, 2)]  # native tool calling: the round trip went through the gateway
     assert len(calls) == 2
     assert calls[0].request.get("tools") and calls[0].choices[0].finish_reason == "tool_calls"
+
+
+@rollout
+async def crew_rollout(task: dict[str, Any], llm: FulmenLLM) -> float:
+    """The crew as a fulmen rollout: its reward is whether the answer is right."""
+
+    @tool("add")
+    def add(a: int, b: int) -> int:
+        """Add two integers."""
+        return a + b
+
+    model = LLM(model=f"openai/{llm.model}", base_url=llm.base_url, api_key=llm.api_key)
+    agent = Agent(role="calculator", goal="add numbers", backstory="exact", llm=model, tools=[add])
+    work = Task(description=task["question"], expected_output="a number", agent=agent)
+    # kickoff is sync; to_thread copies the context, so the rollout's trace follows it.
+    result = await asyncio.to_thread(Crew(agents=[agent], tasks=[work]).kickoff)
+    return 1.0 if str(result).strip().endswith(task["expected"]) else 0.0
+
+
+@pytest.mark.parametrize("instrumented", [True, False], ids=["instrumented", "plain"])
+async def test_crew_through_the_runner(gw: Running, instrumented: bool) -> None:
+    # CrewAI's agent spans carry no response id; OpenInference's openai client spans nest
+    # under them and do, so both instrumentations together attribute each call to the role.
+    frameworks = instrumentation("crewai", instrumented)
+    frameworks += instrumentation("openai", instrumented)
+    gw.script.replies.extend(
+        [
+            Reply(tool_calls=[("add", {"a": 2, "b": 2})]),
+            Reply(content="Thought: I now know the final answer\nFinal Answer: 4"),
+        ]
+    )
+    records = await run_one(gw, crew_rollout, frameworks, {"question": "2+2?", "expected": "4"})
+    assert_token_level(records)
+    assert [c.choices[0].finish_reason for c in records.calls] == ["tool_calls", "stop"]
+    assert_reward(records, 1.0)
+    expected = "calculator" if instrumented else None
+    assert agent_names(records) == [expected, expected]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
 from typing import Any, TypedDict
 
 import pytest
@@ -13,8 +15,10 @@ from langchain_openai import ChatOpenAI
 from langgraph.graph import END, START, StateGraph
 from pydantic import SecretStr
 
+from fulmen.adapter.transitions import AttemptRecords
 from fulmen.agent.api import rollout
 from fulmen.agent.context import LLM
+from fulmen.types import Span
 from tests.gateway.conftest import Running, new_attempt
 from tests.gateway.scripted_upstream import Reply, encode
 from tests.integrations.through_runner import (
@@ -93,13 +97,42 @@ async def graph_rollout(task: dict[str, Any], llm: LLM) -> float:
     return 1.0 if result["answer"] == task["expected"] else 0.0
 
 
-@pytest.mark.parametrize("instrumented", [True, False], ids=["instrumented", "plain"])
-async def test_graph_through_the_runner(gw: Running, instrumented: bool) -> None:
+async def run_graph(gw: Running, instrumented: bool) -> AttemptRecords:
     frameworks = instrumentation("langchain", instrumented)
     gw.script.replies.extend([Reply(content="add the numbers"), Reply(content="4")])
     task = {"question": "What is 2+2?", "expected": "4"}
     records = await run_one(gw, graph_rollout, frameworks, task)
     assert_token_level(records, ["add the numbers", "4"])
     assert_reward(records, 1.0)
-    expected = ["planner", "answerer"] if instrumented else [None, None]
-    assert agent_names(records) == expected
+    return records
+
+
+def node_and_response_of_llm_spans(spans: Sequence[Span]) -> list[tuple[str, str]]:
+    """(LangGraph node, response id) of each OpenInference LLM span, in store order."""
+    out: list[tuple[str, str]] = []
+    for span in sorted(spans, key=lambda s: s.sequence):
+        if span.attributes.get("openinference.span.kind") != "LLM":
+            continue
+        metadata = json.loads(str(span.attributes["metadata"]))
+        output = json.loads(str(span.attributes["output.value"]))
+        out.append((metadata["langgraph_node"], output["llm_output"]["id"]))
+    return out
+
+
+async def test_graph_through_the_runner_plain(gw: Running) -> None:
+    records = await run_graph(gw, instrumented=False)
+    assert agent_names(records) == [None, None]  # every call belongs to the rollout
+
+
+async def test_graph_through_the_runner_instrumented(gw: Running) -> None:
+    records = await run_graph(gw, instrumented=True)
+    # The stored spans hold what attribution needs: each call's node and its response id.
+    responses = [c.response_id for c in records.calls]
+    assert node_and_response_of_llm_spans(records.spans) == list(
+        zip(["planner", "answerer"], responses, strict=True)
+    )
+
+
+async def test_graph_calls_are_attributed_to_their_nodes(gw: Running) -> None:
+    records = await run_graph(gw, instrumented=True)
+    assert agent_names(records) == ["planner", "answerer"]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 pytest.importorskip("agents")
@@ -15,8 +17,17 @@ from agents import (
 )
 from openai import AsyncOpenAI
 
+from fulmen.agent.api import rollout
+from fulmen.agent.context import LLM
 from tests.gateway.conftest import Running, new_attempt
 from tests.gateway.scripted_upstream import Reply
+from tests.integrations.through_runner import (
+    agent_names,
+    assert_reward,
+    assert_token_level,
+    instrumentation,
+    run_one,
+)
 
 
 async def test_agent_with_a_tool_is_captured(gw: Running) -> None:
@@ -52,3 +63,46 @@ async def test_agent_with_a_tool_is_captured(gw: Running) -> None:
     # The second prompt extends the first prompt + completion token-exactly.
     first = calls[0].prompt_token_ids
     assert calls[1].prompt_token_ids[: len(first)] == first
+
+
+@rollout
+async def calculator_rollout(task: dict[str, Any], llm: LLM) -> float:
+    """The agent as a fulmen rollout: its reward is whether the answer is right."""
+
+    @function_tool
+    def add(a: int, b: int) -> int:
+        """Add two integers."""
+        return a + b
+
+    async with AsyncOpenAI(base_url=llm.base_url, api_key=llm.api_key) as client:
+        agent = Agent(
+            name="calculator",
+            instructions="Use the add tool.",
+            tools=[add],
+            model=OpenAIChatCompletionsModel(model=llm.model, openai_client=client),
+        )
+        result = await Runner.run(agent, task["question"])
+    return 1.0 if result.final_output == task["expected"] else 0.0
+
+
+@pytest.mark.parametrize("instrumented", [True, False], ids=["instrumented", "plain"])
+async def test_agent_through_the_runner(gw: Running, instrumented: bool) -> None:
+    # The Agents SDK's generation spans carry no response id; OpenInference's openai client
+    # spans nest under them and do, so both instrumentations together attribute each call.
+    frameworks = instrumentation("openai_agents", instrumented)
+    frameworks += instrumentation("openai", instrumented)
+    gw.script.replies.extend([Reply(tool_calls=[("add", {"a": 2, "b": 2})]), Reply(content="4")])
+    # The SDK's tracing feeds the instrumentor (which replaces the SDK's hosted exporter);
+    # without the instrumentor it stays off so nothing is sent to a hosted tracing service.
+    set_tracing_disabled(not instrumented)
+    try:
+        task = {"question": "2+2?", "expected": "4"}
+        records = await run_one(gw, calculator_rollout, frameworks, task)
+    finally:
+        set_tracing_disabled(True)
+    assert_token_level(records)
+    assert [c.choices[0].finish_reason for c in records.calls] == ["tool_calls", "stop"]
+    assert records.calls[1].choices[0].text == "4"
+    assert_reward(records, 1.0)
+    expected = "calculator" if instrumented else None
+    assert agent_names(records) == [expected, expected]

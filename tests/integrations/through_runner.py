@@ -14,6 +14,7 @@ import pytest
 
 from fulmen.adapter.signals import read_signals
 from fulmen.adapter.transitions import AttemptRecords, load_attempt
+from fulmen.agent.config import RunnerConfig
 from fulmen.agent.runner import Runner
 from fulmen.tracing import rewards_from_spans
 from fulmen.tracing.instrumentation import FRAMEWORKS
@@ -21,8 +22,6 @@ from fulmen.types import LLMResource, ResourcesCreate, RolloutCreate
 from tests.gateway.conftest import Running
 
 __all__ = ["agent_names", "assert_reward", "assert_token_level", "instrumentation", "run_one"]
-
-FAST = {"heartbeat_interval": 0.1, "poll_interval": 0.02, "span_interval": 0.02}
 
 
 def instrumentation(framework: str, instrumented: bool) -> list[str]:
@@ -52,7 +51,15 @@ async def run_one(
         )
     )
     (rollout,) = await gw.store.enqueue([RolloutCreate(input=task)])
-    runner = Runner(gw.store, agent, concurrency=1, gateway_url=gw.url, frameworks=frameworks, **FAST)
+    config = RunnerConfig(
+        concurrency=1,
+        gateway_url=gw.url,
+        frameworks=frameworks,
+        heartbeat_interval=0.1,
+        poll_interval=0.02,
+        span_interval=0.02,
+    )
+    runner = Runner(gw.store, agent, config)
     stats = await runner.run(until_idle=True)
     await gw.gateway.flush()
     assert stats.succeeded == 1, stats
