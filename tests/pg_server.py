@@ -8,6 +8,7 @@ installs PostgreSQL, so there they run).
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import shutil
 import socket
@@ -16,7 +17,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["PostgresUnavailable", "postgres_server"]
+__all__ = ["PostgresUnavailable", "fresh_pg_database", "postgres_server"]
 
 
 class PostgresUnavailable(RuntimeError):
@@ -81,3 +82,20 @@ def postgres_server() -> Iterator[str]:
             stderr=subprocess.DEVNULL,
         )
         shutil.rmtree(root, ignore_errors=True)
+
+
+_database_names = itertools.count()
+
+
+async def fresh_pg_database(server_url: str) -> str:
+    """Create an empty database on the server at ``server_url`` and return its URL."""
+    import asyncpg
+
+    name = f"fulmen_test_{os.getpid()}_{next(_database_names)}"
+    conn = await asyncpg.connect(server_url)
+    try:
+        await conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
+        await conn.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await conn.close()
+    return server_url.rsplit("/", 1)[0] + f"/{name}"

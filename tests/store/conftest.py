@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from fulmen.store import Store, open_store
-from tests.pg_server import PostgresUnavailable, postgres_server
+from tests.pg_server import PostgresUnavailable, fresh_pg_database, postgres_server
 from tests.store.http_server import serve_store
 
 WATCHDOG_INTERVAL = 0.05
@@ -43,22 +43,6 @@ def pg_url() -> Iterator[str | None]:
         yield None
 
 
-_counter = iter(range(1_000_000))
-
-
-async def _fresh_pg_database(server_url: str) -> str:
-    import asyncpg
-
-    name = f"fulmen_test_{next(_counter)}"
-    conn = await asyncpg.connect(server_url)
-    try:
-        await conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
-        await conn.execute(f'CREATE DATABASE "{name}"')
-    finally:
-        await conn.close()
-    return server_url.rsplit("/", 1)[0] + f"/{name}"
-
-
 @pytest.fixture(params=["memory", "sqlite", "postgresql", "http"])
 async def backend(
     request: pytest.FixtureRequest, tmp_path: Any, pg_url: str | None
@@ -72,7 +56,7 @@ async def backend(
     elif name == "postgresql":
         if pg_url is None:
             pytest.skip("PostgreSQL binaries are not installed")
-        yield Backend(name, await _fresh_pg_database(pg_url), local)
+        yield Backend(name, await fresh_pg_database(pg_url), local)
     else:
         served = f"sqlite:///{tmp_path / 'served.db'}"
         with serve_store(served, token=HTTP_TOKEN, watchdog_interval=WATCHDOG_INTERVAL) as url:

@@ -6,27 +6,12 @@ it are skipped when no PostgreSQL binaries are installed.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
-_names = itertools.count()
-
-
-async def fresh_pg_database(server_url: str) -> str:
-    """Create an empty database on the test server and return its URL."""
-    import asyncpg
-
-    name = f"fulmen_sql_{next(_names)}"
-    conn = await asyncpg.connect(server_url)
-    try:
-        await conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
-        await conn.execute(f'CREATE DATABASE "{name}"')
-    finally:
-        await conn.close()
-    return server_url.rsplit("/", 1)[0] + f"/{name}"
+from tests.pg_server import fresh_pg_database
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
