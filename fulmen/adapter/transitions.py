@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from fulmen.adapter.credit import CallCredit, CreditFn, CreditInput, assign_credit, resolve_credit
 from fulmen.adapter.signals import read_signals
+from fulmen.store.reading import read_llm_calls, read_spans
 from fulmen.types import LLMCall, LLMChoice, Span
 from fulmen.types.transitions import AdapterDiagnostics, Trajectory, Transition
 
@@ -276,25 +277,8 @@ async def load_attempt(
     if attempt_id is None:
         attempts = await store.list_attempts(rollout_id)
         attempt_id = attempts[-1].attempt_id if attempts else None
-    calls: list[LLMCall] = []
-    cursor = 0
-    while True:
-        page = await store.query_llm_calls(rollout_id, attempt_id=attempt_id, after_sequence=cursor)
-        calls += page.items
-        if page.next_cursor is None:
-            break
-        cursor = page.next_cursor
-    spans: list[Span] = []
-    cursor = 0
-    while True:
-        span_page = await store.query_spans(
-            rollout_id, attempt_id=attempt_id, after_sequence=cursor
-        )
-        spans += span_page.items
-        if span_page.next_cursor is None:
-            break
-        cursor = span_page.next_cursor
-    calls.sort(key=lambda c: c.sequence)
+    calls = await read_llm_calls(store, rollout_id, attempt_id=attempt_id)
+    spans = await read_spans(store, rollout_id, attempt_id=attempt_id)
     return AttemptRecords(rollout_id, attempt_id, rollout.task_id, calls, spans)
 
 

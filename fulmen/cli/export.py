@@ -60,26 +60,19 @@ def _export(args: argparse.Namespace) -> int:
 async def _run(args: argparse.Namespace) -> int:
     from fulmen.adapter.export import preference_rows, sft_rows, transition_rows, write_rows
     from fulmen.adapter.transitions import AttemptRecords, TransitionOptions, load_attempt
+    from fulmen.store.reading import iter_rollouts
     from fulmen.types import Mode, RolloutQuery, RolloutStatus
 
     options = TransitionOptions(agents=tuple(args.agents), merge=args.merge, credit=args.credit)
     attempts: list[AttemptRecords] = []
     async with open_cli_store(args) as store:
-        cursor: int | None = None
-        while True:
-            page = await store.query_rollouts(
-                RolloutQuery(
-                    mode=Mode(args.mode) if args.mode else None,
-                    statuses=None if args.all_statuses else [RolloutStatus.SUCCEEDED],
-                    cursor=cursor,
-                    limit=500,
-                )
-            )
-            for rollout in page.items:
-                attempts.append(await load_attempt(store, rollout.rollout_id))
-            if page.next_cursor is None:
-                break
-            cursor = page.next_cursor
+        query = RolloutQuery(
+            mode=Mode(args.mode) if args.mode else None,
+            statuses=None if args.all_statuses else [RolloutStatus.SUCCEEDED],
+            limit=500,
+        )
+        async for rollout in iter_rollouts(store, query):
+            attempts.append(await load_attempt(store, rollout.rollout_id))
     if args.kind == "transitions":
         rows = transition_rows(
             t for attempt in attempts for t in attempt.trajectory(options=options).transitions

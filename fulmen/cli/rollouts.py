@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any
 from fulmen.cli.store import add_store_options, open_cli_store, run_async
 
 if TYPE_CHECKING:
-    from fulmen.store import Store
     from fulmen.types import Attempt, LLMCall, Rollout, Span
 
 __all__ = ["register"]
@@ -113,26 +112,6 @@ def _list(args: argparse.Namespace) -> int:
 
 
 # -- show ---------------------------------------------------------------------------------------
-
-
-async def _all_records(store: Store, rollout_id: str) -> tuple[list[Span], list[LLMCall]]:
-    spans: list[Span] = []
-    after = 0
-    while True:
-        span_page = await store.query_spans(rollout_id, after_sequence=after)
-        spans += span_page.items
-        if span_page.next_cursor is None:
-            break
-        after = span_page.next_cursor
-    calls: list[LLMCall] = []
-    after = 0
-    while True:
-        call_page = await store.query_llm_calls(rollout_id, after_sequence=after)
-        calls += call_page.items
-        if call_page.next_cursor is None:
-            break
-        after = call_page.next_cursor
-    return spans, calls
 
 
 def _first_number(attributes: dict[str, Any], keys: Sequence[str]) -> int | None:
@@ -254,11 +233,14 @@ def _render_show(rollout: Rollout, attempts: list[Attempt], spans: list[Span],
 
 
 def _show(args: argparse.Namespace) -> int:
+    from fulmen.store.reading import read_llm_calls, read_spans
+
     async def main() -> Any:
         async with open_cli_store(args) as store:
             rollout = await store.get_rollout(args.rollout_id)
             attempts = await store.list_attempts(args.rollout_id)
-            spans, calls = await _all_records(store, args.rollout_id)
+            spans = await read_spans(store, args.rollout_id)
+            calls = await read_llm_calls(store, args.rollout_id)
             return rollout, attempts, spans, calls
 
     rollout, attempts, spans, calls = run_async(main)

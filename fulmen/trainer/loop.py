@@ -153,24 +153,15 @@ class GRPOLoop:
 
     async def _cancel_leftovers(self) -> None:
         """Cancel rollouts a crashed run left unfinished: their step is run again."""
+        from fulmen.store.reading import iter_rollouts
         from fulmen.types import RolloutQuery
 
-        cursor: int | None = None
-        while True:
-            page = await self.stack.store.query_rollouts(
-                RolloutQuery(
-                    statuses=[RolloutStatus.QUEUING, RolloutStatus.RUNNING],
-                    cursor=cursor,
-                    limit=1000,
-                )
-            )
-            for rollout in page.items:
-                await self.stack.store.update_rollout(
-                    rollout.rollout_id, status=RolloutStatus.CANCELLED
-                )
-            if page.next_cursor is None:
-                return
-            cursor = page.next_cursor
+        unfinished = RolloutQuery(statuses=[RolloutStatus.QUEUING, RolloutStatus.RUNNING])
+        store = self.stack.store
+        # Collected first: cancelling while paging would shift the pages under the cursor.
+        leftovers = [r.rollout_id async for r in iter_rollouts(store, unfinished)]
+        for rollout_id in leftovers:
+            await store.update_rollout(rollout_id, status=RolloutStatus.CANCELLED)
 
     # -- one step ---------------------------------------------------------------------------
 

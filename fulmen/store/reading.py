@@ -1,0 +1,49 @@
+"""Reading whole result sets from any ``Store``, page by page, so callers never loop on cursors."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from fulmen.store.base import Store
+    from fulmen.types import LLMCall, Rollout, RolloutQuery, Span
+
+__all__ = ["iter_rollouts", "read_llm_calls", "read_spans"]
+
+
+async def read_spans(store: Store, rollout_id: str, *, attempt_id: str | None = None) -> list[Span]:
+    """Return every span of a rollout (or of one of its attempts), in sequence order."""
+    spans: list[Span] = []
+    after = 0
+    while True:
+        page = await store.query_spans(rollout_id, attempt_id=attempt_id, after_sequence=after)
+        spans += page.items
+        if page.next_cursor is None:
+            return spans
+        after = page.next_cursor
+
+
+async def read_llm_calls(
+    store: Store, rollout_id: str, *, attempt_id: str | None = None
+) -> list[LLMCall]:
+    """Return every LLM call of a rollout (or of one of its attempts), in sequence order."""
+    calls: list[LLMCall] = []
+    after = 0
+    while True:
+        page = await store.query_llm_calls(rollout_id, attempt_id=attempt_id, after_sequence=after)
+        calls += page.items
+        if page.next_cursor is None:
+            return calls
+        after = page.next_cursor
+
+
+async def iter_rollouts(store: Store, query: RolloutQuery) -> AsyncIterator[Rollout]:
+    """Yield every rollout matching ``query`` (its ``cursor`` is the starting point)."""
+    while True:
+        page = await store.query_rollouts(query)
+        for rollout in page.items:
+            yield rollout
+        if page.next_cursor is None:
+            return
+        query = query.model_copy(update={"cursor": page.next_cursor})
