@@ -3,7 +3,12 @@
 Runs ``fulmen train examples/calc/config.yaml`` in a fresh run directory with a wall-time budget:
 validation on the 64 held-out problems before the first step (the baseline, same run, same
 greedy decoding) and after the last one. Prints one JSON line with ``accuracy_before``,
-``accuracy_after``, ``train_minutes``, the reward curve and the time split.
+``accuracy_after``, their binomial standard errors (``sqrt(p (1 - p) / n)``), the gain and its
+standard error, ``gain_shown`` (the gain is at least twice its standard error), the number of
+training seeds (one run: 1), ``train_minutes``, the reward curve, the time split, and the
+importance-ratio health figures (``logprob_gap``: mean |engine logprob - trainer logprob| of
+the trained tokens; ``ratio_mean``), which stay near 0 and 1 when the behaviour policy the
+engine sampled from is the one the trainer corrects for.
 
     python benchmarks/learn_calc.py --minutes 45
 """
@@ -13,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import statistics
 import sys
 import tempfile
@@ -61,12 +67,23 @@ def main() -> int:
         key: round(sum(r.get(f"time/{key}_s", 0.0) for r in steps) / 60, 2)
         for key in ("rollout", "train", "sync")
     }
+    gaps = [r["logprob_gap"] for r in steps if "logprob_gap" in r]
+    ratios = [r["ratio_mean"] for r in steps if "ratio_mean" in r]
+    before = val[0]["val/success"] if val else None
+    after = val[-1]["val/success"] if len(val) > 1 else None
     result = {
-        "accuracy_before": round(val[0]["val/success"], 4) if val else None,
-        "accuracy_after": round(val[-1]["val/success"], 4) if len(val) > 1 else None,
+        "accuracy_before": _round(before),
+        "accuracy_before_se": _round(_binomial_se(before, args.val_tasks)),
+        "accuracy_after": _round(after),
+        "accuracy_after_se": _round(_binomial_se(after, args.val_tasks)),
+        **_gain(before, after, args.val_tasks),
+        "seeds": 1,
         "train_minutes": round(train_seconds / 60, 2),
         "steps": len(history),
         "val_tasks": args.val_tasks,
+        "temperature": config.grpo_config().temperature,
+        "logprob_gap_max": _round(max(gaps, default=None)),
+        "ratio_mean_range": [_round(min(ratios, default=None)), _round(max(ratios, default=None))],
         "reward_curve": [round(r["reward/mean"], 3) for r in steps],
         "reward_mean_first5": round(statistics.fmean(r["reward/mean"] for r in steps[:5]), 3)
         if steps
@@ -81,6 +98,27 @@ def main() -> int:
     }
     print(json.dumps(result))
     return 0
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 4)
+
+
+def _binomial_se(p: float | None, n: int) -> float | None:
+    """Standard error of an accuracy ``p`` measured on ``n`` independent problems."""
+    return None if p is None else math.sqrt(p * (1 - p) / n)
+
+
+def _gain(before: float | None, after: float | None, n: int) -> dict[str, object]:
+    """The accuracy gain, its standard error (two independent binomials) and whether it is shown.
+
+    A gain smaller than two standard errors is reported as not shown.
+    """
+    if before is None or after is None:
+        return {"gain": None, "gain_se": None, "gain_shown": False}
+    se = math.sqrt(before * (1 - before) / n + after * (1 - after) / n)
+    gain = after - before
+    return {"gain": _round(gain), "gain_se": _round(se), "gain_shown": gain >= 2 * se > 0}
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, model_validator
 
@@ -88,7 +88,12 @@ class RolloutSettings(_Strict):
         max_attempts: attempts per rollout (timeouts and lost workers are retried).
         sync_isolation: where sync agents run (``process`` can be killed on timeout).
         train_sampling / val_sampling: request fields the gateway applies to every model call
-            of train / validation rollouts (``temperature``, ``max_tokens``, ...).
+            of train / validation rollouts (``temperature``, ``max_tokens``, ...). Train
+            rollouts sample the behaviour policy, so ``train_sampling`` always carries
+            ``temperature`` (> 0, the same as ``algorithm.grpo.temperature``; each is derived
+            from the other) and ``top_p: 1.0``; fields that truncate or reshape the
+            distribution (``top_p`` < 1, ``top_k``, ``min_p``, penalties, ``logit_bias``) are
+            refused there, because the trainer's logprobs could not match them.
     """
 
     concurrency: int = Field(default=8, ge=1)
@@ -166,6 +171,15 @@ class TrainConfig(_Strict):
     success_threshold: float = 1.0
     tensorboard: bool = False
     python_path: list[Path] = Field(default_factory=list)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_behaviour_temperature(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        from fulmen.trainer.behaviour import align_behaviour_temperature
+
+        return align_behaviour_temperature(cast("dict[str, Any]", data))
 
     @model_validator(mode="after")
     def _no_dead_options(self) -> TrainConfig:

@@ -35,7 +35,7 @@ def test_overrides_use_dotted_keys(tmp_path: Path) -> None:
         overrides=["algorithm.steps=3", "rollouts.train_sampling={temperature: 0.5}"],
     )
     assert config.algorithm.steps == 3
-    assert config.rollouts.train_sampling == {"temperature": 0.5}
+    assert config.rollouts.train_sampling == {"temperature": 0.5, "top_p": 1.0}
 
 
 @pytest.mark.parametrize(
@@ -52,6 +52,16 @@ def test_overrides_use_dotted_keys(tmp_path: Path) -> None:
         ("algorithm: {group_size: 1}\n", "group_size"),
         ("unknown_option: 1\n", "unknown_option"),
         ("algorithm: {transitions: {credit: per_call}}\n", "per_call' has no effect"),
+        (
+            "rollouts: {train_sampling: {temperature: 0.8}}\n"
+            "algorithm: {grpo: {temperature: 1.0}}\n",
+            "train_sampling.temperature=0.8 and algorithm.grpo.temperature=1.0 differ",
+        ),
+        ("rollouts: {train_sampling: {temperature: 0}}\n", "must be a number > 0"),
+        ("algorithm: {grpo: {temperature: 0}}\n", "must be a number > 0"),
+        ("rollouts: {train_sampling: {top_p: 0.9}}\n", "train_sampling.top_p=0.9 changes"),
+        ("rollouts: {train_sampling: {top_k: 20}}\n", "train_sampling.top_k=20 changes"),
+        ("rollouts: {train_sampling: {min_p: 0.1}}\n", "train_sampling.min_p=0.1 changes"),
     ],
 )
 def test_options_without_effect_or_invalid_are_errors(
@@ -66,3 +76,40 @@ def test_unreadable_config_is_a_config_error(tmp_path: Path) -> None:
         load_config(tmp_path / "missing.yaml")
     with pytest.raises(ConfigError, match="override must look like"):
         load_config(write(tmp_path, BASE), overrides=["steps"])
+
+
+@pytest.mark.parametrize(
+    ("extra", "temperature"),
+    [
+        ("", 1.0),
+        ("rollouts: {train_sampling: {temperature: 0.8, max_tokens: 9}}\n", 0.8),
+        ("algorithm: {grpo: {temperature: 0.7}}\n", 0.7),
+        (
+            "rollouts: {train_sampling: {temperature: 0.6}}\n"
+            "algorithm: {grpo: {temperature: 0.6}}\n",
+            0.6,
+        ),
+        ("rollouts: {train_sampling: {max_tokens: 9, top_p: 1.0, top_k: -1}}\n", 1.0),
+    ],
+)
+def test_one_temperature_for_sampling_and_training(
+    tmp_path: Path, extra: str, temperature: float
+) -> None:
+    """The rollouts sample at the temperature the trainer computes its logprobs at."""
+    config = load_config(write(tmp_path, BASE + extra))
+    assert config.grpo_config().temperature == temperature
+    assert config.rollouts.train_sampling["temperature"] == temperature
+    # pinned, so an agent's own top_p cannot truncate the behaviour distribution
+    assert config.rollouts.train_sampling["top_p"] == 1.0
+
+
+def test_val_sampling_may_truncate(tmp_path: Path) -> None:
+    config = load_config(write(tmp_path, BASE + "rollouts: {val_sampling: {top_p: 0.5}}\n"))
+    assert config.rollouts.val_sampling == {"top_p": 0.5}
+
+
+def test_calc_example_trains_at_the_temperature_it_samples_at() -> None:
+    calc = Path(__file__).resolve().parents[2] / "examples" / "calc" / "config.yaml"
+    config = load_config(calc)
+    assert config.rollouts.train_sampling["temperature"] == 0.8
+    assert config.grpo_config().temperature == 0.8

@@ -53,7 +53,10 @@ class GRPOConfig(BaseModel):
         skip_truncated: drop transitions whose last call hit its token limit.
         skip_zero_advantage: do not run the model on sequences whose every token has zero
             advantage (they add nothing to the loss when ``kl_coef`` is 0; still normalized).
-        temperature: sampling temperature the behaviour logprobs were taken at.
+        temperature: the temperature the behaviour policy sampled at. The engines record
+            logprobs of ``log_softmax(logits / temperature)`` (vLLM's processed logprobs) and
+            the policy's logprobs are computed the same way, so on-policy ratios are 1.
+            ``TrainConfig`` sets it from ``rollouts.train_sampling.temperature``.
         logit_chunk_tokens: LM-head rows computed at once (bounds the vocab-sized activations).
         gradient_checkpointing: recompute decoder activations in backward to save memory.
         seed: seed of the adapter's initialization (the global torch RNG is left alone).

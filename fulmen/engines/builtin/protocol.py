@@ -1,9 +1,10 @@
 """Request schemas of the OpenAI-compatible API and their translation to sampling parameters.
 
 Field names follow OpenAI plus vLLM's extensions that fulmen relies on (``return_token_ids``,
-``stop_token_ids``, ``ignore_eos``, ``add_generation_prompt``). Unknown fields are ignored, as
-OpenAI clients send many; fields whose effect the server cannot honour (penalties, ``echo``,
-``best_of``) are refused with a 400 naming the field rather than silently dropped.
+``stop_token_ids``, ``ignore_eos``, ``add_generation_prompt``, ``top_k``). Unknown fields are
+ignored, as OpenAI clients send many; fields whose effect the server cannot honour (penalties,
+``min_p``, ``echo``, ``best_of``) are refused with a 400 naming the field rather than silently
+dropped.
 """
 
 from __future__ import annotations
@@ -37,6 +38,9 @@ class _Sampling(_Request):
     max_completion_tokens: int | None = Field(default=None, ge=1)
     temperature: float = Field(default=1.0, ge=0.0, le=2.0)
     top_p: float = Field(default=1.0, gt=0.0, le=1.0)
+    top_k: int = Field(default=0, ge=-1)
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
     n: int = Field(default=1, ge=1, le=64)
     seed: int | None = None
     stop: str | list[str] | None = None
@@ -120,6 +124,15 @@ def _refuse_unsupported(req: _Sampling) -> None:
             raise bad_request(f"{name} is not supported by the built-in engine", param=name)
     if req.logit_bias:
         raise bad_request("logit_bias is not supported by the built-in engine", "logit_bias")
+    # Fields that would change the sampled distribution are refused, never silently dropped:
+    # the recorded logprobs must be those of the distribution the tokens came from.
+    if req.min_p != 0.0:
+        raise bad_request("min_p is not supported by the built-in engine", param="min_p")
+    if req.repetition_penalty != 1.0:
+        raise bad_request(
+            "repetition_penalty is not supported by the built-in engine",
+            param="repetition_penalty",
+        )
     if isinstance(req, CompletionRequest):
         if req.echo:
             raise bad_request("echo is not supported by the built-in engine", param="echo")
@@ -154,6 +167,7 @@ def sampling_params(
         max_tokens=max_tokens,
         temperature=req.temperature,
         top_p=req.top_p,
+        top_k=max(req.top_k, 0),  # vLLM's -1 and 0 both mean "every token"
         seed=req.seed,
         stop=stop,
         stop_token_ids=frozenset(req.stop_token_ids or ()),
