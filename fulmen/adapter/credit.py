@@ -2,8 +2,11 @@
 
 A strategy is a plain function of a ``CreditInput`` (the rollout's final reward and the explicit
 per-call rewards the agent emitted) returning one ``CallCredit`` per call: the call's reward
-(for logs, exports and the per-transition advantage estimator) and its weight, the share of
-the rollout's group-relative advantage it receives. Built-in strategies live in
+and its weight. The trainer applies the credit once: with GRPO's ``rollout`` estimator a call
+receives ``weight`` times the rollout's group-relative advantage; with ``transition`` the
+advantage is computed from the credited ``reward`` (which already carries the credit, e.g.
+``R * gamma ** k``), and a weight of 0 only marks a call that gets no credit at all
+(``docs/credit-and-advantages.md`` has the table). Built-in strategies live in
 ``CREDIT_STRATEGIES``; any function with the same signature works too:
 
 >>> def halves(rollout: CreditInput) -> list[CallCredit]:
@@ -37,7 +40,11 @@ __all__ = [
 
 
 class CallCredit(NamedTuple):
-    """What one call is credited with: a reward and a weight on the rollout's advantage."""
+    """What one call is credited with: a reward and a weight on the rollout's advantage.
+
+    ``reward`` feeds the ``transition`` advantage estimator, ``weight`` scales the ``rollout``
+    estimator's advantage; a strategy sets both so that each estimator credits the call alike.
+    """
 
     reward: float
     weight: float = 1.0

@@ -3,6 +3,15 @@
 Everything that needs the whole step batch happens here, before any micro-batching: the
 group-relative advantages (over every rollout in the batch) and the loss normalization weights
 (over every trained token), so that gradient accumulation is exact.
+
+Credit is applied exactly once (``docs/credit-and-advantages.md`` has the table). With the
+``rollout`` estimator a token's advantage is the rollout's advantage times its call's credit
+weight. With ``transition`` the credited reward already carries the credit (``discounted``
+gives ``R * gamma ** k``), so the weights are not applied again: a token gets its transition's
+advantage times its call's weight *relative to the transition's last call* (the call whose
+reward the transition carries; 1 for a single call, the extra ``gamma`` steps of earlier calls
+in a merged chain). A transition whose last call has weight 0 has no credit: it is not
+trained and stays out of the group statistics.
 """
 
 from __future__ import annotations
@@ -85,14 +94,19 @@ def build_samples(
     rollout_rewards = torch.tensor(index.rollout_rewards)
     stats.reward_mean = float(rollout_rewards.mean())
     stats.reward_std = float(rollout_rewards.std()) if len(rollout_rewards) > 1 else 0.0
-    advantages = ADVANTAGE_ESTIMATORS[config.advantage](
-        rollout_rewards=rollout_rewards,
-        rollout_group=torch.tensor(index.group_of_rollout),
-        transition_rollout=torch.tensor(index.rollout_of),
-        transition_rewards=torch.tensor([t.reward for t in kept]),
-        normalize_std=config.normalize_std,
-    ).tolist()
     positions = [_positions(t) for t in kept]
+    if config.advantage == "transition":
+        weights = [_relative_weights(t, pos) for t, pos in zip(kept, positions, strict=True)]
+        advantages = _credited_advantages(kept, weights, config)
+    else:
+        weights = [[_weight(t, p) for p in pos] for t, pos in zip(kept, positions, strict=True)]
+        advantages = ADVANTAGE_ESTIMATORS[config.advantage](
+            rollout_rewards=rollout_rewards,
+            rollout_group=torch.tensor(index.group_of_rollout),
+            transition_rollout=torch.tensor(index.rollout_of),
+            transition_rewards=torch.tensor([t.reward for t in kept]),
+            normalize_std=config.normalize_std,
+        ).tolist()
     token_rollout = torch.tensor(
         [r for r, pos in zip(index.rollout_of, positions, strict=True) for _ in pos]
     )
@@ -102,10 +116,12 @@ def build_samples(
     stats.trained_tokens = len(norm)
     samples: list[TokenSample] = []
     offset = 0
-    for t, rollout, advantage, pos in zip(
-        kept, index.rollout_of, advantages, positions, strict=True
+    for t, rollout, advantage, pos, weight in zip(
+        kept, index.rollout_of, advantages, positions, weights, strict=True
     ):
-        sample = _sample(t, rollout, advantage, pos, norm[offset : offset + len(pos)])
+        sample = _sample(
+            t, rollout, pos, [advantage * w for w in weight], norm[offset : offset + len(pos)]
+        )
         offset += len(pos)
         if config.skip_zero_advantage and config.kl_coef == 0 and not any(sample.advantages):
             stats.skipped_zero_advantage += 1
@@ -139,15 +155,46 @@ def _keep(
     return kept
 
 
+def _credited_advantages(
+    kept: Sequence[Transition], weights: Sequence[list[float]], config: GRPOConfig
+) -> list[float]:
+    """Transition advantages over the credited transitions only (the rest get 0)."""
+    credited = [i for i, w in enumerate(weights) if any(w)]
+    sub = _Index.of([kept[i] for i in credited])
+    advantages = [0.0] * len(kept)
+    if not credited:
+        return advantages
+    values = ADVANTAGE_ESTIMATORS["transition"](
+        rollout_rewards=torch.tensor(sub.rollout_rewards),
+        rollout_group=torch.tensor(sub.group_of_rollout),
+        transition_rollout=torch.tensor(sub.rollout_of),
+        transition_rewards=torch.tensor([kept[i].reward for i in credited]),
+        normalize_std=config.normalize_std,
+    ).tolist()
+    for i, value in zip(credited, values, strict=True):
+        advantages[i] = value
+    return advantages
+
+
+def _weight(t: Transition, position: int) -> float:
+    return t.credit_weights[position - len(t.prompt_token_ids)]
+
+
+def _relative_weights(t: Transition, positions: list[int]) -> list[float]:
+    """Credit weights of the trained tokens over the last call's (all 0 if that one is 0)."""
+    last = _weight(t, positions[-1])
+    return [_weight(t, p) / last if last else 0.0 for p in positions]
+
+
 def _sample(
-    t: Transition, rollout: int, advantage: float, positions: list[int], norm: list[float]
+    t: Transition, rollout: int, positions: list[int], advantages: list[float], norm: list[float]
 ) -> TokenSample:
     offset = len(t.prompt_token_ids)
     return TokenSample(
         input_ids=[*t.prompt_token_ids, *t.completion_token_ids],
         positions=positions,
         old_logprobs=[t.logprobs[p - offset] for p in positions],
-        advantages=[advantage * t.credit_weights[p - offset] for p in positions],
+        advantages=advantages,
         norm=norm,
         rollout=rollout,
     )
