@@ -17,7 +17,7 @@ from pydantic.json_schema import JsonSchemaValue
 
 from fulmen import __version__
 from fulmen.store.base import Store
-from fulmen.store.routes import OPERATIONS, Operation
+from fulmen.store.routes import OPERATIONS, PATH_PARAMETERS, Operation
 from fulmen.store.wire import ErrorBody
 
 __all__ = ["build_openapi", "openapi_json"]
@@ -28,8 +28,11 @@ _Mode = Literal["validation", "serialization"]
 _DESCRIPTION = """\
 The fulmen store over HTTP: rollouts, attempts, spans, LLM call records, resources and workers.
 Each operation is one method of the `Store` interface (its operationId is the method name).
-Every error is JSON `{"error", "code", "detail"}`; `code` is stable (`not_found`, `conflict`,
-`invalid_transition`, `invalid_request`, `payload_too_large`, `unauthorized`, ...). Writes are
+Every error is JSON `{"error", "code", "detail", "request_id"}`; `code` is stable (`not_found`,
+`conflict`, `invalid_transition`, `invalid_request`, `payload_too_large`, `unauthorized`, ...);
+a 4xx names the field and the rule, a 5xx only its `request_id`, which the server log holds
+the details under. The store acknowledges only what it can read back: floats are finite,
+integers fit their column, ids hold no NUL character. Writes are
 idempotent by caller-chosen ids (`rollout_id`, `claim_id`, span ids, `call_id`,
 `resources_id`), so clients may retry them."""
 
@@ -40,16 +43,18 @@ _ERRORS = {
     "409": "Conflicting write or refused lifecycle transition",
     "413": "Request body above the server's limit",
     "422": "The request does not match the schema; `detail` names the fields",
-    "500": "Unexpected server error (logged by the server)",
+    "500": "Unexpected server error (logged by the server under the body's `request_id`)",
+    "503": "The store's database is unavailable; retry later",
 }
 
 
 def _error_codes(op: Operation) -> list[str]:
     codes = ["500"]
     if not op.is_public:
-        codes.append("401")
+        codes += ["401", "503"]
     if op.body is not None:
-        codes += ["400", "413", "422"]
+        # Bodies name rollouts, attempts and resources versions that may not exist.
+        codes += ["400", "404", "413", "422"]
     if op.query is not None or "{" in op.path:
         codes += ["404", "422"]
     if op.method in ("POST", "PATCH"):
@@ -59,7 +64,12 @@ def _error_codes(op: Operation) -> list[str]:
 
 def _parameters(op: Operation, query_schemas: dict[str, JsonSchemaValue]) -> list[dict[str, Any]]:
     params: list[dict[str, Any]] = [
-        {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
+        {
+            "name": name,
+            "in": "path",
+            "required": True,
+            "schema": PATH_PARAMETERS[name].json_schema(),
+        }
         for name in re.findall(r"{(\w+)}", op.path)
     ]
     if op.query is not None:

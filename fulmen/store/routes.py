@@ -9,11 +9,12 @@ routes and documentation cannot disagree. Handlers validate input with pydantic 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
-from pydantic import BaseModel, TypeAdapter, ValidationError
+from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 
 from fulmen.errors import InvalidRequest
 from fulmen.store.base import Store
@@ -46,8 +47,9 @@ from fulmen.types import (
     StoreStats,
     Worker,
 )
+from fulmen.types.limits import INT32_MAX, Id
 
-__all__ = ["OPERATIONS", "Call", "MalformedBody", "Operation", "parse_body"]
+__all__ = ["OPERATIONS", "PATH_PARAMETERS", "Call", "MalformedBody", "Operation", "parse_body"]
 
 _M = TypeVar("_M", bound=BaseModel)
 
@@ -108,6 +110,33 @@ def parse_body(model: type[_M], body: bytes) -> _M:
         raise _validation_error(exc, "request body") from None
 
 
+PATH_PARAMETERS: dict[str, TypeAdapter[Any]] = {
+    "rollout_id": TypeAdapter(Id),
+    "attempt_id": TypeAdapter(Id),
+    "version": TypeAdapter(Annotated[int, Field(ge=1, le=INT32_MAX)]),
+}
+"""The type of every path parameter; the OpenAPI spec takes their schemas from here."""
+
+_ASCII_INTEGER = re.compile(r"[0-9]{1,19}")
+
+
+def _path_parameter(call: Call, name: str) -> Any:
+    """Validate one path parameter, raising ``InvalidRequest`` that names it and the rule."""
+    raw = call.path[name]
+    # int() would accept any Unicode digit ("²", "٣") and surrounding spaces.
+    if name == "version" and not _ASCII_INTEGER.fullmatch(raw):
+        msg = f"must be an integer from 1 to {INT32_MAX} in ASCII digits, got {raw!r}"
+        detail = [{"loc": ["path", name], "msg": msg, "type": "int_parsing"}]
+        raise InvalidRequest(f"invalid path parameter {name}: {msg}", detail=detail)
+    try:
+        return PATH_PARAMETERS[name].validate_python(int(raw) if name == "version" else raw)
+    except ValidationError as exc:
+        errors = exc.errors(include_url=False, include_context=False, include_input=False)
+        msg = errors[0]["msg"]
+        detail = [{"loc": ["path", name], "msg": e["msg"], "type": e["type"]} for e in errors]
+        raise InvalidRequest(f"invalid path parameter {name}: {msg}", detail=detail) from None
+
+
 def _parse_query(model: type[_M], query: Mapping[str, str]) -> _M:
     try:
         return model.model_validate(dict(query))
@@ -153,14 +182,14 @@ async def _wait(call: Call) -> bytes:
 
 
 async def _get_rollout(call: Call) -> bytes:
-    rollout = await call.store.get_rollout(call.path["rollout_id"])
+    rollout = await call.store.get_rollout(_path_parameter(call, "rollout_id"))
     return rollout.model_dump_json().encode()
 
 
 async def _update_rollout(call: Call) -> bytes:
     r = parse_body(RolloutUpdate, call.body)
     rollout = await call.store.update_rollout(
-        call.path["rollout_id"],
+        _path_parameter(call, "rollout_id"),
         status=r.status if r.status is not None else UNSET,
         metadata=r.metadata if r.metadata is not None else UNSET,
     )
@@ -168,13 +197,13 @@ async def _update_rollout(call: Call) -> bytes:
 
 
 async def _list_attempts(call: Call) -> bytes:
-    return _ATTEMPTS.dump_json(await call.store.list_attempts(call.path["rollout_id"]))
+    return _ATTEMPTS.dump_json(await call.store.list_attempts(_path_parameter(call, "rollout_id")))
 
 
 async def _query_spans(call: Call) -> bytes:
     q = _parse_query(RecordQuery, call.query)
     page = await call.store.query_spans(
-        call.path["rollout_id"],
+        _path_parameter(call, "rollout_id"),
         attempt_id=q.attempt_id,
         after_sequence=q.after_sequence,
         limit=q.limit,
@@ -185,7 +214,7 @@ async def _query_spans(call: Call) -> bytes:
 async def _query_llm_calls(call: Call) -> bytes:
     q = _parse_query(RecordQuery, call.query)
     page = await call.store.query_llm_calls(
-        call.path["rollout_id"],
+        _path_parameter(call, "rollout_id"),
         attempt_id=q.attempt_id,
         after_sequence=q.after_sequence,
         limit=q.limit,
@@ -194,14 +223,14 @@ async def _query_llm_calls(call: Call) -> bytes:
 
 
 async def _get_attempt(call: Call) -> bytes:
-    attempt = await call.store.get_attempt(call.path["attempt_id"])
+    attempt = await call.store.get_attempt(_path_parameter(call, "attempt_id"))
     return attempt.model_dump_json().encode()
 
 
 async def _update_attempt(call: Call) -> bytes:
     r = parse_body(AttemptUpdate, call.body)
     attempt = await call.store.update_attempt(
-        call.path["attempt_id"],
+        _path_parameter(call, "attempt_id"),
         status=r.status if r.status is not None else UNSET,
         error=r.error if "error" in r.model_fields_set else UNSET,
     )
@@ -228,10 +257,8 @@ async def _latest_resources(call: Call) -> bytes:
 
 
 async def _get_resources(call: Call) -> bytes:
-    raw = call.path["version"]
-    if not raw.isdigit():
-        raise InvalidRequest(f"resources version must be a positive integer, got {raw!r}")
-    return (await call.store.get_resources(int(raw))).model_dump_json().encode()
+    version = _path_parameter(call, "version")
+    return (await call.store.get_resources(version)).model_dump_json().encode()
 
 
 async def _heartbeat(call: Call) -> bytes:

@@ -1,12 +1,13 @@
 """The store service: any ``Store`` backend over HTTP, as a Starlette ASGI app.
 
 ``create_app(store, token=...)`` mounts the route table of ``fulmen.store.routes``. There is one
-error surface: every response that is not a success is JSON ``{"error", "code", "detail"}`` —
-a ``FulmenError`` with its own status, 422 ``invalid_request`` naming the bad field, 400 for a
-body that is not JSON, 413 ``payload_too_large`` (checked while the body is read), 401
-``unauthorized``, 404 for an unknown route, and 500 for anything unexpected (logged here, never
-a traceback to the client). Middleware is pure ASGI because ``BaseHTTPMiddleware`` breaks
-context variables.
+error surface: every response that is not a success is JSON ``{"error", "code", "detail",
+"request_id"}`` — a ``FulmenError`` with its own status, 422 ``invalid_request`` naming the bad
+field and the rule, 400 for a body that is not JSON, 413 ``payload_too_large`` (checked while
+the body is read), 401 ``unauthorized``, 404 for an unknown route, 405 with an ``Allow`` header.
+A 5xx body says only what kind of failure it was: the exception (SQL, parameters, traceback)
+goes to this module's logger under the same ``request_id``, never to the client. Middleware is
+pure ASGI because ``BaseHTTPMiddleware`` breaks context variables.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from __future__ import annotations
 import dataclasses
 import hmac
 import logging
-from collections.abc import Awaitable, Callable
+import secrets
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING
 from urllib.parse import unquote
 
@@ -27,7 +29,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from fulmen import __version__
-from fulmen.errors import FulmenError, PayloadTooLarge, Unauthorized
+from fulmen.errors import FulmenError, PayloadTooLarge, StoreUnavailable, Unauthorized
 from fulmen.store.base import Store
 from fulmen.store.coalescer import WriteCoalescer
 from fulmen.store.routes import OPERATIONS, Call, Operation
@@ -46,15 +48,49 @@ _JSON = "application/json"
 _SPEC_PATH = "/v1/openapi.json"
 
 
-def _error_response(exc: FulmenError) -> Response:
-    body = orjson.dumps(exc.to_json(), default=str)  # a detail may hold odd values
+_REQUEST_ID_HEADER = "x-request-id"
+
+
+def _request_id() -> str:
+    """Return a fresh id that ties an error body to the server log line with its details."""
+    return secrets.token_hex(8)
+
+
+def _json_error(
+    status: int,
+    error: str,
+    code: str,
+    request_id: str,
+    detail: object = None,
+    headers: Mapping[str, str] | None = None,
+) -> Response:
+    body = {"error": error, "code": code, "detail": detail, "request_id": request_id}
+    return Response(
+        orjson.dumps(body, default=str),  # a detail may hold odd values
+        status_code=status,
+        media_type=_JSON,
+        headers={**(headers or {}), _REQUEST_ID_HEADER: request_id},
+    )
+
+
+def _error_response(exc: FulmenError, request_id: str, where: str) -> Response:
+    """Answer a ``FulmenError``: 4xx bodies say what was wrong, 5xx bodies only that it failed."""
+    if exc.http_status >= 500:
+        logger.error("store service: %s failed [request %s]", where, request_id, exc_info=exc)
+        if isinstance(exc, StoreUnavailable):
+            message = "the store's database is unavailable; retry later"
+        else:
+            message = "internal server error"
+        message = f"{message} (request {request_id}; details in the server log)"
+        return _json_error(exc.http_status, message, exc.code, request_id)
     headers = {"www-authenticate": "Bearer"} if isinstance(exc, Unauthorized) else None
-    return Response(body, status_code=exc.http_status, media_type=_JSON, headers=headers)
+    return _json_error(exc.http_status, exc.message, exc.code, request_id, exc.detail, headers)
 
 
-def _internal_error() -> Response:
-    body = {"error": "internal server error (see the server log)", "code": "internal_error"}
-    return Response(orjson.dumps({**body, "detail": None}), status_code=500, media_type=_JSON)
+def _internal_error(exc: BaseException, request_id: str, where: str) -> Response:
+    logger.error("store service: %s failed [request %s]", where, request_id, exc_info=exc)
+    message = f"internal server error (request {request_id}; details in the server log)"
+    return _json_error(500, message, "internal_error", request_id)
 
 
 async def _read_body(request: Request, limit: int) -> bytes:
@@ -90,13 +126,26 @@ def _endpoint(op: Operation, base: Call, limit: int) -> Callable[[Request], Awai
             )
             payload = await op.handler(call)
         except FulmenError as exc:
-            return _error_response(exc)
-        except Exception:
-            logger.exception("store service: %s %s failed", op.method, op.path)
-            return _internal_error()
+            return _error_response(exc, _request_id(), f"{op.method} {op.path}")
+        except Exception as exc:
+            return _internal_error(exc, _request_id(), f"{op.method} {op.path}")
         return Response(payload, media_type=_JSON)
 
     endpoint.__name__ = op.name
+    return endpoint
+
+
+def _by_method(
+    endpoints: Mapping[str, Callable[[Request], Awaitable[Response]]],
+) -> Callable[[Request], Awaitable[Response]]:
+    if len(endpoints) == 1:
+        return next(iter(endpoints.values()))
+
+    async def endpoint(request: Request) -> Response:
+        # HEAD is routed with GET (Starlette adds it) and answered by the GET handler.
+        method = "GET" if request.method == "HEAD" else request.method
+        return await endpoints[method](request)
+
     return endpoint
 
 
@@ -134,7 +183,8 @@ class _BearerAuth:
             await self.app(scope, receive, send)
             return
         reason = "missing bearer token" if given is None else "wrong bearer token"
-        response = _error_response(Unauthorized(f"{reason}: send 'Authorization: Bearer <token>'"))
+        error = Unauthorized(f"{reason}: send 'Authorization: Bearer <token>'")
+        response = _error_response(error, _request_id(), scope["path"])
         await response(scope, receive, send)
 
 
@@ -158,13 +208,13 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     message = f"no route {request.method} {request.url.path}"
     if status == 405:
         message = f"method {request.method} is not allowed on {request.url.path}"
-    body = orjson.dumps({"error": message, "code": code, "detail": None})
-    return Response(body, status_code=status, media_type=_JSON)
+    # Starlette puts the route's methods in ``Allow`` on a 405; keep them.
+    headers = exc.headers if isinstance(exc, HTTPException) else None
+    return _json_error(status, message, code, _request_id(), headers=headers)
 
 
 async def _unexpected(request: Request, exc: Exception) -> Response:
-    logger.error("store service: %s %s failed", request.method, request.url.path, exc_info=exc)
-    return _internal_error()
+    return _internal_error(exc, _request_id(), f"{request.method} {request.url.path}")
 
 
 def create_app(
@@ -204,9 +254,13 @@ def create_app(
         query={},
         body=b"",
     )
+    by_path: dict[str, dict[str, Callable[[Request], Awaitable[Response]]]] = {}
+    for op in OPERATIONS:
+        by_path.setdefault(op.path, {})[op.method] = _endpoint(op, base, max_body_bytes)
+    # One route per path, whatever its methods, so a 405's ``Allow`` lists all of them.
     routes = [
-        Route(op.path, _endpoint(op, base, max_body_bytes), methods=[op.method])
-        for op in OPERATIONS
+        Route(path, _by_method(endpoints), methods=list(endpoints))
+        for path, endpoints in by_path.items()
     ]
     routes.append(Route(_SPEC_PATH, _openapi_endpoint(), methods=["GET"]))
     public = frozenset(op.path for op in OPERATIONS if op.is_public) | {_SPEC_PATH}

@@ -17,6 +17,7 @@ from fulmen.types import (
     RolloutStatus,
     SpanCreate,
 )
+from fulmen.types.limits import FiniteFloat, Id, Int64, JsonData, Text, WorkerId
 
 __all__ = [
     "AttemptUpdate",
@@ -47,32 +48,32 @@ class EnqueueRequest(_Body):
 class ClaimRequest(_Body):
     """Arguments of ``Store.claim``; repeat a ``claim_id`` to get the same claims back."""
 
-    worker_id: str = Field(min_length=1, max_length=256)
+    worker_id: WorkerId
     limit: int = Field(default=1, ge=1, le=10_000)
     modes: list[Mode] | None = None
-    claim_id: str | None = Field(default=None, min_length=1, max_length=128)
+    claim_id: Id | None = None
 
 
 class HeartbeatRequest(_Body):
     """Arguments of ``Store.heartbeat``; ``metadata`` ``null`` keeps the previous metadata."""
 
-    worker_id: str = Field(min_length=1, max_length=256)
-    attempt_ids: list[str] = Field(default_factory=list)
-    metadata: dict[str, JsonValue] | None = None
+    worker_id: WorkerId
+    attempt_ids: list[Id] = Field(default_factory=list)
+    metadata: dict[str, JsonData] | None = None
 
 
 class AttemptUpdate(_Body):
     """A partial update of an attempt; a field left out of the body is left as it is."""
 
     status: AttemptStatus | None = None
-    error: str | None = None
+    error: Text | None = None
 
 
 class RolloutUpdate(_Body):
     """A partial update of a rollout; a field left out of the body is left as it is."""
 
     status: RolloutStatus | None = None
-    metadata: dict[str, JsonValue] | None = None
+    metadata: dict[str, JsonData] | None = None
 
 
 class SpansRequest(_Body):
@@ -90,16 +91,16 @@ class LLMCallsRequest(_Body):
 class RecordQuery(_Body):
     """Query-string arguments of ``Store.query_spans`` and ``Store.query_llm_calls``."""
 
-    attempt_id: str | None = None
-    after_sequence: int = Field(default=0, ge=0)
+    attempt_id: Id | None = None
+    after_sequence: Int64 = Field(default=0, ge=0)
     limit: int = Field(default=1000, ge=1, le=10_000)
 
 
 class WaitRequest(_Body):
     """Arguments of ``Store.wait_for_rollouts``; the server caps ``timeout`` per request."""
 
-    rollout_ids: list[str]
-    timeout: float = Field(ge=0)
+    rollout_ids: list[Id]
+    timeout: FiniteFloat = Field(ge=0)
 
 
 class ReconcileResult(_Body):
@@ -132,8 +133,12 @@ class ServiceInfo(_Body):
 
 
 class ErrorBody(_Body):
-    """Every error response: a message, a stable code and optional machine-readable detail."""
+    """Every error response: a message, a stable code, optional detail and the request's id.
+
+    ``request_id`` names the server log line that holds what a 5xx body leaves out.
+    """
 
     error: str
     code: str
     detail: JsonValue = None
+    request_id: str

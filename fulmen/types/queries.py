@@ -6,6 +6,7 @@ from typing import Generic, Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from fulmen.types.limits import Int32, Int64, TaskId, Text
 from fulmen.types.rollout import AttemptStatus, Mode, Rollout, RolloutStatus
 
 __all__ = ["Page", "RolloutQuery", "StoreStats", "page_after_sequence"]
@@ -25,10 +26,10 @@ class RolloutQuery(BaseModel):
 
     statuses: list[RolloutStatus] | None = None
     mode: Mode | None = None
-    rollout_ids: list[str] | None = None
-    task_id: str | None = None
-    resources_version: int | None = None
-    cursor: int | None = Field(default=None, ge=0)
+    rollout_ids: list[Text] | None = None
+    task_id: TaskId | None = None
+    resources_version: Int32 | None = None
+    cursor: Int64 | None = Field(default=None, ge=0)
     limit: int = Field(default=100, ge=1, le=10_000)
 
     def matches(self, rollout: Rollout) -> bool:

@@ -8,10 +8,14 @@ written idempotently: the same ``(attempt_id, span_id)`` or ``call_id`` twice is
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Final
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue
+from pydantic import BaseModel, ConfigDict, Field
+
+from fulmen.types.limits import FiniteFloat, Id, JsonData, Text, TraceId
 
 __all__ = [
+    "AGENT_NAME_HEADER",
     "LLMCall",
     "LLMCallCreate",
     "LLMChoice",
@@ -21,6 +25,11 @@ __all__ = [
     "SpanStatus",
     "SpanStatusCode",
 ]
+
+
+# The request header that names the agent making a call (percent-encoded UTF-8): fulmen's HTTP
+# hook stamps it inside ``as_agent`` or a framework node, the gateway stores it on the record.
+AGENT_NAME_HEADER: Final = "x-fulmen-agent"
 
 
 class SpanStatusCode(StrEnum):
@@ -46,8 +55,8 @@ class SpanEvent(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str
-    timestamp: float
-    attributes: dict[str, JsonValue] = Field(default_factory=dict)
+    timestamp: FiniteFloat
+    attributes: dict[str, JsonData] = Field(default_factory=dict)
 
 
 class SpanCreate(BaseModel):
@@ -55,17 +64,17 @@ class SpanCreate(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    rollout_id: str
-    attempt_id: str
-    trace_id: str = Field(min_length=1, max_length=64)
-    span_id: str = Field(min_length=1, max_length=64)
-    parent_id: str | None = None
-    name: str
-    attributes: dict[str, JsonValue] = Field(default_factory=dict)
+    rollout_id: Id
+    attempt_id: Id
+    trace_id: TraceId
+    span_id: TraceId
+    parent_id: TraceId | None = None
+    name: Text
+    attributes: dict[str, JsonData] = Field(default_factory=dict)
     events: list[SpanEvent] = Field(default_factory=list)
     status: SpanStatus = Field(default_factory=SpanStatus)
-    start_time: float
-    end_time: float | None = None
+    start_time: FiniteFloat
+    end_time: FiniteFloat | None = None
 
 
 class Span(SpanCreate):
@@ -85,7 +94,7 @@ class LLMChoice(BaseModel):
     index: int = 0
     text: str | None = None
     token_ids: list[int] | None = None
-    logprobs: list[float] | None = None
+    logprobs: list[FiniteFloat] | None = None
     finish_reason: str | None = None
 
 
@@ -103,28 +112,31 @@ class LLMCallCreate(BaseModel):
         response_id: the ``id`` of the response, used to join in-process spans to this call.
         model / policy_version: which model and which weights answered.
         latency_s / usage / error: timing, token counts and an error body for failed calls.
+        agent_name: the agent that made the call, as the agent's process named it in the
+            ``x-fulmen-agent`` header (``as_agent`` or a framework node); ``None`` when unnamed.
     """
 
     model_config = ConfigDict(extra="forbid")
 
-    call_id: str = Field(min_length=1, max_length=128)
-    rollout_id: str | None = None
-    attempt_id: str | None = None
+    call_id: Id
+    rollout_id: Id | None = None
+    attempt_id: Id | None = None
     endpoint: str = "chat/completions"
-    request: dict[str, JsonValue] = Field(default_factory=dict)
-    response: dict[str, JsonValue] | None = None
+    request: dict[str, JsonData] = Field(default_factory=dict)
+    response: dict[str, JsonData] | None = None
     prompt_token_ids: list[int] | None = None
     choices: list[LLMChoice] = Field(default_factory=list)
     is_token_level: bool = False
     response_id: str | None = None
-    model: str | None = None
+    model: Text | None = None
     policy_version: str | None = None
     upstream: str | None = None
     is_stream: bool = False
-    started_at: float
-    latency_s: float | None = None
-    usage: dict[str, JsonValue] = Field(default_factory=dict)
-    error: dict[str, JsonValue] | None = None
+    started_at: FiniteFloat
+    latency_s: FiniteFloat | None = None
+    usage: dict[str, JsonData] = Field(default_factory=dict)
+    error: dict[str, JsonData] | None = None
+    agent_name: str | None = Field(default=None, min_length=1, max_length=256)
 
 
 class LLMCall(LLMCallCreate):

@@ -7,11 +7,20 @@ another. A snapshot never changes once written: an update is a new version.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Literal, TypeAlias
+from typing import Annotated, Any, Literal, TypeAlias
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
+from fulmen.types.limits import Id, JsonData
+
 __all__ = ["LLMResource", "PromptTemplate", "Resource", "Resources", "ResourcesCreate"]
+
+
+def _kind_is_required(schema: dict[str, Any]) -> None:
+    """State in the JSON schema what the discriminated union enforces: ``kind`` must be sent."""
+    required = schema.setdefault("required", [])
+    if "kind" not in required:
+        required.insert(0, "kind")
 
 
 class LLMResource(BaseModel):
@@ -21,19 +30,19 @@ class LLMResource(BaseModel):
     ``{"default": {"temperature": 1.0}, "val": {"temperature": 0.0}}``); the gateway applies them.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, json_schema_extra=_kind_is_required)
 
     kind: Literal["llm"] = "llm"
     base_url: str
     model: str
     api_key: str | None = None
-    sampling: dict[str, dict[str, JsonValue]] = Field(default_factory=dict)
+    sampling: dict[str, dict[str, JsonData]] = Field(default_factory=dict)
 
 
 class PromptTemplate(BaseModel):
     """A prompt template in Python ``str.format`` syntax (``{name}`` placeholders)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, json_schema_extra=_kind_is_required)
 
     kind: Literal["prompt"] = "prompt"
     template: str
@@ -51,8 +60,8 @@ class ResourcesCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     resources: dict[str, Resource]
-    resources_id: str | None = Field(default=None, min_length=1, max_length=128)
-    metadata: dict[str, JsonValue] = Field(default_factory=dict)
+    resources_id: Id | None = None
+    metadata: dict[str, JsonData] = Field(default_factory=dict)
 
 
 class Resources(BaseModel):

@@ -13,6 +13,8 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator
 
+from fulmen.types.limits import FiniteFloat, Id, Int32, JsonData, TaskId
+
 __all__ = [
     "Attempt",
     "AttemptStatus",
@@ -74,8 +76,8 @@ class RolloutConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    timeout_s: float | None = Field(default=None, gt=0)
-    heartbeat_timeout_s: float = Field(default=60.0, gt=0)
+    timeout_s: FiniteFloat | None = Field(default=None, gt=0)
+    heartbeat_timeout_s: FiniteFloat = Field(default=60.0, gt=0)
     max_attempts: int = Field(default=1, ge=1, le=100)
     retry_on: frozenset[AttemptStatus] = frozenset({AttemptStatus.TIMEOUT, AttemptStatus.LOST})
 
@@ -99,13 +101,13 @@ class RolloutCreate(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    input: JsonValue
+    input: JsonData
     mode: Mode = Mode.TRAIN
-    rollout_id: str | None = Field(default=None, min_length=1, max_length=128)
-    task_id: str | None = Field(default=None, max_length=256)
-    resources_version: int | None = Field(default=None, ge=1)
+    rollout_id: Id | None = None
+    task_id: TaskId | None = None
+    resources_version: Int32 | None = Field(default=None, ge=1)
     config: RolloutConfig = Field(default_factory=RolloutConfig)
-    metadata: dict[str, JsonValue] = Field(default_factory=dict)
+    metadata: dict[str, JsonData] = Field(default_factory=dict)
 
 
 class Rollout(BaseModel):

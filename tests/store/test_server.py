@@ -1,19 +1,23 @@
 """The store service's HTTP surface, against a real uvicorn server on 127.0.0.1.
 
 Raw httpx requests check the wire format of errors: every failure is JSON
-``{"error", "code", "detail"}`` with the right status, and never a traceback.
+``{"error", "code", "detail", "request_id"}`` with the right status, and never a traceback.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import httpx
 import pytest
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
 
 from fulmen.store import Store
 from fulmen.store.memory import MemoryStore
 from fulmen.store.server import create_app
+from fulmen.store.sql.store import SqlStore
 from fulmen.types import RolloutCreate
 from tests.store.http_server import aserve_store
 
@@ -38,12 +42,17 @@ async def http(store: Store) -> AsyncIterator[httpx.AsyncClient]:
         yield client
 
 
+def _failing_select(conn: Connection) -> None:
+    conn.execute(sa.text("SELECT secret FROM no_such_table WHERE x = :p"), {"p": "param-value"})
+
+
 def assert_error(response: httpx.Response, status: int, code: str) -> dict[str, object]:
     assert response.status_code == status, response.text
     assert response.headers["content-type"] == "application/json"
     body = response.json()
-    assert set(body) == {"error", "code", "detail"}
+    assert set(body) == {"error", "code", "detail", "request_id"}
     assert body["code"] == code
+    assert response.headers["x-request-id"] == body["request_id"]
     assert "Traceback" not in response.text
     return body
 
@@ -88,7 +97,12 @@ async def test_unknown_id_is_404(http: httpx.AsyncClient) -> None:
 
 async def test_unknown_route_and_method(http: httpx.AsyncClient) -> None:
     assert_error(await http.get("/v1/nothing-here"), 404, "not_found")
-    assert_error(await http.delete("/v1/stats"), 405, "method_not_allowed")
+    response = await http.delete("/v1/stats")
+    assert_error(response, 405, "method_not_allowed")
+    assert set(response.headers["allow"].split(", ")) == {"GET", "HEAD"}
+    response = await http.put("/v1/rollouts/some-id")
+    assert_error(response, 405, "method_not_allowed")
+    assert set(response.headers["allow"].split(", ")) == {"GET", "HEAD", "PATCH"}
 
 
 async def test_illegal_transition_is_409(http: httpx.AsyncClient, store: Store) -> None:
@@ -159,8 +173,34 @@ async def test_unexpected_error_is_a_json_500_and_logged(
         response = await client.get("/v1/stats")
     body = assert_error(response, 500, "internal_error")
     assert "disk on fire" not in response.text
-    assert body["error"] == "internal server error (see the server log)"
-    assert "disk on fire" in caplog.text
+    request_id = body["request_id"]
+    assert body["error"] == (
+        f"internal server error (request {request_id}; details in the server log)"
+    )
+    logged = [r for r in caplog.records if str(request_id) in r.getMessage()]
+    assert len(logged) == 1 and "disk on fire" in caplog.text
+
+
+async def test_database_errors_leave_no_sql_in_the_body(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A driver error becomes a generic 5xx; its SQL and parameters go to the log only."""
+
+    class Failing(SqlStore):
+        async def stats(self):  # type: ignore[override]
+            await self._runner.read(_failing_select)
+            raise AssertionError("unreachable")
+
+    store = await Failing.connect(f"sqlite:///{tmp_path / 's.db'}", watchdog_interval=None)
+    try:
+        async with aserve_store(store) as url, httpx.AsyncClient(base_url=url) as client:
+            response = await client.get("/v1/stats")
+    finally:
+        await store.aclose()
+    body = assert_error(response, 503, "store_unavailable")
+    assert "SELECT" not in response.text and "no_such_table" not in response.text
+    assert body["detail"] is None
+    assert "no_such_table" in caplog.text and str(body["request_id"]) in caplog.text
 
 
 async def test_ids_with_slashes_round_trip(http: httpx.AsyncClient) -> None:

@@ -18,6 +18,7 @@ from fulmen.store.clock import utc_now
 from fulmen.store.lifecycle import expired_error, expired_status
 from fulmen.store.sql.codec import attempt_from_row, rollout_from_row
 from fulmen.store.sql.dialects import SqlDialect
+from fulmen.store.sql.id_lists import one_of
 from fulmen.store.sql.queue import finish_attempt, save_attempt
 from fulmen.store.sql.schema import attempts, rollouts
 from fulmen.types import Attempt, AttemptStatus, Rollout, RolloutConfig, RolloutStatus
@@ -64,7 +65,7 @@ def _lock_candidates(
     """
     found = conn.execute(
         sa.select(attempts.c.attempt_id, attempts.c.rollout_id).where(
-            attempts.c.attempt_id.in_(attempt_ids), attempts.c.status == _RUNNING
+            one_of(attempts.c.attempt_id, attempt_ids), attempts.c.status == _RUNNING
         )
     ).all()
     rollout_ids = sorted({row.rollout_id for row in found})
@@ -72,7 +73,7 @@ def _lock_candidates(
         row.rollout_id: rollout_from_row(row)
         for row in conn.execute(
             sa.select(rollouts)
-            .where(rollouts.c.rollout_id.in_(rollout_ids))
+            .where(one_of(rollouts.c.rollout_id, rollout_ids))
             .with_for_update(skip_locked=True)
         )
     }
@@ -85,8 +86,8 @@ def _lock_candidates(
         for row in conn.execute(
             sa.select(attempts)
             .where(
-                attempts.c.attempt_id.in_(attempt_ids),
-                attempts.c.rollout_id.in_(sorted(locked_rollouts)),
+                one_of(attempts.c.attempt_id, attempt_ids),
+                one_of(attempts.c.rollout_id, sorted(locked_rollouts)),
                 attempts.c.status == _RUNNING,
             )
             .order_by(attempts.c.attempt_id)

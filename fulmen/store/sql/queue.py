@@ -32,6 +32,7 @@ from fulmen.store.sql.codec import (
     rollout_from_row,
 )
 from fulmen.store.sql.dialects import SqlDialect
+from fulmen.store.sql.id_lists import one_of
 from fulmen.store.sql.schema import (
     POSITION_COUNTER,
     RESOURCES_COUNTER,
@@ -119,7 +120,7 @@ def enqueue(
     known: dict[str, Rollout] = {}
     wanted = [r.rollout_id for r in requests if r.rollout_id is not None]
     if wanted:
-        rows = conn.execute(sa.select(rollouts).where(rollouts.c.rollout_id.in_(wanted)))
+        rows = conn.execute(sa.select(rollouts).where(one_of(rollouts.c.rollout_id, wanted)))
         known = {row.rollout_id: rollout_from_row(row) for row in rows}
     now = utc_now()
     out: list[Rollout] = []
@@ -261,11 +262,11 @@ def _repeat_claim(conn: Connection, claim_id: str) -> list[Claim]:
     if not pairs:
         return []
     rollout_rows = conn.execute(
-        sa.select(rollouts).where(rollouts.c.rollout_id.in_([r for r, _ in pairs]))
+        sa.select(rollouts).where(one_of(rollouts.c.rollout_id, [r for r, _ in pairs]))
     )
     by_rollout = {row.rollout_id: rollout_from_row(row) for row in rollout_rows}
     attempt_rows = conn.execute(
-        sa.select(attempts).where(attempts.c.attempt_id.in_([a for _, a in pairs]))
+        sa.select(attempts).where(one_of(attempts.c.attempt_id, [a for _, a in pairs]))
     )
     by_attempt = {row.attempt_id: attempt_from_row(row) for row in attempt_rows}
     return [Claim(rollout=by_rollout[r], attempt=by_attempt[a]) for r, a in pairs]

@@ -21,6 +21,7 @@ from fulmen.store.sql.codec import (
     worker_from_row,
 )
 from fulmen.store.sql.dialects import SqlDialect
+from fulmen.store.sql.id_lists import one_of
 from fulmen.store.sql.queue import load_rollout
 from fulmen.store.sql.schema import (
     RESOURCES_COUNTER,
@@ -75,7 +76,7 @@ def get_rollouts(conn: Connection, rollout_ids: Sequence[str]) -> list[Rollout]:
     ids = list(dict.fromkeys(rollout_ids))
     if not ids:
         return []
-    rows = conn.execute(sa.select(rollouts).where(rollouts.c.rollout_id.in_(ids)))
+    rows = conn.execute(sa.select(rollouts).where(one_of(rollouts.c.rollout_id, ids)))
     found = {row.rollout_id: rollout_from_row(row) for row in rows}
     for rollout_id in rollout_ids:
         if rollout_id not in found:
@@ -106,7 +107,7 @@ def query_rollouts(conn: Connection, query: RolloutQuery) -> Page[Rollout]:
     if query.cursor is not None:
         select = select.where(rollouts.c.position > query.cursor)
     if query.rollout_ids is not None:
-        select = select.where(rollouts.c.rollout_id.in_(query.rollout_ids))
+        select = select.where(one_of(rollouts.c.rollout_id, query.rollout_ids))
     if query.statuses is not None:
         select = select.where(rollouts.c.status.in_([s.value for s in query.statuses]))
     if query.mode is not None:

@@ -23,6 +23,7 @@ from sqlalchemy.engine import Connection
 from fulmen.errors import InvalidRequest, NotFound
 from fulmen.store.sql.codec import call_values, span_values, stored_call, stored_span
 from fulmen.store.sql.dialects import SqlDialect
+from fulmen.store.sql.id_lists import INLINE_MAX, one_of
 from fulmen.store.sql.schema import attempts, llm_calls, rollouts, spans
 from fulmen.types import LLMCall, LLMCallCreate, Span, SpanCreate
 
@@ -64,7 +65,7 @@ def _check_cached(conn: Connection, pairs: Iterable[tuple[str, str]], cache: Att
             cache.clear()
         rows = conn.execute(
             sa.select(attempts.c.attempt_id, attempts.c.rollout_id).where(
-                attempts.c.attempt_id.in_(unknown)
+                one_of(attempts.c.attempt_id, unknown)
             )
         )
         cache.update({row.attempt_id: row.rollout_id for row in rows})
@@ -88,7 +89,7 @@ def _reserve(conn: Connection, counts: Counter[str]) -> dict[str, int]:
     # order for every writer, and write the new counters with one executemany.
     rows = conn.execute(
         sa.select(rollouts.c.rollout_id, rollouts.c.last_sequence)
-        .where(rollouts.c.rollout_id.in_(counts))
+        .where(one_of(rollouts.c.rollout_id, counts))
         .order_by(rollouts.c.rollout_id)
         .with_for_update()
     ).all()
@@ -159,7 +160,7 @@ def _lock_rollouts(conn: Connection, rollout_ids: Iterable[str]) -> None:
     if ids:
         conn.execute(
             sa.select(rollouts.c.rollout_id)
-            .where(rollouts.c.rollout_id.in_(ids))
+            .where(one_of(rollouts.c.rollout_id, ids))
             .order_by(rollouts.c.rollout_id)
             .with_for_update()
         ).all()
@@ -191,14 +192,18 @@ def add_spans_exact(
     del dialect, cache
     _lock_rollouts(conn, (s.rollout_id for s in batch))
     keys = list(dict.fromkeys((s.attempt_id, s.span_id) for s in batch))
-    stored: dict[tuple[str, str], Span] = {
-        (row.attempt_id, row.span_id): Span.model_validate_json(row.body)
-        for row in conn.execute(
+    stored: dict[tuple[str, str], Span] = {}
+    # Two parameters per key: chunked, so a batch of any size stays under the drivers' limits.
+    for start in range(0, len(keys), INLINE_MAX):
+        chunk = keys[start : start + INLINE_MAX]
+        rows = conn.execute(
             sa.select(spans.c.attempt_id, spans.c.span_id, spans.c.body).where(
-                sa.tuple_(spans.c.attempt_id, spans.c.span_id).in_(keys)
+                sa.tuple_(spans.c.attempt_id, spans.c.span_id).in_(chunk)
             )
         )
-    }
+        stored.update(
+            {(row.attempt_id, row.span_id): Span.model_validate_json(row.body) for row in rows}
+        )
     out: list[Span] = []
     new: list[Span] = []
     for span in batch:
@@ -224,7 +229,7 @@ def add_calls_exact(
     stored: dict[str, LLMCall] = {
         row.call_id: LLMCall.model_validate_json(row.body)
         for row in conn.execute(
-            sa.select(llm_calls.c.call_id, llm_calls.c.body).where(llm_calls.c.call_id.in_(ids))
+            sa.select(llm_calls.c.call_id, llm_calls.c.body).where(one_of(llm_calls.c.call_id, ids))
         )
     }
     out: list[LLMCall] = []

@@ -43,7 +43,8 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 _BEGIN_OPTION = "fulmen_begin"
 _CHECKPOINT_INTERVAL_S = 0.5
-_DRIVER_ERRORS = (sa_exc.SQLAlchemyError, sqlite3.Error, OSError)
+# OverflowError: sqlite3 refuses Python ints beyond 64 bits before SQLite sees them.
+_DRIVER_ERRORS = (sa_exc.SQLAlchemyError, sqlite3.Error, OSError, OverflowError)
 
 
 class _Busy(Exception):

@@ -12,6 +12,7 @@ from sqlalchemy.engine import Connection
 from fulmen.store.clock import utc_now
 from fulmen.store.sql.codec import dumps, loads, worker_from_row
 from fulmen.store.sql.dialects import SqlDialect
+from fulmen.store.sql.id_lists import one_of
 from fulmen.store.sql.schema import attempts, workers
 from fulmen.types import AttemptStatus, Worker
 
@@ -27,7 +28,7 @@ def _still_running(conn: Connection, worker_id: str, attempt_ids: Sequence[str])
     found = set(
         conn.execute(
             sa.select(attempts.c.attempt_id).where(
-                attempts.c.attempt_id.in_(ids),
+                one_of(attempts.c.attempt_id, ids),
                 attempts.c.worker_id == worker_id,
                 attempts.c.status == _RUNNING,
             )
@@ -82,7 +83,7 @@ def heartbeat(
         conn.execute(
             sa.update(attempts)
             .where(
-                attempts.c.attempt_id.in_(ids),
+                one_of(attempts.c.attempt_id, ids),
                 attempts.c.worker_id == worker_id,
                 attempts.c.status == _RUNNING,
             )
