@@ -643,3 +643,65 @@ async def test_remote_store_requires_the_token(backend: Backend, store: Store) -
         with pytest.raises(Unauthorized):
             await anonymous.enqueue([rollout()])
     assert (await store.stats()).rollouts[RolloutStatus.QUEUING] == 0
+
+
+# -- limits: what the store acknowledges it reads back; no input is a server error ------------
+
+EDGE_JSON = {
+    "wide_int": 2**100,
+    "int64_min": -(2**63),
+    "subnormal": 5e-324,
+    "largest": 1.7976931348623157e308,
+    "nul_in_data": "a\x00b",
+    "unicode": "日本語 ✓",
+}
+
+
+async def test_values_at_their_limits_read_back_unchanged(store: Store) -> None:
+    rollout_id = "é" * 128  # ids are counted in characters, multi-byte ones too
+    config = RolloutConfig(timeout_s=1e300, heartbeat_timeout_s=1e300)
+    request = rollout(0, rollout_id=rollout_id, task_id="t" * 256, config=config)
+    request = request.model_copy(update={"input": EDGE_JSON, "metadata": {"m": EDGE_JSON}})
+    await store.enqueue([request])
+    got = await store.get_rollout(rollout_id)
+    assert (got.input, got.metadata, got.task_id) == (EDGE_JSON, {"m": EDGE_JSON}, "t" * 256)
+    assert got.config == config
+    claimed_id, attempt_id = await claim_one(store)
+    assert claimed_id == rollout_id
+    await store.reconcile()  # huge timeouts are compared, not added to dates
+    assert (await store.get_attempt(attempt_id)).status is AttemptStatus.RUNNING
+    edge = span(
+        rollout_id, attempt_id, "b" * 64, trace_id="a" * 64, parent_id="ü" * 64,
+        start_time=-1.7976931348623157e308, attributes=EDGE_JSON,
+    )  # fmt: skip
+    await store.add_spans([edge])
+    (stored,) = (await store.query_spans(rollout_id)).items
+    assert stored.model_dump(exclude={"sequence"}) == edge.model_dump()
+    record = call("c" * 128, rollout_id, attempt_id).model_copy(
+        update={"choices": [LLMChoice(token_ids=[1], logprobs=[-1e308])], "request": EDGE_JSON}
+    )
+    await store.add_llm_calls([record])
+    (stored_call,) = (await store.query_llm_calls(rollout_id)).items
+    assert stored_call.model_dump(exclude={"sequence"}) == record.model_dump()
+
+
+async def test_out_of_range_arguments_are_never_a_server_error(store: Store) -> None:
+    """Lookups beyond what a column holds answer empty, ``NotFound`` or ``InvalidRequest``."""
+    (r,) = await store.enqueue([rollout()])
+    int64_max = 2**63 - 1
+    assert (await store.query_rollouts(RolloutQuery(cursor=int64_max))).items == []
+    assert (await store.query_spans(r.rollout_id, after_sequence=int64_max)).items == []
+    lookups = [
+        lambda: store.get_resources(2**31 - 1),
+        lambda: store.get_resources(2**40),
+        lambda: store.get_rollout("a\x00b"),
+        lambda: store.get_attempt("x" * 1000),
+        lambda: store.query_spans(r.rollout_id, after_sequence=2**70),
+        lambda: store.query_llm_calls(r.rollout_id, after_sequence=2**70),
+    ]
+    for lookup in lookups:
+        try:
+            result = await lookup()
+        except (NotFound, InvalidRequest):
+            continue
+        assert not getattr(result, "items", None), result
