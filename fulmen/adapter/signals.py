@@ -1,11 +1,13 @@
 """What the spans of an attempt say about its LLM calls: agent names and rewards.
 
 This is the one place where the adapter reads span semantics, and it reads them only through
-``fulmen.tracing.semconv`` (the names and readers the emitters share). Calls are joined to spans
-by the response id the gateway recorded, never by clocks. An explicit per-call reward (an
-``emit_reward`` made while the agent runs, not the rollout's return value) belongs to the call
-named by the reward span's response id, or else to the latest call before it in store order
-(of the same agent when the reward span names one).
+``fulmen.tracing.semconv`` (the names and readers the emitters share). A call's agent is the
+name it carried to the gateway (the ``x-fulmen-agent`` header, ``LLMCall.agent_name``) or,
+failing that, the one its spans give (OpenInference instrumentation, optional). Calls are
+joined to spans by the response id the gateway recorded, never by clocks. An explicit per-call
+reward (an ``emit_reward`` made while the agent runs, not the rollout's return value) belongs to
+the call named by the reward span's response id, or else to the latest call before it in store
+order (of the same agent when the reward span names one).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ class RolloutSignals:
 
     Attributes:
         final_reward: the attempt's primary reward, ``None`` when none was emitted.
-        agent_names: the agent of each call (``None`` when no span names it).
+        agent_names: the agent of each call (``None`` when neither it nor a span names one).
         call_rewards: the explicit reward emitted for each call (``None`` when none); several
             rewards for one call are summed.
     """
@@ -44,8 +46,10 @@ def read_signals(calls: Sequence[LLMCall], spans: Sequence[Span]) -> RolloutSign
     return value count only toward the final reward.
     """
     by_response = semconv.agent_names_by_response_id(spans)
+    # The name the call itself carried (``x-fulmen-agent``) first; spans fill in the rest.
     agents = tuple(
-        by_response.get(c.response_id) if c.response_id is not None else None for c in calls
+        c.agent_name or (by_response.get(c.response_id) if c.response_id is not None else None)
+        for c in calls
     )
     index_by_response = {c.response_id: i for i, c in enumerate(calls) if c.response_id}
     response_by_sequence = {

@@ -152,7 +152,10 @@ def _select(
     for index, (call, agent) in enumerate(zip(calls, agents, strict=True)):
         if not _is_trainable(call):
             diag.skipped_not_token_level += 1
-        elif not opts.selects(agent):
+            continue
+        if agent is None:
+            diag.calls_unnamed += 1
+        if not opts.selects(agent):
             diag.skipped_agent += 1
         elif not call.choices[0].token_ids:
             diag.skipped_empty += 1

@@ -31,6 +31,7 @@ from fulmen.agent.context import RolloutContext
 from fulmen.agent.execution import run_async, run_sync
 from fulmen.agent.workers import AgentError, WorkerPool
 from fulmen.errors import ConfigError
+from fulmen.tracing.agent_header import install_agent_header
 from fulmen.tracing.backoff import Backoff, retry_call
 from fulmen.tracing.exporter import StoreSpanExporter
 from fulmen.tracing.instrumentation import instrument, uninstrument
@@ -157,6 +158,7 @@ class Runner:
             exporter, resource_attributes={"service.instance.id": self.worker_id}
         )
         self._telemetry = _Telemetry(exporter, provider, provider_tracer(provider))
+        install_agent_header()  # calls name their agent without instrumentation
         instrumented = instrument(provider, self.config.frameworks)
         if self.target.spec is not None:
             self._pool = WorkerPool(self.target.spec, frameworks=self.config.frameworks)

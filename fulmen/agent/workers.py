@@ -298,6 +298,7 @@ def main() -> None:
     sys.path[:0] = [p for p in hello["sys_path"] if p not in sys.path]
     try:
         from fulmen.agent.api import load_target
+        from fulmen.tracing.agent_header import install_agent_header
         from fulmen.tracing.instrumentation import instrument
         from fulmen.tracing.provider import create_provider, provider_tracer
 
@@ -305,6 +306,7 @@ def main() -> None:
         if asyncio.iscoroutine(setup := target.setup()):
             asyncio.run(setup)
         provider = create_provider(_PipeExporter(write))
+        install_agent_header()
         instrument(provider, hello.get("frameworks"))
         tracer = provider_tracer(provider)
     except BaseException:

@@ -122,7 +122,9 @@ class Exchange:
     reply as the agent received it, which is what the record keeps as its ``response`` (the
     token ids and logprobs the gateway asked for on its own are in the record's typed fields,
     so storing them twice would only cost space and validation time); ``policy_version`` a
-    version read from a response header.
+    version read from a response header; ``agent_name`` the agent the caller named;
+    ``engine_endpoint`` the endpoint the engine served when it differs from ``endpoint`` (a
+    Responses call sent as a chat completion), which is how ``response`` is read.
     """
 
     call_id: str
@@ -138,15 +140,18 @@ class Exchange:
     error: dict[str, Any] | None = None
     policy_version: str | None = None
     shown: dict[str, Any] | None = None
+    agent_name: str | None = None
+    engine_endpoint: str | None = None
 
 
 def build_call(exchange: Exchange) -> LLMCallCreate:
     """Build the record of ``exchange``, token-level when the engine gave ids and logprobs."""
     response = exchange.response or {}
-    choices = [_choice(c, exchange.endpoint) for c in as_array(response.get("choices"))]
+    served = exchange.engine_endpoint or exchange.endpoint
+    choices = [_choice(c, served) for c in as_array(response.get("choices"))]
     prompt_ids = _prompt_token_ids(response)
     is_token_level = (
-        exchange.endpoint in TOKEN_ENDPOINTS
+        served in TOKEN_ENDPOINTS
         and exchange.error is None
         and prompt_ids is not None
         and bool(choices)
@@ -168,7 +173,8 @@ def build_call(exchange: Exchange) -> LLMCallCreate:
         prompt_token_ids=prompt_ids,
         choices=choices,
         is_token_level=is_token_level,
-        response_id=_str(response.get("id")),
+        # The id the agent saw: in-process spans name the call by it.
+        response_id=_str((exchange.shown or response).get("id")),
         model=_str(response.get("model")) or _str(exchange.request.get("model")),
         policy_version=None if version is None else str(version),
         upstream=exchange.upstream,
@@ -177,6 +183,7 @@ def build_call(exchange: Exchange) -> LLMCallCreate:
         latency_s=exchange.latency_s,
         usage=usage or {},
         error=error,
+        agent_name=exchange.agent_name,
     )
 
 

@@ -13,6 +13,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
+from urllib.parse import unquote
 
 import anyio
 import httpx
@@ -22,6 +23,7 @@ from starlette.responses import Response, StreamingResponse
 
 from fulmen.errors import FulmenError
 from fulmen.gateway.capture import (
+    CHAT,
     TOKEN_ENDPOINTS,
     Asked,
     Exchange,
@@ -36,16 +38,20 @@ from fulmen.gateway.errors import BadRequest, UpstreamTimeout, UpstreamUnavailab
 from fulmen.gateway.errors import openai_error_body as error_body
 from fulmen.gateway.forward import HOP_HEADERS, Forwarder, UpstreamReply
 from fulmen.gateway.recorder import CallRecorder
+from fulmen.gateway.responses import ResponseIds, chat_request, response_from_chat
+from fulmen.gateway.responses_stream import ResponseEvents
 from fulmen.gateway.streaming import SSEDecoder, StreamAccumulator, event_data
 from fulmen.gateway.upstreams import Upstream, UpstreamPool
 from fulmen.store.base import Store
+from fulmen.types.records import AGENT_NAME_HEADER
 
-__all__ = ["RECORDED_ENDPOINTS", "Gateway"]
+__all__ = ["RECORDED_ENDPOINTS", "RESPONSES", "Gateway"]
 
 _log = logging.getLogger(__name__)
 
 # POST endpoints that are model calls and get a record; others are forwarded unrecorded.
-RECORDED_ENDPOINTS = TOKEN_ENDPOINTS | {"responses"}
+RESPONSES = "responses"
+RECORDED_ENDPOINTS = TOKEN_ENDPOINTS | {RESPONSES}
 
 
 class Gateway:
@@ -156,6 +162,15 @@ class Gateway:
         # With a gateway token the agent's bearer is that token: never leak it upstream.
         return None if self.token is not None else request.headers.get("authorization")
 
+    def translates_responses(self, ctx: CallContext | None) -> bool:
+        """Whether a Responses call goes to the engine as a chat completion (token level).
+
+        It does when the engine the call would go to first returns token ids; a hosted API
+        gets the Responses call as it is (see ``fulmen.gateway.responses``).
+        """
+        first = self.pool.ranked(ctx.rollout_id if ctx else None)[0]
+        return self.pool.is_token_level(first)
+
     def record(self, exchange: Exchange) -> None:
         """Queue ``exchange`` for recording; the recorder builds the record in the background."""
         if exchange.rollout_id is not None or self.config.record_untracked:
@@ -190,13 +205,23 @@ class _Call:
         self._overrides = ctx.overrides(body.get("model")) if ctx else {}
         self._prepared: dict[bool, bytes] = {}
         self.asked = Asked()
+        # A Responses call for a token-level engine travels as a chat completion.
+        is_translated = endpoint == RESPONSES and gateway.translates_responses(ctx)
+        self.ids = ResponseIds() if is_translated else None
+        self.engine_endpoint = CHAT if is_translated else endpoint
+        self._engine_body: dict[str, Any] | None = None
 
     def _body_for(self, upstream: Upstream) -> bytes:
         level = self.gateway.pool.is_token_level(upstream)
         prepared = self._prepared.get(level)
         if prepared is None:
+            if self._engine_body is None:
+                self._engine_body = chat_request(self.body) if self.ids else self.body
             body, self.asked = prepare_request(
-                self.body, endpoint=self.endpoint, overrides=self._overrides, is_token_level=level
+                self._engine_body,
+                endpoint=self.engine_endpoint,
+                overrides=self._overrides,
+                is_token_level=level,
             )
             prepared = self._prepared[level] = orjson.dumps(body)
         return prepared
@@ -205,7 +230,7 @@ class _Call:
         gateway = self.gateway
         reply = await gateway.forwarder.send(
             "POST",
-            self.endpoint,
+            self.engine_endpoint,
             rollout_id=self.ctx.rollout_id if self.ctx else None,
             headers=_forward_headers(self.request),
             agent_auth=gateway.agent_auth(self.request),
@@ -249,8 +274,16 @@ class _Call:
                 error=error,
                 policy_version=policy_version,
                 shown=shown,
+                agent_name=_agent_name(self.request),
+                engine_endpoint=self.engine_endpoint if self.ids else None,
             )
         )
+
+    def view(self, response: dict[str, Any]) -> dict[str, Any]:
+        """Return the successful engine reply ``response`` as the agent gets it."""
+        if self.ids is not None:
+            return response_from_chat(response, self.body, self.ids)
+        return agent_view(response, self.asked)
 
     def _policy_version(self, reply: UpstreamReply) -> str | None:
         for name in self.gateway.config.policy_version_headers:
@@ -277,7 +310,7 @@ class _Call:
             self.finish(None, error=error)
             return Response(content, reply.status_code, headers=headers)
         error = _error_of(data) if reply.status_code >= 400 else None
-        view = agent_view(data, self.asked) if error is None else data
+        view = self.view(data) if error is None else data
         # Queued before the reply leaves, so a flush after the reply always includes it.
         self.finish(data, error=error, policy_version=self._policy_version(reply), shown=view)
         out = content if view is data else orjson.dumps(view)
@@ -292,39 +325,52 @@ class _Call:
         )
 
     async def _events(self, reply: UpstreamReply) -> AsyncIterator[bytes]:
-        accumulator = StreamAccumulator(self.endpoint)
+        accumulator = StreamAccumulator(self.engine_endpoint)
         decoder = SSEDecoder()
         error: dict[str, Any] | None = None
+        events = ResponseEvents(self.body, self.ids) if self.ids is not None else None
+        response: dict[str, Any] | None = None
         try:
+            if events is not None:
+                yield events.opening()
             async for data in reply.iter_bytes():
-                out = [self._rewrite(event, accumulator) for event in decoder.feed(data)]
+                out = [self._rewrite(event, accumulator, events) for event in decoder.feed(data)]
                 if out:
                     yield b"".join(out)
             if decoder.tail().strip():  # a stream cut without its final blank line
-                yield self._rewrite(decoder.tail(), accumulator)
+                yield self._rewrite(decoder.tail(), accumulator, events)
         except httpx.HTTPError as exc:
             is_timeout = isinstance(exc, httpx.TimeoutException)
             cls = UpstreamTimeout if is_timeout else UpstreamUnavailable
             message = f"upstream {reply.upstream.base_url} broke the stream: {exc!r}"
             payload = error_body(cls(message))
             error = payload["error"]
-            yield b"data: " + orjson.dumps(payload) + b"\n\n"
+            if events is None:
+                yield b"data: " + orjson.dumps(payload) + b"\n\n"
         finally:
-            is_tokens = self.endpoint in TOKEN_ENDPOINTS
+            is_tokens = self.engine_endpoint in TOKEN_ENDPOINTS
             response = accumulator.response() if is_tokens else None
-            shown = agent_view(response, self.asked) if response is not None else None
+            shown = self.view(response) if response is not None else None
             version = self._policy_version(reply)
             self.finish(response, error=error, policy_version=version, shown=shown)
             # The agent may have hung up (this task is being cancelled): close anyway.
             with anyio.CancelScope(shield=True):
                 await reply.aclose()
+        if events is not None:
+            failure = error or accumulator.error
+            yield events.closing(None if failure else response, failure)
 
-    def _rewrite(self, event: bytes, accumulator: StreamAccumulator) -> bytes:
+    def _rewrite(
+        self, event: bytes, accumulator: StreamAccumulator, events: ResponseEvents | None
+    ) -> bytes:
         data = event_data(event)
         chunk = _loads_object(data) if data is not None and data != b"[DONE]" else None
         if chunk is None:
-            return event + b"\n\n"
+            # A Responses stream has no ``[DONE]``; its end is ``response.completed``.
+            return event + b"\n\n" if events is None else b""
         accumulator.add(chunk)
+        if events is not None:
+            return events.add(chunk)
         view = agent_chunk(chunk, self.asked)
         if view is None:
             return b""
@@ -334,7 +380,15 @@ class _Call:
 
 
 def _forward_headers(request: Request) -> dict[str, str]:
-    return {k: v for k, v in request.headers.items() if k not in HOP_HEADERS}
+    return {
+        k: v for k, v in request.headers.items() if k not in HOP_HEADERS and k != AGENT_NAME_HEADER
+    }
+
+
+def _agent_name(request: Request) -> str | None:
+    raw = request.headers.get(AGENT_NAME_HEADER)
+    name = unquote(raw).strip()[:256] if raw else ""
+    return name or None
 
 
 def _loads_object(raw: bytes) -> dict[str, Any] | None:

@@ -236,7 +236,9 @@ def as_agent(name: str, **attributes: AttributeValue) -> SpanScope:
     """Mark the code inside as acting for agent ``name`` (a role, a graph node).
 
     Every span started inside, including framework spans and gateway-joined LLM calls, carries
-    ``gen_ai.agent.name = name``; usable as ``with``/``async with`` or as a decorator.
+    ``gen_ai.agent.name = name``, and every LLM call sent to the rollout's gateway URL carries
+    it in the ``x-fulmen-agent`` header (no instrumentation needed); usable as
+    ``with``/``async with`` or as a decorator.
     """
     if not name:
         raise ConfigError("as_agent needs a non-empty agent name")

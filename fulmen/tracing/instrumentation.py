@@ -4,7 +4,8 @@ With an ``openinference-instrumentation-*`` package installed, framework calls (
 LangGraph nodes, OpenAI Agents SDK agents, AutoGen agents, plain ``openai`` calls) become spans
 under the runner's provider, stamped with the rollout and the current ``as_agent`` name, and
 carrying the response id the gateway saw, so ``agent_names_by_response_id`` can attribute each
-recorded call. Without those packages nothing happens and every call belongs to the rollout.
+recorded call. Without those packages nothing happens here; calls are still named by the
+``x-fulmen-agent`` header (``fulmen.tracing.agent_header``), which these spans only enrich.
 
 OpenInference instrumentors patch libraries process-wide, so the first provider to instrument a
 framework keeps it until ``uninstrument``; a second runner in the same process is told so in the

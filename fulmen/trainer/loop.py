@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from fulmen.adapter.attribution import AttributionCheck
 from fulmen.trainer.config import TrainConfig
 from fulmen.trainer.data import TaskSampler, task_id_of
 from fulmen.trainer.metrics import MetricsLogger
@@ -95,6 +96,7 @@ class GRPOLoop:
         self.metrics = metrics
         self.model_path = model_path
         self.options = config.transition_options()
+        self._attribution = AttributionCheck(self.options)
         self.run_dir = config.run_dir
         self.state = RunState(self.run_dir)
         self.model_name = self.config.model
@@ -183,6 +185,7 @@ class GRPOLoop:
         ]
         finished = await self._run_rollouts(creates)
         trajectories = await self._trajectories(finished)
+        self._attribution.check(step + 1, [tr.diagnostics for tr in trajectories])
         rolled = time.perf_counter()
         transitions = [t for tr in trajectories for t in tr.transitions]
         train_metrics = await asyncio.to_thread(

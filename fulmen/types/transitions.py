@@ -84,6 +84,8 @@ class AdapterDiagnostics(BaseModel):
         calls_used: calls that went into a transition.
         skipped_not_token_level: calls without token ids or logprobs.
         skipped_agent: calls of agents the name patterns did not select.
+        calls_unnamed: token-level calls no agent name reached (neither the ``x-fulmen-agent``
+            header nor a span named their agent).
         skipped_empty: token-level calls with an empty completion.
         extra_choices_ignored: choices beyond the first (only choice 0 is trained).
         merge_splits: merged mode started a new sequence because the next prompt did not extend
@@ -98,6 +100,7 @@ class AdapterDiagnostics(BaseModel):
     calls_used: int = 0
     skipped_not_token_level: int = 0
     skipped_agent: int = 0
+    calls_unnamed: int = 0
     skipped_empty: int = 0
     extra_choices_ignored: int = 0
     merge_splits: int = 0

@@ -15,7 +15,7 @@ from langchain_openai import ChatOpenAI
 from langgraph.graph import END, START, StateGraph
 from pydantic import SecretStr
 
-from fulmen.adapter.transitions import AttemptRecords
+from fulmen.adapter.transitions import AttemptRecords, TransitionOptions
 from fulmen.agent.api import rollout
 from fulmen.agent.context import LLM
 from fulmen.types import Span
@@ -119,9 +119,16 @@ def node_and_response_of_llm_spans(spans: Sequence[Span]) -> list[tuple[str, str
     return out
 
 
-async def test_graph_through_the_runner_plain(gw: Running) -> None:
+async def test_graph_through_the_runner_plain_names_calls_by_node(gw: Running) -> None:
+    # No instrumentation package: the node names travel on the requests themselves.
     records = await run_graph(gw, instrumented=False)
-    assert agent_names(records) == [None, None]  # every call belongs to the rollout
+    assert [c.agent_name for c in records.calls] == ["planner", "answerer"]
+    assert agent_names(records) == ["planner", "answerer"]
+    trajectory = records.trajectory(options=TransitionOptions(agents=("answerer",)))
+    (transition,) = trajectory.transitions
+    assert transition.agent_name == "answerer" and transition.call_ids == [records.calls[1].call_id]
+    assert transition.completion_token_ids == encode("4")
+    assert trajectory.diagnostics.skipped_agent == 1
 
 
 async def test_graph_through_the_runner_instrumented(gw: Running) -> None:

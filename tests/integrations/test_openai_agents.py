@@ -1,4 +1,4 @@
-"""OpenAI Agents SDK (chat-completions model, one tool), unchanged, pointed at the gateway."""
+"""OpenAI Agents SDK (its default Responses model and the chat-completions one), at the gateway."""
 
 from __future__ import annotations
 
@@ -11,12 +11,16 @@ pytest.importorskip("agents")
 from agents import (
     Agent,
     OpenAIChatCompletionsModel,
+    OpenAIProvider,
+    RunConfig,
     Runner,
     function_tool,
     set_tracing_disabled,
 )
 from openai import AsyncOpenAI
 
+from fulmen import as_agent
+from fulmen.adapter.transitions import TransitionOptions
 from fulmen.agent.api import rollout
 from fulmen.agent.context import LLM
 from tests.gateway.conftest import Running, new_attempt
@@ -106,3 +110,42 @@ async def test_agent_through_the_runner(gw: Running, instrumented: bool) -> None
     assert_reward(records, 1.0)
     expected = "calculator" if instrumented else None
     assert agent_names(records) == [expected, expected]
+
+
+@rollout
+async def default_model_rollout(task: dict[str, Any], llm: LLM) -> float:
+    """The agent on the SDK's default model (the Responses API), named with ``as_agent``."""
+
+    @function_tool
+    def add(a: int, b: int) -> int:
+        """Add two integers."""
+        return a + b
+
+    async with AsyncOpenAI(base_url=llm.base_url, api_key=llm.api_key) as client:
+        # No model class chosen: the provider's default, OpenAIResponsesModel.
+        config = RunConfig(model_provider=OpenAIProvider(openai_client=client))
+        agent = Agent(
+            name="calculator", instructions="Use the add tool.", tools=[add], model=llm.model
+        )
+        with as_agent(agent.name):
+            result = await Runner.run(agent, task["question"], run_config=config)
+    return 1.0 if result.final_output == task["expected"] else 0.0
+
+
+async def test_default_model_trains_through_the_responses_api(gw: Running) -> None:
+    set_tracing_disabled(True)
+    gw.script.replies.extend([Reply(tool_calls=[("add", {"a": 2, "b": 2})]), Reply(content="4")])
+    task = {"question": "2+2?", "expected": "4"}
+    records = await run_one(gw, default_model_rollout, [], task)  # no instrumentation
+    assert [c.endpoint for c in records.calls] == ["responses", "responses"]
+    assert_token_level(records)
+    assert [c.choices[0].finish_reason for c in records.calls] == ["tool_calls", "stop"]
+    assert_reward(records, 1.0)
+    # The engine got chat completions, the tool result included.
+    assert "input" in records.calls[1].request and "messages" in gw.script.requests[1]
+    assert [m["role"] for m in gw.script.requests[1]["messages"]][-2:] == ["assistant", "tool"]
+    assert agent_names(records) == ["calculator", "calculator"]
+    trajectory = records.trajectory(options=TransitionOptions(agents=("calculator",), merge=True))
+    (transition,) = trajectory.transitions  # two calls, one token-exact masked sequence
+    assert transition.agent_name == "calculator" and trajectory.diagnostics.merges == 1
+    assert transition.call_ids == [c.call_id for c in records.calls]

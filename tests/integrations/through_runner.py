@@ -42,9 +42,16 @@ def _has(module: str) -> bool:
 
 
 async def run_one(
-    gw: Running, agent: Any, frameworks: list[str], task: dict[str, Any]
+    gw: Running,
+    agent: Any,
+    frameworks: list[str],
+    task: dict[str, Any],
+    **runner_options: Any,
 ) -> AttemptRecords:
-    """Enqueue ``task``, run ``agent`` on it with a real Runner, return the stored attempt."""
+    """Enqueue ``task``, run ``agent`` on it with a real Runner, return the stored attempt.
+
+    ``runner_options`` are further ``RunnerConfig`` fields (``sync_isolation``, ...).
+    """
     await gw.store.add_resources(
         ResourcesCreate(
             resources={"llm": LLMResource(base_url="http://unused/v1", model="tiny-model")}
@@ -58,6 +65,7 @@ async def run_one(
         heartbeat_interval=0.1,
         poll_interval=0.02,
         span_interval=0.02,
+        **runner_options,
     )
     runner = Runner(gw.store, agent, config)
     stats = await runner.run(until_idle=True)
