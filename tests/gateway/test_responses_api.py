@@ -199,3 +199,17 @@ async def test_text_only_upstream_gets_the_responses_call_unchanged(
         assert script.requests == []
         (call,) = await gw.calls(rollout_id)
         assert call.endpoint == "responses" and not call.is_token_level
+
+
+async def test_engine_failure_mid_stream_ends_with_response_failed(gw: Running) -> None:
+    rollout_id, attempt_id = await new_attempt(gw.store)
+    gw.script.break_stream_after = 1
+    gw.script.replies.append(Reply(content="never finished"))
+    async with client_for(gw, rollout_id, attempt_id) as client:
+        stream = await client.responses.create(model="tiny-model", input="x", stream=True)
+        events = [event async for event in stream]
+    assert [e.type for e in events][-2:] == ["error", "response.failed"]
+    assert "broke the stream" in events[-2].message
+    assert events[-1].response.status == "failed"
+    (call,) = await gw.calls(rollout_id)
+    assert call.error is not None and not call.is_token_level

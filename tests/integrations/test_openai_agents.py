@@ -149,3 +149,30 @@ async def test_default_model_trains_through_the_responses_api(gw: Running) -> No
     (transition,) = trajectory.transitions  # two calls, one token-exact masked sequence
     assert transition.agent_name == "calculator" and trajectory.diagnostics.merges == 1
     assert transition.call_ids == [c.call_id for c in records.calls]
+
+
+async def test_default_model_streamed_run_is_captured(gw: Running) -> None:
+    set_tracing_disabled(True)
+    rollout_id, attempt_id = await new_attempt(gw.store)
+    gw.script.replies.extend([Reply(tool_calls=[("add", {"a": 2, "b": 2})]), Reply(content="4")])
+
+    @function_tool
+    def add(a: int, b: int) -> int:
+        """Add two integers."""
+        return a + b
+
+    client = AsyncOpenAI(base_url=gw.base_url(rollout_id, attempt_id), api_key="x")
+    config = RunConfig(model_provider=OpenAIProvider(openai_client=client))
+    agent = Agent(name="calculator", instructions="Use the add tool.", tools=[add], model="m")
+    result = Runner.run_streamed(agent, "What is 2+2?", run_config=config)
+    kinds = [event.type async for event in result.stream_events()]
+    await client.close()
+    assert result.final_output == "4"
+    assert "raw_response_event" in kinds
+    calls = await gw.calls(rollout_id)
+    assert [(c.endpoint, c.is_stream, c.is_token_level) for c in calls] == [
+        ("responses", True, True),
+        ("responses", True, True),
+    ]
+    assert [c.choices[0].finish_reason for c in calls] == ["tool_calls", "stop"]
+    assert calls[1].choices[0].text == "4"
