@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from fulmen.errors import ConfigError
+from fulmen.trainer.preflight import PYTHON_PATH_HINT
 
 __all__ = ["TaskSampler", "load_tasks", "task_id_of"]
 
@@ -26,8 +27,16 @@ def load_tasks(source: str | Sequence[Any], *, python_path: Sequence[Path] = ())
         try:
             lines = Path(source).read_text(encoding="utf-8").splitlines()
             tasks = [json.loads(line) for line in lines if line.strip()]
-        except (OSError, json.JSONDecodeError) as exc:
-            raise ConfigError(f"cannot read tasks from {source}: {exc}") from exc
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot read tasks from {source}: {exc.strerror or exc} (a relative data path "
+                "in a config is relative to the config file)"
+            ) from exc
+        except json.JSONDecodeError as exc:
+            raise ConfigError(
+                f"cannot read tasks from {source}: line {exc.lineno} is not JSON ({exc.msg}); "
+                "the file needs one JSON task per line"
+            ) from exc
     elif ":" in source:
         for entry in python_path:
             if str(entry) not in sys.path:
@@ -35,6 +44,9 @@ def load_tasks(source: str | Sequence[Any], *, python_path: Sequence[Path] = ())
         module_name, _, attr = source.partition(":")
         try:
             factory = getattr(importlib.import_module(module_name), attr)
+        except ModuleNotFoundError as exc:
+            hint = f"; {PYTHON_PATH_HINT}" if exc.name == module_name else ""
+            raise ConfigError(f"cannot import tasks {source!r}: {exc}{hint}") from exc
         except (ImportError, AttributeError) as exc:
             raise ConfigError(f"cannot import tasks {source!r}: {exc}") from exc
         tasks = list(factory())

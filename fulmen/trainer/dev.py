@@ -89,13 +89,14 @@ async def run_dev(
         )
         if error:
             out.write(f"   error: {_tail(error, 300)}\n")
-        for call in records.calls:
+        # Numbered within the rollout; the store's sequence numbers also count spans.
+        for number, call in enumerate(records.calls, start=1):
             choice = call.choices[0] if call.choices else None
             text = choice.text if choice else None
             n_prompt = len(call.prompt_token_ids or [])
             n_completion = len(choice.token_ids or []) if choice else 0
             out.write(
-                f"   call #{call.sequence} model={call.model} prompt={n_prompt} tok "
+                f"   call #{number} model={call.model} prompt={n_prompt} tok "
                 f"completion={n_completion} tok token_level={call.is_token_level}\n"
                 f"      prompt:     {_tail(_prompt_of(call.request))}\n"
                 f"      completion: {_tail(text)}\n"

@@ -11,19 +11,21 @@ holds a checkpoint resumes after its last completed step.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
 import shutil
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from fulmen.adapter.attribution import AttributionCheck
 from fulmen.trainer.config import TrainConfig
 from fulmen.trainer.data import TaskSampler, task_id_of
+from fulmen.trainer.diagnose import no_update_reason
 from fulmen.trainer.metrics import MetricsLogger
 from fulmen.trainer.stack import TrainingStack
 from fulmen.types import (
@@ -36,7 +38,7 @@ from fulmen.types import (
     RolloutStatus,
 )
 
-__all__ = ["GRPOLoop", "RunState"]
+__all__ = ["GRPOLoop", "RunState", "progress_bar"]
 
 logger = logging.getLogger("fulmen.train")
 
@@ -111,8 +113,7 @@ class GRPOLoop:
         total = self.config.algorithm.steps
         budget = self.config.algorithm.max_minutes
         deadline = time.monotonic() + budget * 60 if budget else float("inf")
-        progress = _progress(total, self.state.step)
-        try:
+        with progress_bar(total, self.state.step) as progress:
             if self.state.step == 0:
                 await self._validate(0)
             while self.state.step < total:
@@ -129,8 +130,6 @@ class GRPOLoop:
                     await self._validate(step + 1)
                 if is_last:
                     break
-        finally:
-            progress.close()
         return self.history
 
     # -- setup and resume -------------------------------------------------------------------
@@ -218,6 +217,8 @@ class GRPOLoop:
         }
         metrics["task/success"] = metrics.pop("reward/success")
         self.metrics.log(step + 1, metrics)
+        if metrics.get("updated") == 0.0:
+            logger.warning("step %d made no update: %s", step + 1, no_update_reason(metrics))
         return metrics
 
     def _threshold(self) -> float:
@@ -370,7 +371,18 @@ def _diagnostics(trajectories: Sequence[Any]) -> dict[str, float]:
     return totals
 
 
-def _progress(total: int, initial: int) -> Any:
-    from tqdm import tqdm
+@contextlib.contextmanager
+def progress_bar(total: int, initial: int) -> Iterator[Any]:
+    """Show a tqdm bar for the steps; log records go through ``tqdm.write`` while it is shown.
 
-    return tqdm(total=total, initial=initial, desc="train", unit="step", dynamic_ncols=True)
+    Without the redirect, a log line printed mid-step lands on the bar's line (the bar is drawn
+    without a newline), and the next redraw overwrites part of it.
+    """
+    from tqdm import tqdm
+    from tqdm.contrib.logging import logging_redirect_tqdm
+
+    with (
+        logging_redirect_tqdm(),
+        tqdm(total=total, initial=initial, desc="train", unit="step", dynamic_ncols=True) as bar,
+    ):
+        yield bar

@@ -1,0 +1,73 @@
+"""Why a training step made no update, in one sentence a person can act on.
+
+GRPO skips the optimizer step when nothing in the batch carries a learning signal. The step's
+flat metrics (``fulmen.trainer.loop``) hold every count needed to say which cause it was, so
+the console can say it instead of leaving ``updated: 0`` in ``metrics.jsonl`` unexplained.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+__all__ = ["no_update_reason"]
+
+
+def _count(metrics: Mapping[str, float], key: str) -> int:
+    value = metrics.get(key, 0.0)
+    return int(value) if value == value else 0  # NaN counts as 0
+
+
+def no_update_reason(metrics: Mapping[str, float]) -> str:
+    """Explain, from a step's metrics, why the step took no optimizer step.
+
+    The causes are checked from the earliest stage of the pipeline to the last: failed
+    rollouts, calls the adapter could not use, transitions GRPO dropped, then groups whose
+    rollouts all scored the same (every advantage zero), the most common cause.
+    """
+    finished = _count(metrics, "rollouts/finished")
+    failed = _count(metrics, "rollouts/failed")
+    if finished and failed == finished:
+        return (
+            f"all {finished} rollouts failed; see their errors with "
+            "`fulmen rollouts list --status failed --store RUN_DIR/store.db`"
+        )
+    if _count(metrics, "transitions") == 0:
+        calls = _count(metrics, "adapter/calls")
+        not_token = _count(metrics, "adapter/skipped_not_token_level")
+        other_agent = _count(metrics, "adapter/skipped_agent")
+        no_reward = _count(metrics, "adapter/rollouts_without_reward")
+        if calls == 0:
+            return (
+                "the rollouts made no LLM calls through the gateway (agents must use llm.base_url)"
+            )
+        if no_reward:
+            return (
+                f"{no_reward} rollouts emitted no reward and algorithm.transitions.missing_reward "
+                "is unset; return a reward from the agent or call fulmen.emit_reward"
+            )
+        if other_agent == calls:
+            return (
+                f"none of the {calls} calls came from an agent that algorithm.transitions.agents "
+                "selects; check the names with `fulmen dev`"
+            )
+        if not_token:
+            return f"{not_token} of {calls} calls had no token ids (not a token-level engine)"
+        return f"the adapter built no transitions from {calls} calls"
+    dropped = {
+        "truncated": _count(metrics, "dropped_truncated"),
+        "longer than grpo.max_seq_len": _count(metrics, "dropped_overlong"),
+        "without trained tokens": _count(metrics, "dropped_untrained"),
+    }
+    kept = _count(metrics, "transitions") - sum(dropped.values())
+    if kept <= 0:
+        parts = ", ".join(f"{n} {why}" for why, n in dropped.items() if n)
+        return f"every transition was dropped ({parts})"
+    if _count(metrics, "skipped_zero_advantage") >= kept:
+        groups = _count(metrics, "groups")
+        mean = metrics.get("reward/mean", float("nan"))
+        return (
+            f"every rollout in each of the {groups} task groups scored the same (mean reward "
+            f"{mean:.3f}), so every advantage is 0; more varied rewards, a larger "
+            "algorithm.group_size or a higher sampling temperature give GRPO a signal"
+        )
+    return "no transition carried a learning signal"

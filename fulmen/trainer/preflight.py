@@ -1,0 +1,57 @@
+"""Checks of a run's configuration that must pass before anything is started.
+
+A wrong ``agent:`` used to surface only when the runner imported it, after the engine and the
+gateway had started (seconds to minutes); ``check_before_start`` imports it first, and the
+error says what to change (most often ``python_path``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from fulmen.errors import ConfigError
+
+__all__ = ["PYTHON_PATH_HINT", "check_agent", "check_before_start", "check_python_path"]
+
+PYTHON_PATH_HINT = (
+    "if the module is a file next to your config, add `python_path: [.]` to the config "
+    "(python_path entries are relative to the config file)"
+)
+
+
+def check_python_path(python_path: Sequence[Path]) -> None:
+    """Raise ``ConfigError`` for a ``python_path`` entry that is not a directory."""
+    for entry in python_path:
+        if not Path(entry).is_dir():
+            raise ConfigError(
+                f"python_path entry {entry} is not a directory (python_path entries are "
+                "relative to the config file)"
+            )
+
+
+def check_agent(agent: Any, python_path: Sequence[Path]) -> None:
+    """Import ``agent`` when it is a ``"module:object"`` string; ``ConfigError`` with a hint."""
+    from fulmen.agent.api import load_target
+
+    if not isinstance(agent, str):
+        return
+    try:
+        load_target(agent)
+    except ConfigError as exc:
+        cause = exc.__cause__
+        if isinstance(cause, ModuleNotFoundError) and cause.name == agent.split(":", 1)[0]:
+            where = ", ".join(str(p) for p in python_path) or "none"
+            hint = f"{PYTHON_PATH_HINT}; python_path now: {where}"
+        elif isinstance(cause, AttributeError):
+            hint = "check the name after ':' (a @fulmen.rollout function or a fulmen.Agent)"
+        else:
+            hint = "fix the import error above in the agent's module"
+        raise ConfigError(f"agent: {exc.message}; {hint}") from exc
+
+
+def check_before_start(agent: Any, python_path: Sequence[Path]) -> None:
+    """Check ``python_path`` and import the agent; both raise ``ConfigError`` with a hint."""
+    check_python_path(python_path)
+    check_agent(agent, python_path)
