@@ -5,7 +5,11 @@ Figures (one JSON line):
       (stamping + conversion + queueing) vs a bare OTel SDK span with no processor.
   rollouts_per_s_async_c32 / rollouts_per_s_direct: a no-op async agent through the Runner at
       concurrency 32 (claim, run, reward span, flush, report, heartbeats) vs the bare store calls
-      the runner makes (claim 32, add the spans, report each) in a loop.
+      the runner makes (claim 32, add the spans, report each) in a loop. The agent runs in a
+      thread with its own event loop per attempt (the default, ``async_isolation="thread"``);
+      ``rollouts_per_s_async_c32_loop`` runs it on the runner's loop instead.
+  rollouts_per_s_async_thread_c2 / rollouts_per_s_async_loop_c2: the same at concurrency 2,
+      to compare with a worker process at the same concurrency (next line).
   rollouts_per_s_sync_process / rollouts_per_s_sync_thread: a no-op sync agent in worker
       processes vs worker threads (concurrency 2).
 
@@ -114,6 +118,15 @@ async def main() -> None:
         "span_us_fulmen": round(fulmen_us, 2),
         "span_us_otel_bare": round(bare_us, 2),
         "rollouts_per_s_async_c32": round(await runner_rate(noop_async, N_ASYNC, concurrency=32)),
+        "rollouts_per_s_async_c32_loop": round(
+            await runner_rate(noop_async, N_ASYNC, concurrency=32, async_isolation="loop")
+        ),
+        "rollouts_per_s_async_thread_c2": round(
+            await runner_rate(noop_async, N_SYNC, concurrency=2, async_isolation="thread"), 1
+        ),
+        "rollouts_per_s_async_loop_c2": round(
+            await runner_rate(noop_async, N_SYNC, concurrency=2, async_isolation="loop"), 1
+        ),
         "rollouts_per_s_direct": round(await direct_rate(N_ASYNC)),
         "rollouts_per_s_sync_process": round(
             await runner_rate(SYNC_SPEC, N_SYNC, concurrency=2, sync_isolation="process"), 1

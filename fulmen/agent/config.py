@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import socket
 import uuid
+from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -36,12 +37,26 @@ class RunnerConfig(BaseModel):
         sync_isolation: where sync agents run: ``process`` (killable on timeout; the agent
             must be importable as ``module:object``) or ``thread`` (cannot be killed: a timed-out
             thread is abandoned while the store marks the attempt timed out).
+        async_isolation: where async agents run: ``thread`` (default: each attempt in a thread
+            with its own event loop, so an agent that blocks or ignores cancellation cannot
+            freeze the runner and is abandoned at its timeout) or ``loop`` (the runner's own
+            event loop: no thread per attempt, but a blocking agent stalls every rollout;
+            for agents that share loop-bound objects created in ``setup``).
         shutdown_grace_s: on stop (SIGTERM), how long running rollouts may take to finish
             before they are stopped and released back to the queue.
         span_batch_size / span_interval: spans per store write, and the longest wait before a
             partial batch is written.
-        store_retry_max_delay: the longest pause between retries while the store is down.
+        store_retry_max_delay: the longest pause between retries while the store is down or
+            answers 5xx (exponential backoff with full jitter up to this cap).
+        store_retry_s: how long the runner keeps retrying the store (claims, resources, span
+            writes) through network errors and 5xx before it gives up and exits; ``None``
+            (default) retries for as long as it runs, logging once a minute. A 4xx that is the
+            runner's own fault (unauthorized, invalid request) still fails at once.
         report_deadline_s: how long to keep retrying an attempt's final report.
+        span_buffer_max: spans held in memory while the store is away; beyond this they are
+            appended to a spill file and replayed, in order, when the store is back.
+        spill_dir: where that spill file goes (``None``: a new directory under the system's
+            temporary directory; the CLI passes ``$FULMEN_SPILL_DIR``).
         frameworks: OpenInference instrumentations to activate on the runner's provider
             (``fulmen.tracing.instrumentation.FRAMEWORKS``); ``None`` activates those whose
             framework the agent module imported, ``[]`` none.
@@ -57,9 +72,13 @@ class RunnerConfig(BaseModel):
     poll_interval: float = Field(default=0.5, gt=0)
     heartbeat_interval: float = Field(default=5.0, gt=0)
     sync_isolation: Literal["process", "thread"] = "process"
+    async_isolation: Literal["thread", "loop"] = "thread"
     shutdown_grace_s: float = Field(default=10.0, ge=0)
     span_batch_size: int = Field(default=256, ge=1)
     span_interval: float = Field(default=0.2, gt=0)
-    store_retry_max_delay: float = Field(default=2.0, gt=0)
+    store_retry_max_delay: float = Field(default=30.0, gt=0)
+    store_retry_s: float | None = Field(default=None, gt=0)
     report_deadline_s: float = Field(default=300.0, gt=0)
+    span_buffer_max: int = Field(default=10_000, ge=1)
+    spill_dir: Path | None = None
     frameworks: list[str] | None = None

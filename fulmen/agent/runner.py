@@ -4,13 +4,18 @@ One asyncio loop drives everything: a claim loop keeps up to ``concurrency`` att
 a heartbeat loop tells the store which attempts are alive (and learns which ones the store ended:
 those are stopped), and each attempt reports its outcome after its spans are stored.
 
-Stopping an agent: an async agent is cancelled; a sync agent runs in a worker process by
-default, whose process group is SIGKILLed (``sync_isolation="thread"`` cannot kill: the thread is
-abandoned). A timed-out attempt is not reported by the runner: the store's watchdog marks it
-``timeout`` and retries or fails the rollout per its ``RolloutConfig`` (the runner asks for a
-watchdog pass at once). ``stop()`` (SIGTERM) stops claiming, lets running attempts finish for
+Stopping an agent: an async agent runs in a thread with its own event loop by default
+(``async_isolation="thread"``, see ``fulmen.agent.loop_thread``) and is cancelled there; one that
+blocks or ignores the cancellation is abandoned, and the runner goes on serving other rollouts.
+A sync agent runs in a worker process by default, whose process group is SIGKILLed
+(``sync_isolation="thread"`` cannot kill: the thread is abandoned). Spans an agent emits after
+its attempt was stopped (a late reward) are dropped, so they never change the outcome. A
+timed-out attempt is not reported by the runner: the store's watchdog marks it ``timeout`` and
+retries or fails the rollout per its ``RolloutConfig`` (the runner asks for a watchdog pass at
+once). ``stop()`` (SIGTERM) stops claiming, lets running attempts finish for
 ``shutdown_grace_s``, then stops and *releases* the rest so another runner takes them. Every
-store call is retried across outages with capped jittered backoff; all of them are idempotent.
+store call is retried through network errors and 5xx answers with capped, fully jittered
+backoff for ``store_retry_s`` (default: as long as the runner runs); all of them are idempotent.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from fulmen.agent.attempt import RunningAttempt, StopReason, error_text
 from fulmen.agent.config import RunnerConfig
 from fulmen.agent.context import RolloutContext
 from fulmen.agent.execution import run_async, run_sync
+from fulmen.agent.loop_thread import run_in_loop_thread
 from fulmen.agent.workers import AgentError, WorkerPool
 from fulmen.errors import ConfigError
 from fulmen.tracing.agent_header import install_agent_header
@@ -102,7 +108,9 @@ class Runner:
         self._pool: WorkerPool | None = None
         self._gateway: httpx.AsyncClient | None = None  # flushes the gateway's call records
         self._telemetry: _Telemetry | None = None
-        self._backoff = Backoff(maximum=self.config.store_retry_max_delay, deadline=None)
+        self._backoff = Backoff(
+            maximum=self.config.store_retry_max_delay, deadline=self.config.store_retry_s
+        )
 
     @property
     def worker_id(self) -> str:
@@ -152,6 +160,8 @@ class Runner:
             batch_size=self.config.span_batch_size,
             interval=self.config.span_interval,
             backoff=self._backoff,
+            max_in_memory=self.config.span_buffer_max,
+            spill_dir=self.config.spill_dir,
         )
         exporter.start()
         provider = create_provider(
@@ -267,6 +277,10 @@ class Runner:
             task = asyncio.create_task(self._execute(claim))
             running.task = task
             await running.watch(task, claim.rollout.config.timeout_s)
+            if running.reason is not None and self._telemetry is not None:
+                # The agent was stopped; anything it emits from now on (a late reward from an
+                # agent that ignored the stop) must not reach the attempt.
+                self._telemetry.exporter.close_attempt(attempt_id)
             await self._flush_spans()
             await self._flush_gateway()
             await self._report(claim, running.reason, task)
@@ -289,7 +303,12 @@ class Runner:
         )
         if self.target.is_async(context.mode):
             await self._ensure_setup()
-            return await run_async(self.target, context, telemetry.tracer)
+            if self.config.async_isolation == "loop":
+                return await run_async(self.target, context, telemetry.tracer)
+            return await run_in_loop_thread(
+                lambda: run_async(self.target, context, telemetry.tracer),
+                name=f"fulmen-agent-{context.attempt_id}",
+            )
         if self.config.sync_isolation == "thread" or self._pool is None:
             await self._ensure_setup()
             return await asyncio.to_thread(run_sync, self.target, context, telemetry.tracer)

@@ -3,6 +3,7 @@
 Example::
 
     fulmen gateway --store sqlite:///runs.db --upstream http://127.0.0.1:8000/v1 --port 8100
+    fulmen gateway --store http://127.0.0.1:4747 --token "$STORE_TOKEN" --upstream ...
 
 Agents then use ``http://127.0.0.1:8100/rollout/{rollout_id}/attempt/{attempt_id}/v1`` as
 their OpenAI base URL (plain ``/v1`` works too, recorded as untracked calls).
@@ -13,11 +14,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import ipaddress
-import os
 import signal
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+from fulmen.cli.store import add_store_options, cli_settings, store_address, store_options
 from fulmen.errors import ConfigError
 
 __all__ = ["loop_factory", "register"]
@@ -30,9 +32,7 @@ def register(subparsers: Any) -> None:
         help="run the OpenAI-compatible gateway that records every model call",
         description=__doc__.split("\n\n")[0] if __doc__ else None,
     )
-    parser.add_argument(
-        "--store", required=True, help="store URL (memory://, sqlite:///..., http://...)"
-    )
+    add_store_options(parser)
     parser.add_argument(
         "--upstream",
         action="append",
@@ -55,10 +55,19 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8100, help="port (default 8100)")
     parser.add_argument(
-        "--token-env",
-        metavar="VAR",
-        default="FULMEN_TOKEN",
-        help="environment variable with the bearer token agents must send (default FULMEN_TOKEN)",
+        "--gateway-token",
+        metavar="TOKEN",
+        default=None,
+        help="bearer token agents must send to the gateway (default: $FULMEN_GATEWAY_TOKEN, "
+        "else $FULMEN_TOKEN); required unless --host is a loopback address",
+    )
+    parser.add_argument(
+        "--spill-dir",
+        metavar="DIR",
+        type=Path,
+        default=None,
+        help="where call records are spilled while the store is away (default: "
+        "$FULMEN_SPILL_DIR, else ~/.cache/fulmen/spill)",
     )
     _add_config_options(parser)
     parser.set_defaults(func=_run)
@@ -99,11 +108,11 @@ def _attribute_docs(doc: str) -> dict[str, str]:
 
 
 def _run(args: argparse.Namespace) -> int:
-    token = os.environ.get(args.token_env) or None
+    token = args.gateway_token or cli_settings(args).gateway_token
     if not _is_loopback(args.host) and token is None:
         raise ConfigError(
-            f"refusing to bind {args.host!r} without a token: set ${args.token_env} "
-            "or bind 127.0.0.1"
+            f"refusing to bind {args.host!r} without a token: pass --gateway-token, set "
+            "$FULMEN_GATEWAY_TOKEN or bind 127.0.0.1"
         )
     if not args.upstream and not args.hosted_upstream:
         raise ConfigError("give at least one --upstream or --hosted-upstream URL")
@@ -124,15 +133,19 @@ async def _serve(args: argparse.Namespace, token: str | None) -> None:
     from fulmen.gateway import GatewayConfig, Upstream, create_app
     from fulmen.store import open_store
 
-    api_key = os.environ.get(args.upstream_api_key_env) if args.upstream_api_key_env else None
+    settings = cli_settings(args)
+    env_name = args.upstream_api_key_env
+    api_key = settings.variable(env_name) if env_name else None
     upstreams = [Upstream(base_url=url) for url in args.upstream]
     upstreams += [
         Upstream(base_url=url, api_key=api_key, is_token_level=False)
         for url in args.hosted_upstream
     ]
     chosen = {n: getattr(args, n, None) for n in GatewayConfig.model_fields}
+    chosen["spill_dir"] = args.spill_dir or settings.spill_dir
     config = GatewayConfig(**{n: v for n, v in chosen.items() if v is not None})
-    store = await open_store(args.store)
+    url, store_token = store_address(args)
+    store = await open_store(url, **store_options(url, store_token))
     try:
         app = create_app(store, upstreams, token=token, config=config)
         server_config = uvicorn.Config(

@@ -45,7 +45,10 @@ def register(subparsers: Any) -> None:
         "--concurrency", type=int, default=default("concurrency"), help="rollouts run at once"
     )
     parser.add_argument("--gateway", help="gateway base URL the llm resource points at")
-    parser.add_argument("--gateway-api-key", help="key agents send to the gateway")
+    parser.add_argument(
+        "--gateway-api-key",
+        help="key agents send to the gateway (default: $FULMEN_GATEWAY_TOKEN, else $FULMEN_TOKEN)",
+    )
     parser.add_argument("--worker-id", help="id in the store (default: host-pid-random)")
     parser.add_argument(
         "--mode", action="append", choices=[m.value for m in Mode], help="claim only these modes"
@@ -60,6 +63,35 @@ def _add_tuning_options(parser: argparse.ArgumentParser, default: Any) -> None:
         choices=["process", "thread"],
         default=default("sync_isolation"),
         help="where sync agents run: process (killable on timeout) or thread",
+    )
+    parser.add_argument(
+        "--async-isolation",
+        choices=["thread", "loop"],
+        default=default("async_isolation"),
+        help="where async agents run: thread (own event loop; a blocking or uncooperative agent "
+        "is abandoned at its timeout) or loop (the runner's loop)",
+    )
+    parser.add_argument(
+        "--store-retry-s",
+        type=float,
+        default=default("store_retry_s"),
+        metavar="SECONDS",
+        help="keep retrying a store that is down or answers 5xx this long, then exit "
+        "(default: retry as long as the runner runs, logging once a minute)",
+    )
+    parser.add_argument(
+        "--store-retry-max-delay",
+        type=float,
+        default=default("store_retry_max_delay"),
+        metavar="SECONDS",
+        help="longest pause between those retries (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--span-buffer-max",
+        type=int,
+        default=default("span_buffer_max"),
+        help="spans held in memory while the store is away; more are spilled to a file in "
+        "$FULMEN_SPILL_DIR and replayed when it is back (default: %(default)s)",
     )
     parser.add_argument(
         "--heartbeat-interval", type=float, default=default("heartbeat_interval"), help="seconds"
@@ -104,26 +136,44 @@ def _run(args: argparse.Namespace) -> int:
 async def _main(args: argparse.Namespace) -> int:
     from fulmen.agent.config import RunnerConfig
     from fulmen.agent.runner import Runner
+    from fulmen.cli.store import cli_settings, store_address, store_options
     from fulmen.store import open_store
+    from fulmen.tracing.backoff import Backoff, retry_call
 
+    settings = cli_settings(args)
     options: dict[str, Any] = {
         "concurrency": args.concurrency,
         "gateway_url": args.gateway,
-        "gateway_api_key": args.gateway_api_key,
+        "gateway_api_key": args.gateway_api_key or settings.gateway_token,
         "modes": [Mode(m) for m in args.mode] if args.mode else None,
         "sync_isolation": args.sync_isolation,
+        "async_isolation": args.async_isolation,
+        "store_retry_s": args.store_retry_s,
+        "store_retry_max_delay": args.store_retry_max_delay,
+        "span_buffer_max": args.span_buffer_max,
         "heartbeat_interval": args.heartbeat_interval,
         "poll_interval": args.poll_interval,
         "shutdown_grace_s": args.shutdown_grace,
         "frameworks": [] if args.no_instrument else args.instrument,
+        "spill_dir": settings.spill_dir,
     }
     if args.worker_id:
         options["worker_id"] = args.worker_id
     config = RunnerConfig(**options)
-    store_options = {"token": args.token} if args.token else {}
-    async with open_store(args.store, **store_options) as store:
+    url, token = store_address(args)
+    # A store that is down or failing when the runner starts is waited for, like one that
+    # fails later; a wrong token or URL (4xx, config) fails at once.
+    backoff = Backoff(maximum=config.store_retry_max_delay, deadline=config.store_retry_s)
+    store = await retry_call(
+        lambda: open_store(url, **store_options(url, token)),
+        backoff=backoff,
+        what=f"connect to the store at {url}",
+    )
+    try:
         runner = Runner(store, args.agent, config)
         runner.install_signal_handlers()
         stats = await runner.run(max_rollouts=args.max_rollouts, until_idle=args.until_idle)
+    finally:
+        await store.aclose()
     print(json.dumps({"worker_id": runner.worker_id, **asdict(stats)}), flush=True)
     return 0

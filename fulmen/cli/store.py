@@ -9,16 +9,24 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import os
 import sys
 from collections.abc import Callable, Coroutine
 from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
+    from fulmen.settings import Settings
     from fulmen.store import Store
 
-__all__ = ["add_store_options", "open_cli_store", "register", "run_async"]
+__all__ = [
+    "add_store_options",
+    "cli_settings",
+    "open_cli_store",
+    "register",
+    "run_async",
+    "store_address",
+    "store_options",
+]
 
 _T = TypeVar("_T")
 DEFAULT_STORE_URL = "sqlite:///fulmen.db"
@@ -37,20 +45,46 @@ def run_async(main: Callable[[], Coroutine[Any, Any, _T]]) -> _T:
 
 
 def add_store_options(parser: argparse.ArgumentParser) -> None:
-    """Add ``--store`` and ``--token`` to a command that reads a store."""
+    """Add ``--store`` and ``--token`` to a command that opens a store.
+
+    Both default to the settings (``$FULMEN_STORE_URL``, ``$FULMEN_STORE_TOKEN``); read them
+    with ``store_address(args)``, never from the namespace directly.
+    """
     parser.add_argument(
         "--store",
         metavar="URL",
-        default=os.environ.get("FULMEN_STORE_URL", DEFAULT_STORE_URL),
-        help="store to read: http://host:port (a running `fulmen store serve`), "
+        default=None,
+        help="store to open: http://host:port (a running `fulmen store serve`), "
         f"sqlite:///path.db or postgresql://... (default: $FULMEN_STORE_URL, else "
         f"{DEFAULT_STORE_URL})",
     )
     parser.add_argument(
         "--token",
-        default=os.environ.get("FULMEN_STORE_TOKEN"),
-        help="bearer token for an http:// store (default: $FULMEN_STORE_TOKEN)",
+        default=None,
+        help="bearer token of a protected http:// store (default: $FULMEN_STORE_TOKEN)",
     )
+
+
+def cli_settings(args: argparse.Namespace) -> Settings:
+    """Return the settings ``fulmen.cli.main`` read once for this command."""
+    from fulmen.settings import Settings
+
+    settings = getattr(args, "settings", None)
+    return settings if isinstance(settings, Settings) else Settings.from_env()
+
+
+def store_address(args: argparse.Namespace) -> tuple[str, str | None]:
+    """Return the store URL and token of a command: its flags, else the settings."""
+    settings = cli_settings(args)
+    url = args.store or settings.store_url or DEFAULT_STORE_URL
+    return url, args.token or settings.store_token
+
+
+def store_options(url: str, token: str | None) -> dict[str, Any]:
+    """Return ``open_store`` options that pass ``token`` to an ``http(s)://`` store only."""
+    if token and url.split("://", 1)[0].lower() in ("http", "https"):
+        return {"token": token}
+    return {}
 
 
 def open_cli_store(args: argparse.Namespace) -> AbstractAsyncContextManager[Store]:
@@ -59,9 +93,10 @@ def open_cli_store(args: argparse.Namespace) -> AbstractAsyncContextManager[Stor
 
     # httpx logs every request at INFO; a command's output should not drown in it.
     logging.getLogger("httpx").setLevel(logging.WARNING)
-    url: str = args.store
-    if url.split("://", 1)[0].lower() in ("http", "https"):
-        return open_store(url, token=args.token)
+    url, token = store_address(args)
+    options = store_options(url, token)
+    if options:
+        return open_store(url, **options)
     # A read-only command must not end other people's attempts: no watchdog here.
     return open_store(url, watchdog_interval=None)
 
@@ -71,10 +106,10 @@ def _serve(args: argparse.Namespace) -> int:
 
     run_async(
         lambda: run_service(
-            args.db,
+            args.db or cli_settings(args).store_db or DEFAULT_STORE_URL,
             host=args.host,
             port=args.port,
-            token=args.token or None,
+            token=args.token or cli_settings(args).store_token,
             max_body_bytes=args.max_body_mb * 1024 * 1024,
             watchdog_interval=args.watchdog_interval,
             access_log=args.access_log,
@@ -92,7 +127,7 @@ def _stats(args: argparse.Namespace) -> int:
     if args.json:
         print(stats.model_dump_json(indent=2))
         return 0
-    print(f"store {args.store}")
+    print(f"store {store_address(args)[0]}")
     for title, counts in (("rollouts", stats.rollouts), ("attempts", stats.attempts)):
         total = sum(counts.values())
         print(f"\n{title.upper():<12}{total:>10}")
@@ -162,7 +197,7 @@ def _register_serve(commands: Any) -> None:
     )
     serve.add_argument(
         "--db",
-        default=os.environ.get("FULMEN_STORE_DB", DEFAULT_STORE_URL),
+        default=None,
         metavar="PATH_OR_URL",
         help="backend to serve: a SQLite path or sqlite:///path.db, postgresql://..., or "
         f"memory:// (default: $FULMEN_STORE_DB, else {DEFAULT_STORE_URL})",
@@ -175,7 +210,7 @@ def _register_serve(commands: Any) -> None:
     )
     serve.add_argument(
         "--token",
-        default=os.environ.get("FULMEN_STORE_TOKEN"),
+        default=None,
         help="bearer token clients must send (default: $FULMEN_STORE_TOKEN); required "
         "unless --host is a loopback address",
     )

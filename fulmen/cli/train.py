@@ -32,6 +32,16 @@ def register(subparsers: Any) -> None:
     )
     train.add_argument("config", help="path to the YAML config")
     train.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help=_SET_HELP)
+    train.add_argument(
+        "--store",
+        metavar="URL",
+        help="external store instead of RUN_DIR/store.db (sets store_url): http://host:port of "
+        "a `fulmen store serve`, or postgresql://...",
+    )
+    train.add_argument(
+        "--token",
+        help="bearer token of a protected http:// store (default: $FULMEN_STORE_TOKEN)",
+    )
     train.set_defaults(func=_train)
 
     dev = subparsers.add_parser(
@@ -52,13 +62,16 @@ def register(subparsers: Any) -> None:
 
 
 def _train(args: argparse.Namespace) -> int:
+    from fulmen.cli.store import cli_settings
     from fulmen.trainer.config import load_config
     from fulmen.trainer.metrics import read_metrics
     from fulmen.trainer.trainer import Trainer
 
-    config = load_config(args.config, overrides=args.set)
+    overrides = [*args.set, f"store_url={args.store}"] if args.store else args.set
+    config = load_config(args.config, overrides=overrides)
+    token = args.token or cli_settings(args).store_token
     try:
-        history = asyncio.run(_until_signal(Trainer(config).afit()))
+        history = asyncio.run(_until_signal(Trainer(config, store_token=token).afit()))
     except asyncio.CancelledError:
         print(f"stopped; run the same command again to resume from {config.run_dir}")
         return 143

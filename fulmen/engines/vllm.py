@@ -13,7 +13,6 @@ full weight reload over HTTP, so :attr:`VLLMLauncher.capabilities` says ``full_r
 from __future__ import annotations
 
 import importlib.util
-import os
 import sys
 from pathlib import Path
 
@@ -42,7 +41,9 @@ def find_vllm_python(explicit: str | None = None) -> str | None:
     importable here. vLLM usually lives in an environment of its own (its torch and openai
     pins clash with fulmen's other extras), hence the separate interpreter.
     """
-    for candidate in (explicit, os.environ.get("FULMEN_VLLM_PYTHON")):
+    from fulmen.settings import Settings
+
+    for candidate in (explicit, Settings.from_env().vllm_python):
         if candidate and Path(candidate).is_file():
             return candidate
     if importlib.util.find_spec("vllm") is not None:

@@ -5,7 +5,9 @@ Routes (``{path}`` is what follows ``/v1/``, such as ``chat/completions``)::
     /rollout/{rollout_id}/attempt/{attempt_id}/v1/{path}   tracked: recorded on that attempt
     /v1/{path}                                             untracked: recorded with no rollout
     GET  /healthz                                          liveness, engines, recorder counts
-    POST /gateway/flush                                    returns once every record is stored
+    POST /gateway/flush                                    200 once every record is stored;
+                                                           502 if the store refused some,
+                                                           503 if it stayed unreachable
 
 Agents see OpenAI's protocol, errors included: every failure is a JSON body in OpenAI's error
 shape. Middleware is pure ASGI (``BaseHTTPMiddleware`` would break context variables).
@@ -127,8 +129,25 @@ async def _healthz(request: Request) -> Response:
 
 
 async def _flush(request: Request) -> Response:
-    await _gateway(request).flush()
-    return Response(orjson.dumps({"status": "flushed"}), media_type="application/json")
+    """Answer 200 only when every record so far is stored; 502 (refused) or 503 (unreachable)."""
+    gateway = _gateway(request)
+    outcome = await gateway.flush(timeout=gateway.config.flush_timeout_s)
+    if outcome.is_complete:
+        return Response(orjson.dumps({"status": "flushed"}), media_type="application/json")
+    body = {
+        "status": "failed",
+        "refused": outcome.refused,
+        "pending": outcome.pending,
+        "error": {
+            "message": f"call records not stored: {outcome.refused} refused, "
+            f"{outcome.pending} still pending ({outcome.error})",
+            "type": "server_error",
+            "param": None,
+            "code": "records_refused" if outcome.refused else "store_unreachable",
+        },
+    }
+    status = 502 if outcome.refused else 503
+    return Response(orjson.dumps(body), status, media_type="application/json")
 
 
 async def _fulmen_error(request: Request, exc: Exception) -> Response:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = ["GatewayConfig"]
@@ -25,8 +27,13 @@ class GatewayConfig(BaseModel):
         max_body_bytes: largest request body accepted (→ 413).
         batch_size: most call records written to the store in one ``add_llm_calls``.
         flush_interval_s: longest time a call record waits before it is written.
-        max_pending: records kept while the store is unreachable; the oldest go beyond this.
+        max_pending: call records held in memory while the store is unreachable; more are
+            spilled to a file in ``spill_dir`` and replayed in order when it is back.
+        spill_dir: where that file goes (``None``: a new temporary directory; ``fulmen
+            gateway`` passes ``$FULMEN_SPILL_DIR``).
         close_timeout_s: how long closing keeps retrying writes to an unreachable store.
+        flush_timeout_s: how long ``POST /gateway/flush`` waits for an unreachable store
+            before it answers 503.
         record_untracked: whether calls through plain ``/v1`` are recorded.
         policy_version_headers: response headers that name the weights' version, first wins
             (a top-level ``policy_version`` field of the body is read as well).
@@ -46,6 +53,8 @@ class GatewayConfig(BaseModel):
     batch_size: int = Field(default=256, ge=1)
     flush_interval_s: float = Field(default=0.05, gt=0)
     max_pending: int = Field(default=100_000, ge=1)
+    spill_dir: Path | None = None
     close_timeout_s: float = Field(default=10.0, ge=0)
+    flush_timeout_s: float = Field(default=60.0, gt=0)
     record_untracked: bool = True
     policy_version_headers: tuple[str, ...] = ("x-policy-version", "x-fulmen-policy-version")

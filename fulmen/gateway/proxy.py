@@ -37,7 +37,7 @@ from fulmen.gateway.context import CallContext, ContextResolver
 from fulmen.gateway.errors import BadRequest, UpstreamTimeout, UpstreamUnavailable
 from fulmen.gateway.errors import openai_error_body as error_body
 from fulmen.gateway.forward import HOP_HEADERS, Forwarder, UpstreamReply
-from fulmen.gateway.recorder import CallRecorder
+from fulmen.gateway.recorder import CallRecorder, FlushOutcome
 from fulmen.gateway.responses import ResponseIds, chat_request, response_from_chat
 from fulmen.gateway.responses_stream import ResponseEvents
 from fulmen.gateway.streaming import SSEDecoder, StreamAccumulator, event_data
@@ -84,6 +84,7 @@ class Gateway:
             flush_interval_s=self.config.flush_interval_s,
             max_pending=self.config.max_pending,
             close_timeout_s=self.config.close_timeout_s,
+            spill_dir=self.config.spill_dir,
         )
         self.forwarder = Forwarder(self.pool, self.config, transport=transport)
         self._is_started = False
@@ -94,10 +95,10 @@ class Gateway:
             self._is_started = True
             self.recorder.start()
 
-    async def flush(self) -> None:
-        """Wait until every call answered so far is in the store."""
+    async def flush(self, timeout: float | None = None) -> FlushOutcome:
+        """Wait until every call answered so far is in the store; say what was not stored."""
         self.start()
-        await self.recorder.flush()
+        return await self.recorder.flush(timeout)
 
     async def aclose(self) -> None:
         """Write every pending record, then close upstream connections."""

@@ -1,9 +1,12 @@
-"""Retrying store calls across short outages with capped, jittered exponential backoff.
+"""Retrying store calls across outages with capped exponential backoff and full jitter.
 
 Only idempotent store calls are retried (every write in the ``Store`` protocol is idempotent by a
-caller-chosen id). An error is *transient* when the store could not be reached or answered with
-something other than a ``FulmenError``; a ``FulmenError`` other than ``StoreUnavailable`` is the
-store's verdict and is raised at once.
+caller-chosen id). An error is *transient* when the store could not be reached, failed on its
+side (a 5xx: ``StoreUnavailable`` or any ``FulmenError`` whose ``http_status`` is 500 or more,
+such as the service's ``internal_error``), or raised something other than a ``FulmenError``. A
+4xx ``FulmenError`` (not found, conflict, unauthorized, invalid request) is the store's verdict
+on the caller's own request and is raised at once. While a call keeps failing, one warning is
+logged per minute, so a long outage is visible without flooding the log.
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
+_LOG_EVERY_S = 60.0  # while a call keeps failing, one warning per minute
+
 
 @dataclass(frozen=True)
 class Backoff:
@@ -39,9 +44,13 @@ class Backoff:
     deadline: float | None = 300.0
 
     def delay(self, failures: int) -> float:
-        """Return the delay after ``failures`` consecutive failures (jitter in the upper half)."""
-        base = min(self.maximum, self.initial * (2 ** max(failures - 1, 0)))
-        return base / 2 + random.random() * base / 2
+        """Return the delay after ``failures`` consecutive failures, uniform in [0, cap].
+
+        Full jitter: clients that failed together spread their retries over the whole window
+        instead of arriving together at its end.
+        """
+        base = min(self.maximum, self.initial * (2 ** min(max(failures - 1, 0), 62)))
+        return random.uniform(0.0, base)
 
 
 def is_transient(exc: BaseException) -> bool:
@@ -49,7 +58,7 @@ def is_transient(exc: BaseException) -> bool:
     if isinstance(exc, StoreUnavailable):
         return True
     if isinstance(exc, FulmenError):
-        return False
+        return exc.http_status >= 500
     return isinstance(exc, Exception)
 
 
@@ -63,24 +72,42 @@ async def retry_call(
     """Await ``call()`` until it succeeds, retrying transient errors per ``backoff``.
 
     Raises the last error once the deadline passes or ``should_stop()`` turns true; non-transient
-    errors are raised at once.
+    errors are raised at once. Logs the first failure, then one line per ``_LOG_EVERY_S`` while
+    failures go on, and one when the call succeeds again.
     """
     loop = asyncio.get_running_loop()
     started = loop.time()
     failures = 0
+    logged_at = started
     while True:
         try:
-            return await call()
+            result = await call()
         except Exception as exc:
             if not is_transient(exc):
                 raise
             failures += 1
-            elapsed = loop.time() - started
-            if (backoff.deadline is not None and elapsed >= backoff.deadline) or (
+            now = loop.time()
+            if (backoff.deadline is not None and now - started >= backoff.deadline) or (
                 should_stop is not None and should_stop()
             ):
                 raise
-            delay = backoff.delay(failures)
-            if failures == 1 or failures % 20 == 0:
-                logger.warning("%s failed (%s: %s); retrying", what, type(exc).__name__, exc)
-            await asyncio.sleep(delay)
+            if failures == 1 or now - logged_at >= _LOG_EVERY_S:
+                logged_at = now
+                logger.warning(
+                    "%s failed %d times in %.0f s (%s: %s); still retrying",
+                    what,
+                    failures,
+                    now - started,
+                    type(exc).__name__,
+                    exc,
+                )
+            await asyncio.sleep(backoff.delay(failures))
+        else:
+            if failures:
+                logger.warning(
+                    "%s succeeded after %d failures in %.0f s",
+                    what,
+                    failures,
+                    loop.time() - started,
+                )
+            return result

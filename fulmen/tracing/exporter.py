@@ -5,7 +5,8 @@ never waits for the store nor pays for the conversion. A sender task on the runn
 loop converts and writes the buffer in batches (when it holds ``batch_size`` spans or every
 ``interval`` seconds) and retries through store outages; ``flush()`` at the end of a rollout
 waits until everything emitted so far is stored, so no span is lost when an attempt is reported
-finished.
+finished. The queue is a ``SpillQueue``: while the store is away, spans beyond
+``max_in_memory`` go to a local spill file and are replayed in order when it is back.
 """
 
 from __future__ import annotations
@@ -15,12 +16,14 @@ import contextlib
 import logging
 import threading
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.trace import StatusCode
 
 from fulmen.errors import FulmenError
+from fulmen.store.spill import SpillQueue
 from fulmen.tracing import semconv
 from fulmen.tracing.backoff import Backoff, retry_call
 from fulmen.tracing.tasks import cancel_and_wait
@@ -40,6 +43,16 @@ _STATUS = {
     StatusCode.OK: SpanStatusCode.OK,
     StatusCode.ERROR: SpanStatusCode.ERROR,
 }
+
+
+_MAX_CLOSED_ATTEMPTS = 10_000
+
+
+def _attempt_of(span: ReadableSpan | SpanCreate) -> str | None:
+    if isinstance(span, SpanCreate):
+        return span.attempt_id
+    value = (span.attributes or {}).get(semconv.ATTEMPT_ID)
+    return value if isinstance(value, str) else None
 
 
 def _json_attributes(attributes: Any) -> dict[str, Any]:
@@ -82,6 +95,14 @@ class StoreSpanExporter(SpanExporter):
     ``export`` may be called from any thread. Call ``start()`` on the event loop that owns the
     store before spans arrive, ``await flush()`` to wait until all spans so far are stored, and
     ``await aclose()`` at the end. Spans outside any rollout scope are counted in ``dropped``.
+
+    Args:
+        store: where spans go.
+        batch_size: spans per ``add_spans``.
+        interval: longest wait before a partial batch is written.
+        backoff: retry policy through store outages (default: retry forever).
+        max_in_memory: spans held in memory; more are spilled to a file in ``spill_dir``.
+        spill_dir: where the spill file goes (default: a new temporary directory).
     """
 
     def __init__(
@@ -91,6 +112,8 @@ class StoreSpanExporter(SpanExporter):
         batch_size: int = 256,
         interval: float = 0.2,
         backoff: Backoff | None = None,
+        max_in_memory: int = 10_000,
+        spill_dir: Path | None = None,
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}")
@@ -100,15 +123,24 @@ class StoreSpanExporter(SpanExporter):
         self._batch_size = batch_size
         self._interval = interval
         self._backoff = backoff or Backoff(deadline=None)
-        self._buffer: list[ReadableSpan | SpanCreate] = []  # converted when sent
-        self._buffer_lock = threading.Lock()
+        # OTel spans are converted when sent (or when spilled), off the agent's hot path.
+        self._queue: SpillQueue[ReadableSpan | SpanCreate, SpanCreate] = SpillQueue(
+            encode=self._encode,
+            decode=SpanCreate.model_validate_json,
+            max_in_memory=max_in_memory,
+            directory=spill_dir,
+            name="spans",
+        )
         self._send_lock: asyncio.Lock | None = None
         self._wake: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: int | None = None
         self._task: asyncio.Task[None] | None = None
         self._closed = False
-        self.dropped = 0
+        self._dropped = 0
+        # attempts whose agent was stopped: their later spans are ignored (bounded, oldest go)
+        self._closed_attempts: dict[str, None] = {}
+        self._closed_lock = threading.Lock()
         self.rejected = 0
         self.sent = 0
 
@@ -123,16 +155,26 @@ class StoreSpanExporter(SpanExporter):
         """Queue ended OTel spans or already converted ones (e.g. from a worker process)."""
         if not spans:
             return
-        with self._buffer_lock:
-            before = len(self._buffer)
-            self._buffer.extend(spans)
-            # wake the sender once per filled batch, not once per span
-            crossed = before < self._batch_size <= len(self._buffer)
+        if self._closed_attempts:
+            spans = [s for s in spans if _attempt_of(s) not in self._closed_attempts]
+            if not spans:
+                return
+        before = len(self._queue)
+        self._queue.append(spans)
+        # wake the sender once per filled batch, not once per span
+        crossed = before < self._batch_size <= before + len(spans)
         if crossed and self._loop is not None and self._wake is not None:
             if threading.get_ident() == self._loop_thread:
                 self._wake.set()
             else:
                 self._loop.call_soon_threadsafe(self._wake.set)
+
+    def close_attempt(self, attempt_id: str) -> None:
+        """Ignore every span of ``attempt_id`` submitted from now on (its agent was stopped)."""
+        with self._closed_lock:
+            self._closed_attempts[attempt_id] = None
+            if len(self._closed_attempts) > _MAX_CLOSED_ATTEMPTS:
+                del self._closed_attempts[next(iter(self._closed_attempts))]
 
     def shutdown(self) -> None:
         """Part of the OTel interface; the real shutdown is ``aclose()``."""
@@ -156,9 +198,18 @@ class StoreSpanExporter(SpanExporter):
 
     @property
     def pending(self) -> int:
-        """How many spans are queued and not yet stored."""
-        with self._buffer_lock:
-            return len(self._buffer)
+        """How many spans are queued and not yet stored (in memory or spilled)."""
+        return len(self._queue)
+
+    @property
+    def dropped(self) -> int:
+        """Spans that belonged to no rollout and were not stored."""
+        return self._dropped + self._queue.unencodable
+
+    @property
+    def queue(self) -> SpillQueue[ReadableSpan | SpanCreate, SpanCreate]:
+        """The queue of spans not yet stored (its counters show what was spilled)."""
+        return self._queue
 
     async def flush(self) -> None:
         """Store every span queued so far (waiting for a batch already in flight)."""
@@ -166,21 +217,30 @@ class StoreSpanExporter(SpanExporter):
             raise RuntimeError("the exporter was not started")
         async with self._send_lock:
             while True:
-                with self._buffer_lock:
-                    taken = self._buffer[: self._batch_size]
-                    del self._buffer[: self._batch_size]
-                if not taken:
+                taken = self._queue.take(self._batch_size)
+                if not len(taken):
                     return
-                batch = self._convert(taken)
-                if batch:
-                    await self._send(batch)
+                batch = self._convert(taken.memory) + taken.records
+                try:
+                    if batch:
+                        await self._send(batch)
+                except BaseException:
+                    self._queue.requeue(taken)  # a later flush sends them, in order
+                    raise
+                self._queue.ack(taken)
+
+    def _encode(self, item: ReadableSpan | SpanCreate) -> bytes | None:
+        converted = item if isinstance(item, SpanCreate) else span_to_create(item)
+        if converted is None:
+            return None  # outside any rollout: counted by the queue, never stored
+        return converted.model_dump_json().encode()
 
     def _convert(self, items: list[ReadableSpan | SpanCreate]) -> list[SpanCreate]:
         out: list[SpanCreate] = []
         for item in items:
             converted = item if isinstance(item, SpanCreate) else span_to_create(item)
             if converted is None:
-                self.dropped += 1  # only the event loop touches ``dropped``
+                self._dropped += 1  # only the event loop touches ``_dropped``
             else:
                 out.append(converted)
         return out
@@ -193,6 +253,7 @@ class StoreSpanExporter(SpanExporter):
         if self._task is not None:
             await cancel_and_wait(self._task)
             await self.flush()
+        self._queue.close()
 
     async def _run(self) -> None:
         wake = self._wake
@@ -202,6 +263,7 @@ class StoreSpanExporter(SpanExporter):
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(wake.wait(), self._interval)
             wake.clear()
+            self._queue.persist()
             try:
                 await self.flush()
             except asyncio.CancelledError:
@@ -230,9 +292,5 @@ class StoreSpanExporter(SpanExporter):
                     logger.warning("dropped span %s: %s", span.span_id, single.message)
                 else:
                     self.sent += 1
-        except BaseException:
-            with self._buffer_lock:  # put it back so a later flush sends it
-                self._buffer[:0] = list(batch)
-            raise
         else:
             self.sent += len(batch)

@@ -151,6 +151,11 @@ class TrainConfig(_Strict):
             ``Agent``).
         run_dir: where the store, checkpoints, adapters and metrics go; a second run with the
             same directory resumes.
+        store_url: an external store to use instead of ``RUN_DIR/store.db``: a ``fulmen store
+            serve`` (``http://host:port``, so runners on other machines can claim the rollouts)
+            or ``postgresql://...``. Its token is never in the config: ``fulmen train --token``
+            or ``$FULMEN_STORE_TOKEN``. The run owns the store's queue: on resume it cancels the
+            rollouts left unfinished there.
         seed: seeds task sampling and the trainer.
         data / engine / rollouts / validation / algorithm: see their classes.
         success_threshold: a rollout whose reward reaches this counts as a task success.
@@ -162,6 +167,7 @@ class TrainConfig(_Strict):
     model: str
     agent: str
     run_dir: Path = Path("runs/fulmen")
+    store_url: str | None = Field(default=None, min_length=1)
     seed: int = 0
     data: DataConfig
     engine: EngineConfig = Field(default_factory=EngineConfig)

@@ -34,7 +34,9 @@ class TrainingStack:
     """Store, engine, gateway and runner for one run.
 
     Args:
-        store_url: the store to open (``sqlite:///run/store.db``, ``memory://``).
+        store_url: the store to open (``sqlite:///run/store.db``, ``memory://``, or an
+            external ``http://`` / ``postgresql://`` store).
+        store_token: bearer token for an ``http(s)://`` store that requires one.
         agent: what the runner runs (``"module:object"``, a ``@rollout`` function, an Agent).
         model: the model name or directory the engine serves.
         engine: which engine and how to start it.
@@ -46,6 +48,7 @@ class TrainingStack:
         self,
         *,
         store_url: str,
+        store_token: str | None = None,
         agent: Any,
         model: str,
         engine: EngineConfig,
@@ -53,6 +56,7 @@ class TrainingStack:
         log_dir: Path,
     ) -> None:
         self._store_url = store_url
+        self._store_token = store_token
         self._agent = agent
         self._model = model
         self._engine_config = engine
@@ -82,7 +86,7 @@ class TrainingStack:
 
     async def __aenter__(self) -> TrainingStack:
         try:
-            self._store = await open_store(self._store_url)
+            self._store = await open_store(self._store_url, **self._store_options())
             await self._start_engine()
             await self._start_gateway()
             self._start_runner()
@@ -93,6 +97,10 @@ class TrainingStack:
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
+
+    def _store_options(self) -> dict[str, Any]:
+        is_http = self._store_url.split("://", 1)[0].lower() in ("http", "https")
+        return {"token": self._store_token} if is_http and self._store_token else {}
 
     async def _start_engine(self) -> None:
         config = self._engine_config

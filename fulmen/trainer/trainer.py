@@ -31,10 +31,13 @@ class Trainer:
     Args:
         config: the run's configuration (see ``fulmen.trainer.config``).
     """
+        store_token: bearer token of ``config.store_url`` when it is a protected
+            ``http://`` store (``fulmen train`` passes ``--token`` or ``$FULMEN_STORE_TOKEN``).
 
-    def __init__(self, config: TrainConfig) -> None:
+    def __init__(self, config: TrainConfig, *, store_token: str | None = None) -> None:
         self.config = config
         for entry in config.python_path:
+        self.store_token = store_token
             if str(entry) not in sys.path:
                 sys.path.insert(0, str(entry))
 
@@ -68,7 +71,8 @@ class Trainer:
         val_tasks = load_tasks(val_source, python_path=config.python_path) if val_source else None
         model_path = await asyncio.to_thread(resolve_model, config.model)
         stack = TrainingStack(
-            store_url=f"sqlite:///{run_dir / 'store.db'}",
+            store_url=config.store_url or f"sqlite:///{run_dir / 'store.db'}",
+            store_token=self.store_token,
             agent=agent or config.agent,
             model=config.model,
             engine=config.engine,

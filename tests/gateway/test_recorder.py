@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -143,3 +144,44 @@ async def test_a_closed_recorder_refuses_reuse(store: SpyStore) -> None:
         recorder.start()
     recorder.record(call(0))  # after close: counted as dropped, never silently lost
     assert recorder.dropped == 1
+
+
+class AwayStore(SpyStore):
+    """A real store whose writes fail as unreachable while ``is_away``."""
+
+    def __init__(self, inner: Any) -> None:
+        super().__init__(inner)
+        self.is_away = True
+
+    async def add_llm_calls(self, calls: Any) -> Any:
+        if self.is_away:
+            raise StoreUnavailable("store down (scripted)")
+        return await super().add_llm_calls(calls)
+
+
+async def test_a_long_outage_spills_to_disk_and_loses_nothing(
+    store: SpyStore, tmp_path: Path
+) -> None:
+    away = AwayStore(store._inner)
+    recorder = CallRecorder(
+        away, batch_size=50, flush_interval_s=0.01, max_pending=200, spill_dir=tmp_path,
+        jitter=lambda: 0.0,
+    )  # fmt: skip
+    recorder.start()
+    peak = 0
+    for i in range(2_000):
+        recorder.record(call(i))
+        peak = max(peak, recorder.queue.in_memory)
+        if i % 250 == 0:
+            await asyncio.sleep(0.02)
+    assert peak <= 200 + 64  # the memory bound plus one spill batch
+    waited = await recorder.flush(timeout=0.3)  # the store is still away
+    assert waited.pending > 0 and not waited.is_complete
+    assert len(list(tmp_path.iterdir())) == 1
+    away.is_away = False
+    outcome = await asyncio.wait_for(recorder.flush(), 30)
+    assert outcome.is_complete
+    assert [c.call_id for c in away.added] == [f"c{i}" for i in range(2_000)]  # once, in order
+    assert (recorder.stored, recorder.dropped) == (2_000, 0)
+    assert list(tmp_path.iterdir()) == []  # replayed and deleted
+    await recorder.aclose()

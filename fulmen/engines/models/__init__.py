@@ -28,9 +28,13 @@ KNOWN_MODELS: dict[str, str] = {
 
 
 def default_cache_dir() -> Path:
-    """Return the model cache: ``$FULMEN_CACHE_DIR`` if set, else ``~/.cache/fulmen/models``."""
-    env = os.environ.get("FULMEN_CACHE_DIR")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "fulmen" / "models"
+    """Return the model cache: ``$FULMEN_CACHE_DIR`` if set, else ``~/.cache/fulmen/models``.
+
+    Read through ``fulmen.settings.Settings``, the one reader of ``FULMEN_*`` variables.
+    """
+    from fulmen.settings import Settings
+
+    return Settings.from_env().cache_dir
 
 
 def _builder(name: str) -> tuple[Callable[[Path], None], str]:
