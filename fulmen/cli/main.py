@@ -16,8 +16,8 @@ from collections.abc import Sequence
 
 from fulmen import __version__
 from fulmen.errors import FulmenError
-
 from fulmen.settings import Settings
+
 __all__ = ["build_parser", "main"]
 
 # Subcommand modules under fulmen.cli, in the order --help lists them.
@@ -49,12 +49,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the process exit code."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    # The one read of the FULMEN_* environment; commands take their defaults from it.
+    args.settings = Settings.from_env()
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    # The one read of the FULMEN_* environment; commands take their defaults from it.
-    args.settings = Settings.from_env()
     # Per-request lines of the HTTP clients drown the progress output.
     for noisy in ("httpx", "httpx2", "httpcore"):
         logging.getLogger(noisy).setLevel(logging.DEBUG if args.verbose else logging.WARNING)

@@ -30,14 +30,14 @@ class Trainer:
 
     Args:
         config: the run's configuration (see ``fulmen.trainer.config``).
-    """
         store_token: bearer token of ``config.store_url`` when it is a protected
             ``http://`` store (``fulmen train`` passes ``--token`` or ``$FULMEN_STORE_TOKEN``).
+    """
 
     def __init__(self, config: TrainConfig, *, store_token: str | None = None) -> None:
         self.config = config
-        for entry in config.python_path:
         self.store_token = store_token
+        for entry in config.python_path:
             if str(entry) not in sys.path:
                 sys.path.insert(0, str(entry))
 
