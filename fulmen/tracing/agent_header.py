@@ -3,19 +3,21 @@
 While a rollout runs, every request that an ``httpx`` or ``httpx2`` client (openai 3 uses the
 latter) sends to the attempt's gateway URL carries the name of the agent making it: the
 innermost ``as_agent`` name, or else the framework's own name for the running step (a LangGraph
-node, read from LangChain's runnable config). The gateway stores it on the call record, so
-agent selection works without OpenInference, which stays an optional enrichment.
+node, read from LangChain's runnable config; an OpenAI Agents SDK agent, read from the SDK's
+span scope). The gateway stores it on the call record, so agent selection works without
+OpenInference, which stays an optional enrichment.
 
 ``install_agent_header`` patches ``Client.send`` and ``AsyncClient.send`` of those libraries,
 once per process (a second call changes nothing). The hook reads only contextvars: concurrent
 rollouts never see each other's names, a request outside any rollout or to another host is
 left alone, and a header the agent set itself wins. Its limit: a call made from a thread or task
 that did not inherit the rollout's context (a thread pool without ``contextvars.copy_context``)
-is not named; ``fulmen.adapter.signals`` warns when calls cannot be attributed.
+is not named; ``fulmen.adapter.attribution`` warns when calls cannot be attributed.
 """
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import importlib
 import importlib.util
@@ -32,6 +34,7 @@ __all__ = [
     "agent_name_for",
     "install_agent_header",
     "langgraph_node_name",
+    "openai_agents_agent_name",
     "uninstall_agent_header",
 ]
 
@@ -57,8 +60,38 @@ def langgraph_node_name() -> str | None:
     return node if isinstance(node, str) and node else None
 
 
+def openai_agents_agent_name() -> str | None:
+    """Return the OpenAI Agents SDK agent running in this context, from the SDK's span scope.
+
+    The SDK opens an agent span (``AgentSpanData.name``) around each agent's turn and a model
+    span inside it, with tracing on or off (off, its spans are no-ops that still keep their
+    data). Each span remembers the span it replaced as current, so the walk goes from the model
+    call's span up to the nearest agent span. That link is the SDK's private
+    ``_prev_span_token``; when a release changes it, this returns ``None`` (``as_agent`` still
+    works).
+    """
+    scope = sys.modules.get("agents.tracing.scope")
+    if scope is None:
+        return None
+    span: Any = scope.Scope.get_current_span()
+    for _ in range(64):  # a chain of nested spans, never a cycle; bounded all the same
+        if span is None:
+            return None
+        data = getattr(span, "span_data", None)
+        if getattr(data, "type", None) == "agent":
+            name = getattr(data, "name", None)
+            return name if isinstance(name, str) and name else None
+        token = getattr(span, "_prev_span_token", None)
+        previous = getattr(token, "old_value", None)
+        span = None if previous is contextvars.Token.MISSING else previous
+    return None
+
+
 # Framework name readers, tried in order when no ``as_agent`` name is set.
-FRAMEWORK_AGENT_NAMES: Final[tuple[Callable[[], str | None], ...]] = (langgraph_node_name,)
+FRAMEWORK_AGENT_NAMES: Final[tuple[Callable[[], str | None], ...]] = (
+    langgraph_node_name,
+    openai_agents_agent_name,
+)
 
 
 def agent_name_for(path: str) -> str | None:

@@ -19,7 +19,6 @@ from agents import (
 )
 from openai import AsyncOpenAI
 
-from fulmen import as_agent
 from fulmen.adapter.transitions import TransitionOptions
 from fulmen.agent.api import rollout
 from fulmen.agent.context import LLM
@@ -108,13 +107,14 @@ async def test_agent_through_the_runner(gw: Running, instrumented: bool) -> None
     assert [c.choices[0].finish_reason for c in records.calls] == ["tool_calls", "stop"]
     assert records.calls[1].choices[0].text == "4"
     assert_reward(records, 1.0)
-    expected = "calculator" if instrumented else None
-    assert agent_names(records) == [expected, expected]
+    # Named either way: the call records carry the SDK's agent name (no package needed).
+    assert [c.agent_name for c in records.calls] == ["calculator", "calculator"]
+    assert agent_names(records) == ["calculator", "calculator"]
 
 
 @rollout
 async def default_model_rollout(task: dict[str, Any], llm: LLM) -> float:
-    """The agent on the SDK's default model (the Responses API), named with ``as_agent``."""
+    """The agent on the SDK's default model (the Responses API), as its author wrote it."""
 
     @function_tool
     def add(a: int, b: int) -> int:
@@ -127,8 +127,7 @@ async def default_model_rollout(task: dict[str, Any], llm: LLM) -> float:
         agent = Agent(
             name="calculator", instructions="Use the add tool.", tools=[add], model=llm.model
         )
-        with as_agent(agent.name):
-            result = await Runner.run(agent, task["question"], run_config=config)
+        result = await Runner.run(agent, task["question"], run_config=config)
     return 1.0 if result.final_output == task["expected"] else 0.0
 
 
@@ -144,7 +143,8 @@ async def test_default_model_trains_through_the_responses_api(gw: Running) -> No
     # The engine got chat completions, the tool result included.
     assert "input" in records.calls[1].request and "messages" in gw.script.requests[1]
     assert [m["role"] for m in gw.script.requests[1]["messages"]][-2:] == ["assistant", "tool"]
-    assert agent_names(records) == ["calculator", "calculator"]
+    # The SDK's own agent name, with no instrumentation and no as_agent in the agent's code.
+    assert [c.agent_name for c in records.calls] == ["calculator", "calculator"]
     trajectory = records.trajectory(options=TransitionOptions(agents=("calculator",), merge=True))
     (transition,) = trajectory.transitions  # two calls, one token-exact masked sequence
     assert transition.agent_name == "calculator" and trajectory.diagnostics.merges == 1
@@ -176,3 +176,31 @@ async def test_default_model_streamed_run_is_captured(gw: Running) -> None:
     ]
     assert [c.choices[0].finish_reason for c in calls] == ["tool_calls", "stop"]
     assert calls[1].choices[0].text == "4"
+
+
+@rollout
+async def handoff_rollout(task: dict[str, Any], llm: LLM) -> float:
+    """A triage agent hands off to a specialist: two agents of the SDK, default model."""
+    async with AsyncOpenAI(base_url=llm.base_url, api_key=llm.api_key) as client:
+        config = RunConfig(model_provider=OpenAIProvider(openai_client=client))
+        specialist = Agent(name="specialist", instructions="Answer.", model=llm.model)
+        triage = Agent(
+            name="triage", instructions="Hand off.", handoffs=[specialist], model=llm.model
+        )
+        result = await Runner.run(triage, task["question"], run_config=config)
+    return 1.0 if result.final_output == task["expected"] else 0.0
+
+
+async def test_handoff_calls_carry_each_agents_own_name(gw: Running) -> None:
+    set_tracing_disabled(True)
+    gw.script.replies.extend(
+        [Reply(tool_calls=[("transfer_to_specialist", {})]), Reply(content="4")]
+    )
+    records = await run_one(gw, handoff_rollout, [], {"question": "2+2?", "expected": "4"})
+    assert_token_level(records)
+    assert_reward(records, 1.0)
+    assert [c.agent_name for c in records.calls] == ["triage", "specialist"]
+    trajectory = records.trajectory(options=TransitionOptions(agents=("specialist",)))
+    (transition,) = trajectory.transitions
+    assert transition.agent_name == "specialist"
+    assert transition.call_ids == [records.calls[1].call_id]
