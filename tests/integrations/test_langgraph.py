@@ -143,3 +143,38 @@ async def test_graph_through_the_runner_instrumented(gw: Running) -> None:
 async def test_graph_calls_are_attributed_to_their_nodes(gw: Running) -> None:
     records = await run_graph(gw, instrumented=True)
     assert agent_names(records) == ["planner", "answerer"]
+
+
+def build_sync_graph(llm: ChatOpenAI):  # the same graph with sync nodes
+    def planner(state: State) -> State:
+        return {"plan": str(llm.invoke([("user", state["question"])]).content)}
+
+    def answerer(state: State) -> State:
+        out = llm.invoke([("system", f"Plan: {state['plan']}"), ("user", state["question"])])
+        return {"answer": str(out.content)}
+
+    graph = StateGraph(State)
+    graph.add_node("planner", planner)
+    graph.add_node("answerer", answerer)
+    graph.add_edge(START, "planner")
+    graph.add_edge("planner", "answerer")
+    graph.add_edge("answerer", END)
+    return graph.compile()
+
+
+@rollout
+def sync_graph_rollout(task: dict[str, Any], llm: LLM) -> float:
+    """The sync graph as a fulmen rollout (LangGraph runs its nodes in a thread pool)."""
+    chat = ChatOpenAI(model=llm.model, base_url=llm.base_url, api_key=SecretStr(llm.api_key))
+    result = build_sync_graph(chat).invoke({"question": task["question"]})
+    return 1.0 if result["answer"] == task["expected"] else 0.0
+
+
+@pytest.mark.parametrize("isolation", ["thread", "process"])
+async def test_sync_graph_names_calls_by_node(gw: Running, isolation: str) -> None:
+    gw.script.replies.extend([Reply(content="add the numbers"), Reply(content="4")])
+    task = {"question": "What is 2+2?", "expected": "4"}
+    records = await run_one(gw, sync_graph_rollout, [], task, sync_isolation=isolation)
+    assert_token_level(records, ["add the numbers", "4"])
+    assert_reward(records, 1.0)
+    assert [c.agent_name for c in records.calls] == ["planner", "answerer"]
