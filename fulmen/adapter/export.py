@@ -121,7 +121,7 @@ def write_rows(path: str | Path, rows: Sequence[Row]) -> Path:
             import pyarrow.parquet as pq
         except ImportError as exc:
             raise ConfigError(
-                f"writing {target} needs pyarrow: pip install 'fulmen[train]' or pyarrow"
+                f"writing {target} needs pyarrow: pip install 'fulmen[export]' (or pyarrow)"
             ) from exc
         table = [{k: _parquet_value(v) for k, v in row.items()} for row in rows]
         pq.write_table(pa.Table.from_pylist(table), target)

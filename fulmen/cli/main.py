@@ -15,6 +15,7 @@ import sys
 from collections.abc import Sequence
 
 from fulmen import __version__
+from fulmen.cli.extras import install_hint
 from fulmen.errors import FulmenError
 from fulmen.settings import Settings
 
@@ -25,10 +26,13 @@ _COMMAND_MODULES: tuple[str, ...] = (
     "train",
     "store",
     "rollouts",
+    "resources",
     "export",
     "runner",
     "serve",
     "gateway",
+    "doctor",
+    "completion",
 )
 
 
@@ -66,6 +70,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(func(args) or 0)
     except FulmenError as exc:
         print(f"fulmen: error: {exc.message}", file=sys.stderr)
+        return 1
+    except ModuleNotFoundError as exc:
+        hint = install_hint(exc)
+        if hint is None:
+            raise
+        print(f"fulmen: error: {hint}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130

