@@ -18,6 +18,7 @@ from typing import Any, TextIO
 from fulmen.trainer.config import EngineConfig, TrainConfig
 from fulmen.trainer.data import load_tasks, task_id_of
 from fulmen.trainer.metrics import MetricsLogger
+from fulmen.trainer.preflight import check_before_start
 from fulmen.trainer.stack import TrainingStack
 
 __all__ = ["Trainer"]
@@ -64,11 +65,14 @@ class Trainer:
         from fulmen.trainer.loop import GRPOLoop
 
         config = self.config
+        # Before anything starts: a wrong agent or data path fails in a second, not after
+        # the engine and gateway are up.
+        check_before_start(agent or config.agent, config.python_path)
         run_dir = config.run_dir
-        run_dir.mkdir(parents=True, exist_ok=True)
         train_tasks = load_tasks(train_data or config.data.train, python_path=config.python_path)
         val_source = val_data or config.data.val
         val_tasks = load_tasks(val_source, python_path=config.python_path) if val_source else None
+        run_dir.mkdir(parents=True, exist_ok=True)
         model_path = await asyncio.to_thread(resolve_model, config.model)
         stack = TrainingStack(
             store_url=config.store_url or f"sqlite:///{run_dir / 'store.db'}",
@@ -129,6 +133,7 @@ class Trainer:
         from fulmen.trainer.dev import run_dev
 
         config = self.config
+        check_before_start(agent or config.agent, config.python_path)
         source = tasks or config.data.val or config.data.train
         chosen = load_tasks(source, python_path=config.python_path)[:n]
         engine = EngineConfig(kind="endpoint", url=endpoint) if endpoint else config.engine

@@ -1,0 +1,186 @@
+"""What a new user meets first with `fulmen train` / `fulmen dev`: config errors reported before
+anything starts, a console line when a step made no update, log lines that do not break the
+progress bar, and `dev` numbering a rollout's calls from 1."""
+
+from __future__ import annotations
+
+import io
+import logging
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from fulmen.cli.main import main
+from fulmen.trainer.diagnose import no_update_reason
+
+AGENT = '''
+from typing import Any
+
+import fulmen
+from openai import OpenAI
+
+
+def tasks() -> list[dict[str, Any]]:
+    return [{"id": "t0", "prompt": "Say a."}]
+
+
+@fulmen.rollout
+def constant(task: dict[str, Any], llm: fulmen.LLM) -> float:
+    """A sync agent with one call and the same reward every time: GRPO has nothing to learn."""
+    client = OpenAI(base_url=llm.base_url, api_key=llm.api_key)
+    client.chat.completions.create(
+        model=llm.model, messages=[{"role": "user", "content": task["prompt"]}], max_tokens=4
+    )
+    client.close()
+    return 0.5
+'''
+
+
+def write_project(tmp_path: Path, *, agent: str = "my_agent:constant", extra: str = "") -> Path:
+    """An agent module next to a config file, as a user lays them out."""
+    (tmp_path / "my_agent.py").write_text(AGENT)
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        textwrap.dedent(
+            f"""\
+            model: tiny
+            agent: {agent}
+            run_dir: run
+            data: {{train: "my_agent:tasks"}}
+            rollouts:
+              concurrency: 2
+              timeout_s: 60
+              train_sampling: {{temperature: 1.0, max_tokens: 4}}
+              val_sampling: {{temperature: 0.0, max_tokens: 4}}
+            algorithm: {{steps: 1, tasks_per_step: 1, group_size: 2}}
+            """
+        )
+        + extra
+    )
+    return config
+
+
+def run_cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    code = main(args)
+    return code, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["train", "dev"])
+def test_agent_outside_python_path_fails_before_the_engine_starts_with_a_hint(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str
+) -> None:
+    config = write_project(tmp_path)
+    code, err = run_cli([command, str(config)], capsys)
+    assert code == 1
+    assert "cannot import agent 'my_agent:constant'" in err
+    assert "add `python_path: [.]` to the config" in err
+    # Nothing was started: the engine writes its log into the run directory when it starts.
+    assert not (tmp_path / "run").exists()
+
+
+def test_wrong_agent_name_is_reported_before_anything_starts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = write_project(tmp_path, agent="my_agent:constnat", extra="python_path: ['.']\n")
+    code, err = run_cli(["train", str(config)], capsys)
+    assert code == 1
+    assert "constnat" in err and "check the name after ':'" in err
+    assert not (tmp_path / "run").exists()
+
+
+def test_missing_python_path_entry_is_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = write_project(tmp_path, extra="python_path: [agents]\n")
+    code, err = run_cli(["train", str(config)], capsys)
+    assert code == 1
+    assert f"python_path entry {tmp_path / 'agents'} is not a directory" in err
+
+
+def test_missing_tasks_file_says_where_relative_paths_start(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = write_project(tmp_path, extra="python_path: ['.']\n")
+    code, err = run_cli(["train", str(config), "--set", "data.train=data/tasks.jsonl"], capsys)
+    assert code == 1
+    assert "cannot read tasks from data/tasks.jsonl: No such file or directory" in err
+    assert "relative to the config file" in err
+
+
+def test_progress_bar_keeps_log_lines_off_the_bar_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    from fulmen.trainer.loop import progress_bar
+
+    stream = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", stream)  # the bar and the console handler both use it
+    handler = logging.StreamHandler(sys.stderr)
+    root = logging.getLogger()
+    root.addHandler(handler)
+    log = logging.getLogger("fulmen.test.progress")
+    log.setLevel(logging.INFO)
+    try:
+        with progress_bar(3, 0) as bar:
+            bar.update(1)
+            log.info("engine ready")
+            bar.update(1)
+    finally:
+        root.removeHandler(handler)
+    (line,) = [line for line in stream.getvalue().split("\n") if "engine ready" in line]
+    # The bar is drawn with carriage returns; the log line must start a line of its own, not
+    # follow the bar's text on the same line.
+    assert line.split("\r")[-1] == "engine ready", repr(line)
+
+
+def test_no_update_reasons_name_the_cause() -> None:
+    same = no_update_reason(
+        {"rollouts/finished": 8, "rollouts/failed": 0, "transitions": 8, "groups": 2,
+         "skipped_zero_advantage": 8, "reward/mean": 1.0, "updated": 0.0}
+    )  # fmt: skip
+    assert "every rollout in each of the 2 task groups scored the same" in same
+    assert "every advantage is 0" in same
+    failed = no_update_reason({"rollouts/finished": 4, "rollouts/failed": 4, "transitions": 0})
+    assert failed.startswith("all 4 rollouts failed")
+    unselected = no_update_reason(
+        {"rollouts/finished": 2, "transitions": 0, "adapter/calls": 4, "adapter/skipped_agent": 4}
+    )
+    assert "algorithm.transitions.agents" in unselected
+    dropped = no_update_reason(
+        {"rollouts/finished": 2, "transitions": 2, "dropped_overlong": 2, "groups": 1}
+    )
+    assert "2 longer than grpo.max_seq_len" in dropped
+
+
+@pytest.mark.slow
+def test_train_says_why_a_step_made_no_update_and_dev_numbers_calls_from_one(
+    tmp_path: Path,
+) -> None:
+    pytest.importorskip("torch")
+    pytest.importorskip("openai")
+    config = write_project(tmp_path, extra="python_path: ['.']\n")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+
+    def fulmen(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "fulmen", *args],
+            env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+
+    trained = fulmen("train", str(config))
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    lines = trained.stderr.split("\n")
+    (line,) = [line for line in lines if "made no update" in line]
+    assert "step 1 made no update: every rollout in each of the 1 task groups scored the same" in (
+        line
+    )
+    # The warning is a line of its own, not glued after the progress bar's text.
+    own_line = line.split("\r")[-1]
+    assert re.match(r"\d{4}-\d\d-\d\d [\d:,]+ WARNING fulmen\.train: step 1", own_line), line
+
+    dev = fulmen("dev", str(config), "-n", "1")
+    assert dev.returncode == 0, dev.stderr[-3000:]
+    calls = [line.split()[1] for line in dev.stdout.splitlines() if line.strip().startswith("call")]
+    assert calls == ["#1"], dev.stdout
