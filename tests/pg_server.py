@@ -1,8 +1,9 @@
 """A throwaway PostgreSQL server for tests: ``initdb`` + ``pg_ctl`` in a temporary directory.
 
 ``FULMEN_TEST_PG_URL`` points tests at an existing server instead. When the binaries are missing
-the context manager raises ``PostgresUnavailable`` and the tests that need it are skipped (CI
-installs PostgreSQL, so there they run).
+the context manager raises ``PostgresUnavailable`` and the tests that need it are skipped,
+unless ``FULMEN_REQUIRE_POSTGRES=1`` (``scripts/test.sh`` sets it under ``CI=true``): then they
+fail, so CI cannot go green without running a PostgreSQL test.
 """
 
 from __future__ import annotations
@@ -17,11 +18,16 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["PostgresUnavailable", "fresh_pg_database", "postgres_server"]
+__all__ = ["PostgresUnavailable", "fresh_pg_database", "is_postgres_required", "postgres_server"]
 
 
 class PostgresUnavailable(RuntimeError):
     """No PostgreSQL binaries to start a server with."""
+
+
+def is_postgres_required() -> bool:
+    """True when a missing PostgreSQL must fail the tests instead of skipping them (CI)."""
+    return os.environ.get("FULMEN_REQUIRE_POSTGRES", "") not in ("", "0")
 
 
 def _find_bin(name: str) -> str:

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -34,7 +35,12 @@ def engine(
     launcher: EngineProcess
     if request.param == "vllm":
         if find_vllm_python() is None:
-            pytest.skip("no vLLM environment: set FULMEN_VLLM_PYTHON (scripts/test.sh creates one)")
+            missing = "no vLLM environment: set FULMEN_VLLM_PYTHON (scripts/test.sh creates one)"
+            # CI (scripts/test.sh under CI=true) sets FULMEN_REQUIRE_VLLM: a skip there would
+            # let the vLLM half of the engine suite vanish without anyone noticing.
+            if os.environ.get("FULMEN_REQUIRE_VLLM", "") not in ("", "0"):
+                pytest.fail(f"FULMEN_REQUIRE_VLLM is set but there is {missing}")
+            pytest.skip(missing)
         launcher = VLLMLauncher(
             str(tiny_dir), served_model_name="tiny", max_lora_rank=16, log_path=log
         )

@@ -60,6 +60,32 @@ def test_metrics_logger_writes_jsonl(tmp_path: Path) -> None:
 def test_metrics_logger_writes_tensorboard_events(tmp_path: Path) -> None:
     pytest.importorskip("tensorboardX")
     with MetricsLogger(tmp_path, tensorboard=True) as metrics:
-        metrics.log(1, {"reward/mean": 0.5}, echo=False)
+        metrics.log(1, {"reward/mean": 0.5, "loss": 0.25}, echo=False)
+        metrics.log(2, {"reward/mean": 0.75, "loss": float("nan")}, echo=False)
     events = list((tmp_path / "tensorboard").glob("events.out.tfevents.*"))
-    assert len(events) == 1 and events[0].stat().st_size > 0
+    assert len(events) == 1
+    # What TensorBoard would plot: (tag, step, value) of every scalar, non-finite ones left out.
+    assert sorted(_scalars(events[0])) == [
+        ("loss", 1, 0.25),
+        ("reward/mean", 1, 0.5),
+        ("reward/mean", 2, 0.75),
+    ]
+
+
+def _scalars(path: Path) -> list[tuple[str, int, float]]:
+    """Read an event file back: TFRecord framing (length, crc, data, crc), ``Event`` protos."""
+    import struct
+
+    from tensorboardX.proto.event_pb2 import Event
+
+    data = path.read_bytes()
+    out: list[tuple[str, int, float]] = []
+    offset = 0
+    while offset < len(data):
+        (length,) = struct.unpack_from("<Q", data, offset)
+        start = offset + 12  # 8 bytes of length, 4 of its masked CRC
+        event = Event.FromString(data[start : start + length])
+        offset = start + length + 4  # the data's masked CRC
+        out += [(v.tag, event.step, v.simple_value) for v in event.summary.value]
+    assert offset == len(data), "truncated event file"
+    return out

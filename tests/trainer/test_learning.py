@@ -38,6 +38,7 @@ def test_toy_agent_reward_rises_to_near_maximum(tmp_path: Path) -> None:
     last_train = [h["reward/mean"] for h in history[-3:]]
     assert min(last_train) > max(first_train) + 0.4
     assert all(h["transitions"] == 32 for h in history)
+    _check_on_policy(history)
     assert (config.run_dir / "state.json").exists()
     state = json.loads((config.run_dir / "state.json").read_text())
     assert state["step"] == 30
@@ -54,14 +55,31 @@ def test_two_call_agent_trains_only_the_selected_agent(tmp_path: Path) -> None:
         "algorithm.transitions={agents: [actor]}",
         "validation=null",
         "data.val=null",
+        "rollouts.train_sampling={temperature: 0.8, max_tokens: 8}",
     )
+    assert config.grpo_config().temperature == 0.8  # derived from train_sampling
     history = Trainer(config).fit()
+    _check_on_policy(history)
     for step in history:
         assert step["transitions"] == 8  # 8 rollouts, one actor call each
         assert step["adapter/calls"] == 16  # planner + actor
         assert step["adapter/skipped_agent"] == 8  # every planner call left out
         assert step["updated"] in (0.0, 1.0)
     _check_agent_attribution(config.run_dir / "store.db")
+
+
+def _check_on_policy(history: list[dict[str, Any]]) -> None:
+    """The engine's recorded logprobs are the trainer's: one epoch per step is on-policy.
+
+    ``logprob_gap`` is the mean |trainer - recorded| logprob of the trained tokens before the
+    update; a temperature applied on one side only, a chat-template mismatch or a stale
+    adapter in the engine would each move it far past 1e-4 (measured here: ~1e-6).
+    """
+    trained = [h for h in history if "logprob_gap" in h]
+    assert trained, "no step trained"
+    for h in trained:
+        assert h["logprob_gap"] < 1e-4, h
+        assert h["ratio_mean"] == pytest.approx(1.0, abs=1e-4), h
 
 
 def _check_agent_attribution(db: Path) -> None:
