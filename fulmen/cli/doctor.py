@@ -4,7 +4,8 @@ Checks, in order: the Python version, that ``fulmen`` is on the PATH, the option
 which extra brings each, the torch build (CPU or CUDA, and whether a GPU is there for it), the
 model cache, and, when given, an inference engine (``--engine URL``) and a store (``--store URL``
 with its token). Each check prints one line: ``ok``, ``--`` (optional, not there) or ``FAIL``,
-with the command that fixes it. The exit code is 1 when a required check failed.
+with the command that fixes it. The exit code is 1 when a required check failed: an engine or
+store that was asked for and does not answer, or a package of an extra named with ``--need``.
 """
 
 from __future__ import annotations
@@ -74,7 +75,7 @@ def _version(distribution: str) -> str:
         return "?"
 
 
-def _packages() -> list[Check]:
+def _packages(needed: set[str]) -> list[Check]:
     checks = []
     for package in OPTIONAL_PACKAGES:
         # find_spec instead of an import: transformers and friends take seconds to import.
@@ -83,8 +84,9 @@ def _packages() -> list[Check]:
         except ImportError:  # a dotted name whose parent package is missing
             found = False
         if not found:
+            state: Literal["optional", "fail"] = "fail" if package.extra in needed else "optional"
             checks.append(
-                Check("optional", f"{package.module}: not installed ({package.needed_for})",
+                Check(state, f"{package.module}: not installed ({package.needed_for})",
                       package.hint)
             )  # fmt: skip
             continue
@@ -183,7 +185,7 @@ def run_checks(args: argparse.Namespace) -> list[Check]:
     from fulmen.cli.store import store_address
 
     settings = cli_settings(args)
-    checks = [_python(), _on_path(), *_packages()]
+    checks = [_python(), _on_path(), *_packages(set(args.need or ()))]
     torch_check = _torch_build()
     if torch_check is not None:
         checks.append(torch_check)
@@ -233,5 +235,12 @@ def register(subparsers: Any) -> None:
         "--store http://127.0.0.1:4747 --token $TOKEN",
     )
     parser.add_argument("--engine", metavar="URL", help="an inference engine to reach")
+    parser.add_argument(
+        "--need",
+        action="append",
+        choices=sorted({p.extra for p in OPTIONAL_PACKAGES}),
+        metavar="EXTRA",
+        help="fail unless this extra's packages are installed (repeatable), e.g. --need train",
+    )
     add_store_options(parser)
     parser.set_defaults(func=_doctor)

@@ -244,6 +244,9 @@ def test_doctor_reports_a_missing_extra_with_its_install_command(
     assert code == 0  # optional: reported, not a failure
     assert "--    pyarrow: not installed (fulmen export ... --out F.parquet)" in out
     assert "fix: pip install 'fulmen[export]'" in out
+    code, out, _ = run_cli(["doctor", "--need", "export"], capsys)
+    assert code == 1  # asked for: now a failure
+    assert "FAIL  pyarrow: not installed" in out and "1 check(s) failed" in out
 
 
 @pytest.mark.parametrize("shell", ["bash", "zsh"])
