@@ -106,10 +106,13 @@ def test_missing_tasks_file_says_where_relative_paths_start(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     config = write_project(tmp_path, extra="python_path: ['.']\n")
-    code, err = run_cli(["train", str(config), "--set", "data.train=data/tasks.jsonl"], capsys)
+    config.write_text(config.read_text().replace('"my_agent:tasks"', "data/tasks.jsonl"))
+    code, err = run_cli(["train", str(config)], capsys)
     assert code == 1
-    assert "cannot read tasks from data/tasks.jsonl: No such file or directory" in err
+    missing = tmp_path / "data" / "tasks.jsonl"  # resolved against the config's directory
+    assert f"cannot read tasks from {missing}: No such file or directory" in err
     assert "relative to the config file" in err
+    assert not (tmp_path / "run").exists()
 
 
 def test_progress_bar_keeps_log_lines_off_the_bar_line(monkeypatch: pytest.MonkeyPatch) -> None:
