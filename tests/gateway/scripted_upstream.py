@@ -80,6 +80,15 @@ def encode(text: str) -> list[int]:
     return [ord(c) for c in text]
 
 
+def _is_message(message: Any) -> bool:
+    if not isinstance(message, dict):
+        return False
+    content, calls = message.get("content"), message.get("tool_calls")
+    return (content is None or isinstance(content, str | list)) and (
+        calls is None or (isinstance(calls, list) and all(isinstance(c, dict) for c in calls))
+    )
+
+
 def render_chat(messages: list[dict[str, Any]]) -> str:
     parts = []
     for message in messages:
@@ -191,6 +200,9 @@ class _Upstream:
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
             return _error(400, "messages must be a non-empty list")
+        if not all(_is_message(m) for m in messages):
+            # As vLLM does: a malformed message is the client's error, never a crash.
+            return _error(400, "each message must be an object with string or list content")
         reply = self.script.next_reply()
         await asyncio.sleep(reply.delay_s or self.script.delay_s)
         prompt_ids = encode(render_chat(messages))

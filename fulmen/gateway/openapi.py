@@ -1,0 +1,238 @@
+"""The OpenAPI 3.1 description of the gateway's own surface.
+
+The gateway forwards OpenAI-compatible requests, so this spec covers what the gateway itself
+answers for: its control routes (``GET /healthz``, ``POST /gateway/flush``) and the chat
+completions route, untracked (``/v1/chat/completions``) and tracked
+(``/rollout/{rollout_id}/attempt/{attempt_id}/v1/chat/completions``). Request and response
+bodies of chat completions belong to the engine behind it: the spec names the fields the
+gateway relies on and lets the others through. ``docs/gateway-openapi.json`` is the committed
+copy (``python -m fulmen.gateway.openapi > docs/gateway-openapi.json``); a test fails when they
+differ, and the contract tests fuzz a real gateway against it.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from fulmen import __version__
+
+__all__ = ["build_gateway_openapi", "gateway_openapi_json"]
+
+_REF = "#/components/schemas/{}"
+
+_DESCRIPTION = """\
+The fulmen gateway: an OpenAI-compatible proxy in front of inference engines that records every
+call (token ids, logprobs) into the store. Agents use a per-attempt base URL,
+`/rollout/{rollout_id}/attempt/{attempt_id}/v1`; plain `/v1` records calls with no rollout.
+Every error the gateway raises is OpenAI's error shape `{"error": {"message", "type", "param",
+"code"}}`; an engine's own error answers are passed through as the engine sent them."""
+
+
+def _ref(name: str) -> dict[str, str]:
+    return {"$ref": _REF.format(name)}
+
+
+def _schemas() -> dict[str, Any]:
+    integer = {"type": "integer", "minimum": 0}
+    return {
+        "OpenAIError": {
+            "type": "object",
+            "required": ["error"],
+            "properties": {"error": _ref("OpenAIErrorDetail")},
+        },
+        "OpenAIErrorDetail": {
+            "type": "object",
+            "required": ["message", "type", "code"],
+            "properties": {
+                "message": {"type": "string"},
+                "type": {"type": "string"},
+                "param": {"type": ["string", "null"]},
+                "code": {"type": ["string", "null"]},
+            },
+        },
+        "Health": {
+            "type": "object",
+            "required": ["status", "upstreams", "recorder"],
+            "properties": {
+                "status": {"const": "ok"},
+                "upstreams": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "required": ["base_url", "in_flight"],
+                        "properties": {"base_url": {"type": "string"}, "in_flight": integer},
+                    },
+                },
+                "recorder": {
+                    "type": "object",
+                    "required": ["recorded", "stored", "dropped"],
+                    "properties": {"recorded": integer, "stored": integer, "dropped": integer},
+                },
+            },
+        },
+        "Flushed": {
+            "type": "object",
+            "required": ["status"],
+            "properties": {"status": {"const": "flushed"}},
+        },
+        "FlushFailed": {
+            "type": "object",
+            "required": ["status", "refused", "pending", "error"],
+            "properties": {
+                "status": {"const": "failed"},
+                "refused": integer,
+                "pending": integer,
+                "error": _ref("OpenAIErrorDetail"),
+            },
+        },
+        "ChatMessage": {
+            "type": "object",
+            "required": ["role", "content"],
+            "properties": {
+                "role": {"enum": ["system", "developer", "user", "assistant"]},
+                "content": {"type": "string"},
+            },
+        },
+        "ChatCompletionRequest": {
+            "type": "object",
+            "description": "OpenAI's chat completion request; fields not listed pass through.",
+            "required": ["model", "messages"],
+            "properties": {
+                "model": {"type": "string"},
+                "messages": {"type": "array", "minItems": 1, "items": _ref("ChatMessage")},
+                "max_tokens": {"type": "integer", "minimum": 1, "maximum": 4096},
+                "temperature": {"type": "number", "minimum": 0, "maximum": 2},
+                "logprobs": {"type": "boolean"},
+            },
+        },
+        "ChatCompletion": {
+            "type": "object",
+            "description": "The engine's answer, as the agent asked for it.",
+            "required": ["id", "object", "choices"],
+            "properties": {
+                "id": {"type": "string"},
+                "object": {"const": "chat.completion"},
+                "choices": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "required": ["index", "message"],
+                        "properties": {
+                            "index": integer,
+                            "message": {"type": "object"},
+                            "finish_reason": {"type": ["string", "null"]},
+                        },
+                    },
+                },
+                "usage": {"type": "object"},
+            },
+        },
+    }
+
+
+def _json(schema: dict[str, Any]) -> dict[str, Any]:
+    return {"application/json": {"schema": schema}}
+
+
+def _error(description: str) -> dict[str, Any]:
+    return {"description": description, "content": _json(_ref("OpenAIError"))}
+
+
+def _chat_operation(operation_id: str, summary: str, *, tracked: bool) -> dict[str, Any]:
+    responses: dict[str, Any] = {
+        "200": {"description": "The engine's completion", "content": _json(_ref("ChatCompletion"))},
+        "400": _error("The body is not a JSON object, or the engine refused it"),
+        "401": _error("Missing or wrong bearer token (when the gateway has one)"),
+        "413": _error("Request body above the gateway's limit"),
+        "502": _error("No engine could be reached, or it broke the reply"),
+        "504": _error("The engine did not answer in time"),
+    }
+    parameters: list[dict[str, Any]] = []
+    if tracked:
+        responses["404"] = _error("Unknown rollout or attempt, or the attempt is not the rollout's")
+        responses["409"] = _error("The attempt is final: its agent must stop calling")
+        parameters = [
+            {
+                "name": name,
+                "in": "path",
+                "required": True,
+                "schema": {"type": "string", "minLength": 1, "maxLength": 128},
+            }
+            for name in ("rollout_id", "attempt_id")
+        ]
+    operation: dict[str, Any] = {
+        "operationId": operation_id,
+        "summary": summary,
+        "requestBody": {"required": True, "content": _json(_ref("ChatCompletionRequest"))},
+        "responses": dict(sorted(responses.items())),
+        "security": [{"bearer": []}],
+    }
+    if parameters:
+        operation["parameters"] = parameters
+    return operation
+
+
+def build_gateway_openapi() -> dict[str, Any]:
+    """Build the OpenAPI 3.1 document of the gateway as a JSON-ready dict."""
+    flush_responses = {
+        "200": {"description": "Every record so far is stored", "content": _json(_ref("Flushed"))},
+        "401": _error("Missing or wrong bearer token (when the gateway has one)"),
+        "502": {"description": "The store refused records", "content": _json(_ref("FlushFailed"))},
+        "503": {
+            "description": "The store stayed unreachable; records are still pending",
+            "content": _json(_ref("FlushFailed")),
+        },
+    }
+    paths = {
+        "/healthz": {
+            "get": {
+                "operationId": "health",
+                "summary": "Liveness, engines in flight and recorder counts",
+                "responses": {
+                    "200": {"description": "Alive", "content": _json(_ref("Health"))},
+                },
+                "security": [],
+            }
+        },
+        "/gateway/flush": {
+            "post": {
+                "operationId": "flush",
+                "summary": "Wait until every call record so far is stored",
+                "responses": flush_responses,
+                "security": [{"bearer": []}],
+            }
+        },
+        "/v1/chat/completions": {
+            "post": _chat_operation(
+                "chat_completions_untracked",
+                "A chat completion recorded with no rollout",
+                tracked=False,
+            )
+        },
+        "/rollout/{rollout_id}/attempt/{attempt_id}/v1/chat/completions": {
+            "post": _chat_operation(
+                "chat_completions", "A chat completion recorded on the attempt", tracked=True
+            )
+        },
+    }
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "fulmen gateway", "version": __version__, "description": _DESCRIPTION},
+        "paths": paths,
+        "components": {
+            "schemas": _schemas(),
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+        },
+    }
+
+
+def gateway_openapi_json() -> str:
+    """Render the spec as ``docs/gateway-openapi.json`` holds it (2-space indent, final newline)."""
+    return json.dumps(build_gateway_openapi(), indent=2, ensure_ascii=False) + "\n"
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.stdout.write(gateway_openapi_json())
