@@ -15,6 +15,9 @@ from typing import Any
 
 from fulmen.adapter.transitions import AttemptRecords
 from fulmen.errors import ConfigError
+from fulmen.gateway.capture import RESPONSES
+from fulmen.gateway.errors import BadRequest
+from fulmen.gateway.responses import assistant_message, chat_request
 from fulmen.types import LLMCall
 from fulmen.types.transitions import Transition
 
@@ -39,7 +42,7 @@ def sft_rows(
     min_reward: float | None = None,
     last_call_only: bool = False,
 ) -> list[Row]:
-    """One conversation per chat call: the request's messages plus the assistant's reply.
+    """One conversation per chat or Responses call: the request's messages plus the reply.
 
     Attempts whose final reward is below ``min_reward`` (or missing, when a minimum is set) are
     left out, which turns this into rejection-sampling data. Calls that failed or have no
@@ -139,16 +142,29 @@ def _parquet_value(value: Any) -> Any:
 
 
 def _conversation(call: LLMCall) -> list[Any] | None:
-    messages = call.request.get("messages")
+    messages = _messages(call)
     reply = _reply(call)
-    if not isinstance(messages, list) or reply is None or call.error is not None:
+    if messages is None or reply is None or call.error is not None:
         return None
     return [*messages, reply]
+
+
+def _messages(call: LLMCall) -> list[Any] | None:
+    """Return a call's chat messages (for a Responses call, the ones the engine was sent)."""
+    if call.endpoint == RESPONSES:
+        try:
+            return chat_request(call.request)["messages"]
+        except BadRequest:
+            return None
+    messages = call.request.get("messages")
+    return messages if isinstance(messages, list) else None
 
 
 def _reply(call: LLMCall) -> dict[str, Any] | None:
     """Return the assistant message of choice 0, from the response or the recorded text."""
     response = call.response or {}
+    if call.endpoint == RESPONSES:
+        return assistant_message(response)
     choices = response.get("choices")
     if isinstance(choices, list) and choices and isinstance(choices[0], dict):
         message = choices[0].get("message")

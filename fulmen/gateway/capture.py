@@ -17,6 +17,7 @@ from fulmen.types import LLMCallCreate, LLMChoice
 __all__ = [
     "CHAT",
     "COMPLETIONS",
+    "RESPONSES",
     "TOKEN_ENDPOINTS",
     "Asked",
     "Exchange",
@@ -30,6 +31,7 @@ __all__ = [
 
 CHAT = "chat/completions"
 COMPLETIONS = "completions"
+RESPONSES = "responses"
 # Endpoints whose replies carry token ids when asked; others are recorded as text only.
 TOKEN_ENDPOINTS = frozenset({CHAT, COMPLETIONS})
 

@@ -24,6 +24,7 @@ from starlette.responses import Response, StreamingResponse
 from fulmen.errors import FulmenError
 from fulmen.gateway.capture import (
     CHAT,
+    RESPONSES,
     TOKEN_ENDPOINTS,
     Asked,
     Exchange,
@@ -45,12 +46,11 @@ from fulmen.gateway.upstreams import Upstream, UpstreamPool
 from fulmen.store.base import Store
 from fulmen.types.records import AGENT_NAME_HEADER
 
-__all__ = ["RECORDED_ENDPOINTS", "RESPONSES", "Gateway"]
+__all__ = ["RECORDED_ENDPOINTS", "Gateway"]
 
 _log = logging.getLogger(__name__)
 
 # POST endpoints that are model calls and get a record; others are forwarded unrecorded.
-RESPONSES = "responses"
 RECORDED_ENDPOINTS = TOKEN_ENDPOINTS | {RESPONSES}
 
 

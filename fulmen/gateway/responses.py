@@ -29,6 +29,7 @@ from fulmen.gateway.errors import BadRequest
 __all__ = [
     "LOGPROBS_INCLUDE",
     "ResponseIds",
+    "assistant_message",
     "chat_request",
     "function_call_item",
     "message_item",
@@ -341,3 +342,29 @@ def response_object(
         "top_p": request.get("top_p"),
         "truncation": request.get("truncation") or "disabled",
     }
+
+
+def assistant_message(response: Mapping[str, Any]) -> dict[str, Any] | None:
+    """Return a Responses object's output as one chat assistant message (text and tool calls).
+
+    The inverse of what ``response_from_chat`` builds, for readers of records that speak chat
+    (SFT export); ``None`` when the output holds neither text nor a function call.
+    """
+    texts: list[str] = []
+    calls: list[dict[str, Any]] = []
+    for value in as_array(response.get("output")):
+        item = as_object(value) or {}
+        if item.get("type") == "message":
+            for part in as_array(item.get("content")):
+                text = (as_object(part) or {}).get("text")
+                if isinstance(text, str):
+                    texts.append(text)
+        elif item.get("type") == "function_call":
+            function = {"name": item.get("name"), "arguments": item.get("arguments")}
+            calls.append({"id": item.get("call_id"), "type": "function", "function": function})
+    if not texts and not calls:
+        return None
+    message: dict[str, Any] = {"role": "assistant", "content": "".join(texts) or None}
+    if calls:
+        message["tool_calls"] = calls
+    return message

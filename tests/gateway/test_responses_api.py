@@ -13,6 +13,8 @@ from typing import Any
 import openai
 import pytest
 
+from fulmen.adapter.export import sft_rows
+from fulmen.adapter.transitions import AttemptRecords
 from fulmen.gateway import GatewayConfig
 from tests.gateway.conftest import Running, SpyStore, gateway_over, new_attempt
 from tests.gateway.scripted_upstream import Reply, Script, encode, logprob_of, render_chat
@@ -213,3 +215,25 @@ async def test_engine_failure_mid_stream_ends_with_response_failed(gw: Running) 
     assert events[-1].response.status == "failed"
     (call,) = await gw.calls(rollout_id)
     assert call.error is not None and not call.is_token_level
+
+
+async def test_sft_export_reads_responses_records_as_chat(gw: Running) -> None:
+    rollout_id, attempt_id = await new_attempt(gw.store)
+    gw.script.replies.extend([Reply(tool_calls=[("add", {"a": 2, "b": 2})]), Reply(content="4")])
+    history: list[Any] = [{"role": "user", "content": "What is 2+2?"}]
+    async with client_for(gw, rollout_id, attempt_id) as client:
+        first = await client.responses.create(model="tiny-model", input=history, tools=[ADD_TOOL])
+        (item,) = first.output
+        history += [item.model_dump(exclude_none=True)]
+        history += [{"type": "function_call_output", "call_id": item.call_id, "output": "4"}]
+        await client.responses.create(model="tiny-model", input=history, tools=[ADD_TOOL])
+    calls = await gw.calls(rollout_id)
+    rows = sft_rows([AttemptRecords(rollout_id, attempt_id, None, calls, [])])
+    assert [len(r["messages"]) for r in rows] == [2, 4]
+    # The conversation is what the engine saw, then what it answered.
+    assert rows[1]["messages"][:-1] == gw.script.requests[1]["messages"]
+    assert rows[0]["messages"][-1]["tool_calls"][0]["function"] == {
+        "name": "add",
+        "arguments": json.dumps({"a": 2, "b": 2}, sort_keys=True),
+    }
+    assert rows[1]["messages"][-1] == {"role": "assistant", "content": "4"}
