@@ -56,6 +56,7 @@ __all__ = ["Runner", "RunnerStats"]
 
 logger = logging.getLogger(__name__)
 
+_LOG_EVERY_S = 60.0  # while the store is away, one warning a minute per loop
 _STUCK_AGENT_S = 30.0  # after a stop, how long to wait for agents that ignore cancellation
 
 
@@ -415,6 +416,9 @@ class Runner:
             "concurrency": self.config.concurrency,
             "agent": self.target.spec,
         }
+        loop = asyncio.get_running_loop()
+        failing_since: float | None = None  # while beats fail, one warning a minute
+        logged_at = 0.0
         while not self._closing:
             await asyncio.sleep(self.config.heartbeat_interval)
             ids = list(self._running)
@@ -424,8 +428,20 @@ class Runner:
                     max(self.config.heartbeat_interval, 5.0),
                 )
             except Exception as exc:  # the next beat retries; the store may be restarting
-                logger.warning("heartbeat failed: %s: %s", type(exc).__name__, exc)
+                now = loop.time()
+                if failing_since is None or now - logged_at >= _LOG_EVERY_S:
+                    failing_since = now if failing_since is None else failing_since
+                    logged_at = now
+                    logger.warning(
+                        "heartbeats failing for %.0f s: %s: %s",
+                        now - failing_since,
+                        type(exc).__name__,
+                        exc,
+                    )
                 continue
+            if failing_since is not None:
+                logger.warning("heartbeats back after %.0f s", loop.time() - failing_since)
+                failing_since = None
             alive = set(worker.running_attempt_ids)
             for attempt_id in ids:
                 running = self._running.get(attempt_id)

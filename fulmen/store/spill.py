@@ -15,6 +15,7 @@ One consumer takes batches (one at a time); any thread may append.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import tempfile
@@ -84,6 +85,7 @@ class SpillQueue(Generic[T, R]):
         self._staged: list[T] = []  # overflow not yet written to the file
         self._path: Path | None = None
         self._writer: IO[bytes] | None = None
+        self._made_directory = False
         self._read_pos = 0  # offset of the first record not yet taken
         self._ack_pos = 0  # offset of the first record not yet acknowledged
         self._file_items = 0  # records in the file not yet acknowledged
@@ -195,6 +197,8 @@ class SpillQueue(Generic[T, R]):
 
     def _open_writer(self) -> IO[bytes]:
         if self._writer is None:
+            if self._directory is None:
+                self._made_directory = True  # removed again once its file is replayed
             directory = self._directory or Path(tempfile.mkdtemp(prefix="fulmen-spill-"))
             directory.mkdir(parents=True, exist_ok=True)
             self._directory = directory
@@ -226,5 +230,10 @@ class SpillQueue(Generic[T, R]):
         if self._path is not None:
             self._path.unlink(missing_ok=True)
             logger.warning("spill file %s replayed to the store and deleted", self._path)
+            if self._made_directory:
+                with contextlib.suppress(OSError):
+                    self._path.parent.rmdir()
+                self._directory = None
+                self._made_directory = False
             self._path = None
         self._read_pos = self._ack_pos = 0

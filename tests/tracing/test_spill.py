@@ -126,3 +126,17 @@ async def test_retry_call_gives_up_after_its_deadline() -> None:
             failing, backoff=Backoff(initial=0.01, maximum=0.02, deadline=0.3), what="test"
         )
     assert calls > 3
+
+
+def test_a_temporary_spill_directory_is_removed_after_replay() -> None:
+    queue: SpillQueue[int, int] = SpillQueue(
+        encode=lambda n: str(n).encode(), decode=int, max_in_memory=1, spill_batch=1
+    )
+    queue.append([1, 2])
+    path = queue.path
+    assert path is not None and path.exists()
+    for expected in ([1], [2]):
+        batch = queue.take(10)
+        assert batch.memory + batch.records == expected
+        queue.ack(batch)
+    assert queue.path is None and not path.parent.exists()
