@@ -10,6 +10,7 @@ The largest difference measured on this CPU machine, float32: see ``TOLERANCE``.
 from __future__ import annotations
 
 import asyncio
+import math
 import shutil
 import warnings
 from pathlib import Path
@@ -149,3 +150,36 @@ def test_recorded_logprobs_match_the_trainer_across_a_lora_hot_load(
         asyncio.run(engine.unload_adapter(name))
     print(f"{_engine_kind(engine)} temperature={temperature} max |engine - trainer|: {measured}")
     assert max(measured.values()) < tolerance, measured
+
+
+# top_p 1e-6 keeps only the most likely token (the tiny model's distribution is nearly flat,
+# so any larger top_p keeps more tokens than top_logprobs can show).
+@pytest.mark.parametrize(("truncation", "size"), [({"top_k": 2}, 2), ({"top_p": 1e-6}, 1)])
+def test_recorded_logprobs_are_renormalized_over_the_top_k_top_p_set(
+    engine: EngineProcess, truncation: dict[str, float], size: int
+) -> None:
+    """Truncation is applied and recorded: the kept tokens' probabilities sum to 1.
+
+    (The trainer cannot reproduce such a set, so ``train_sampling`` refuses these fields.)
+    """
+    response = httpx.post(
+        f"{engine.base_url}/chat/completions",
+        json={
+            "model": "tiny",
+            "messages": PROMPTS[0],
+            "temperature": 0.8,
+            "seed": 3,
+            "max_tokens": 12,
+            "ignore_eos": True,
+            "logprobs": True,
+            "top_logprobs": 5,
+            **truncation,
+        },
+        timeout=120,
+    )
+    assert response.status_code == 200, response.text
+    for entry in response.json()["choices"][0]["logprobs"]["content"]:
+        kept = [t for t in entry["top_logprobs"] if t["logprob"] > -1000]
+        assert entry["token"] in [t["token"] for t in kept]
+        assert len(kept) == size
+        assert sum(math.exp(t["logprob"]) for t in kept) == pytest.approx(1.0, abs=1e-4)
