@@ -19,6 +19,7 @@ from urllib.parse import quote
 import httpx
 from pydantic import TypeAdapter
 
+from fulmen.store.arguments import check_arguments
 from fulmen.store.base import Capabilities, ReconcileReport
 from fulmen.store.clock import new_id
 from fulmen.store.session import StoreSession
@@ -167,6 +168,8 @@ class StoreClient:
         if status is not UNSET:
             fields["status"] = status
         if metadata is not UNSET:
+            # JSON serialization would turn a NaN into null: refuse it here, as the server would.
+            check_arguments(metadata=metadata)
             fields["metadata"] = metadata
         path = f"/v1/rollouts/{_segment(rollout_id)}"
 
@@ -265,6 +268,7 @@ class StoreClient:
         metadata: dict[str, JsonValue] | None = None,
     ) -> Worker:
         """See ``Store.heartbeat``."""
+        check_arguments(metadata=metadata)  # a NaN would be sent as null
         request = HeartbeatRequest.model_construct(
             worker_id=worker_id, attempt_ids=list(attempt_ids), metadata=metadata
         )

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from fulmen.errors import Conflict, InvalidRequest, NotFound
+from fulmen.store.arguments import check_arguments
 from fulmen.store.base import Capabilities, ReconcileReport
 from fulmen.store.clock import new_id, utc_now
 from fulmen.store.lifecycle import (
@@ -145,6 +146,7 @@ class MemoryStore:
         """See ``Store.claim``."""
         if limit < 1:
             raise InvalidRequest(f"limit must be at least 1, got {limit}")
+        check_arguments(worker_id=worker_id, claim_id=claim_id)
         async with self._lock:
             self._check_open()
             if claim_id is not None and claim_id in self._claims:
@@ -208,6 +210,8 @@ class MemoryStore:
         metadata: dict[str, JsonValue] | Unset = UNSET,
     ) -> Rollout:
         """See ``Store.update_rollout``."""
+        if metadata is not UNSET:
+            check_arguments(metadata=metadata)
         async with self._lock:
             self._check_open()
             rollout = self._get_rollout(rollout_id)
@@ -244,6 +248,8 @@ class MemoryStore:
         error: str | Unset | None = UNSET,
     ) -> Attempt:
         """See ``Store.update_attempt``."""
+        if error is not UNSET:
+            check_arguments(error=error)
         async with self._lock:
             self._check_open()
             attempt = self._get_attempt(attempt_id)
@@ -279,6 +285,7 @@ class MemoryStore:
         metadata: dict[str, JsonValue] | None = None,
     ) -> Worker:
         """See ``Store.heartbeat``."""
+        check_arguments(worker_id=worker_id, attempt_ids=attempt_ids, metadata=metadata)
         async with self._lock:
             self._check_open()
             now = utc_now()

@@ -705,3 +705,25 @@ async def test_out_of_range_arguments_are_never_a_server_error(store: Store) -> 
         except (NotFound, InvalidRequest):
             continue
         assert not getattr(result, "items", None), result
+
+
+async def test_write_arguments_follow_the_wire_rules(store: Store) -> None:
+    """Plain arguments that reach a column are refused alike on every backend."""
+    with pytest.raises(InvalidRequest, match="worker_id"):
+        await store.claim("w\x00")
+    with pytest.raises(InvalidRequest, match="claim_id"):
+        await store.claim("w", claim_id="c" * 129)
+    with pytest.raises(InvalidRequest, match="attempt_ids"):
+        await store.heartbeat("w", attempt_ids=["a\x00"])
+    with pytest.raises(InvalidRequest, match="metadata"):
+        await store.heartbeat("w", metadata={"load": float("nan")})
+    await store.enqueue([rollout()])
+    rid, aid = await claim_one(store)
+    with pytest.raises(InvalidRequest, match="error"):
+        await store.update_attempt(aid, status=AttemptStatus.FAILED, error="boom\x00")
+    with pytest.raises(InvalidRequest, match="metadata"):
+        await store.update_rollout(rid, metadata={"x": float("inf")})
+    attempt = await store.get_attempt(aid)
+    assert (attempt.status, attempt.error) == (AttemptStatus.RUNNING, None)
+    assert (await store.get_rollout(rid)).metadata == {}
+    assert "w" not in {w.worker_id for w in await store.list_workers()}

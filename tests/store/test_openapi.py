@@ -56,3 +56,25 @@ def test_spec_is_well_formed() -> None:
     assert set(claim["responses"]) >= {"200", "401", "413", "422"}
     assert spec["paths"]["/v1/info"]["get"]["security"] == []
     json.dumps(spec)  # plain JSON all the way down
+
+
+def test_spec_states_what_the_server_enforces() -> None:
+    spec = build_openapi()
+    (version,) = spec["paths"]["/v1/resources/{version}"]["get"]["parameters"]
+    assert version["schema"] == {"type": "integer", "minimum": 1, "maximum": 2**31 - 1}
+    (rollout_id,) = spec["paths"]["/v1/rollouts/{rollout_id}"]["get"]["parameters"]
+    assert rollout_id["schema"]["maxLength"] == 128
+    assert rollout_id["schema"]["pattern"] == "^[^\\u0000]*$"
+    schemas = spec["components"]["schemas"]
+    # The discriminated union refuses a resource without ``kind``: the spec says so.
+    assert "kind" in schemas["LLMResource"]["required"]
+    assert "kind" in schemas["PromptTemplate"]["required"]
+    config = schemas["RolloutConfig"]["properties"]
+    assert config["heartbeat_timeout_s"]["type"] == "number"
+    assert "request_id" in schemas["ErrorBody"]["required"]
+    # Bodies name records that may not exist (enqueue with a resources version, spans of an
+    # unknown rollout): 404 is documented there, and 503 wherever the database is used.
+    for path, method in [("/v1/rollouts", "post"), ("/v1/spans", "post"), ("/v1/stats", "get")]:
+        responses = spec["paths"][path][method]["responses"]
+        assert "503" in responses
+        assert method == "get" or "404" in responses

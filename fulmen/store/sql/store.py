@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from fulmen.errors import ConfigError, InvalidRequest
+from fulmen.store.arguments import check_arguments
 from fulmen.store.base import Capabilities, ReconcileReport
 from fulmen.store.sql import expiry, queue, reads, records, workers
 from fulmen.store.sql.async_runner import AsyncEngineRunner
@@ -159,6 +160,7 @@ class SqlStore:
         """See ``Store.claim``."""
         if limit < 1:
             raise InvalidRequest(f"limit must be at least 1, got {limit}")
+        check_arguments(worker_id=worker_id, claim_id=claim_id)
         modes = list(modes) if modes is not None else None
         claims = await self._runner.write(
             queue.claim, self._dialect, worker_id, limit, modes, claim_id, small=limit <= _SMALL
@@ -177,6 +179,7 @@ class SqlStore:
         metadata: dict[str, JsonValue] | None = None,
     ) -> Worker:
         """See ``Store.heartbeat``."""
+        check_arguments(worker_id=worker_id, attempt_ids=attempt_ids, metadata=metadata)
         return await self._runner.write(
             workers.heartbeat,
             self._dialect,
@@ -194,6 +197,8 @@ class SqlStore:
         error: str | Unset | None = UNSET,
     ) -> Attempt:
         """See ``Store.update_attempt``."""
+        if error is not UNSET:
+            check_arguments(error=error)
         attempt, after = await self._runner.write(
             queue.update_attempt, self._dialect, attempt_id, status, error, small=True
         )
@@ -209,6 +214,8 @@ class SqlStore:
         metadata: dict[str, JsonValue] | Unset = UNSET,
     ) -> Rollout:
         """See ``Store.update_rollout``."""
+        if metadata is not UNSET:
+            check_arguments(metadata=metadata)
         rollout = await self._runner.write(
             queue.update_rollout, self._dialect, rollout_id, status, metadata, small=True
         )
