@@ -1,12 +1,16 @@
 """``/v1/responses`` through the gateway to the real engines (built-in and vLLM, tiny model).
 
 Both engines answer the translated chat request with token ids and logprobs, whole and
-streamed; the prompt the engine saw is exactly the one the equivalent chat call renders.
+streamed; the prompt the engine saw is exactly the one the equivalent chat call renders; a tool
+call the model itself generates (a trained adapter) comes back as a ``function_call`` item.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
 
 import openai
 import pytest
@@ -16,11 +20,12 @@ pytest.importorskip("torch")
 from fulmen.engines.launcher import EngineProcess
 from fulmen.gateway import GatewayConfig, create_app
 from fulmen.types import Mode
-from tests.engines.conftest import engine, tiny_dir
+from tests.engines.adapters import CALL_ARGUMENTS, MESSAGES, TOOLS
+from tests.engines.conftest import engine, tiny_dir, tool_adapter
 from tests.gateway.conftest import Running, SpyStore, add_sampling, new_attempt
 from tests.gateway.scripted_upstream import Script, serve_app
 
-__all__ = ["engine", "tiny_dir"]
+__all__ = ["engine", "tiny_dir", "tool_adapter"]
 
 pytestmark = pytest.mark.slow
 QUESTION = "Count: one two three"
@@ -75,3 +80,33 @@ async def test_responses_whole_and_streamed_are_token_level(egw: Running) -> Non
         assert choice.token_ids == chat_call.choices[0].token_ids
     assert whole.usage is not None
     assert whole.usage.output_tokens == len(whole_call.choices[0].token_ids or [])
+
+
+async def test_responses_tool_call_from_real_model_output(
+    engine: EngineProcess, tool_adapter: Path, egw: Running
+) -> None:
+    # An adapter trained to answer MESSAGES with a get_weather call: the engine parses the
+    # model's own output into tool calls, which come back as function_call items.
+    await engine.load_adapter("weather", str(tool_adapter))
+    (function,) = [t["function"] for t in TOOLS]
+    tools: list[Any] = [{"type": "function", **function}]
+    rollout_id, attempt_id = await new_attempt(egw.store)
+    client = openai.AsyncOpenAI(base_url=egw.base_url(rollout_id, attempt_id), api_key="x")
+    try:
+        async with client:
+            ask = {"model": "weather", "input": MESSAGES[0]["content"], "tools": tools}
+            whole = await client.responses.create(**ask, temperature=0, max_output_tokens=40)
+            stream = await client.responses.create(
+                **ask, temperature=0, max_output_tokens=40, stream=True
+            )
+            events = [event async for event in stream]
+    finally:
+        await engine.unload_adapter("weather")
+    final = events[-1].response
+    for response in (whole, final):
+        (item,) = [i for i in response.output if i.type == "function_call"]
+        assert item.name == "get_weather" and json.loads(item.arguments) == CALL_ARGUMENTS
+    calls = await egw.calls(rollout_id)
+    assert [(c.is_stream, c.is_token_level) for c in calls] == [(False, True), (True, True)]
+    assert [c.choices[0].finish_reason for c in calls] == ["tool_calls", "tool_calls"]
+    assert calls[0].choices[0].token_ids == calls[1].choices[0].token_ids
