@@ -93,7 +93,7 @@ def chat_request(body: Mapping[str, Any]) -> dict[str, Any]:
                 f"Responses field {key!r} needs a hosted Responses API; a token-level engine "
                 "serves stateless calls only (send the whole conversation as input)"
             )
-    out = {k: v for k, v in body.items() if k not in _DROPPED}
+    out = {k: v for k, v in body.items() if k not in _DROPPED and k not in _REFUSED}
     out["messages"] = _messages(body)
     tools = [_tool(t) for t in as_array(body.get("tools"))]
     if tools:

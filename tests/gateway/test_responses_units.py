@@ -39,6 +39,8 @@ def test_items_become_chat_messages_with_one_assistant_turn_per_reply() -> None:
         ],
         "temperature": 0.5,
         "store": False,
+        "background": False,
+        "previous_response_id": None,
         "metadata": {"k": "v"},
     }
     out = chat_request(body)
@@ -58,7 +60,7 @@ def test_items_become_chat_messages_with_one_assistant_turn_per_reply() -> None:
         {"role": "tool", "tool_call_id": "c2", "content": "two"},
     ]
     assert out["temperature"] == 0.5 and out["model"] == "m"
-    assert not {"input", "instructions", "store", "metadata"} & out.keys()
+    assert out.keys() == {"model", "messages", "temperature"}
 
 
 def test_tools_choice_format_and_logprobs_map_to_chat_fields() -> None:
