@@ -345,9 +345,16 @@ async def test_watchdog_finds_lost_attempts_and_heartbeats_keep_them(store: Stor
 
 async def test_reconcile_can_be_called_directly(store: Store) -> None:
     await store.enqueue([rollout(config=RolloutConfig(timeout_s=0.05))])
-    await claim_one(store)
+    _, attempt_id = await claim_one(store)
     await asyncio.sleep(0.1)
-    await store.reconcile()  # the watchdog may have been first; either way the attempt ended
+    report = await store.reconcile()
+    assert report.timed_out in ((), (attempt_id,))
+    # The watchdog may have been first, or be ending the attempt right now: a PostgreSQL pass
+    # skips rows another pass holds (SKIP LOCKED), and that pass commits a moment later.
+    deadline = time.monotonic() + 5.0
+    while (await store.get_attempt(attempt_id)).status is AttemptStatus.RUNNING:
+        assert time.monotonic() < deadline, "the timed-out attempt was never ended"
+        await asyncio.sleep(0.02)
     assert (await store.stats()).attempts[AttemptStatus.TIMEOUT] == 1
 
 
