@@ -6,7 +6,7 @@ vLLM's ``processed_logprobs`` mode, and it is the behaviour policy a trainer mus
 a trainer recomputing ``log_softmax(logits / temperature)`` of the same tokens gets the same
 numbers (a trainer cannot reproduce a truncated set, which is why fulmen's trainer refuses
 top-k / top-p for training rollouts). Greedy requests (temperature 0) sample from nothing; their
-logprobs are those of the unscaled, untruncated distribution, as in vLLM. Each sequence that
+logprobs are those of the unscaled, untruncated distribution. Each sequence that
 samples owns a ``torch.Generator`` seeded from the request's ``seed`` (plus the choice index),
 so seeded requests reproduce whatever else is in the batch.
 """
