@@ -5,9 +5,10 @@ An async agent shares the runner's event loop unless it is moved out: one that b
 heartbeats and the span sender; one that swallows ``CancelledError`` keeps running after its
 timeout. ``run_in_loop_thread`` gives each attempt a thread and an event loop of its own. The
 runner awaits a future that the thread completes; cancelling that await cancels the agent's task
-in its own loop and returns at once, whether or not the agent yields. An agent that does not
-yield is abandoned: its thread runs on unobserved until the agent returns, and whatever it
-returns or emits then is ignored (the runner drops later spans of a stopped attempt).
+in its own loop and returns within ``STOP_GRACE_S``, whether or not the agent yields. An agent
+that does not yield is abandoned: its thread runs on unobserved until the agent returns, and
+whatever it returns or emits then is ignored (the runner drops later spans of a stopped
+attempt).
 
 Measured against the alternatives (``benchmarks/runner_overhead.py``): see the README.
 """
@@ -20,9 +21,12 @@ import threading
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
-__all__ = ["run_in_loop_thread"]
+__all__ = ["STOP_GRACE_S", "run_in_loop_thread"]
 
 T = TypeVar("T")
+
+STOP_GRACE_S = 0.4
+"""How long a cancelled agent may take to stop before it is abandoned."""
 
 
 class _AgentThread:
@@ -56,21 +60,17 @@ async def run_in_loop_thread(
     """Run the coroutine ``make()`` in a new thread with its own event loop; return its result.
 
     Exceptions of the coroutine are raised here. Cancelling this call cancels the coroutine in
-    its loop and raises ``CancelledError`` at once, without waiting for the thread.
+    its loop, waits up to ``STOP_GRACE_S`` for it to finish (so a cooperative agent's last
+    spans, its root span included, are emitted before the attempt is closed), then raises
+    ``CancelledError`` whether or not the agent stopped.
     """
     caller = asyncio.get_running_loop()
-    outcome: asyncio.Future[T] = caller.create_future()
+    finished: asyncio.Future[tuple[Any, BaseException | None]] = caller.create_future()
     agent = _AgentThread()
 
-    def settle(result: T | None, error: BaseException | None) -> None:
-        if outcome.done():
-            return  # the caller stopped waiting (cancelled); the late outcome is ignored
-        if isinstance(error, asyncio.CancelledError):
-            outcome.cancel()
-        elif error is not None:
-            outcome.set_exception(error)
-        else:
-            outcome.set_result(result)  # type: ignore[arg-type]
+    def settle(result: Any, error: BaseException | None) -> None:
+        if not finished.done():
+            finished.set_result((result, error))
 
     async def body() -> T:
         task = asyncio.current_task()
@@ -91,7 +91,14 @@ async def run_in_loop_thread(
 
     threading.Thread(target=main, name=name, daemon=True).start()
     try:
-        return await outcome
+        result, error = await asyncio.shield(finished)
     except asyncio.CancelledError:
         agent.cancel()
+        with contextlib.suppress(asyncio.CancelledError):  # a second cancel ends the grace
+            await asyncio.wait({finished}, timeout=STOP_GRACE_S)
         raise
+    if isinstance(error, asyncio.CancelledError):
+        raise asyncio.CancelledError  # the agent cancelled itself
+    if error is not None:
+        raise error
+    return result

@@ -206,6 +206,7 @@ class Runner:
                 await asyncio.wait_for(exporter.aclose(), self.config.report_deadline_s)
             except TimeoutError:
                 logger.error("%d spans could not be stored before exit", exporter.pending)
+                await exporter.abandon()  # kept in the spill directory for the next runner
             provider.shutdown()
         return self.stats
 

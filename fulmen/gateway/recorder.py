@@ -62,7 +62,9 @@ class CallRecorder:
         flush_interval_s: longest time a record waits for its batch to fill.
         max_pending: records held in memory; while the store is away, more are spilled to a
             file in ``spill_dir`` and replayed when it is back.
-        close_timeout_s: how long ``aclose`` keeps retrying an unreachable store.
+        close_timeout_s: how long ``aclose`` keeps retrying an unreachable store; then what
+            is unsent stays in ``spill_dir`` (replayed by the next recorder started on it) or,
+            without one, is dropped and counted.
         spill_dir: where the spill file goes (default: a new temporary directory).
     """
 
@@ -94,6 +96,8 @@ class CallRecorder:
         self._task: asyncio.Task[None] | None = None
         self._closing = False
         self._closed = False
+        self._gave_up = False
+        self._keeps_unsent = spill_dir is not None
         self._last_error: str | None = None
         self._counted_unencodable = 0
         self.recorded = 0
@@ -109,6 +113,8 @@ class CallRecorder:
         """Start the background writer (call from inside the event loop that serves requests)."""
         if self._closed or self._task is not None:
             raise GatewayError("a CallRecorder starts once and cannot be reused after aclose()")
+        # Records a gateway that died (or closed while the store was away) left go out first.
+        self._queue.adopt_orphans()
         self._task = asyncio.get_running_loop().create_task(self._run(), name="call-recorder")
 
     def record(self, call: LLMCallCreate | Exchange) -> None:
@@ -165,7 +171,7 @@ class CallRecorder:
             self._wakeup.clear()
             self._queue.persist()
             await self._drain()
-            if self._closing and not len(self._queue):
+            if self._closing and (self._gave_up or not len(self._queue)):
                 return
 
     async def _drain(self) -> None:
@@ -186,6 +192,15 @@ class CallRecorder:
             batch = built + taken.records
             try:
                 refused = await self._write_with_retries(batch, deadline) if batch else 0
+            except _KeptForLater:
+                self._queue.requeue(taken)
+                self._gave_up = True  # aclose leaves the rest in the spill file
+                _log.error(
+                    "store unreachable at close: %d call records kept in %s for the next gateway",
+                    len(self._queue),
+                    self._queue.path or "the spill directory",
+                )
+                return
             except BaseException:
                 self._queue.requeue(taken)
                 raise
@@ -209,6 +224,8 @@ class CallRecorder:
                 self._last_error = f"store unreachable: {exc}"
                 loop = asyncio.get_running_loop()
                 if deadline is not None and loop.time() + delay > deadline:
+                    if self._keeps_unsent:
+                        raise _KeptForLater from exc
                     _log.error("store unreachable at close: dropped %d call records", len(batch))
                     return len(batch)
                 _log.warning("store write failed (%s); retrying in %.2fs", exc, delay)
@@ -236,6 +253,10 @@ class CallRecorder:
             self.stored += stored
             self.dropped += dropped
             self._progress.notify_all()
+
+
+class _KeptForLater(Exception):
+    """The store stayed away until the close deadline; unsent records stay in the spill file."""
 
 
 def _is_outage(exc: BaseException) -> bool:

@@ -16,6 +16,7 @@ One consumer takes batches (one at a time); any thread may append.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import logging
 import os
 import tempfile
@@ -78,6 +79,7 @@ class SpillQueue(Generic[T, R]):
         self._decode = decode
         self._max = max_in_memory
         self._directory = directory
+        self._keeps_files = directory is not None  # unsent items outlive the process there
         self._name = name
         self._spill_batch = spill_batch
         self._lock = threading.Lock()
@@ -164,16 +166,92 @@ class SpillQueue(Generic[T, R]):
                 self._taken_from_file = 0
 
     def close(self) -> None:
-        """Write pending overflow and close the file; a non-empty file is kept on disk."""
+        """Close the queue, keeping what was not stored when that can be picked up later.
+
+        With a ``directory`` given, every unsent item (those in memory first, in order) is left
+        in the spill file, for ``adopt_orphans`` of the next process that uses the directory.
+        Without one, the overflow file is kept but nothing adopts it; items in memory are lost.
+        """
         with self._lock:
-            self._write_staged()
+            if self._keeps_files and (self._memory or self._staged or self._file_items):
+                self._rewrite_memory_first()
+            else:
+                self._write_staged()
             if self._writer is not None:
                 self._writer.close()
                 self._writer = None
             if self._path is not None and self._file_items:
                 logger.error("%d records left unsent in %s", self._file_items, self._path)
 
+    def adopt_orphans(self) -> int:
+        """Take over the spill files nobody holds in ``directory`` (same ``name``).
+
+        A queue holds a lock on its file while it lives; files of processes that died, or of
+        queues that closed while the store was away, are orphans.
+
+        Their records come out before anything queued here, oldest file first. Each file is
+        claimed by renaming it, so two processes starting together never both replay it.
+        Call before queueing anything; returns how many records were adopted.
+        """
+        directory = self._directory
+        if not self._keeps_files or directory is None or not directory.is_dir():
+            return 0
+        with self._lock:
+            if self._path is not None or self._memory or self._staged:
+                raise RuntimeError("adopt_orphans must run before anything is queued")
+            orphans = [p for p in directory.glob(f"{self._name}-*.jsonl") if _is_orphan(p)]
+            adopted = 0
+            for orphan in sorted(orphans, key=lambda p: p.stat().st_mtime):
+                claimed = orphan.with_name(f".{orphan.name}.adopted-{os.getpid()}")
+                try:
+                    orphan.rename(claimed)
+                except OSError:
+                    continue  # another process claimed it first
+                data = claimed.read_bytes()
+                complete = data[: data.rfind(b"\n") + 1]  # a line cut short by a crash is lost
+                writer = self._open_writer()
+                writer.write(complete)
+                writer.flush()
+                os.fsync(writer.fileno())
+                self._file_items += complete.count(b"\n")
+                adopted += complete.count(b"\n")
+                claimed.unlink()
+            if adopted:
+                logger.warning("replaying %d records spilled by earlier processes", adopted)
+            return adopted
+
     # -- the file (under the lock) --------------------------------------------------------------
+
+    def _rewrite_memory_first(self) -> None:
+        """Leave every unsent item in the spill file: memory, then the file's rest, then staged."""
+        head = [line for line in map(self._encode, self._memory) if line is not None]
+        tail = [line for line in map(self._encode, self._staged) if line is not None]
+        rest = b""
+        if self._path is not None:
+            if self._writer is not None:
+                self._writer.close()
+                self._writer = None
+            with self._path.open("rb") as reader:
+                reader.seek(self._ack_pos)
+                rest = reader.read()
+                rest = rest[: rest.rfind(b"\n") + 1]
+        if self._path is None:
+            self._open_writer().close()
+            self._writer = None
+        path = self._path
+        if path is None:
+            raise RuntimeError("the spill file could not be created")
+        temporary = path.with_name(f".{path.name}.tmp")
+        with temporary.open("wb") as out:
+            out.write(b"".join(line + b"\n" for line in head) + rest)
+            out.write(b"".join(line + b"\n" for line in tail))
+            out.flush()
+            os.fsync(out.fileno())
+        temporary.replace(path)
+        self._memory.clear()
+        self._staged.clear()
+        self._file_items = len(head) + rest.count(b"\n") + len(tail)
+        self._read_pos = self._ack_pos = 0
 
     def _write_staged(self) -> None:
         if not self._staged:
@@ -204,6 +282,8 @@ class SpillQueue(Generic[T, R]):
             self._directory = directory
             self._path = directory / f"{self._name}-{os.getpid()}-{uuid.uuid4().hex[:8]}.jsonl"
             self._writer = self._path.open("ab")
+            # Held while this queue owns the file; a file nobody holds is an orphan to adopt.
+            fcntl.flock(self._writer.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
             self._read_pos = self._ack_pos = 0
             logger.warning("store unreachable: spilling records to %s", self._path)
         return self._writer
@@ -237,3 +317,15 @@ class SpillQueue(Generic[T, R]):
                 self._made_directory = False
             self._path = None
         self._read_pos = self._ack_pos = 0
+
+
+def _is_orphan(path: Path) -> bool:
+    """Whether no live queue holds the spill file ``path`` (its owner died or closed it)."""
+    try:
+        with path.open("rb") as probe:
+            fcntl.flock(probe.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False  # its owner is alive and holds it
+    except OSError:
+        return False  # gone meanwhile
+    return True

@@ -194,6 +194,8 @@ class StoreSpanExporter(SpanExporter):
         self._loop_thread = threading.get_ident()
         self._send_lock = asyncio.Lock()
         self._wake = asyncio.Event()
+        # Spans a runner that died left in the spill directory go out first.
+        self._queue.adopt_orphans()
         self._task = self._loop.create_task(self._run(), name="fulmen-span-sender")
 
     @property
@@ -244,6 +246,17 @@ class StoreSpanExporter(SpanExporter):
             else:
                 out.append(converted)
         return out
+
+    async def abandon(self) -> None:
+        """Give up sending because the store stayed away at exit.
+
+        With a spill directory, what is queued stays in the spill file for the next exporter
+        that uses the directory (``SpillQueue.adopt_orphans``).
+        """
+        self._closed = True
+        if self._task is not None:
+            await cancel_and_wait(self._task)  # a batch in flight goes back to the queue
+        self._queue.close()
 
     async def aclose(self) -> None:
         """Stop the sender task and store what is still queued."""

@@ -101,3 +101,29 @@ async def test_a_late_reward_never_changes_a_timed_out_attempt(store: Store) -> 
         spans = (await store.query_spans(rollout_id, limit=10_000)).items
         assert rewards_from_spans(spans) == {}  # the late reward never reached the store
     assert (await store.get_rollout(ids[2])).status is RolloutStatus.SUCCEEDED
+
+
+async def test_a_cooperative_agent_stopped_at_its_timeout_keeps_its_spans(store: Store) -> None:
+    from fulmen.tracing import operation, semconv
+
+    finished = threading.Semaphore(0)
+
+    @rollout
+    async def agent(task: Any) -> float:
+        try:
+            with operation("waiting"):
+                await asyncio.sleep(60)
+            return 1.0
+        finally:
+            finished.release()
+
+    (rollout_id,) = await _enqueue(store, {"kind": "cooperative"})
+    stats = await asyncio.wait_for(Runner(store, agent, **FAST).run(max_rollouts=1), 30)
+    assert stats.timed_out + stats.ended_by_store == 1
+    assert finished.acquire(timeout=0)  # it had stopped before the runner moved on
+    spans = (await store.query_spans(rollout_id, limit=100)).items
+    # the spans it ended while stopping are stored: its work and its root, marked cancelled
+    assert sorted(s.name for s in spans) == sorted([semconv.SPAN_ROLLOUT, "waiting"])
+    root = next(s for s in spans if s.name == semconv.SPAN_ROLLOUT)
+    assert root.status.message == "cancelled"
+    assert rewards_from_spans(spans) == {}

@@ -185,3 +185,26 @@ async def test_a_long_outage_spills_to_disk_and_loses_nothing(
     assert (recorder.stored, recorder.dropped) == (2_000, 0)
     assert list(tmp_path.iterdir()) == []  # replayed and deleted
     await recorder.aclose()
+
+
+async def test_records_unsent_at_close_are_replayed_by_the_next_recorder(
+    store: SpyStore, tmp_path: Path
+) -> None:
+    away = AwayStore(store._inner)
+    first = CallRecorder(
+        away, flush_interval_s=0.01, max_pending=5, close_timeout_s=0.3, spill_dir=tmp_path
+    )
+    first.start()
+    for i in range(20):
+        first.record(call(i))
+    await asyncio.wait_for(first.aclose(), 10)  # the store stayed away until the deadline
+    assert first.dropped == 0  # kept, not dropped: a spill directory was given
+    (kept,) = tmp_path.iterdir()
+    assert len(kept.read_bytes().splitlines()) == 20
+    second = CallRecorder(store, flush_interval_s=0.01, spill_dir=tmp_path)  # store is back
+    second.start()
+    second.record(call(20))
+    assert (await asyncio.wait_for(second.flush(), 10)).is_complete
+    await second.aclose()
+    assert [c.call_id for c in store.added] == [f"c{i}" for i in range(21)]  # once, in order
+    assert list(tmp_path.iterdir()) == []

@@ -140,3 +140,28 @@ def test_a_temporary_spill_directory_is_removed_after_replay() -> None:
         assert batch.memory + batch.records == expected
         queue.ack(batch)
     assert queue.path is None and not path.parent.exists()
+
+
+async def test_spans_left_at_exit_are_replayed_by_the_next_exporter(
+    store: Store, tmp_path: Path
+) -> None:
+    (claim,) = await claim_many(store, 1)
+    away = AwayStore(store)
+    first = StoreSpanExporter(away, interval=0.01, max_in_memory=4, spill_dir=tmp_path)  # type: ignore[arg-type]
+    first.start()
+    tracer = provider_tracer(create_provider(first))
+    with rollout_scope(tracer, claim.rollout.rollout_id, claim.attempt.attempt_id):
+        for i in range(10):
+            with operation(f"step-{i}"):
+                pass
+    await asyncio.sleep(0.2)  # the sender takes a batch and keeps failing to store it
+    assert away.failed_writes > 0
+    await first.abandon()  # the runner's exit deadline passed with the store away
+    assert first.queue.path is not None and first.queue.path.exists()
+    second = StoreSpanExporter(store, interval=0.01, spill_dir=tmp_path)
+    second.start()  # adopts the file nobody holds any more
+    await asyncio.wait_for(second.flush(), 10)
+    await second.aclose()
+    stored = (await store.query_spans(claim.rollout.rollout_id, limit=100)).items
+    assert [s.name for s in stored][:10] == [f"step-{i}" for i in range(10)]
+    assert len(stored) == 11 and list(tmp_path.iterdir()) == []

@@ -3,10 +3,14 @@ reach it with the token, end to end (real store service, real engine with the ti
 
 from __future__ import annotations
 
+import asyncio
 import os
+import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import IO
 
 import pytest
 
@@ -15,7 +19,6 @@ from fulmen.store import open_store
 from fulmen.store.reading import read_llm_calls
 from fulmen.trainer.metrics import read_metrics
 from fulmen.types import RolloutQuery, RolloutStatus
-from tests.store.http_server import ServerProcess
 
 pytest.importorskip("torch")
 pytest.importorskip("openai")
@@ -26,15 +29,16 @@ TOKEN = "train-secret"
 
 @pytest.mark.slow
 async def test_train_with_a_token_protected_store(tmp_path: Path) -> None:
-    server = ServerProcess(
-        f"sqlite:///{tmp_path / 'shared.db'}", tmp_path / "store.log", token=TOKEN
-    )
+    log = tmp_path / "store.log"
+    with log.open("ab") as err:
+        server = _serve(tmp_path / "shared.db", err)
     try:
+        url = await _served_url(log, server)
         env = {k: v for k, v in os.environ.items() if not k.startswith("FULMEN_")}
         env["FULMEN_STORE_TOKEN"] = TOKEN  # the token from the environment; the URL by flag
         result = subprocess.run(
             [sys.executable, "-m", "fulmen", "train", str(REPO / "examples/toy/config.yaml"),
-             "--store", server.url, "--set", f"run_dir={tmp_path / 'run'}",
+             "--store", url, "--set", f"run_dir={tmp_path / 'run'}",
              "--set", "algorithm.steps=2", "--set", "algorithm.tasks_per_step=2",
              "--set", "algorithm.group_size=2", "--set", "validation=null",
              "--set", "data.val=null", "--set", "rollouts.concurrency=4"],
@@ -46,9 +50,9 @@ async def test_train_with_a_token_protected_store(tmp_path: Path) -> None:
         assert len(steps) >= 2
         assert not (tmp_path / "run" / "store.db").exists()  # the external store was used
         with pytest.raises(Unauthorized):
-            async with open_store(server.url) as anonymous:
+            async with open_store(url) as anonymous:
                 await anonymous.query_rollouts(RolloutQuery())
-        async with open_store(server.url, token=TOKEN) as store:
+        async with open_store(url, token=TOKEN) as store:
             done = (await store.query_rollouts(RolloutQuery(limit=100))).items
             succeeded = [r for r in done if r.status is RolloutStatus.SUCCEEDED]
             assert len(succeeded) >= 4  # at least 2 steps x 2 tasks x 2 rollouts
@@ -56,4 +60,26 @@ async def test_train_with_a_token_protected_store(tmp_path: Path) -> None:
                 (call,) = await read_llm_calls(store, rollout.rollout_id)
                 assert call.prompt_token_ids and call.choices[0].token_ids
     finally:
-        server.stop()
+        server.send_signal(signal.SIGTERM)
+        server.wait(15)
+
+
+def _serve(db: Path, err: IO[bytes]) -> subprocess.Popen[bytes]:
+    """Start ``fulmen store serve --token`` on a free port, its log into ``err``."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "fulmen", "store", "serve", "--db", str(db), "--port", "0",
+         "--token", TOKEN],
+        env={k: v for k, v in os.environ.items() if not k.startswith("FULMEN_")},
+        stdout=subprocess.DEVNULL, stderr=err,
+    )  # fmt: skip
+
+
+async def _served_url(log: Path, server: subprocess.Popen[bytes]) -> str:
+    """Wait for ``fulmen store serve`` to log the address it listens on."""
+    for _ in range(600):
+        match = re.search(r"at (http://127\.0\.0\.1:\d+)", log.read_text(errors="replace"))
+        if match:
+            return match.group(1)
+        assert server.poll() is None, log.read_text()
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"the store did not start:\n{log.read_text()}")
