@@ -1,27 +1,30 @@
-"""Running an async agent in a thread with its own event loop, so it cannot freeze the runner.
+"""Running async agents in threads with their own event loops, so they cannot freeze the runner.
 
 An async agent shares the runner's event loop unless it is moved out: one that blocks (a
 ``time.sleep`` inside ``async def``, a CPU-bound loop) stops every other rollout, the
 heartbeats and the span sender; one that swallows ``CancelledError`` keeps running after its
-timeout. ``run_in_loop_thread`` gives each attempt a thread and an event loop of its own. The
-runner awaits a future that the thread completes; cancelling that await cancels the agent's task
-in its own loop and returns within ``STOP_GRACE_S``, whether or not the agent yields. An agent
-that does not yield is abandoned: its thread runs on unobserved until the agent returns, and
-whatever it returns or emits then is ignored (the runner drops later spans of a stopped
-attempt).
+timeout. ``LoopThreads.run`` runs each attempt's coroutine in a fresh event loop on a thread of
+its own. The runner awaits a future that the thread completes; cancelling that await cancels
+the agent's task in its own loop and returns within ``STOP_GRACE_S``, whether or not the agent
+yields. An agent that does not yield is abandoned: its thread runs on unobserved until the
+agent returns, and whatever it returns or emits then is ignored (the runner drops later spans
+of a stopped attempt); the thread then serves later attempts again.
 
-Measured against the alternatives (``benchmarks/runner_overhead.py``): see the README.
+Threads are kept and reused: starting a thread blocks the caller until the new thread runs,
+which cost the runner's loop more than the rest of a no-op rollout (``runner_overhead.py``).
+Each attempt still gets a new event loop, so nothing an agent leaves behind reaches the next.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import queue
 import threading
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
-__all__ = ["STOP_GRACE_S", "run_in_loop_thread"]
+__all__ = ["STOP_GRACE_S", "LoopThreads"]
 
 T = TypeVar("T")
 
@@ -29,23 +32,54 @@ STOP_GRACE_S = 0.4
 """How long a cancelled agent may take to stop before it is abandoned."""
 
 
-class _AgentThread:
-    """The thread, its loop and its one task; ``cancel`` may be called from any thread."""
+class _Job:
+    """One coroutine to run in a worker thread, and the way back to the caller's loop."""
 
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        make: Callable[[], Coroutine[Any, Any, Any]],
+        caller: asyncio.AbstractEventLoop,
+        finished: asyncio.Future[tuple[Any, BaseException | None]],
+    ) -> None:
+        self._make = make
+        self._caller = caller
+        self._finished = finished
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._task: asyncio.Task[Any] | None = None
         self._is_cancelled = False
 
-    def started(self, loop: asyncio.AbstractEventLoop, task: asyncio.Task[Any]) -> bool:
-        """Record the agent's loop and task; ``False`` when a cancel came first."""
+    def run(self, on_done: Callable[[], None]) -> None:
+        """Run the coroutine to its end in a new event loop (in the worker thread).
+
+        ``on_done`` is called before the caller learns the outcome, so a thread that marks
+        itself idle there is reused by the caller's next job.
+        """
+        result: Any = None
+        error: BaseException | None = None
+        try:
+            with asyncio.Runner() as runner:
+                result = runner.run(self._body())
+        except BaseException as exc:  # handed to the caller's loop
+            error = exc
+        on_done()
+        with contextlib.suppress(RuntimeError):  # the caller's loop already closed
+            self._caller.call_soon_threadsafe(self._settle, result, error)
+
+    async def _body(self) -> Any:
+        task = asyncio.current_task()
         with self._lock:
-            self._loop, self._task = loop, task
-            return not self._is_cancelled
+            self._loop, self._task = asyncio.get_running_loop(), task
+            if self._is_cancelled or task is None:
+                raise asyncio.CancelledError  # stopped before it started
+        return await self._make()
+
+    def _settle(self, result: Any, error: BaseException | None) -> None:
+        if not self._finished.done():
+            self._finished.set_result((result, error))
 
     def cancel(self) -> None:
-        """Cancel the agent's task in its own loop (or before it starts)."""
+        """Cancel the coroutine in its own loop (or before it starts); any thread."""
         with self._lock:
             self._is_cancelled = True
             loop, task = self._loop, self._task
@@ -54,51 +88,76 @@ class _AgentThread:
                 loop.call_soon_threadsafe(task.cancel)
 
 
-async def run_in_loop_thread(
-    make: Callable[[], Coroutine[Any, Any, T]], *, name: str = "fulmen-agent"
-) -> T:
-    """Run the coroutine ``make()`` in a new thread with its own event loop; return its result.
+class LoopThreads:
+    """Worker threads that run one coroutine at a time each, in a fresh event loop per run.
 
-    Exceptions of the coroutine are raised here. Cancelling this call cancels the coroutine in
-    its loop, waits up to ``STOP_GRACE_S`` for it to finish (so a cooperative agent's last
-    spans, its root span included, are emitted before the attempt is closed), then raises
-    ``CancelledError`` whether or not the agent stopped.
+    A thread is started when none is idle and kept for later runs; ``close`` ends them (an
+    abandoned one ends once its agent returns). Use one per runner, from its event loop.
     """
-    caller = asyncio.get_running_loop()
-    finished: asyncio.Future[tuple[Any, BaseException | None]] = caller.create_future()
-    agent = _AgentThread()
 
-    def settle(result: Any, error: BaseException | None) -> None:
-        if not finished.done():
-            finished.set_result((result, error))
+    def __init__(self, *, name: str = "fulmen-agent") -> None:
+        self._name = name
+        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._idle = 0
+        self._started = 0
+        self._is_closed = False
 
-    async def body() -> T:
-        task = asyncio.current_task()
-        if task is None or not agent.started(asyncio.get_running_loop(), task):
-            raise asyncio.CancelledError
-        return await make()
+    async def run(self, make: Callable[[], Coroutine[Any, Any, T]]) -> T:
+        """Run the coroutine ``make()`` on a worker thread's own loop; return its result.
 
-    def main() -> None:
-        result: T | None = None
-        error: BaseException | None = None
+        Exceptions of the coroutine are raised here. Cancelling this call cancels the coroutine
+        in its loop, waits up to ``STOP_GRACE_S`` for it to finish (so a cooperative agent's
+        last spans, its root span included, are emitted before the attempt is closed), then
+        raises ``CancelledError`` whether or not the agent stopped.
+        """
+        finished: asyncio.Future[tuple[Any, BaseException | None]] = (
+            asyncio.get_running_loop().create_future()
+        )
+        job = _Job(make, asyncio.get_running_loop(), finished)
+        self._submit(job)
         try:
-            with asyncio.Runner() as runner:
-                result = runner.run(body())
-        except BaseException as exc:  # handed to the caller's loop
-            error = exc
-        with contextlib.suppress(RuntimeError):  # the caller's loop already closed
-            caller.call_soon_threadsafe(settle, result, error)
+            result, error = await asyncio.shield(finished)
+        except asyncio.CancelledError:
+            job.cancel()
+            with contextlib.suppress(asyncio.CancelledError):  # a second cancel ends the grace
+                await asyncio.wait({finished}, timeout=STOP_GRACE_S)
+            raise
+        if isinstance(error, asyncio.CancelledError):
+            raise asyncio.CancelledError  # the agent cancelled itself
+        if error is not None:
+            raise error
+        return result
 
-    threading.Thread(target=main, name=name, daemon=True).start()
-    try:
-        result, error = await asyncio.shield(finished)
-    except asyncio.CancelledError:
-        agent.cancel()
-        with contextlib.suppress(asyncio.CancelledError):  # a second cancel ends the grace
-            await asyncio.wait({finished}, timeout=STOP_GRACE_S)
-        raise
-    if isinstance(error, asyncio.CancelledError):
-        raise asyncio.CancelledError  # the agent cancelled itself
-    if error is not None:
-        raise error
-    return result
+    def close(self) -> None:
+        """Let every worker thread end once it is idle (busy ones finish their run first)."""
+        with self._lock:
+            if self._is_closed:
+                return
+            self._is_closed = True
+            count = self._started
+        for _ in range(count):
+            self._jobs.put(None)
+
+    def _submit(self, job: _Job) -> None:
+        with self._lock:
+            if self._is_closed:
+                raise RuntimeError("the LoopThreads are closed")
+            if self._idle:
+                self._idle -= 1  # that thread takes this job from the queue
+                start = False
+            else:
+                self._started += 1
+                start = True
+        self._jobs.put(job)
+        if start:
+            name = f"{self._name}-{self._started}"
+            threading.Thread(target=self._work, name=name, daemon=True).start()
+
+    def _work(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            job.run(self._now_idle)
+
+    def _now_idle(self) -> None:
+        with self._lock:
+            self._idle += 1

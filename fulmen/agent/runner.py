@@ -34,7 +34,7 @@ from fulmen.agent.attempt import RunningAttempt, StopReason, error_text
 from fulmen.agent.config import RunnerConfig
 from fulmen.agent.context import RolloutContext
 from fulmen.agent.execution import run_async, run_sync
-from fulmen.agent.loop_thread import run_in_loop_thread
+from fulmen.agent.loop_thread import LoopThreads
 from fulmen.agent.workers import AgentError, WorkerPool
 from fulmen.errors import ConfigError
 from fulmen.tracing.agent_header import install_agent_header
@@ -107,6 +107,7 @@ class Runner:
         self._is_set_up = False
         self._closing = False
         self._pool: WorkerPool | None = None
+        self._loop_threads = LoopThreads()  # async agents' own threads and loops
         self._gateway: httpx.AsyncClient | None = None  # flushes the gateway's call records
         self._telemetry: _Telemetry | None = None
         self._backoff = Backoff(
@@ -202,6 +203,7 @@ class Runner:
                 await cancel_and_wait(task)
             if self._pool is not None:
                 await self._pool.aclose()
+            self._loop_threads.close()
             try:
                 await asyncio.wait_for(exporter.aclose(), self.config.report_deadline_s)
             except TimeoutError:
@@ -307,9 +309,8 @@ class Runner:
             await self._ensure_setup()
             if self.config.async_isolation == "loop":
                 return await run_async(self.target, context, telemetry.tracer)
-            return await run_in_loop_thread(
-                lambda: run_async(self.target, context, telemetry.tracer),
-                name=f"fulmen-agent-{context.attempt_id}",
+            return await self._loop_threads.run(
+                lambda: run_async(self.target, context, telemetry.tracer)
             )
         if self.config.sync_isolation == "thread" or self._pool is None:
             await self._ensure_setup()

@@ -9,6 +9,7 @@ emits afterwards (a late reward) never reaches the timed-out attempt.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 from typing import Any
@@ -127,3 +128,33 @@ async def test_a_cooperative_agent_stopped_at_its_timeout_keeps_its_spans(store:
     root = next(s for s in spans if s.name == semconv.SPAN_ROLLOUT)
     assert root.status.message == "cancelled"
     assert rewards_from_spans(spans) == {}
+
+
+async def test_loop_threads_are_reused_but_never_while_an_abandoned_agent_holds_one() -> None:
+    from fulmen.agent.loop_thread import LoopThreads
+
+    threads = LoopThreads()
+
+    async def where() -> tuple[str, int]:
+        return threading.current_thread().name, id(asyncio.get_running_loop())
+
+    try:
+        runs = [await threads.run(where) for _ in range(20)]
+        assert len({name for name, _ in runs}) == 1  # one thread, reused
+        assert runs[0][0] != threading.current_thread().name
+
+        async def block() -> None:
+            time.sleep(1.5)  # ignores the cancellation: its thread stays busy
+
+        stuck = asyncio.create_task(threads.run(block))
+        await asyncio.sleep(0.1)
+        stuck.cancel()
+        started = time.monotonic()
+        with contextlib.suppress(asyncio.CancelledError):
+            await stuck
+        assert time.monotonic() - started < 1.0  # abandoned after the grace, not awaited
+        name, _ = await asyncio.wait_for(threads.run(where), 1.0)  # served meanwhile
+        assert time.monotonic() - started < 1.2
+        assert name != runs[0][0]  # by another thread: the blocked one was not handed a job
+    finally:
+        threads.close()
