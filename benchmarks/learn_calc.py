@@ -82,8 +82,11 @@ def main() -> int:
         "steps": len(history),
         "val_tasks": args.val_tasks,
         "temperature": config.grpo_config().temperature,
-        "logprob_gap_max": _round(max(gaps, default=None)),
-        "ratio_mean_range": [_round(min(ratios, default=None)), _round(max(ratios, default=None))],
+        "logprob_gap_max": _significant(max(gaps, default=None)),
+        "ratio_mean_range": [
+            _significant(min(ratios, default=None), 7),
+            _significant(max(ratios, default=None), 7),
+        ],
         "reward_curve": [round(r["reward/mean"], 3) for r in steps],
         "reward_mean_first5": round(statistics.fmean(r["reward/mean"] for r in steps[:5]), 3)
         if steps
@@ -102,6 +105,10 @@ def main() -> int:
 
 def _round(value: float | None) -> float | None:
     return None if value is None else round(value, 4)
+
+
+def _significant(value: float | None, digits: int = 3) -> float | None:
+    return None if value is None else float(f"{value:.{digits}g}")
 
 
 def _binomial_se(p: float | None, n: int) -> float | None:
