@@ -58,10 +58,7 @@ async def test_runner_backs_off_through_500s_on_claim_and_finishes_after(tmp_pat
                 for r in await store.enqueue([RolloutCreate(input={"x": i}) for i in range(4)])
             ]
             sick.is_sick = True  # every claim answers 500 from the start
-            proc = runner(
-                url, "async_sleepy", "--until-idle", "--store-retry-max-delay", "0.5",
-                log=tmp_path / "runner.log",
-            )  # fmt: skip
+            proc = runner(url, "async_sleepy", "--until-idle", log=tmp_path / "runner.log")
             try:
                 outage_end = time.monotonic() + 6.0
                 await wait_for(lambda: _after(outage_end), 30, "the outage")
