@@ -1,4 +1,5 @@
-"""A runner process against a sick store: it backs off through 5xx and stays alive.
+"""A runner process against a sick store: it backs off through 5xx and stays alive, and the
+spans it cannot store go to a spill file in ``$FULMEN_SPILL_DIR`` and come back exactly once.
 
 The store is the real store service on 127.0.0.1, behind a pure-ASGI wrapper that answers
 every request with the service's own 500 body while an outage lasts (the "edge of the world"
@@ -8,6 +9,9 @@ fake). The runner is the real ``fulmen runner`` command.
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -18,7 +22,7 @@ from fulmen.store import open_store
 from fulmen.store.server import create_app
 from fulmen.tracing import rewards_from_spans
 from fulmen.types import RolloutCreate, RolloutStatus
-from tests.agent.processes import runner, stop, wait_exit, wait_for
+from tests.agent.processes import REPO, runner, stop, wait_exit, wait_for
 from tests.store.http_server import aserve_app
 
 _INTERNAL_ERROR = orjson.dumps(
@@ -31,16 +35,22 @@ _INTERNAL_ERROR = orjson.dumps(
 
 
 class SickFor:
-    """ASGI wrapper: while ``is_sick``, answers 500 ``internal_error`` to every request but
-    ``/v1/info`` (so the runner connects, and then each of its claims fails)."""
+    """ASGI wrapper: while ``is_sick``, answers 500 ``internal_error`` to the requests whose
+    path starts with ``prefix`` (default: all but ``/v1/info``, so the runner connects and
+    then each of its claims fails)."""
 
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: Any, prefix: str = "/") -> None:
         self.app = app
+        self.prefix = prefix
         self.is_sick = False
         self.refused = 0
 
+    def _is_refused(self, scope: Any) -> bool:
+        path = scope["path"]
+        return self.is_sick and path != "/v1/info" and path.startswith(self.prefix)
+
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] != "http" or not self.is_sick or scope["path"] == "/v1/info":
+        if scope["type"] != "http" or not self._is_refused(scope):
             await self.app(scope, receive, send)
             return
         self.refused += 1
@@ -99,3 +109,54 @@ async def test_runner_with_a_wrong_token_fails_loudly(tmp_path: Path) -> None:
 
 async def _after(moment: float) -> bool:
     return time.monotonic() >= moment
+
+
+async def test_spans_spill_to_the_spill_dir_while_the_store_refuses_them(tmp_path: Path) -> None:
+    spill_dir = tmp_path / "spill"
+    async with open_store(f"sqlite:///{tmp_path / 'runs.db'}", watchdog_interval=None) as store:
+        sick = SickFor(create_app(store), prefix="/v1/spans")
+        async with aserve_app(sick) as url:
+            ids = [
+                r.rollout_id
+                for r in await store.enqueue(
+                    [RolloutCreate(input={"x": i, "sleep": 0.01}) for i in range(12)]
+                )
+            ]
+            sick.is_sick = True
+            proc = runner_with_env(
+                url, {"FULMEN_SPILL_DIR": str(spill_dir)}, log=tmp_path / "runner.log"
+            )
+            try:
+                # 12 rollouts x 3 spans against a memory bound of 4 spans: most go to the file
+                await wait_for(lambda: _has_spilled(spill_dir), 60, "a spill file")
+                await asyncio.sleep(1.0)
+                assert proc.poll() is None
+                sick.is_sick = False
+                stats = await wait_exit(proc, 120)
+            finally:
+                stop(proc)
+            assert (stats["succeeded"], stats["failed"]) == (12, 0)
+            for x, rollout_id in enumerate(ids):
+                spans = (await store.query_spans(rollout_id)).items
+                assert sorted(s.name for s in spans) == ["fulmen.reward", "fulmen.rollout", "work"]
+                assert rewards_from_spans(spans) == {"reward": float(x)}  # each exactly once
+    assert list(spill_dir.iterdir()) == []  # replayed and deleted
+
+
+def runner_with_env(url: str, extra_env: dict[str, str], *, log: Path) -> subprocess.Popen[bytes]:
+    """``fulmen runner`` with a span memory bound of 4 and ``extra_env`` in its environment."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), **extra_env}
+    with log.open("ab") as err:
+        return subprocess.Popen(
+            [sys.executable, "-m", "fulmen", "runner", "--store", url,
+             "--agent", "tests.agent.sample_agents:async_sleepy", "--concurrency", "4",
+             "--span-buffer-max", "4", "--store-retry-max-delay", "0.5",
+             "--heartbeat-interval", "0.2", "--poll-interval", "0.05", "--until-idle"],
+            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=err, start_new_session=True,
+        )  # fmt: skip
+
+
+async def _has_spilled(directory: Path) -> bool:
+    return directory.is_dir() and any(
+        f.stat().st_size > 0 for f in directory.iterdir() if f.suffix == ".jsonl"
+    )
