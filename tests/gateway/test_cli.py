@@ -20,9 +20,7 @@ CHAT = {"model": "tiny-model", "messages": [{"role": "user", "content": "hi"}]}
 
 
 def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    env.pop("FULMEN_TOKEN", None)
-    return env
+    return {k: v for k, v in os.environ.items() if not k.startswith("FULMEN_")}
 
 
 async def test_gateway_command_serves_and_stops_on_sigterm() -> None:
