@@ -132,6 +132,7 @@ async def _serve(args: argparse.Namespace, token: str | None) -> None:
 
     from fulmen.gateway import GatewayConfig, Upstream, create_app
     from fulmen.store import open_store
+    from fulmen.tracing.backoff import Backoff, retry_call
 
     settings = cli_settings(args)
     env_name = args.upstream_api_key_env
@@ -145,7 +146,23 @@ async def _serve(args: argparse.Namespace, token: str | None) -> None:
     chosen["spill_dir"] = args.spill_dir or settings.spill_dir
     config = GatewayConfig(**{n: v for n, v in chosen.items() if v is not None})
     url, store_token = store_address(args)
-    store = await open_store(url, **store_options(url, store_token))
+    # A store that is down or failing when the gateway starts is waited for (a log line a
+    # minute); a wrong token or URL fails at once; SIGTERM meanwhile stops the gateway.
+    loop = asyncio.get_running_loop()
+    waiting = asyncio.current_task()
+    if waiting is not None:
+        loop.add_signal_handler(signal.SIGTERM, waiting.cancel)
+    try:
+        store = await retry_call(
+            lambda: open_store(url, **store_options(url, store_token)),
+            backoff=Backoff(maximum=30.0, deadline=None),
+            what=f"connect to the store at {url}",
+        )
+    except asyncio.CancelledError:
+        return  # stopped before the store answered
+    finally:
+        loop.remove_signal_handler(signal.SIGTERM)
+        signal.signal(signal.SIGTERM, _ignore_signal)  # as _run set it (see there)
     try:
         app = create_app(store, upstreams, token=token, config=config)
         server_config = uvicorn.Config(

@@ -129,3 +129,25 @@ async def _wait_healthy(client: httpx.AsyncClient, base: str) -> None:
         except httpx.TransportError:
             await asyncio.sleep(0.05)
     raise AssertionError("gateway did not come up")
+
+
+async def test_gateway_waits_for_a_store_that_is_down_and_stops_on_sigterm() -> None:
+    sock = free_socket()
+    dead_store = f"http://127.0.0.1:{sock.getsockname()[1]}"  # bound, never listening
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "fulmen", "gateway", "--store", dead_store,
+        "--upstream", "http://127.0.0.1:9/v1", "--port", "0",
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=_env(),
+    )  # fmt: skip
+    try:
+        with pytest.raises(TimeoutError):  # an old gateway exited after 3 connection errors
+            await asyncio.wait_for(proc.wait(), timeout=3)
+        proc.send_signal(signal.SIGTERM)
+        code = await asyncio.wait_for(proc.wait(), timeout=15)
+    finally:
+        sock.close()
+        if proc.returncode is None:
+            proc.kill()
+    stderr = await proc.stderr.read() if proc.stderr else b""
+    assert code == 0, stderr.decode()
+    assert b"connect to the store at" in stderr and b"still retrying" in stderr
