@@ -1,13 +1,14 @@
 """The OpenAPI 3.1 description of the gateway's own surface.
 
 The gateway forwards OpenAI-compatible requests, so this spec covers what the gateway itself
-answers for: its control routes (``GET /healthz``, ``POST /gateway/flush``) and the chat
-completions route, untracked (``/v1/chat/completions``) and tracked
-(``/rollout/{rollout_id}/attempt/{attempt_id}/v1/chat/completions``). Request and response
-bodies of chat completions belong to the engine behind it: the spec names the fields the
-gateway relies on and lets the others through. ``docs/gateway-openapi.json`` is the committed
-copy (``python -m fulmen.gateway.openapi > docs/gateway-openapi.json``); a test fails when they
-differ, and the contract tests fuzz a real gateway against it.
+answers for: its control routes (``GET /healthz``, ``POST /gateway/flush``) and the two model
+routes it records, chat completions and Responses, each untracked (``/v1/...``) and tracked
+(``/rollout/{rollout_id}/attempt/{attempt_id}/v1/...``). Request and response bodies belong to
+the engine behind it (a Responses call for a token-level engine is translated by the gateway):
+the spec names the fields the gateway relies on and lets the others through.
+``docs/gateway-openapi.json`` is the committed copy (``python -m fulmen.gateway.openapi >
+docs/gateway-openapi.json``); a test fails when they differ, and the contract tests fuzz a real
+gateway against it.
 """
 
 from __future__ import annotations
@@ -106,6 +107,39 @@ def _schemas() -> dict[str, Any]:
                 "logprobs": {"type": "boolean"},
             },
         },
+        "ResponsesRequest": {
+            "type": "object",
+            "description": (
+                "OpenAI's Responses request; fields not listed pass through. Fields that need "
+                "server state or hosted tools (previous_response_id, conversation, background, "
+                "prompt, non-function tools) are refused with a 400 for token-level engines."
+            ),
+            "required": ["model", "input"],
+            "properties": {
+                "model": {"type": "string"},
+                "instructions": {"type": "string"},
+                "input": {
+                    "oneOf": [
+                        {"type": "string", "minLength": 1},
+                        {"type": "array", "minItems": 1, "items": _ref("ChatMessage")},
+                    ]
+                },
+                "max_output_tokens": {"type": "integer", "minimum": 1, "maximum": 4096},
+                "temperature": {"type": "number", "minimum": 0, "maximum": 2},
+            },
+        },
+        "Response": {
+            "type": "object",
+            "description": "The Responses object (translated back from the engine's chat reply).",
+            "required": ["id", "object", "output"],
+            "properties": {
+                "id": {"type": "string"},
+                "object": {"const": "response"},
+                "status": {"type": "string"},
+                "output": {"type": "array", "items": {"type": "object"}},
+                "usage": {"type": ["object", "null"]},
+            },
+        },
         "ChatCompletion": {
             "type": "object",
             "description": "The engine's answer, as the agent asked for it.",
@@ -139,10 +173,15 @@ def _error(description: str) -> dict[str, Any]:
     return {"description": description, "content": _json(_ref("OpenAIError"))}
 
 
-def _chat_operation(operation_id: str, summary: str, *, tracked: bool) -> dict[str, Any]:
+def _model_operation(
+    operation_id: str, summary: str, *, tracked: bool, request: str, reply: str
+) -> dict[str, Any]:
     responses: dict[str, Any] = {
-        "200": {"description": "The engine's completion", "content": _json(_ref("ChatCompletion"))},
-        "400": _error("The body is not a JSON object, or the engine refused it"),
+        "200": {"description": "The engine's answer", "content": _json(_ref(reply))},
+        "400": _error(
+            "The body is not a JSON object, names a field the gateway cannot serve, "
+            "or the engine refused it"
+        ),
         "401": _error("Missing or wrong bearer token (when the gateway has one)"),
         "413": _error("Request body above the gateway's limit"),
         "502": _error("No engine could be reached, or it broke the reply"),
@@ -164,13 +203,21 @@ def _chat_operation(operation_id: str, summary: str, *, tracked: bool) -> dict[s
     operation: dict[str, Any] = {
         "operationId": operation_id,
         "summary": summary,
-        "requestBody": {"required": True, "content": _json(_ref("ChatCompletionRequest"))},
+        "requestBody": {"required": True, "content": _json(_ref(request))},
         "responses": dict(sorted(responses.items())),
         "security": [{"bearer": []}],
     }
     if parameters:
         operation["parameters"] = parameters
     return operation
+
+
+# (path after /v1/, operation id, request schema, reply schema, summary subject)
+_MODEL_ROUTES: tuple[tuple[str, str, str, str, str], ...] = (
+    ("chat/completions", "chat_completions", "ChatCompletionRequest", "ChatCompletion",
+     "A chat completion"),
+    ("responses", "responses", "ResponsesRequest", "Response", "A Responses call"),
+)  # fmt: skip
 
 
 def build_gateway_openapi() -> dict[str, Any]:
@@ -203,19 +250,22 @@ def build_gateway_openapi() -> dict[str, Any]:
                 "security": [{"bearer": []}],
             }
         },
-        "/v1/chat/completions": {
-            "post": _chat_operation(
-                "chat_completions_untracked",
-                "A chat completion recorded with no rollout",
-                tracked=False,
-            )
-        },
-        "/rollout/{rollout_id}/attempt/{attempt_id}/v1/chat/completions": {
-            "post": _chat_operation(
-                "chat_completions", "A chat completion recorded on the attempt", tracked=True
-            )
-        },
     }
+    for route, name, request, reply, what in _MODEL_ROUTES:
+        paths[f"/v1/{route}"] = {
+            "post": _model_operation(
+                f"{name}_untracked",
+                f"{what} recorded with no rollout",
+                tracked=False,
+                request=request,
+                reply=reply,
+            )
+        }
+        paths[f"/rollout/{{rollout_id}}/attempt/{{attempt_id}}/v1/{route}"] = {
+            "post": _model_operation(
+                name, f"{what} recorded on the attempt", tracked=True, request=request, reply=reply
+            )
+        }
     return {
         "openapi": "3.1.0",
         "info": {"title": "fulmen gateway", "version": __version__, "description": _DESCRIPTION},
