@@ -22,6 +22,7 @@ from fulmen.types import LLMCall
 from fulmen.types.transitions import Transition
 
 __all__ = [
+    "call_conversation",
     "preference_rows",
     "sft_rows",
     "transition_rows",
@@ -55,7 +56,7 @@ def sft_rows(
             continue
         calls = list(attempt.calls)[-1:] if last_call_only else attempt.calls
         for call in calls:
-            conversation = _conversation(call)
+            conversation = call_conversation(call)
             if conversation is None:
                 continue
             rows.append(
@@ -141,7 +142,8 @@ def _parquet_value(value: Any) -> Any:
     return value
 
 
-def _conversation(call: LLMCall) -> list[Any] | None:
+def call_conversation(call: LLMCall) -> list[Any] | None:
+    """Return the chat messages a call sent plus its reply, or ``None`` (failed, not a chat)."""
     messages = _messages(call)
     reply = _reply(call)
     if messages is None or reply is None or call.error is not None:
@@ -177,11 +179,11 @@ def _reply(call: LLMCall) -> dict[str, Any] | None:
 
 def _pair_side(attempt: AttemptRecords) -> tuple[list[Any], list[Any]] | None:
     """Return (opening prompt, what followed it in the last exchange) of an attempt."""
-    usable = [c for c in attempt.calls if _conversation(c) is not None]
+    usable = [c for c in attempt.calls if call_conversation(c) is not None]
     if not usable:
         return None
-    opening = _conversation(usable[0])
-    last = _conversation(usable[-1])
+    opening = call_conversation(usable[0])
+    last = call_conversation(usable[-1])
     if opening is None or last is None:
         return None
     prompt = opening[:-1]
