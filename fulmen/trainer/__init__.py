@@ -1,4 +1,4 @@
-"""The trainer: wires store, engine, gateway, runners and the GRPO loop into one run."""
+"""The trainer: wires store, engine, gateway, runners and the configured algorithms into one run."""
 
 from __future__ import annotations
 

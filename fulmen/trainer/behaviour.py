@@ -6,8 +6,9 @@ sampled from (``logits / temperature``, after any top-k / top-p), and the traine
 ``log_softmax(logits / temperature)``; the two agree only when both use the same temperature
 and nothing truncates the distribution. :func:`align_behaviour_temperature` makes a raw
 training config say so: ``rollouts.train_sampling.temperature`` and
-``algorithm.grpo.temperature`` are one setting (either derives the other; different values are
-an error), and sampling fields the trainer cannot reproduce are refused.
+``algorithm.grpo.temperature`` (of every ``grpo`` stage) are one setting (either derives the
+other; different values are an error), and sampling fields the trainer cannot reproduce are
+refused.
 """
 
 from __future__ import annotations
@@ -36,24 +37,42 @@ _DEFAULT_TEMPERATURE = 1.0
 def align_behaviour_temperature(data: Mapping[str, Any]) -> dict[str, Any]:
     """Return a copy of raw ``TrainConfig`` data with the behaviour temperature set both ways.
 
-    ``rollouts.train_sampling.temperature`` and ``algorithm.grpo.temperature`` both end up
-    holding the one that was given (1.0 when neither was), and ``train_sampling`` gets
-    ``top_p: 1.0`` so an agent's own ``top_p`` cannot reach the engine in a training rollout.
+    ``rollouts.train_sampling.temperature`` and the ``grpo.temperature`` of every ``grpo``
+    algorithm (``algorithm`` or an entry of ``stages``) all end up holding the one that was
+    given (1.0 when none was), and ``train_sampling`` gets ``top_p: 1.0`` so an agent's own
+    ``top_p`` cannot reach the engine in a training rollout. A config without a ``grpo``
+    algorithm is returned unchanged: nothing computes importance ratios then.
 
     Raises:
-        ValueError: the two temperatures differ, the temperature is not a number > 0, or
+        ValueError: two temperatures differ, the temperature is not a number > 0, or
             ``train_sampling`` sets a field of :data:`DISTRIBUTION_FIELDS` to a value that
             changes the distribution. Each message names the option.
     """
     out = dict(data)
     rollouts = _section(out.get("rollouts"))
-    algorithm = _section(out.get("algorithm"))
-    grpo = None if algorithm is None else _section(algorithm.get("grpo"))
     raw_sampling = None if rollouts is None else rollouts.get("train_sampling", {})
-    if rollouts is None or algorithm is None or grpo is None or not isinstance(raw_sampling, dict):
+    if rollouts is None or not isinstance(raw_sampling, dict):
         return out  # not a mapping: the model's own validation reports it
+    places = _grpo_places(out)
+    if not places:
+        return out
     sampling = dict(cast("dict[str, Any]", raw_sampling))
-    temperature = _one_temperature(sampling.get("temperature"), grpo.get("temperature"))
+    temperature = sampling.get("temperature")
+    source = "rollouts.train_sampling.temperature"
+    for where, algorithm in places:
+        grpo = _section(algorithm.get("grpo"))
+        given = None if grpo is None else grpo.get("temperature")
+        if given is None:
+            continue
+        if temperature is not None and given != temperature:
+            raise ValueError(
+                f"{source}={temperature!r} and {where}.grpo.temperature={given!r} differ: the "
+                "trainer must compute its logprobs at the temperature the rollouts were "
+                "sampled at; set only one of them"
+            )
+        if temperature is None:
+            temperature, source = given, f"{where}.grpo.temperature"
+    temperature = _checked_temperature(temperature)
     for name, neutral in DISTRIBUTION_FIELDS.items():
         if name in sampling and sampling[name] not in neutral:
             raise ValueError(
@@ -63,21 +82,39 @@ def align_behaviour_temperature(data: Mapping[str, Any]) -> dict[str, Any]:
             )
     sampling["temperature"] = temperature
     sampling.setdefault("top_p", 1.0)
-    grpo["temperature"] = temperature
     out["rollouts"] = {**rollouts, "train_sampling": sampling}
-    out["algorithm"] = {**algorithm, "grpo": grpo}
+    for where, algorithm in places:
+        grpo = _section(algorithm.get("grpo"))
+        if grpo is None:
+            continue  # not a mapping: the model's own validation reports it
+        algorithm["grpo"] = {**grpo, "temperature": temperature}
+        if where == "algorithm":
+            out["algorithm"] = algorithm
+        else:
+            stages = list(out["stages"])
+            stages[int(where.split(".")[1])] = algorithm
+            out["stages"] = stages
     return out
 
 
-def _one_temperature(sampled: Any, trained: Any) -> float:
-    """Reconcile the two settings: the one given, or the same value twice."""
-    if sampled is not None and trained is not None and sampled != trained:
-        raise ValueError(
-            f"rollouts.train_sampling.temperature={sampled!r} and "
-            f"algorithm.grpo.temperature={trained!r} differ: the trainer must compute its "
-            "logprobs at the temperature the rollouts were sampled at; set only one of them"
-        )
-    value = sampled if sampled is not None else trained
+def _grpo_places(data: Mapping[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """Find the ``grpo`` algorithm sections of a raw config, with where they are (copies)."""
+    places: list[tuple[str, dict[str, Any]]] = []
+    stages = data.get("stages")
+    if isinstance(stages, list):
+        for index, stage in enumerate(cast("list[Any]", stages)):
+            section = _section(stage)
+            if section is not None and section.get("name", "grpo") == "grpo":
+                places.append((f"stages.{index}", section))
+        return places
+    section = _section(data.get("algorithm"))
+    if section is not None and section.get("name", "grpo") == "grpo":
+        places.append(("algorithm", section))
+    return places
+
+
+def _checked_temperature(value: Any) -> float:
+    """Check the behaviour temperature: the default when unset, else a number > 0."""
     if value is None:
         return _DEFAULT_TEMPERATURE
     if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:

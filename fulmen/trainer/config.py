@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import Annotated, Any, Literal, TypeAlias, cast
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, model_validator
 
+from fulmen.algorithms.grpo.config import GRPOAlgorithmConfig
 from fulmen.errors import ConfigError
 
 __all__ = [
@@ -116,29 +117,13 @@ class ValidationConfig(_Strict):
     max_tasks: int | None = Field(default=None, ge=1)
 
 
-class AlgorithmConfig(_Strict):
-    """The GRPO loop around the training engine.
+#: The algorithms ``algorithm:`` (or each entry of ``stages:``) selects by ``name``. To add one:
+#: its config model (with ``name: Literal["..."]``) joins this union and its run function joins
+#: ``fulmen.trainer.stages.run_function``.
+AlgorithmConfig: TypeAlias = Annotated[GRPOAlgorithmConfig, Field(discriminator="name")]
 
-    Attributes:
-        steps: policy updates to run.
-        tasks_per_step: distinct tasks sampled for each step.
-        group_size: rollouts per task (the GRPO group).
-        transitions: how call records become transitions (``fulmen.adapter``'s options:
-            ``merge``, ``agents``, ``credit``, ``gamma``, ``missing_reward``).
-        grpo: the training engine's settings (``fulmen.algorithms.grpo.GRPOConfig``).
-        checkpoint_every: save a resumable checkpoint every this many steps (and at the end).
-        max_minutes: stop starting new steps once this much wall time has passed in this run
-            (then validate and checkpoint as after the last step); ``None``: no limit.
-    """
-
-    name: Literal["grpo"] = "grpo"
-    steps: int = Field(default=20, ge=1)
-    tasks_per_step: int = Field(default=4, ge=1)
-    group_size: int = Field(default=4, ge=2)
-    transitions: dict[str, JsonValue] = Field(default_factory=dict)
-    grpo: dict[str, JsonValue] = Field(default_factory=dict)
-    checkpoint_every: int = Field(default=1, ge=1)
-    max_minutes: float | None = Field(default=None, gt=0)
+#: Algorithms the issue tracker plans but this version does not have yet.
+_PLANNED_ALGORITHMS = ("apo", "demos", "sft")
 
 
 class TrainConfig(_Strict):
@@ -157,7 +142,12 @@ class TrainConfig(_Strict):
             or ``$FULMEN_STORE_TOKEN``. The run owns the store's queue: on resume it cancels the
             rollouts left unfinished there.
         seed: seeds task sampling and the trainer.
-        data / engine / rollouts / validation / algorithm: see their classes.
+        data / engine / rollouts / validation: see their classes.
+        algorithm: what improves the agent, selected by ``name`` (``grpo`` when omitted; see
+            ``AlgorithmConfig``); ``algorithm: sft`` is short for ``algorithm: {name: sft}``.
+        stages: instead of ``algorithm``, a list of algorithm configs run one after the other,
+            each starting from the resources (prompt versions, adapter) the previous one
+            published (``docs/stages.md``).
         success_threshold: a rollout whose reward reaches this counts as a task success.
         tensorboard: also write TensorBoard event files.
         python_path: directories put on ``sys.path`` before importing the agent and data
@@ -173,19 +163,29 @@ class TrainConfig(_Strict):
     engine: EngineConfig = Field(default_factory=EngineConfig)
     rollouts: RolloutSettings = Field(default_factory=RolloutSettings)
     validation: ValidationConfig | None = None
-    algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
+    algorithm: AlgorithmConfig = Field(default_factory=GRPOAlgorithmConfig)
+    stages: list[AlgorithmConfig] | None = Field(default=None, min_length=1)
     success_threshold: float = 1.0
     tensorboard: bool = False
     python_path: list[Path] = Field(default_factory=list)
 
     @model_validator(mode="before")
     @classmethod
-    def _one_behaviour_temperature(cls, data: Any) -> Any:
+    def _named_algorithms(cls, data: Any) -> Any:
         if not isinstance(data, dict):
             return data
+        raw = cast("dict[str, Any]", data)
+        if "stages" in raw and "algorithm" in raw and raw["stages"] is not None:
+            raise ValueError("set either algorithm or stages, not both")
+        out = dict(raw)
+        if out.get("stages") is None:
+            out["algorithm"] = _algorithm_section(out.get("algorithm", {}), "algorithm")
+        if isinstance(out.get("stages"), list):
+            stages = cast("list[Any]", out["stages"])
+            out["stages"] = [_algorithm_section(s, f"stages.{i}") for i, s in enumerate(stages)]
         from fulmen.trainer.behaviour import align_behaviour_temperature
 
-        return align_behaviour_temperature(cast("dict[str, Any]", data))
+        return align_behaviour_temperature(out)
 
     @model_validator(mode="after")
     def _no_dead_options(self) -> TrainConfig:
@@ -195,37 +195,49 @@ class TrainConfig(_Strict):
             raise ValueError(
                 "engine.kind 'endpoint' cannot take new weights; use it with `fulmen dev`"
             )
-        grpo = self.grpo_config()  # validates the nested settings now, not at step 1
-        options = self.transition_options()
-        if options.credit == "per_call" and grpo.advantage == "rollout":
-            raise ValueError(
-                "algorithm.transitions.credit 'per_call' has no effect with grpo.advantage "
-                "'rollout' (set grpo.advantage: transition)"
-            )
         return self
 
-    def grpo_config(self) -> Any:
-        """Build the ``GRPOConfig`` from ``algorithm.grpo`` (checked for dead options)."""
-        from fulmen.algorithms.grpo.config import GRPOConfig
+    def plan(self) -> list[AlgorithmConfig]:
+        """List the algorithms this run executes, in order: ``stages``, or ``[algorithm]``."""
+        return list(self.stages) if self.stages is not None else [self.algorithm]
 
-        settings = dict(self.algorithm.grpo)
-        settings.setdefault("seed", self.seed)
-        config = GRPOConfig.model_validate(settings)
-        given = set(self.algorithm.grpo)
-        if config.finetune == "full" and "lora" in given:
-            raise ValueError("algorithm.grpo.lora has no effect with finetune 'full'")
-        if config.kl_coef == 0 and "kl_estimator" in given:
-            raise ValueError("algorithm.grpo.kl_estimator has no effect with kl_coef 0")
-        return config
+    def grpo_config(self) -> Any:
+        """Build the ``GRPOConfig`` of the first ``grpo`` stage (with the run's seed)."""
+        for stage in self.plan():
+            if isinstance(stage, GRPOAlgorithmConfig):
+                return stage.engine_config(seed=self.seed)
+        raise ConfigError("this config has no grpo stage")
 
     def transition_options(self) -> Any:
-        """Build the adapter's ``TransitionOptions`` from ``algorithm.transitions``."""
+        """Build the adapter's ``TransitionOptions`` of the first stage that has them.
+
+        A plan without a ``transitions`` section gets the adapter's defaults.
+        """
         from fulmen.adapter.transitions import TransitionOptions
 
-        options = TransitionOptions.model_validate(self.algorithm.transitions)
-        if options.gamma is not None and options.credit != "discounted":
-            raise ValueError("algorithm.transitions.gamma has effect only with credit 'discounted'")
-        return options
+        for stage in self.plan():
+            options = getattr(stage, "transition_options", None)
+            if callable(options):
+                return options()
+        return TransitionOptions()
+
+
+def _algorithm_section(value: Any, where: str) -> Any:
+    """Expand ``sft`` to ``{name: sft}`` and default the name to ``grpo``.
+
+    An algorithm this version does not have yet is refused with a message that says so.
+    """
+    if isinstance(value, str):
+        value = {"name": value}
+    if not isinstance(value, dict):
+        return value  # the model's own validation reports it
+    section = dict(cast("dict[str, Any]", value))
+    name = section.setdefault("name", "grpo")
+    if name in _PLANNED_ALGORITHMS:
+        raise ValueError(
+            f"{where}.name {name!r} is not available in this version of fulmen (available: grpo)"
+        )
+    return section
 
 
 def load_config(path: str | Path, *, overrides: Sequence[str] = ()) -> TrainConfig:

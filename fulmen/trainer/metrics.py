@@ -49,9 +49,20 @@ class MetricsLogger:
 
             self._writer = SummaryWriter(str(run_dir / "tensorboard"))
 
-    def log(self, step: int, metrics: dict[str, float], *, echo: bool = True) -> None:
-        """Record ``metrics`` for ``step``; non-finite values are kept as ``null`` in JSONL."""
-        record: dict[str, Any] = {"step": step, "time": time.time()}
+    def log(
+        self,
+        step: int,
+        metrics: dict[str, float],
+        *,
+        labels: dict[str, str | int] | None = None,
+        echo: bool = True,
+    ) -> None:
+        """Record ``metrics`` for ``step``; non-finite values are kept as ``null`` in JSONL.
+
+        ``labels`` (the stage and its algorithm in a run with stages) go to the JSONL record
+        only; TensorBoard gets the scalars.
+        """
+        record: dict[str, Any] = {"step": step, "time": time.time(), **(labels or {})}
         record.update({k: (v if math.isfinite(v) else None) for k, v in metrics.items()})
         self._file.write(json.dumps(record) + "\n")
         self._file.flush()

@@ -1,7 +1,8 @@
 """``Trainer``: train an agent (``fit``) or try it without training (``dev``).
 
 ``fit`` starts the whole stack of a run — the SQLite store in the run directory, the engine,
-the gateway and a runner — and runs the GRPO loop (``fulmen.trainer.loop``). ``dev`` runs a few
+the gateway and a runner — and runs the configured algorithm, or its ``stages:`` one after the
+other (``fulmen.trainer.stages``). ``dev`` runs a few
 rollouts against the current model or any OpenAI-compatible endpoint with an in-memory store and
 prints what happened: calls, rewards and the transitions training would use.
 """
@@ -59,10 +60,12 @@ class Trainer:
     ) -> list[dict[str, float]]:
         """Train the agent (default: ``config.agent``) on ``train_data`` (default: config).
 
-        Resumes when the run directory holds a checkpoint of an earlier run.
+        Resumes at the stage and step where an earlier run in the same directory stopped.
         """
         from fulmen.engines.models import resolve_model
-        from fulmen.trainer.loop import GRPOLoop
+        from fulmen.trainer.context import RunSession
+        from fulmen.trainer.stages import run_stages
+        from fulmen.trainer.state import RunState
 
         config = self.config
         # Before anything starts: a wrong agent or data path fails in a second, not after
@@ -83,17 +86,25 @@ class Trainer:
             rollouts=config.rollouts,
             log_dir=run_dir,
         )
+        validation = config.validation
+        if validation is None or not val_tasks:
+            val_tasks = []
+        elif validation.max_tasks:
+            val_tasks = val_tasks[: validation.max_tasks]
         with MetricsLogger(run_dir, tensorboard=config.tensorboard) as metrics:
             async with stack:
-                loop = GRPOLoop(
-                    config,
-                    stack,
+                session = RunSession(
+                    config=config,
+                    stack=stack,
+                    metrics=metrics,
+                    state=RunState(run_dir),
+                    model_path=model_path,
                     train_tasks=train_tasks,
                     val_tasks=val_tasks,
-                    metrics=metrics,
-                    model_path=model_path,
+                    model_name=config.model,
+                    uses_stages=config.stages is not None,
                 )
-                return await loop.run()
+                return await run_stages(session)
 
     def dev(
         self,

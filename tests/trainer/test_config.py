@@ -113,3 +113,40 @@ def test_calc_example_trains_at_the_temperature_it_samples_at() -> None:
     config = load_config(calc)
     assert config.rollouts.train_sampling["temperature"] == 0.8
     assert config.grpo_config().temperature == 0.8
+
+
+def test_algorithm_defaults_to_grpo_and_stages_chain_named_algorithms(tmp_path: Path) -> None:
+    config = load_config(write(tmp_path, BASE))
+    assert [stage.name for stage in config.plan()] == ["grpo"]
+    chained = load_config(
+        write(
+            tmp_path,
+            BASE + "rollouts: {train_sampling: {temperature: 0.7}}\n"
+            "stages: [grpo, {name: grpo, steps: 2}]\n",
+        )
+    )
+    assert [stage.steps for stage in chained.plan()] == [20, 2]
+    # every grpo stage trains at the one behaviour temperature
+    assert {stage.engine_config(seed=0).temperature for stage in chained.plan()} == {0.7}
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ("algorithm: apo\n", "algorithm.name 'apo' is not available"),
+        ("stages: [grpo, demos]\n", "stages.1.name 'demos' is not available"),
+        ("algorithm: {name: nope}\n", "does not match any of the expected tags"),
+        ("algorithm: grpo\nstages: [grpo]\n", "either algorithm or stages"),
+        ("stages: []\n", "stages"),
+        (
+            "stages: [{name: grpo, grpo: {temperature: 0.5}}, {name: grpo, grpo: "
+            "{temperature: 0.9}}]\n",
+            "stages.0.grpo.temperature=0.5 and stages.1.grpo.temperature=0.9 differ",
+        ),
+    ],
+)
+def test_unknown_or_conflicting_algorithms_are_config_errors(
+    tmp_path: Path, extra: str, message: str
+) -> None:
+    with pytest.raises(ConfigError, match=message):
+        load_config(write(tmp_path, BASE + extra))

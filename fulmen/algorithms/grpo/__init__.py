@@ -7,6 +7,6 @@ imported where they are used.
 
 from __future__ import annotations
 
-from fulmen.algorithms.grpo.config import GRPOConfig, LoraSettings
+from fulmen.algorithms.grpo.config import GRPOAlgorithmConfig, GRPOConfig, LoraSettings
 
-__all__ = ["GRPOConfig", "LoraSettings"]
+__all__ = ["GRPOAlgorithmConfig", "GRPOConfig", "LoraSettings"]

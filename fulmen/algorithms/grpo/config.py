@@ -1,12 +1,18 @@
-"""The GRPO trainer engine's configuration: one typed object, each option documented once."""
+"""GRPO's configuration, each option documented once.
+
+``GRPOAlgorithmConfig`` is the loop (``algorithm: grpo``); ``GRPOConfig`` the training engine.
+"""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, model_validator
 
-__all__ = ["GRPOConfig", "LoraSettings"]
+if TYPE_CHECKING:
+    from fulmen.adapter.transitions import TransitionOptions
+
+__all__ = ["GRPOAlgorithmConfig", "GRPOConfig", "LoraSettings"]
 
 
 class LoraSettings(BaseModel):
@@ -102,3 +108,63 @@ class GRPOConfig(BaseModel):
                 f"unknown kl_estimator {self.kl_estimator!r}; allowed: {sorted(KL_ESTIMATORS)}"
             )
         return self
+
+
+class GRPOAlgorithmConfig(BaseModel):
+    """``algorithm: grpo`` (the default): the on-policy loop around the training engine.
+
+    Attributes:
+        name: ``grpo``.
+        steps: policy updates to run.
+        tasks_per_step: distinct tasks sampled for each step.
+        group_size: rollouts per task (the GRPO group).
+        transitions: how call records become transitions (``fulmen.adapter``'s options:
+            ``merge``, ``agents``, ``credit``, ``gamma``, ``missing_reward``).
+        grpo: the training engine's settings (``GRPOConfig``).
+        checkpoint_every: save a resumable checkpoint every this many steps (and at the end).
+        max_minutes: stop starting new steps once this much wall time has passed in this run
+            (then validate and checkpoint as after the last step); ``None``: no limit.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: Literal["grpo"] = "grpo"
+    steps: int = Field(default=20, ge=1)
+    tasks_per_step: int = Field(default=4, ge=1)
+    group_size: int = Field(default=4, ge=2)
+    transitions: dict[str, JsonValue] = Field(default_factory=dict)
+    grpo: dict[str, JsonValue] = Field(default_factory=dict)
+    checkpoint_every: int = Field(default=1, ge=1)
+    max_minutes: float | None = Field(default=None, gt=0)
+
+    @model_validator(mode="after")
+    def _no_dead_options(self) -> GRPOAlgorithmConfig:
+        grpo = self.engine_config(seed=0)  # validates the nested settings now, not at step 1
+        options = self.transition_options()
+        if options.credit == "per_call" and grpo.advantage == "rollout":
+            raise ValueError(
+                "algorithm.transitions.credit 'per_call' has no effect with grpo.advantage "
+                "'rollout' (set grpo.advantage: transition)"
+            )
+        return self
+
+    def engine_config(self, *, seed: int) -> GRPOConfig:
+        """Build the ``GRPOConfig`` from ``grpo``, checked for dead options.
+
+        ``seed`` is the run's seed, used unless ``grpo.seed`` is set.
+        """
+        settings = dict(self.grpo)
+        settings.setdefault("seed", seed)
+        config = GRPOConfig.model_validate(settings)
+        given = set(self.grpo)
+        if config.finetune == "full" and "lora" in given:
+            raise ValueError("algorithm.grpo.lora has no effect with finetune 'full'")
+        if config.kl_coef == 0 and "kl_estimator" in given:
+            raise ValueError("algorithm.grpo.kl_estimator has no effect with kl_coef 0")
+        return config
+
+    def transition_options(self) -> TransitionOptions:
+        """Build the adapter's ``TransitionOptions`` from ``transitions``."""
+        from fulmen.algorithms.transitions import transition_options
+
+        return transition_options(self.transitions)

@@ -27,6 +27,7 @@ from fulmen.errors import ConfigError
 __all__ = [
     "ReferencePolicy",
     "causal_lm_of",
+    "load_adapter_weights",
     "load_causal_lm",
     "prepare_policy",
     "token_logprobs",
@@ -85,6 +86,41 @@ def prepare_policy(model: nn.Module, config: GRPOConfig) -> nn.Module:
                 gradient_checkpointing_kwargs={"use_reentrant": False}
             )
     return model
+
+
+def load_adapter_weights(model: nn.Module, adapter_dir: str | Path) -> None:
+    """Set a LoRA policy's adapter weights from a saved peft adapter directory.
+
+    This is how a stage starts from the adapter an earlier stage published: the policy keeps
+    its own optimizer, but its adapter starts where the other one ended. The adapter must have
+    the policy's shape (rank, target modules).
+
+    Raises:
+        ConfigError: ``model`` is not a LoRA policy, the directory holds no adapter, or the
+            adapter's shape differs from the policy's (the message names both).
+    """
+    from peft import PeftModel, set_peft_model_state_dict
+    from safetensors.torch import load_file
+
+    source = Path(adapter_dir) / "adapter_model.safetensors"
+    if not isinstance(model, PeftModel):
+        raise ConfigError(f"cannot start from adapter {adapter_dir}: the policy is not LoRA")
+    if not source.is_file():
+        raise ConfigError(f"cannot start from adapter {adapter_dir}: no {source.name} there")
+    weights = load_file(str(source))
+    try:
+        result = set_peft_model_state_dict(model, weights)
+    except RuntimeError as exc:  # torch's size mismatch
+        raise ConfigError(
+            f"adapter {adapter_dir} does not fit this policy's LoRA shape: {exc}"
+        ) from exc
+    missing = [k for k in result.missing_keys if "lora_" in k]
+    if missing or result.unexpected_keys:
+        raise ConfigError(
+            f"adapter {adapter_dir} does not fit this policy's LoRA settings (rank, target "
+            "modules)",
+            detail={"missing": missing[:5], "unexpected": list(result.unexpected_keys)[:5]},
+        )
 
 
 def causal_lm_of(model: nn.Module) -> Any:

@@ -1,0 +1,176 @@
+"""``AlgorithmContext``: what the trainer offers an algorithm's run function, as a Protocol.
+
+An algorithm (``grpo``, ``sft``, ``apo``, ``demos``) is a config model plus one coroutine,
+``run(config, context) -> list[dict[str, float]]``. The context is the only way it reaches the
+running services: it publishes resources (the current policy endpoint plus any prompt
+templates), runs tasks through the normal store -> runner -> gateway path and reads back their
+rewards and transitions, validates, logs metrics, serves a new adapter, and records progress so a
+killed run resumes where it stopped. The trainer implements it (``fulmen.trainer.context``);
+algorithms import only this Protocol, so they never touch the store, engine or gateway directly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from fulmen.adapter.transitions import AttemptRecords, TransitionOptions
+    from fulmen.types import Mode, Resource, Rollout, Trajectory
+    from fulmen.types.limits import JsonData
+
+__all__ = ["AlgorithmContext", "StageProgress"]
+
+
+class StageProgress(Protocol):
+    """Where the current stage stands, as saved in the run directory."""
+
+    @property
+    def step(self) -> int:
+        """Steps (rounds) of this stage completed and checkpointed; a resumed stage starts here."""
+        ...
+
+    @property
+    def checkpoint(self) -> Path | None:
+        """The algorithm's last checkpoint directory, ``None`` before the first."""
+        ...
+
+    @property
+    def adapter(self) -> Path | None:
+        """The adapter the engine serves now (from this stage or an earlier one).
+
+        ``None`` while it serves the base model.
+        """
+        ...
+
+
+class AlgorithmContext(Protocol):
+    """The services of one stage of a training run (see the module docstring).
+
+    Steps passed to ``validate``, ``log`` and ``save_progress`` count from 0 within the stage;
+    the context numbers them in the run's metrics stream (stages follow each other).
+    """
+
+    @property
+    def run_dir(self) -> Path:
+        """Return the stage's directory for checkpoints, adapters and other files it writes."""
+        ...
+
+    @property
+    def model_path(self) -> Path:
+        """The base model's local Hugging Face directory."""
+        ...
+
+    @property
+    def seed(self) -> int:
+        """The run's seed."""
+        ...
+
+    @property
+    def success_threshold(self) -> float:
+        """A rollout whose reward reaches this counts as a task success."""
+        ...
+
+    @property
+    def train_tasks(self) -> Sequence[Any]:
+        """The training tasks."""
+        ...
+
+    @property
+    def val_tasks(self) -> Sequence[Any]:
+        """The validation tasks (empty when validation is off)."""
+        ...
+
+    @property
+    def validation_every(self) -> int | None:
+        """Validate between steps every this many steps (``None``: validation is off).
+
+        The trainer itself validates before and after each stage.
+        """
+        ...
+
+    @property
+    def progress(self) -> StageProgress:
+        """Return the stage's saved progress (read it to resume)."""
+        ...
+
+    @property
+    def resources(self) -> Mapping[str, Resource]:
+        """The resources other than ``llm`` that the latest ``publish`` carried (prompts)."""
+        ...
+
+    @property
+    def policy_version(self) -> str | None:
+        """The version the engine reports for the served adapter, ``None`` for the base."""
+        ...
+
+    def task_id(self, index: int, task: Any) -> str:
+        """Return the id of ``task`` (its ``data.task_id_key`` or ``task-<index>``)."""
+        ...
+
+    async def publish(
+        self,
+        resources: Mapping[str, Resource] | None = None,
+        *,
+        metadata: Mapping[str, JsonData] | None = None,
+    ) -> int:
+        """Store a new resources version and return its number.
+
+        It holds ``llm`` (the served policy) plus the carried resources updated with
+        ``resources``; later stages start from it.
+        """
+        ...
+
+    async def run_tasks(
+        self,
+        batch: Sequence[tuple[int, Any]],
+        *,
+        mode: Mode,
+        version: int,
+        tag: str,
+        group_size: int = 1,
+    ) -> list[Rollout]:
+        """Run ``group_size`` rollouts of each ``(index, task)`` and wait for them.
+
+        They get resources ``version``; ``tag`` names them (unique within the stage: ``s3``,
+        ``round2``).
+        """
+        ...
+
+    async def trajectories(
+        self, rollouts: Sequence[Rollout], options: TransitionOptions
+    ) -> list[Trajectory]:
+        """Build the transitions of each succeeded rollout (failed ones are left out)."""
+        ...
+
+    async def attempts(self, rollouts: Sequence[Rollout]) -> list[AttemptRecords]:
+        """Read the records (calls and spans) of each succeeded rollout's latest attempt."""
+        ...
+
+    async def rewards(self, rollouts: Sequence[Rollout]) -> list[float]:
+        """Read the final reward of each rollout (0.0 for a failed one or one without reward)."""
+        ...
+
+    async def validate(self, step: int) -> dict[str, float] | None:
+        """Validate the currently published resources and log the result at ``step``."""
+        ...
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        """Record ``metrics`` of ``step`` in the run's metrics stream."""
+        ...
+
+    async def serve_adapter(self, adapter_dir: Path, step: int) -> None:
+        """Hot-load ``adapter_dir`` into the engine; later ``publish`` calls name it."""
+        ...
+
+    def save_progress(self, step: int, *, checkpoint: Path | None = None) -> None:
+        """Record that ``step`` steps of this stage are done; a killed run resumes after it.
+
+        The served adapter and ``checkpoint`` (when given) are saved with it.
+        """
+        ...
+
+    def check_services(self) -> None:
+        """Raise if the runner stopped on its own (call while waiting on something long)."""
+        ...

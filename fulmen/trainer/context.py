@@ -1,0 +1,354 @@
+"""``StageContext``: the trainer's implementation of ``fulmen.algorithms.context.AlgorithmContext``.
+
+One ``RunSession`` holds what lives as long as the run (the started stack, the metrics logger,
+the tasks, the saved ``RunState``, the name the engine serves the policy under); a
+``StageContext`` is the view of it one algorithm gets for one stage: rollout ids and metric
+steps carry the stage, its files go to its own directory, and its progress is saved in the
+run's ``state.json``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from fulmen.trainer.data import task_id_of
+from fulmen.trainer.metrics import MetricsLogger
+from fulmen.trainer.rewards import reward_metrics
+from fulmen.trainer.stack import TrainingStack
+from fulmen.trainer.state import RunState
+from fulmen.types import (
+    LLMResource,
+    Mode,
+    Resource,
+    ResourcesCreate,
+    Rollout,
+    RolloutConfig,
+    RolloutCreate,
+    RolloutStatus,
+)
+
+if TYPE_CHECKING:
+    from fulmen.adapter.transitions import AttemptRecords, TransitionOptions
+    from fulmen.trainer.config import TrainConfig
+    from fulmen.types import Trajectory
+    from fulmen.types.limits import JsonData
+
+__all__ = ["RunSession", "StageContext", "StageProgressView"]
+
+
+@dataclass
+class RunSession:
+    """What every stage of one run shares (see the module docstring).
+
+    Attributes:
+        config: the run's configuration.
+        stack: the started store, engine, gateway and runner.
+        metrics: the run's metrics stream.
+        state: the run directory's saved progress.
+        model_path: the base model's local directory.
+        train_tasks / val_tasks: the tasks (``val_tasks`` already cut to
+            ``validation.max_tasks``; empty without validation).
+        model_name: the model name the engine serves the policy under now.
+        policy_version: the engine's version of the served adapter (``None``: the base).
+    """
+
+    config: TrainConfig
+    stack: TrainingStack
+    metrics: MetricsLogger
+    state: RunState
+    model_path: Path
+    train_tasks: Sequence[Any]
+    val_tasks: Sequence[Any]
+    model_name: str = ""
+    policy_version: str | None = None
+    uses_stages: bool = field(default=False)
+
+    async def serve_adapter(self, adapter_dir: Path, name: str) -> None:
+        """Hot-load ``adapter_dir`` as model ``name`` and retire the previously served one."""
+        version = await self.stack.engine.load_adapter(name, str(adapter_dir))
+        previous = self.model_name
+        self.model_name = name
+        self.policy_version = str(version) if version is not None else name
+        if previous.startswith("policy-") and previous != name:
+            await self.stack.engine.unload_adapter(previous)
+
+
+class StageProgressView:
+    """``StageProgress`` over the run's ``RunState`` (paths made absolute)."""
+
+    def __init__(self, state: RunState) -> None:
+        self._state = state
+
+    @property
+    def step(self) -> int:
+        """Steps of the current stage completed and checkpointed."""
+        return self._state.step
+
+    @property
+    def checkpoint(self) -> Path | None:
+        """The stage's last checkpoint directory."""
+        value = self._state.checkpoint
+        return None if value is None else self._state.run_dir / value
+
+    @property
+    def adapter(self) -> Path | None:
+        """The adapter directory the engine serves."""
+        value = self._state.adapter
+        return None if value is None else self._state.run_dir / value
+
+
+class StageContext:
+    """The ``AlgorithmContext`` of stage ``index`` (named ``name``) of a run.
+
+    Args:
+        session: the run's shared services and state.
+        index: the stage's position in the config's plan.
+        name: the stage's algorithm name (labels its metrics).
+    """
+
+    def __init__(self, session: RunSession, *, index: int, name: str) -> None:
+        self.session = session
+        self.index = index
+        self.name = name
+        config = session.config
+        base = config.run_dir
+        self._run_dir = base / "stages" / f"{index}-{name}" if session.uses_stages else base
+        self._run_dir.mkdir(parents=True, exist_ok=True)
+        state = session.state
+        # Stage 0 keeps the ids of a run without stages, so older run directories resume.
+        stage = f"-st{index}" if index else ""
+        self._prefix = f"g{state.generation}{stage}"
+        self._progress = StageProgressView(state)
+
+    # -- what the algorithm reads -------------------------------------------------------------
+
+    @property
+    def run_dir(self) -> Path:
+        """Return the stage's directory (the run directory itself for a run without stages)."""
+        return self._run_dir
+
+    @property
+    def model_path(self) -> Path:
+        """The base model's local directory."""
+        return self.session.model_path
+
+    @property
+    def seed(self) -> int:
+        """The run's seed."""
+        return self.session.config.seed
+
+    @property
+    def success_threshold(self) -> float:
+        """The reward that counts as a task success."""
+        return self.session.config.success_threshold
+
+    @property
+    def train_tasks(self) -> Sequence[Any]:
+        """The training tasks."""
+        return self.session.train_tasks
+
+    @property
+    def val_tasks(self) -> Sequence[Any]:
+        """The validation tasks (empty without validation)."""
+        return self.session.val_tasks
+
+    @property
+    def validation_every(self) -> int | None:
+        """Validate between steps every this many steps (``None``: no validation)."""
+        validation = self.session.config.validation
+        if validation is None or not self.session.val_tasks:
+            return None
+        return validation.every
+
+    @property
+    def progress(self) -> StageProgressView:
+        """Return the stage's saved progress."""
+        return self._progress
+
+    @property
+    def resources(self) -> Mapping[str, Resource]:
+        """The carried resources other than ``llm``."""
+        return dict(self.session.state.resources)
+
+    @property
+    def policy_version(self) -> str | None:
+        """The engine's version of the served adapter (``None``: the base model)."""
+        return self.session.policy_version
+
+    def task_id(self, index: int, task: Any) -> str:
+        """Return the task's id (``data.task_id_key``) or ``task-<index>``."""
+        return task_id_of(task, index, self.session.config.data.task_id_key)
+
+    def global_step(self, step: int) -> int:
+        """``step`` of this stage numbered in the run's metrics stream."""
+        return self.session.state.step_offset + step
+
+    # -- what the algorithm does ------------------------------------------------------------
+
+    async def publish(
+        self,
+        resources: Mapping[str, Resource] | None = None,
+        *,
+        metadata: Mapping[str, JsonData] | None = None,
+    ) -> int:
+        """Store ``llm`` plus the carried resources updated with ``resources``.
+
+        Returns the new version.
+        """
+        settings = self.session.config.rollouts
+        llm = LLMResource(
+            base_url=self.session.stack.engine_url,
+            model=self.session.model_name,
+            sampling={
+                "train": settings.train_sampling,
+                "val": settings.val_sampling,
+                "test": settings.val_sampling,
+            },
+        )
+        state = self.session.state
+        if resources:
+            state.resources = {**state.resources, **resources}
+        carried: dict[str, Resource] = {**state.resources, "llm": llm}
+        info: dict[str, JsonData] = {"stage": self.index, "algorithm": self.name}
+        created = await self.session.stack.store.add_resources(
+            ResourcesCreate(resources=carried, metadata={**info, **(metadata or {})})
+        )
+        return created.version
+
+    async def run_tasks(
+        self,
+        batch: Sequence[tuple[int, Any]],
+        *,
+        mode: Mode,
+        version: int,
+        tag: str,
+        group_size: int = 1,
+    ) -> list[Rollout]:
+        """Run ``group_size`` rollouts per task with resources ``version``; wait for them."""
+        creates = [
+            self._rollout_create(
+                task,
+                mode,
+                task_id=self.task_id(index, task),
+                rollout_id=(
+                    f"{self._prefix}-{tag}-t{k}-r{j}"
+                    if mode is Mode.TRAIN
+                    else f"{self._prefix}-{tag}-t{index}"
+                ),
+                version=version,
+            )
+            for k, (index, task) in enumerate(batch)
+            for j in range(group_size)
+        ]
+        return await self._run(creates)
+
+    async def trajectories(
+        self, rollouts: Sequence[Rollout], options: TransitionOptions
+    ) -> list[Trajectory]:
+        """Build the transitions of each succeeded rollout."""
+        return [record.trajectory(options=options) for record in await self.attempts(rollouts)]
+
+    async def attempts(self, rollouts: Sequence[Rollout]) -> list[AttemptRecords]:
+        """Read the records of each succeeded rollout's latest attempt."""
+        from fulmen.adapter.transitions import load_attempt
+
+        store = self.session.stack.store
+        return [
+            await load_attempt(store, r.rollout_id)
+            for r in rollouts
+            if r.status is RolloutStatus.SUCCEEDED
+        ]
+
+    async def rewards(self, rollouts: Sequence[Rollout]) -> list[float]:
+        """Each rollout's final reward (0.0 when it failed or emitted none)."""
+        from fulmen.adapter.transitions import load_attempt
+
+        out: list[float] = []
+        for rollout in rollouts:
+            reward = None
+            if rollout.status is RolloutStatus.SUCCEEDED:
+                records = await load_attempt(self.session.stack.store, rollout.rollout_id)
+                reward = records.final_reward
+            out.append(0.0 if reward is None else reward)
+        return out
+
+    async def validate(self, step: int) -> dict[str, float] | None:
+        """Validate the served policy with the carried resources; log at ``step``."""
+        session = self.session
+        if not session.val_tasks or session.config.validation is None:
+            return None
+        started = time.perf_counter()
+        version = await self.publish(metadata={"step": step})
+        finished = await self.run_tasks(
+            list(enumerate(session.val_tasks)), mode=Mode.VAL, version=version, tag=f"val{step}"
+        )
+        rewards = await self.rewards(finished)
+        metrics = reward_metrics("val/reward", rewards, session.config.success_threshold)
+        metrics["val/success"] = metrics.pop("val/reward/success")
+        metrics["val/reward_mean"] = metrics.pop("val/reward/mean")
+        metrics["time/val_s"] = time.perf_counter() - started
+        self.log(step, metrics)
+        return metrics
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        """Record ``metrics`` at this stage's ``step`` in the run's metrics stream."""
+        labels = {"stage": self.index, "algorithm": self.name} if self.session.uses_stages else {}
+        self.session.metrics.log(self.global_step(step), metrics, labels=labels)
+
+    async def serve_adapter(self, adapter_dir: Path, step: int) -> None:
+        """Hot-load ``adapter_dir``; later ``publish`` calls name it."""
+        await self.session.serve_adapter(adapter_dir, f"policy-{self.global_step(step)}")
+        self.session.state.adapter = str(adapter_dir.relative_to(self.session.config.run_dir))
+
+    def save_progress(self, step: int, *, checkpoint: Path | None = None) -> None:
+        """Record ``step`` steps of this stage as done (and the served adapter)."""
+        state = self.session.state
+        state.step = step
+        if checkpoint is not None:
+            state.checkpoint = str(checkpoint.relative_to(self.session.config.run_dir))
+        state.save()
+
+    def check_services(self) -> None:
+        """Raise if the runner stopped on its own."""
+        self.session.stack.check_runner()
+
+    # -- plumbing ---------------------------------------------------------------------------
+
+    def _rollout_create(
+        self, task: Any, mode: Mode, *, task_id: str, rollout_id: str, version: int
+    ) -> RolloutCreate:
+        settings = self.session.config.rollouts
+        return RolloutCreate(
+            input=task,
+            mode=mode,
+            task_id=task_id,
+            rollout_id=rollout_id,
+            resources_version=version,
+            config=RolloutConfig(
+                timeout_s=settings.timeout_s,
+                max_attempts=settings.max_attempts,
+                heartbeat_timeout_s=30.0,
+            ),
+        )
+
+    async def _run(self, creates: list[RolloutCreate]) -> list[Rollout]:
+        store = self.session.stack.store
+        await store.enqueue(creates)
+        ids = [c.rollout_id for c in creates if c.rollout_id is not None]
+        settings = self.session.config.rollouts
+        limit = settings.timeout_s * settings.max_attempts + 120
+        deadline = time.monotonic() + limit
+        while True:
+            done = await store.wait_for_rollouts(ids, timeout=5.0)
+            if len(done) == len(ids):
+                break
+            self.check_services()
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"{len(ids) - len(done)} rollouts did not finish in {limit:.0f} s"
+                )
+        return done

@@ -1,0 +1,83 @@
+"""Running a config's algorithms: dispatch by name, one stage after the other, with resume.
+
+``run_function(name)`` maps an algorithm's name to its run function (a plain ``if`` chain, so
+the torch-heavy modules load only for the algorithm that runs). ``run_stages`` runs the plan
+(``stages:``, or ``[algorithm]``) from where ``state.json`` says the run stopped: it serves the
+adapter the run had reached, cancels rollouts a killed run left behind, validates before the
+first stage and after every stage, and moves to the next stage with the resources and adapter
+the previous one published. The validation after one stage is also the one before the next
+(same resources, same weights): it is run once.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from fulmen.errors import ConfigError
+from fulmen.trainer.context import RunSession, StageContext
+from fulmen.types import RolloutQuery, RolloutStatus
+
+__all__ = ["RunFunction", "run_function", "run_stages"]
+
+logger = logging.getLogger("fulmen.train")
+
+#: ``run(config, context) -> metrics of each step run now`` (``fulmen.algorithms.context``).
+RunFunction = Callable[[Any, StageContext], Awaitable[list[dict[str, float]]]]
+
+
+def run_function(name: str) -> RunFunction:
+    """Return the run function of algorithm ``name``.
+
+    Raises:
+        ConfigError: no algorithm has that name.
+    """
+    if name == "grpo":
+        from fulmen.trainer.loop import run_grpo
+
+        return run_grpo
+    raise ConfigError(f"no algorithm named {name!r} (available: grpo)")
+
+
+async def run_stages(session: RunSession) -> list[dict[str, float]]:
+    """Run the config's plan from the saved state; returns the metrics of every step run now."""
+    plan = session.config.plan()
+    state = session.state
+    if state.stage > len(plan) - 1:
+        state.stage = len(plan) - 1  # a finished plan: its last stage has nothing left
+    state.generation += 1
+    if state.adapter:
+        await session.serve_adapter(
+            session.config.run_dir / state.adapter, f"policy-{state.step_offset + state.step}"
+        )
+    await _cancel_leftovers(session)
+    state.save()
+    history: list[dict[str, float]] = []
+    for index in range(state.stage, len(plan)):
+        config = plan[index]
+        context = StageContext(session, index=index, name=config.name)
+        is_fresh = state.step == 0
+        if is_fresh and index == 0:
+            await context.validate(0)
+        if session.uses_stages:
+            logger.info("stage %d/%d: %s", index + 1, len(plan), config.name)
+        steps = await run_function(config.name)(config, context)
+        history.extend(steps)
+        if steps or is_fresh:
+            await context.validate(state.step)
+        if index < len(plan) - 1:
+            state.finish_stage()
+    return history
+
+
+async def _cancel_leftovers(session: RunSession) -> None:
+    """Cancel rollouts a killed run left unfinished: their step is run again."""
+    from fulmen.store.reading import iter_rollouts
+
+    unfinished = RolloutQuery(statuses=[RolloutStatus.QUEUING, RolloutStatus.RUNNING])
+    store = session.stack.store
+    # Collected first: cancelling while paging would shift the pages under the cursor.
+    leftovers = [r.rollout_id async for r in iter_rollouts(store, unfinished)]
+    for rollout_id in leftovers:
+        await store.update_rollout(rollout_id, status=RolloutStatus.CANCELLED)
