@@ -10,8 +10,8 @@ Modes:
 
 The tokenizer is one token per character (``id = ord(c)``), so ids are deterministic and a
 chat prompt extends the previous prompt + completion token-exactly. Logprobs are a fixed
-function of token and position. Replies come from ``Script.replies`` in order, then
-``Script.default_content``.
+function of token and position. Replies come from ``Script.reply_for(request body)`` when it is
+set, else from ``Script.replies`` in order, then ``Script.default_content``.
 
 Run standalone (the benchmark does): ``python tests/gateway/scripted_upstream.py --port 8011``.
 """
@@ -26,7 +26,7 @@ import socket
 import time
 import uuid
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -66,8 +66,12 @@ class Script:
     requests: list[dict[str, Any]] = field(default_factory=list)
     headers: list[dict[str, str]] = field(default_factory=list)
     is_recording: bool = True
+    # Answers from the request itself (say, right only when the prompt shows some example).
+    reply_for: Callable[[dict[str, Any]], Reply] | None = None
 
-    def next_reply(self) -> Reply:
+    def next_reply(self, body: dict[str, Any] | None = None) -> Reply:
+        if self.reply_for is not None and body is not None:
+            return self.reply_for(body)
         return self.replies.popleft() if self.replies else Reply(content=self.default_content)
 
 
@@ -203,7 +207,7 @@ class _Upstream:
         if not all(_is_message(m) for m in messages):
             # As vLLM does: a malformed message is the client's error, never a crash.
             return _error(400, "each message must be an object with string or list content")
-        reply = self.script.next_reply()
+        reply = self.script.next_reply(body)
         await asyncio.sleep(reply.delay_s or self.script.delay_s)
         prompt_ids = encode(render_chat(messages))
         ids = encode(_generated_text(reply))
