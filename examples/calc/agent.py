@@ -4,6 +4,11 @@ The protocol is plain text so a *base* model can follow it from three examples: 
 writes ``CALC(<expression>)``; the agent evaluates the expression and answers ``RESULT: <value>``;
 the model then writes ``ANSWER: <number>``. The reward is 1.0 for the exact answer, else 0.0.
 Two model calls per rollout; both are trained.
+
+The instructions and the solved examples are a prompt resource the agent receives as ``prompt``,
+like ``llm``: ``CALC_PROMPT`` (three hand-written examples) when the run publishes none, or the
+version an optimizer published (``algorithm: demos`` replaces the examples with the model's own
+successful runs).
 """
 
 from __future__ import annotations
@@ -15,36 +20,47 @@ from openai import AsyncOpenAI
 from tasks import evaluate_expression, make_tasks
 
 import fulmen
+from fulmen.types import Demonstration, PromptMessage, PromptTemplate
 
-INSTRUCTIONS = (
-    "Solve the word problem. First write CALC(expression) with the arithmetic to compute. "
-    "You will get RESULT: value. Then write ANSWER: number."
-)
 
-EXAMPLES: tuple[tuple[str, str, str], ...] = (
-    ("Ann has 12 stickers and gets 5 more. How many stickers does Ann have?", "12 + 5", "17"),
-    ("A box holds 6 rows of 4 eggs, and 3 eggs break. How many eggs are left?", "6 * 4 - 3", "21"),
-    ("There are 7 red and 8 blue cars, each with 4 wheels. How many wheels?", "(7 + 8) * 4", "60"),
+def solved(question: str, expression: str, answer: str) -> Demonstration:
+    """A worked example in the calc protocol: the tool call, its result, the answer."""
+    return Demonstration(
+        inputs={"question": question},
+        messages=(
+            PromptMessage(role="assistant", content=f"CALC({expression})"),
+            PromptMessage(role="user", content=f"RESULT: {answer}"),
+            PromptMessage(role="assistant", content=f"ANSWER: {answer}"),
+        ),
+    )
+
+
+CALC_PROMPT = PromptTemplate(
+    instructions=(
+        "Solve the word problem. First write CALC(expression) with the arithmetic to compute. "
+        "You will get RESULT: value. Then write ANSWER: number."
+    ),
+    template="Question: {question}",
+    demos=(
+        solved(
+            "Ann has 12 stickers and gets 5 more. How many stickers does Ann have?", "12 + 5", "17"
+        ),
+        solved(
+            "A box holds 6 rows of 4 eggs, and 3 eggs break. How many eggs are left?",
+            "6 * 4 - 3",
+            "21",
+        ),
+        solved(
+            "There are 7 red and 8 blue cars, each with 4 wheels. How many wheels?",
+            "(7 + 8) * 4",
+            "60",
+        ),
+    ),
 )
 
 _CALC = re.compile(r"CALC\(([^()]*(?:\([^()]*\)[^()]*)*)\)")
 _ANSWER = re.compile(r"ANSWER:\s*(-?\d+(?:\.\d+)?)")
 MAX_TOKENS = 24
-
-
-def few_shot_messages(question: str) -> list[dict[str, str]]:
-    """The chat so far: three solved examples, then the question."""
-    messages: list[dict[str, str]] = []
-    for i, (q, expression, answer) in enumerate(EXAMPLES):
-        prefix = INSTRUCTIONS + "\n" if i == 0 else ""
-        messages += [
-            {"role": "user", "content": f"{prefix}Question: {q}"},
-            {"role": "assistant", "content": f"CALC({expression})"},
-            {"role": "user", "content": f"RESULT: {answer}"},
-            {"role": "assistant", "content": f"ANSWER: {answer}"},
-        ]
-    messages.append({"role": "user", "content": f"Question: {question}"})
-    return messages
 
 
 def parse_answer(text: str) -> float | None:
@@ -65,9 +81,11 @@ def calculator(text: str) -> str | None:
     return str(int(value)) if float(value).is_integer() else f"{value:.4g}"
 
 
-async def solve(client: AsyncOpenAI, model: str, question: str) -> tuple[float | None, list[str]]:
+async def solve(
+    client: AsyncOpenAI, model: str, question: str, prompt: PromptTemplate = CALC_PROMPT
+) -> tuple[float | None, list[str]]:
     """Run the two-step protocol; returns the parsed answer and the model's outputs."""
-    messages: list[Any] = few_shot_messages(question)
+    messages: list[Any] = prompt.messages(question=question)
     first = await client.chat.completions.create(
         model=model, messages=messages, max_tokens=MAX_TOKENS, stop=["\n"]
     )
@@ -87,11 +105,13 @@ async def solve(client: AsyncOpenAI, model: str, question: str) -> tuple[float |
 
 
 @fulmen.rollout
-async def calc_agent(task: dict[str, Any], llm: fulmen.LLM) -> float:
+async def calc_agent(
+    task: dict[str, Any], llm: fulmen.LLM, prompt: PromptTemplate = CALC_PROMPT
+) -> float:
     """Reward 1.0 when the final answer equals the task's answer."""
     client = AsyncOpenAI(base_url=llm.base_url, api_key=llm.api_key)
     try:
-        answer, _ = await solve(client, llm.model, task["question"])
+        answer, _ = await solve(client, llm.model, task["question"], prompt)
     finally:
         await client.close()
     return 1.0 if answer is not None and abs(answer - task["answer"]) < 1e-6 else 0.0

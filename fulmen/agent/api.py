@@ -13,6 +13,9 @@ A rollout function receives the task and, **by parameter name**, what it asks fo
 any resource name  that resource (an ``LLM`` for LLM resources)
 =================  ===============================================================
 
+A parameter with a default keeps it when the rollout's resources do not hold what it names
+(``prompt: PromptTemplate = MY_PROMPT`` runs with ``MY_PROMPT`` until a prompt is published).
+
 It returns a reward (a number), a dict of named rewards, or ``None`` when it emitted its
 rewards with ``emit_reward``. Sync and async functions both work.
 
@@ -249,10 +252,17 @@ def bind_arguments(
                 f"{param.name!r}, which is neither a known parameter ({sorted(producers)}) "
                 "nor a resource"
             )
+        try:
+            value = producer()
+        except ConfigError:
+            # The resource it names is not in this rollout's version: the default stands in.
+            if param.default is param.empty:
+                raise
+            continue
         if param.kind is param.POSITIONAL_ONLY:
-            args.append(producer())
+            args.append(value)
         else:
-            kwargs[param.name] = producer()
+            kwargs[param.name] = value
     return args, kwargs
 
 
