@@ -4,12 +4,14 @@ While a rollout runs, every request that an ``httpx`` or ``httpx2`` client (open
 latter) sends to the attempt's gateway URL carries the name of the agent making it: the
 innermost ``as_agent`` name, or else the framework's own name for the running step (a LangGraph
 node, read from LangChain's runnable config; an OpenAI Agents SDK agent, read from the SDK's
-span scope). The gateway stores it on the call record, so agent selection works without
-OpenInference, which stays an optional enrichment.
+span scope; an AutoGen AgentChat agent's ``name`` or a CrewAI agent's ``role``, set by the thin
+hook of ``fulmen.tracing.framework_agents``). The gateway stores it on the call record, so
+agent selection works without OpenInference, which stays an optional enrichment.
 
 ``install_agent_header`` patches ``Client.send`` and ``AsyncClient.send`` of those libraries,
-once per process (a second call changes nothing). The hook reads only contextvars: concurrent
-rollouts never see each other's names, a request outside any rollout or to another host is
+and the agent classes of AutoGen and CrewAI when the agent has imported them, once per process
+(a second call changes nothing). The hook reads only contextvars: concurrent rollouts never
+see each other's names, a request outside any rollout or to another host is
 left alone, and a header the agent set itself wins. Its limit: a call made from a thread or task
 that did not inherit the rollout's context (a thread pool without ``contextvars.copy_context``)
 is not named; ``fulmen.adapter.attribution`` warns when calls cannot be attributed.
@@ -27,6 +29,11 @@ from typing import Any, Final
 from urllib.parse import quote
 
 from fulmen.tracing.context import current_agent_name, current_trace
+from fulmen.tracing.framework_agents import (
+    framework_agent_name,
+    install_framework_agent_hooks,
+    uninstall_framework_agent_hooks,
+)
 from fulmen.types.records import AGENT_NAME_HEADER
 
 __all__ = [
@@ -91,6 +98,7 @@ def openai_agents_agent_name() -> str | None:
 FRAMEWORK_AGENT_NAMES: Final[tuple[Callable[[], str | None], ...]] = (
     langgraph_node_name,
     openai_agents_agent_name,
+    framework_agent_name,
 )
 
 
@@ -146,8 +154,10 @@ def _hooked_send(original: Callable[..., Any], *, is_async: bool) -> Callable[..
 def install_agent_header() -> list[str]:
     """Install the hook on ``httpx``/``httpx2`` clients; return the modules it now covers.
 
-    Idempotent and process-wide by nature (the clients are the libraries' classes); the hook
-    does nothing outside a rollout, so it may stay installed.
+    Also hooks the agent classes of AutoGen AgentChat and CrewAI if they are imported by now
+    (the runner installs this after loading the agent, so a framework imported at the top of
+    the agent's module is covered). Idempotent and process-wide by nature (the clients are the
+    libraries' classes); the hooks do nothing outside a rollout, so they may stay installed.
     """
     hooked: list[str] = []
     for name in _CLIENT_MODULES:
@@ -159,11 +169,13 @@ def install_agent_header() -> list[str]:
             if not getattr(cls.send, _MARK, False):
                 cls.send = _hooked_send(cls.send, is_async=is_async)
         hooked.append(name)
+    install_framework_agent_hooks()
     return hooked
 
 
 def uninstall_agent_header() -> None:
-    """Remove the hook from every client class that has it."""
+    """Remove the hook from every client class and framework agent class that has it."""
+    uninstall_framework_agent_hooks()
     for name in _CLIENT_MODULES:
         module = sys.modules.get(name)
         if module is None:

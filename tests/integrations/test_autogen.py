@@ -10,12 +10,14 @@ pytest.importorskip("autogen_agentchat")
 pytest.importorskip("autogen_ext.models.openai")
 
 from autogen_agentchat.agents import AssistantAgent
+from autogen_agentchat.teams import RoundRobinGroupChat
 from autogen_ext.models.openai import OpenAIChatCompletionClient
 
+from fulmen.adapter.transitions import TransitionOptions
 from fulmen.agent.api import rollout
 from fulmen.agent.context import LLM
 from tests.gateway.conftest import Running, new_attempt
-from tests.gateway.scripted_upstream import Reply
+from tests.gateway.scripted_upstream import Reply, encode
 from tests.integrations.through_runner import (
     agent_names,
     assert_reward,
@@ -92,5 +94,39 @@ async def test_assistant_through_the_runner(gw: Running, instrumented: bool) -> 
     assert_token_level(records)
     assert [c.choices[0].finish_reason for c in records.calls] == ["tool_calls", "stop"]
     assert_reward(records, 1.0)
-    expected = "assistant" if instrumented else None
-    assert agent_names(records) == [expected, expected]
+    # Named either way: by the agent's own name on the requests, and by the spans when
+    # instrumented.
+    assert [c.agent_name for c in records.calls] == ["assistant", "assistant"]
+    assert agent_names(records) == ["assistant", "assistant"]
+
+
+@rollout
+async def team_rollout(task: dict[str, Any], llm: LLM) -> float:
+    """A planner and an answerer taking one turn each in a round-robin team."""
+    client = OpenAIChatCompletionClient(
+        model=llm.model, base_url=llm.base_url, api_key=llm.api_key, model_info=MODEL_INFO
+    )
+    planner = AssistantAgent("planner", model_client=client, system_message="Plan briefly.")
+    answerer = AssistantAgent("answerer", model_client=client, system_message="Answer.")
+    team = RoundRobinGroupChat([planner, answerer], max_turns=2)
+    try:
+        result = await team.run(task=task["question"])
+    finally:
+        await client.close()
+    return 1.0 if result.messages[-1].to_text() == task["expected"] else 0.0
+
+
+async def test_team_through_the_runner_names_calls_by_agent(gw: Running) -> None:
+    # No instrumentation package: each agent's name travels on its own requests.
+    gw.script.replies.extend([Reply(content="add the numbers"), Reply(content="4")])
+    task = {"question": "What is 2+2?", "expected": "4"}
+    records = await run_one(gw, team_rollout, [], task)
+    assert_token_level(records, ["add the numbers", "4"])
+    assert_reward(records, 1.0)
+    assert [c.agent_name for c in records.calls] == ["planner", "answerer"]
+    assert agent_names(records) == ["planner", "answerer"]
+    trajectory = records.trajectory(options=TransitionOptions(agents=("answerer",)))
+    (transition,) = trajectory.transitions
+    assert transition.agent_name == "answerer" and transition.call_ids == [records.calls[1].call_id]
+    assert transition.completion_token_ids == encode("4")
+    assert trajectory.diagnostics.skipped_agent == 1

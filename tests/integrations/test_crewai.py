@@ -19,10 +19,11 @@ pytest.importorskip("crewai")
 from crewai import LLM, Agent, Crew, Task
 from crewai.tools import tool
 
+from fulmen.adapter.transitions import TransitionOptions
 from fulmen.agent.api import rollout
 from fulmen.agent.context import LLM as FulmenLLM
 from tests.gateway.conftest import Running, new_attempt
-from tests.gateway.scripted_upstream import Reply
+from tests.gateway.scripted_upstream import Reply, encode
 from tests.integrations.through_runner import (
     agent_names,
     assert_reward,
@@ -98,5 +99,39 @@ async def test_crew_through_the_runner(gw: Running, instrumented: bool) -> None:
     assert_token_level(records)
     assert [c.choices[0].finish_reason for c in records.calls] == ["tool_calls", "stop"]
     assert_reward(records, 1.0)
-    expected = "calculator" if instrumented else None
-    assert agent_names(records) == [expected, expected]
+    # Named either way: by the agent's own role on the requests, and by the spans when
+    # instrumented.
+    assert [c.agent_name for c in records.calls] == ["calculator", "calculator"]
+    assert agent_names(records) == ["calculator", "calculator"]
+
+
+PLAN = "Thought: I now know the final answer\nFinal Answer: add the numbers"
+ANSWER = "Thought: I now know the final answer\nFinal Answer: 4"
+
+
+@rollout
+async def two_agent_crew_rollout(task: dict[str, Any], llm: FulmenLLM) -> float:
+    """A planner and an answerer, one task each, in a sequential crew."""
+    model = LLM(model=f"openai/{llm.model}", base_url=llm.base_url, api_key=llm.api_key)
+    planner = Agent(role="planner", goal="plan the work", backstory="brief", llm=model)
+    answerer = Agent(role="answerer", goal="answer exactly", backstory="exact", llm=model)
+    plan = Task(description=task["question"], expected_output="a plan", agent=planner)
+    answer = Task(description=task["question"], expected_output="a number", agent=answerer)
+    crew = Crew(agents=[planner, answerer], tasks=[plan, answer])
+    result = await asyncio.to_thread(crew.kickoff)
+    return 1.0 if str(result).strip() == task["expected"] else 0.0
+
+
+async def test_two_agent_crew_through_the_runner_names_calls_by_role(gw: Running) -> None:
+    # No instrumentation package: each agent's role travels on its own requests.
+    gw.script.replies.extend([Reply(content=PLAN), Reply(content=ANSWER)])
+    records = await run_one(gw, two_agent_crew_rollout, [], {"question": "2+2?", "expected": "4"})
+    assert_token_level(records, [PLAN, ANSWER])
+    assert_reward(records, 1.0)
+    assert [c.agent_name for c in records.calls] == ["planner", "answerer"]
+    assert agent_names(records) == ["planner", "answerer"]
+    trajectory = records.trajectory(options=TransitionOptions(agents=("answerer",)))
+    (transition,) = trajectory.transitions
+    assert transition.agent_name == "answerer" and transition.call_ids == [records.calls[1].call_id]
+    assert transition.completion_token_ids == encode(ANSWER)
+    assert trajectory.diagnostics.skipped_agent == 1

@@ -7,7 +7,7 @@ A real gateway over the scripted engine records what the hook stamped on request
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 
 import httpx
 import openai
@@ -17,6 +17,12 @@ from opentelemetry.trace import NoOpTracer
 from fulmen import as_agent
 from fulmen.tracing.agent_header import install_agent_header, uninstall_agent_header
 from fulmen.tracing.context import rollout_scope, set_agent_name
+from fulmen.tracing.framework_agents import (
+    AgentClassHook,
+    framework_agent_name,
+    install_framework_agent_hooks,
+    uninstall_framework_agent_hooks,
+)
 from fulmen.types.records import AGENT_NAME_HEADER
 from tests.gateway.conftest import Running, config, gw, new_attempt, script, store, upstream_url
 
@@ -88,3 +94,80 @@ def test_install_is_idempotent_and_uninstall_restores(hook: list[str]) -> None:
     assert httpx.AsyncClient.send is hooked  # not wrapped twice
     uninstall_agent_header()
     assert httpx.AsyncClient.send is hooked.__wrapped__  # type: ignore[attr-defined]
+
+
+class Crewmate:
+    """An agent class shaped like a framework's: its turn is a coroutine or a stream."""
+
+    def __init__(self, role: object) -> None:
+        self.role = role
+
+    async def take_turn(self, url: str) -> str | None:
+        async with httpx.AsyncClient() as client:
+            (await client.post(url, json=CHAT)).raise_for_status()
+        return framework_agent_name()
+
+    async def stream_turn(self) -> AsyncIterator[str | None]:
+        yield framework_agent_name()
+        yield framework_agent_name()
+
+
+class Deckhand(Crewmate):
+    """A subclass that inherits the hooked turn."""
+
+
+CREW_HOOK = AgentClassHook(
+    module=__name__,
+    class_name="Crewmate",
+    methods=("take_turn", "stream_turn", "no_longer_exists"),
+    name_attribute="role",
+)
+
+
+@pytest.fixture
+def crew_hook() -> Iterator[None]:
+    assert install_framework_agent_hooks((CREW_HOOK,)) == [__name__]
+    yield
+    uninstall_framework_agent_hooks((CREW_HOOK,))
+
+
+async def test_framework_agent_names_reach_the_records(gw: Running, crew_hook: None) -> None:
+    rollout_id, attempt_id = await new_attempt(gw.store)
+    url = gw.base_url(rollout_id, attempt_id) + "/chat/completions"
+    with rollout_scope(NoOpTracer(), rollout_id, attempt_id):
+        assert await Crewmate("navigator").take_turn(url) == "navigator"
+        assert await Deckhand("lookout").take_turn(url) == "lookout"
+        with as_agent("captain"):  # an explicit name wins over the framework's
+            await Crewmate("navigator").take_turn(url)
+        # A name that is not a string is no name, never a wrong one.
+        assert await Crewmate(None).take_turn(url) is None
+    calls = await gw.calls(rollout_id)
+    assert [c.agent_name for c in calls] == ["navigator", "lookout", "captain", None]
+    assert framework_agent_name() is None  # nothing left behind after the turns
+
+
+async def test_a_stream_names_its_steps_only(crew_hook: None) -> None:
+    stream = Crewmate("navigator").stream_turn()
+    assert await anext(stream) == "navigator"
+    # Between items the consumer's own code runs unnamed, and stopping early leaves nothing.
+    assert framework_agent_name() is None
+    assert await anext(stream) == "navigator"
+    await stream.aclose()
+    assert framework_agent_name() is None
+
+
+def test_framework_hooks_wrap_once_and_uninstall_restores() -> None:
+    original = Crewmate.__dict__["take_turn"]
+    assert install_framework_agent_hooks((CREW_HOOK,)) == [__name__]
+    hooked = Crewmate.__dict__["take_turn"]
+    assert hooked is not original
+    install_framework_agent_hooks((CREW_HOOK,))
+    assert Crewmate.__dict__["take_turn"] is hooked  # not wrapped twice
+    assert "take_turn" not in Deckhand.__dict__  # inherited, so not wrapped again
+    uninstall_framework_agent_hooks((CREW_HOOK,))
+    assert Crewmate.__dict__["take_turn"] is original
+    # A framework that is not imported is not hooked (fulmen never imports it).
+    absent = AgentClassHook(
+        module="not_imported_framework", class_name="A", methods=(), name_attribute="n"
+    )
+    assert install_framework_agent_hooks((absent,)) == []
