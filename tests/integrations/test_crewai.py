@@ -109,16 +109,20 @@ PLAN = "Thought: I now know the final answer\nFinal Answer: add the numbers"
 ANSWER = "Thought: I now know the final answer\nFinal Answer: 4"
 
 
-@rollout
-async def two_agent_crew_rollout(task: dict[str, Any], llm: FulmenLLM) -> float:
+def two_agent_crew(question: str, llm: FulmenLLM) -> Crew:
     """A planner and an answerer, one task each, in a sequential crew."""
     model = LLM(model=f"openai/{llm.model}", base_url=llm.base_url, api_key=llm.api_key)
     planner = Agent(role="planner", goal="plan the work", backstory="brief", llm=model)
     answerer = Agent(role="answerer", goal="answer exactly", backstory="exact", llm=model)
-    plan = Task(description=task["question"], expected_output="a plan", agent=planner)
-    answer = Task(description=task["question"], expected_output="a number", agent=answerer)
-    crew = Crew(agents=[planner, answerer], tasks=[plan, answer])
-    result = await asyncio.to_thread(crew.kickoff)
+    plan = Task(description=question, expected_output="a plan", agent=planner)
+    answer = Task(description=question, expected_output="a number", agent=answerer)
+    return Crew(agents=[planner, answerer], tasks=[plan, answer])
+
+
+@rollout
+async def two_agent_crew_rollout(task: dict[str, Any], llm: FulmenLLM) -> float:
+    """The two-agent crew as a fulmen rollout: its reward is whether the answer is right."""
+    result = await asyncio.to_thread(two_agent_crew(task["question"], llm).kickoff)
     return 1.0 if str(result).strip() == task["expected"] else 0.0
 
 
@@ -135,3 +139,19 @@ async def test_two_agent_crew_through_the_runner_names_calls_by_role(gw: Running
     assert transition.agent_name == "answerer" and transition.call_ids == [records.calls[1].call_id]
     assert transition.completion_token_ids == encode(ANSWER)
     assert trajectory.diagnostics.skipped_agent == 1
+
+
+@rollout
+def sync_two_agent_crew_rollout(task: dict[str, Any], llm: FulmenLLM) -> float:
+    """The same crew from a sync rollout function, which the runner runs in a worker process."""
+    result = two_agent_crew(task["question"], llm).kickoff()
+    return 1.0 if str(result).strip() == task["expected"] else 0.0
+
+
+async def test_sync_crew_in_a_worker_process_names_calls_by_role(gw: Running) -> None:
+    # The worker process installs the hook itself, after importing the agent's module.
+    gw.script.replies.extend([Reply(content=PLAN), Reply(content=ANSWER)])
+    task = {"question": "2+2?", "expected": "4"}
+    records = await run_one(gw, sync_two_agent_crew_rollout, [], task, sync_isolation="process")
+    assert_reward(records, 1.0)
+    assert [c.agent_name for c in records.calls] == ["planner", "answerer"]
