@@ -148,6 +148,14 @@ class AlgorithmContext(Protocol):
         """Read the records (calls and spans) of each succeeded rollout's latest attempt."""
         ...
 
+    async def succeeded_rollouts(self, mode: Mode) -> list[Rollout]:
+        """Read every succeeded rollout of ``mode`` in the run's store (enqueue order).
+
+        Earlier runs and stages are included: an algorithm may learn from them without running
+        new ones.
+        """
+        ...
+
     async def rewards(self, rollouts: Sequence[Rollout]) -> list[float]:
         """Read the final reward of each rollout (0.0 for a failed one or one without reward)."""
         ...

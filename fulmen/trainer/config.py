@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal, TypeAlias, cast
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, model_validator
 
+from fulmen.algorithms.demos.config import DemosConfig
 from fulmen.algorithms.grpo.config import GRPOAlgorithmConfig
 from fulmen.errors import ConfigError
 
@@ -37,8 +38,8 @@ class EngineConfig(_Strict):
     Attributes:
         kind: ``builtin`` (fulmen's transformers server, started as a child process),
             ``vllm`` (vLLM's OpenAI server, started as a child process) or ``endpoint`` (an
-            OpenAI-compatible server that is already running; only for ``dev``: it cannot take
-            new weights).
+            OpenAI-compatible server that is already running, a hosted model say; it cannot
+            take new weights, so only ``dev`` and prompt-only algorithms such as ``demos`` use it).
         url: base URL of the ``endpoint`` engine (``.../v1``).
         max_batch: sequences the built-in engine decodes together.
         max_lora_rank: largest adapter rank the engine accepts (vLLM needs it up front).
@@ -120,10 +121,16 @@ class ValidationConfig(_Strict):
 #: The algorithms ``algorithm:`` (or each entry of ``stages:``) selects by ``name``. To add one:
 #: its config model (with ``name: Literal["..."]``) joins this union and its run function joins
 #: ``fulmen.trainer.stages.run_function``.
-AlgorithmConfig: TypeAlias = Annotated[GRPOAlgorithmConfig, Field(discriminator="name")]
+AlgorithmConfig: TypeAlias = Annotated[
+    GRPOAlgorithmConfig | DemosConfig, Field(discriminator="name")
+]
+
+#: Algorithms that publish prompts and never weights: they may run against any endpoint.
+_PROMPT_ONLY_ALGORITHMS = frozenset({"demos"})
+_PROMPT_ONLY_NAMES = ", ".join(sorted(_PROMPT_ONLY_ALGORITHMS))
 
 #: Algorithms the issue tracker plans but this version does not have yet.
-_PLANNED_ALGORITHMS = ("apo", "demos", "sft")
+_PLANNED_ALGORITHMS = ("apo", "sft")
 
 
 class TrainConfig(_Strict):
@@ -191,9 +198,11 @@ class TrainConfig(_Strict):
     def _no_dead_options(self) -> TrainConfig:
         if self.validation is not None and self.data.val is None:
             raise ValueError("validation is configured but data.val is not set")
-        if self.engine.kind == "endpoint":
+        weights = [s.name for s in self.plan() if s.name not in _PROMPT_ONLY_ALGORITHMS]
+        if self.engine.kind == "endpoint" and weights:
             raise ValueError(
-                "engine.kind 'endpoint' cannot take new weights; use it with `fulmen dev`"
+                f"engine.kind 'endpoint' cannot take new weights ({', '.join(weights)}); use it "
+                f"with `fulmen dev` or algorithms that change only prompts ({_PROMPT_ONLY_NAMES})"
             )
         return self
 
@@ -235,7 +244,8 @@ def _algorithm_section(value: Any, where: str) -> Any:
     name = section.setdefault("name", "grpo")
     if name in _PLANNED_ALGORITHMS:
         raise ValueError(
-            f"{where}.name {name!r} is not available in this version of fulmen (available: grpo)"
+            f"{where}.name {name!r} is not available in this version of fulmen "
+            "(available: grpo, demos)"
         )
     return section
 

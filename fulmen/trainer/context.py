@@ -263,6 +263,14 @@ class StageContext:
             if r.status is RolloutStatus.SUCCEEDED
         ]
 
+    async def succeeded_rollouts(self, mode: Mode) -> list[Rollout]:
+        """Every succeeded rollout of ``mode`` in the store, in enqueue order."""
+        from fulmen.store.reading import iter_rollouts
+        from fulmen.types import RolloutQuery
+
+        query = RolloutQuery(statuses=[RolloutStatus.SUCCEEDED], mode=mode, limit=1000)
+        return [r async for r in iter_rollouts(self.session.stack.store, query)]
+
     async def rewards(self, rollouts: Sequence[Rollout]) -> list[float]:
         """Each rollout's final reward (0.0 when it failed or emitted none)."""
         from fulmen.adapter.transitions import load_attempt

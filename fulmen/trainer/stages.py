@@ -37,7 +37,11 @@ def run_function(name: str) -> RunFunction:
         from fulmen.trainer.loop import run_grpo
 
         return run_grpo
-    raise ConfigError(f"no algorithm named {name!r} (available: grpo)")
+    if name == "demos":
+        from fulmen.algorithms.demos.optimizer import run_demos
+
+        return run_demos
+    raise ConfigError(f"no algorithm named {name!r} (available: grpo, demos)")
 
 
 async def run_stages(session: RunSession) -> list[dict[str, float]]:

@@ -76,7 +76,12 @@ class Trainer:
         val_source = val_data or config.data.val
         val_tasks = load_tasks(val_source, python_path=config.python_path) if val_source else None
         run_dir.mkdir(parents=True, exist_ok=True)
-        model_path = await asyncio.to_thread(resolve_model, config.model)
+        if config.engine.kind == "endpoint":
+            # A running endpoint (a hosted model, say) serves prompt-only algorithms: there are
+            # no local weights to resolve, and the name is only what requests ask for.
+            model_path = Path(config.model)
+        else:
+            model_path = await asyncio.to_thread(resolve_model, config.model)
         stack = TrainingStack(
             store_url=config.store_url or f"sqlite:///{run_dir / 'store.db'}",
             store_token=self.store_token,

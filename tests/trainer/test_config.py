@@ -134,7 +134,8 @@ def test_algorithm_defaults_to_grpo_and_stages_chain_named_algorithms(tmp_path: 
     ("extra", "message"),
     [
         ("algorithm: apo\n", "algorithm.name 'apo' is not available"),
-        ("stages: [grpo, demos]\n", "stages.1.name 'demos' is not available"),
+        ("stages: [grpo, apo]\n", "stages.1.name 'apo' is not available"),
+        ("stages: [grpo, {name: demos, demos: 0}]\n", "stages.1.demos.demos: Input should be"),
         ("algorithm: {name: nope}\n", "does not match any of the expected tags"),
         ("algorithm: grpo\nstages: [grpo]\n", "either algorithm or stages"),
         ("stages: []\n", "stages"),

@@ -1,0 +1,74 @@
+"""``algorithm: demos``: its settings, one typed object, each option documented once."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from fulmen.errors import ConfigError
+from fulmen.types import PromptTemplate
+
+__all__ = ["DemosConfig"]
+
+
+class DemosConfig(BaseModel):
+    """Few-shot demonstrations bootstrapped from the agent's own successful runs.
+
+    Attributes:
+        prompt: the name of the prompt-template resource to give demonstrations (the agent
+            receives it by this parameter name).
+        initial: the prompt to start from when the run carries none under that name (the
+            first stage of a run), as ``"module:attribute"`` naming a ``PromptTemplate``:
+            typically the default the agent ships, e.g. ``agent:CALC_PROMPT``.
+        demos: demonstrations per candidate prompt.
+        candidates: candidate evaluations the search may spend, the unchanged prompt included
+            (it is candidate 0, the baseline the others must beat).
+        threshold: a rollout whose reward reaches this is "successful" and may become a
+            demonstration (``None``: the run's ``success_threshold``).
+        val_tasks: how many training tasks score each candidate. They are drawn with ``seed``
+            and never serve as demonstrations; ``data.val`` is left alone, so the run's
+            validation before and after measures the winner on tasks the search never saw.
+        pool: how many demonstrations (from distinct tasks) to collect before searching.
+        collect_rollouts: at most this many training rollouts are run to fill the pool when the
+            store holds too few successful ones.
+        collect_batch: training rollouts enqueued at once while collecting.
+        seed: seeds the choice of search tasks and candidates (``None``: the run's seed).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: Literal["demos"] = "demos"
+    prompt: str = Field(default="prompt", min_length=1)
+    initial: str | None = Field(default=None, pattern=r"^[\w.]+:[\w.]+$")
+    demos: int = Field(default=3, ge=1)
+    candidates: int = Field(default=8, ge=1)
+    threshold: float | None = None
+    val_tasks: int = Field(default=16, ge=1)
+    pool: int = Field(default=12, ge=1)
+    collect_rollouts: int = Field(default=64, ge=0)
+    collect_batch: int = Field(default=16, ge=1)
+    seed: int | None = None
+
+    def initial_prompt(self) -> PromptTemplate:
+        """Import the ``initial`` prompt.
+
+        Raises ``ConfigError`` naming ``initial`` when it is unset, cannot be imported, or is
+        not a ``PromptTemplate``.
+        """
+        if self.initial is None:
+            raise ConfigError("algorithm demos: initial is not set")
+        module_name, _, attr_path = self.initial.partition(":")
+        try:
+            value: object = importlib.import_module(module_name)
+            for part in attr_path.split("."):
+                value = getattr(value, part)
+        except (ImportError, AttributeError) as exc:
+            raise ConfigError(f"cannot import algorithm.initial {self.initial!r}: {exc}") from exc
+        if not isinstance(value, PromptTemplate):
+            raise ConfigError(
+                f"algorithm.initial {self.initial!r} is a {type(value).__name__}, "
+                "not a fulmen PromptTemplate"
+            )
+        return value
