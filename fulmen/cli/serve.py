@@ -41,6 +41,18 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("--attn-implementation", choices=["eager", "sdpa"], default="eager")
     p.add_argument(
+        "--prefix-cache",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="built-in engine: reuse the KV cache of prompt prefixes seen before (default: on)",
+    )
+    p.add_argument(
+        "--prefix-cache-mb",
+        type=int,
+        default=512,
+        help="built-in engine: most MiB of cached prefix KV; least recently used blocks go first",
+    )
+    p.add_argument(
         "--vllm-python",
         default=None,
         help="python with vllm installed (default: $FULMEN_VLLM_PYTHON, else this python if "
@@ -88,6 +100,7 @@ def _run(args: argparse.Namespace) -> int:
     import uvicorn
 
     from fulmen.engines.builtin.model import ServedModel
+    from fulmen.engines.builtin.prefix_cache import PrefixCache
     from fulmen.engines.builtin.server import create_app
     from fulmen.engines.models import resolve_model
 
@@ -100,7 +113,12 @@ def _run(args: argparse.Namespace) -> int:
         dtype=args.dtype,
         attn_implementation=args.attn_implementation,
     )
-    app = create_app(model, max_batch=args.max_batch, threads=args.threads)
+    cache = None
+    if args.prefix_cache:
+        if args.prefix_cache_mb <= 0:
+            raise ConfigError(f"--prefix-cache-mb must be positive, got {args.prefix_cache_mb}")
+        cache = PrefixCache(max_bytes=args.prefix_cache_mb << 20)
+    app = create_app(model, max_batch=args.max_batch, threads=args.threads, prefix_cache=cache)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
     return 0
 

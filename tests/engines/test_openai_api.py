@@ -322,3 +322,40 @@ def test_full_reload_changes_output_and_back(engine: EngineProcess, perturbed_di
     finally:
         asyncio.run(engine.reload_weights(None))
     assert chat(engine, return_token_ids=True)["choices"][0]["token_ids"] == before
+
+
+def _metrics(engine: EngineProcess) -> dict[str, float]:
+    response = httpx.get(f"{engine.root_url}/metrics", timeout=30)
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/plain; version=0.0.4")
+    values: dict[str, float] = {}
+    for line in response.text.splitlines():
+        if line and not line.startswith("#"):
+            name, value = line.split(" ")
+            values[name] = float(value)
+    return values
+
+
+def test_metrics_count_prefix_cache_hits_and_tokens(engine: EngineProcess) -> None:
+    from fulmen.engines.vllm import VLLMLauncher
+
+    if isinstance(engine, VLLMLauncher):
+        pytest.skip("vLLM's /metrics has its own names")
+    shared = [{"role": "system", "content": "You are terse. " * 12}]
+    before = _metrics(engine)
+    assert before["fulmen_engine_prefix_cache_enabled"] == 1  # on by default
+    for question in ("What is 2 + 2?", "Name a colour."):
+        chat(engine, messages=[*shared, {"role": "user", "content": question}], max_tokens=5)
+    after = _metrics(engine)
+    p = "fulmen_engine_"
+    assert after[p + "generation_tokens_total"] - before[p + "generation_tokens_total"] >= 2
+    assert after[p + "prompt_tokens_total"] > before[p + "prompt_tokens_total"]
+    # the second request reused the shared system prompt's blocks
+    hits = after[p + "prefix_cache_hit_tokens_total"] - before[p + "prefix_cache_hit_tokens_total"]
+    assert hits >= 64
+    assert (
+        after[p + "prefix_cache_miss_tokens_total"] > before[p + "prefix_cache_miss_tokens_total"]
+    )
+    assert 0 < after[p + "prefix_cache_bytes"] <= after[p + "prefix_cache_max_bytes"]
+    assert after[p + "generation_tokens_per_second"] > 0
+    assert after[p + "queue_length"] == 0 and after[p + "running_sequences"] == 0

@@ -11,6 +11,12 @@ positions are passed explicitly, and the attention mask hides the padding.
 A weight update that touches what a running sequence uses (a full reload, or replacing or
 removing the adapter it runs on) waits until those sequences finish, and admission pauses
 meanwhile, so every response is produced by one policy version.
+
+With a :class:`PrefixCache`, a new sequence takes the KV of its longest cached prompt prefix
+as past keys and values and computes only the rest (see :mod:`.prefill`); its prompt's blocks
+are cached after the prefill, and its prompt plus output when it finishes (the next turn of a
+multi-turn rollout extends it). Cache entries are keyed by adapter and the version that loaded
+it, and an update drops the entries of the weights it touches.
 """
 
 from __future__ import annotations
@@ -28,7 +34,10 @@ import torch.nn.functional as F
 from transformers import DynamicCache
 
 from fulmen.engines.builtin.errors import APIError, not_found
+from fulmen.engines.builtin.metrics import EngineCounters
 from fulmen.engines.builtin.model import ServedModel
+from fulmen.engines.builtin.prefill import PrefillRow, build_batch, plan_groups, row_kv
+from fulmen.engines.builtin.prefix_cache import PrefixCache
 from fulmen.engines.builtin.sampling import sample
 from fulmen.engines.builtin.sequence import Job, JobFailed, JobStarted, Sequence
 
@@ -55,12 +64,23 @@ class Scheduler:
         max_batch: most sequences decoded together (a request with a larger ``n`` still runs,
             alone).
         threads: torch intra-op threads for the batching thread.
+        prefix_cache: reuse the KV of cached prompt prefixes (``None``: recompute every
+            prompt).
     """
 
-    def __init__(self, model: ServedModel, *, max_batch: int = 8, threads: int = 1) -> None:
+    def __init__(
+        self,
+        model: ServedModel,
+        *,
+        max_batch: int = 8,
+        threads: int = 1,
+        prefix_cache: PrefixCache | None = None,
+    ) -> None:
         self.model = model
         self.max_batch = max_batch
         self.threads = threads
+        self.prefix_cache = prefix_cache
+        self.counters = EngineCounters()
         self._waiting: collections.deque[Job] = collections.deque()
         self._updates: collections.deque[_Update] = collections.deque()
         self._lock = threading.Lock()
@@ -101,6 +121,11 @@ class Scheduler:
         """Number of sequences currently in the batch."""
         return len(self._rows)
 
+    @property
+    def waiting(self) -> int:
+        """Number of requests waiting for admission."""
+        return len(self._waiting)
+
     def _loop(self) -> None:
         torch.set_num_threads(self.threads)
         while not self._closed:
@@ -139,9 +164,27 @@ class Scheduler:
                     return True
                 self._updates.popleft()
             try:
-                head.future.set_result(head.apply())
-            except Exception as exc:
+                result = head.apply()
+            except Exception as exc:  # it may have changed weights before failing
+                self._invalidate(head.touches)
                 head.future.set_exception(exc)
+            else:
+                self._invalidate(head.touches)
+                head.future.set_result(result)
+
+    def _invalidate(self, touches: str) -> None:
+        """Drop cached KV computed with weights an update changed."""
+        if self.prefix_cache is None:
+            return
+        if touches == ALL_WEIGHTS:
+            self.prefix_cache.invalidate()
+        else:
+            self.prefix_cache.invalidate(lambda ns: isinstance(ns, tuple) and ns[0] == touches)
+
+    def _namespace(self, adapter: str | None) -> tuple[str | None, int]:
+        """Return the prefix-cache key of the weights ``adapter`` selects (name, load version)."""
+        info = self.model.adapters.get(adapter) if adapter is not None else None
+        return (adapter, info.version if info is not None else 0)
 
     def _admit(self) -> list[Sequence]:
         new: list[Sequence] = []
@@ -164,18 +207,50 @@ class Scheduler:
         return new
 
     def _prefill(self, new: list[Sequence]) -> None:
-        width = max(len(s.job.prompt_ids) for s in new)
-        ids = torch.full((len(new), width), self.model.pad_token_id, dtype=torch.long)
-        mask = torch.zeros((len(new), width), dtype=torch.long)
-        for row, seq in enumerate(new):
+        cache = self.prefix_cache
+        rows: list[PrefillRow] = []
+        for seq in new:
+            seq.namespace = self._namespace(seq.job.adapter)
             prompt = seq.job.prompt_ids
-            ids[row, width - len(prompt) :] = torch.tensor(prompt, dtype=torch.long)
-            mask[row, width - len(prompt) :] = 1
-        positions = (mask.cumsum(1) - 1).clamp(min=0)
-        cache = DynamicCache()
-        logits = self.model.forward(ids, mask, positions, cache, [s.job.adapter for s in new])
-        self._merge(new, cache, mask)
-        self._emit(new, logits)
+            match = None
+            if cache is not None:  # the last prompt token is always computed: its logits
+                match = cache.match(seq.namespace, prompt, limit=len(prompt) - 1)
+            rows.append(PrefillRow(seq, seq.namespace, match))
+        try:
+            for group in plan_groups(rows):
+                batch = build_batch(group, self.model.pad_token_id)
+                seqs = [r.seq for r in group]
+                logits = self.model.forward(
+                    batch.ids,
+                    batch.mask,
+                    batch.positions,
+                    batch.cache,
+                    [s.job.adapter for s in seqs],
+                )
+                self.counters.prefill_passes += 1
+                self.counters.prompt_tokens += sum(r.length for r in group)
+                if cache is not None:
+                    self._remember_prompts(cache, group, batch.cache, batch.used)
+                self._merge(seqs, batch.cache, batch.mask)
+                self._emit(seqs, logits)
+                self._drop_finished()
+        finally:
+            for row in rows:
+                if row.match is not None:
+                    row.match.release()
+
+    def _remember_prompts(
+        self, cache: PrefixCache, group: list[PrefillRow], kv: Any, used: list[int]
+    ) -> None:
+        """Count hits and misses, and cache the prompt blocks this prefill computed."""
+        for i, (row, u) in enumerate(zip(group, used, strict=True)):
+            cache.stats.hit_tokens += u
+            cache.stats.miss_tokens += row.length - u
+            matched = row.match.tokens if row.match is not None else 0
+            start = matched - matched % cache.block_size
+            if row.length - start >= cache.block_size:  # a whole new block to store
+                prompt = row.seq.job.prompt_ids
+                cache.insert(row.namespace, prompt, row_kv(kv, i, row.length, start), offset=start)
 
     def _decode(self) -> None:
         if self._mask is None:  # rows exist only together with a cache and a mask
@@ -187,6 +262,7 @@ class Scheduler:
         logits = self.model.forward(
             ids, mask, positions, self._cache, [s.job.adapter for s in rows]
         )
+        self.counters.decode_passes += 1
         self._mask = mask
         self._emit(rows, logits)
         self._drop_finished()
@@ -194,15 +270,18 @@ class Scheduler:
     def _emit(self, rows: list[Sequence], logits: torch.Tensor) -> None:
         tokens = sample(logits, [s.job.params for s in rows], [s.generator for s in rows])
         m = self.model
+        emitted = 0
         for seq, token in zip(rows, tokens, strict=True):
             if not seq.is_done:
                 seq.job.sink(seq.append(token, m.tokenizer, m.eos_token_ids, m.max_model_len))
+                emitted += 1
+        self.counters.generated_tokens += emitted
+        self.counters.rate.add(emitted)
 
     def _merge(self, new: list[Sequence], cache: Any, mask: torch.Tensor) -> None:
         """Append the prefilled rows to the running batch, left-padding the shorter side."""
         if not self._rows or self._mask is None:
             self._rows, self._cache, self._mask = list(new), cache, mask
-            self._drop_finished()
             return
         width = max(self._mask.shape[1], mask.shape[1])
         old_pad, new_pad = width - self._mask.shape[1], width - mask.shape[1]
@@ -218,13 +297,16 @@ class Scheduler:
         self._mask = torch.cat([F.pad(self._mask, (old_pad, 0)), F.pad(mask, (new_pad, 0))])
         self._cache = DynamicCache(ddp_cache_data=layers)
         self._rows = [*self._rows, *new]
-        self._drop_finished()
 
     def _drop_finished(self) -> None:
         """Remove finished rows and the padding columns no remaining row needs."""
         keep = [i for i, s in enumerate(self._rows) if not s.is_done]
         if len(keep) == len(self._rows):
             return
+        if self.prefix_cache is not None and self._mask is not None:
+            self._remember_outputs(
+                self.prefix_cache, [i for i, s in enumerate(self._rows) if s.finish_reason]
+            )
         if not keep or self._mask is None:
             self._rows, self._cache, self._mask = [], None, None
             return
@@ -242,6 +324,21 @@ class Scheduler:
             ]
         )
         self._rows = [self._rows[i] for i in keep]
+
+    def _remember_outputs(self, cache: PrefixCache, finished: list[int]) -> None:
+        """Cache prompt + output blocks of finished rows, for a next turn that extends them."""
+        if self._mask is None:
+            return
+        lengths = self._mask.sum(dim=1).tolist()
+        for i in finished:
+            seq = self._rows[i]
+            tokens = [*seq.job.prompt_ids, *seq.output_ids[:-1]]  # the last one has no KV yet
+            start = len(seq.job.prompt_ids) - len(seq.job.prompt_ids) % cache.block_size
+            if lengths[i] != len(tokens) or len(tokens) - start < cache.block_size:
+                continue
+            cache.insert(
+                seq.namespace, tokens, row_kv(self._cache, i, len(tokens), start), offset=start
+            )
 
     def _fail_all(self, rows: list[Sequence], exc: BaseException) -> None:
         error = (

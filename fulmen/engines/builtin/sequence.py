@@ -69,6 +69,7 @@ class Sequence:
         self.output_ids: list[int] = []
         self.pending = -1  # last sampled token, not yet in the KV cache
         self.finish_reason: str | None = None
+        self.namespace: Any = None  # prefix-cache key of the weights it runs on
         self._emitted = ""
         seed = job.params.seed
         self.generator: torch.Generator | None = None

@@ -1,9 +1,10 @@
 """The built-in OpenAI-compatible server: ``create_app(model)`` returns a Starlette app.
 
 Routes: ``/v1/chat/completions``, ``/v1/completions``, ``/v1/models``, ``/tokenize``,
-``/detokenize``, ``/health``, ``/v1/load_lora_adapter``, ``/v1/unload_lora_adapter`` and
-``/v1/reload_weights``. Every response carries the policy version that produced it, in the
-body (``policy_version``) and in the ``x-fulmen-policy-version`` header. Errors use OpenAI's
+``/detokenize``, ``/health``, ``/metrics`` (Prometheus text), ``/v1/load_lora_adapter``,
+``/v1/unload_lora_adapter`` and ``/v1/reload_weights``. Every response carries the policy
+version that produced it, in the body (``policy_version``) and in the
+``x-fulmen-policy-version`` header. Errors use OpenAI's
 shape ``{"error": {"message", "type", "param", "code"}}``.
 """
 
@@ -20,13 +21,15 @@ from typing import Any
 
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from fulmen.engines.builtin.batching import ALL_WEIGHTS, Scheduler
 from fulmen.engines.builtin.errors import APIError, bad_request
 from fulmen.engines.builtin.generation import Generation
+from fulmen.engines.builtin.metrics import render_metrics
 from fulmen.engines.builtin.model import ServedModel
+from fulmen.engines.builtin.prefix_cache import PrefixCache
 from fulmen.engines.builtin.protocol import (
     ChatRequest,
     CompletionRequest,
@@ -283,6 +286,19 @@ async def health(request: Request) -> Response:
     )
 
 
+async def metrics(request: Request) -> Response:
+    """``GET /metrics``: queue, batch, token and prefix-cache counters for Prometheus."""
+    e = _engine(request)
+    text = render_metrics(
+        e.scheduler.counters,
+        waiting=e.scheduler.waiting,
+        running=e.scheduler.running,
+        policy_version=e.model.version,
+        prefix_cache=e.scheduler.prefix_cache,
+    )
+    return PlainTextResponse(text, media_type="text/plain; version=0.0.4; charset=utf-8")
+
+
 async def _update(request: Request, apply: Any, touches: str, what: dict[str, Any]) -> Response:
     version = await asyncio.wrap_future(_engine(request).scheduler.update(apply, touches=touches))
     logger.info("weights updated to policy version %d: %s", version, what)
@@ -330,9 +346,19 @@ async def _api_error(request: Request, exc: Exception) -> Response:
     return JSONResponse(exc.body(), status_code=exc.status)
 
 
-def create_app(model: ServedModel, *, max_batch: int = 8, threads: int = 1) -> Starlette:
-    """Build the ASGI app serving ``model``; the batching thread runs during the lifespan."""
-    scheduler = Scheduler(model, max_batch=max_batch, threads=threads)
+def create_app(
+    model: ServedModel,
+    *,
+    max_batch: int = 8,
+    threads: int = 1,
+    prefix_cache: PrefixCache | None = None,
+) -> Starlette:
+    """Build the ASGI app serving ``model``; the batching thread runs during the lifespan.
+
+    ``prefix_cache`` (``None``: off) lets requests reuse the KV of prompt prefixes computed
+    before.
+    """
+    scheduler = Scheduler(model, max_batch=max_batch, threads=threads, prefix_cache=prefix_cache)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -349,6 +375,7 @@ def create_app(model: ServedModel, *, max_batch: int = 8, threads: int = 1) -> S
         Route("/tokenize", tokenize, methods=["POST"]),
         Route("/detokenize", detokenize, methods=["POST"]),
         Route("/health", health, methods=["GET"]),
+        Route("/metrics", metrics, methods=["GET"]),
         Route("/v1/load_lora_adapter", load_lora_adapter, methods=["POST"]),
         Route("/v1/unload_lora_adapter", unload_lora_adapter, methods=["POST"]),
         Route("/v1/reload_weights", reload_weights, methods=["POST"]),
