@@ -27,6 +27,7 @@ _COMMAND_MODULES: tuple[str, ...] = (
     "store",
     "rollouts",
     "resources",
+    "prompts",
     "export",
     "runner",
     "serve",

@@ -6,6 +6,13 @@ This package imports nothing else from fulmen, so any component may depend on it
 from __future__ import annotations
 
 from fulmen.types._unset import UNSET, Unset, UnsetType
+from fulmen.types.prompt import (
+    PROMPT_SCORES_KEY,
+    Demonstration,
+    PromptLineage,
+    PromptMessage,
+    PromptScore,
+)
 from fulmen.types.queries import Page, RolloutQuery, StoreStats
 from fulmen.types.records import (
     LLMCall,
@@ -32,17 +39,22 @@ from fulmen.types.rollout import (
 from fulmen.types.transitions import AdapterDiagnostics, Trajectory, Transition
 
 __all__ = [
+    "PROMPT_SCORES_KEY",
     "UNSET",
     "AdapterDiagnostics",
     "Attempt",
     "AttemptStatus",
     "Claim",
+    "Demonstration",
     "LLMCall",
     "LLMCallCreate",
     "LLMChoice",
     "LLMResource",
     "Mode",
     "Page",
+    "PromptLineage",
+    "PromptMessage",
+    "PromptScore",
     "PromptTemplate",
     "Resource",
     "Resources",

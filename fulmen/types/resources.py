@@ -2,6 +2,13 @@
 
 The store numbers versions 1, 2, 3, ...; new rollouts get the latest version unless they ask for
 another. A snapshot never changes once written: an update is a new version.
+
+>>> p = PromptTemplate(instructions="Add the numbers.", template="Q: {a} + {b}")
+>>> p.fields
+('a', 'b')
+>>> print(p.render(a=1, b=2))
+Add the numbers.
+Q: 1 + 2
 """
 
 from __future__ import annotations
@@ -9,9 +16,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal, TypeAlias
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, model_validator
 
 from fulmen.types.limits import Id, JsonData
+from fulmen.types.prompt import Demonstration, PromptLineage, template_fields
 
 __all__ = ["LLMResource", "PromptTemplate", "Resource", "Resources", "ResourcesCreate"]
 
@@ -40,12 +48,118 @@ class LLMResource(BaseModel):
 
 
 class PromptTemplate(BaseModel):
-    """A prompt template in Python ``str.format`` syntax (``{name}`` placeholders)."""
+    """A prompt an agent receives by name: instructions, a template with fields, demonstrations.
+
+    ``template`` is rendered with the task's fields (``str.format`` syntax, ``{{``/``}}`` for
+    literal braces); ``instructions`` is fixed text that comes first (the part a prompt
+    optimizer usually rewrites); ``demos`` are few-shot examples rendered with the same template.
+    ``fields`` lists the placeholders the template uses; it is filled in when left out and
+    checked when given. ``instructions`` may not have placeholders (write ``{{`` for a brace).
+
+    Attributes:
+        template: the per-input text, e.g. ``"Question: {question}"``.
+        instructions: text before everything else (empty for none).
+        fields: the template's placeholder names, in order of first use.
+        demos: few-shot demonstrations; each gives every field.
+        lineage: where this version came from, if an optimizer or a person said so.
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True, json_schema_extra=_kind_is_required)
 
     kind: Literal["prompt"] = "prompt"
     template: str
+    instructions: str = ""
+    fields: tuple[str, ...] | None = None
+    demos: tuple[Demonstration, ...] = ()
+    lineage: PromptLineage | None = None
+
+    @model_validator(mode="after")
+    def _check_fields(self) -> PromptTemplate:
+        used = template_fields(self.template)
+        if self.fields is None:
+            object.__setattr__(self, "fields", used)
+        elif set(self.fields) != set(used) or len(self.fields) != len(used):
+            raise ValueError(
+                f"fields {list(self.fields)} do not match the placeholders the template uses "
+                f"{list(used)} (template {self.template[:80]!r})"
+            )
+        if stray := template_fields(self.instructions):
+            raise ValueError(
+                f"instructions may not have placeholders, found {list(stray)}; "
+                "put fields in the template or write {{ }} for literal braces"
+            )
+        for index, demo in enumerate(self.demos):
+            if missing := [f for f in used if f not in demo.inputs]:
+                raise ValueError(f"demos[{index}] lacks field(s) {missing} of the template")
+        return self
+
+    def field_names(self) -> tuple[str, ...]:
+        """Return the template's placeholder names (``fields``; never ``None`` once built)."""
+        return self.fields or ()
+
+    def format_input(self, values: dict[str, Any]) -> str:
+        """Render the template alone with ``values`` (extra keys are ignored).
+
+        Raises ``ValueError`` naming the fields ``values`` lacks.
+        """
+        missing = [f for f in self.field_names() if f not in values]
+        if missing:
+            raise ValueError(
+                f"prompt needs field(s) {missing}; got {sorted(values)} "
+                f"(template {self.template[:80]!r})"
+            )
+        return self.template.format(**{f: values[f] for f in self.field_names()})
+
+    def instructions_text(self) -> str:
+        """Return the instructions with ``{{``/``}}`` turned into single braces."""
+        return self.instructions.format()
+
+    def render(self, **values: Any) -> str:
+        """Return the whole prompt as one text: instructions, demos, then this input.
+
+        Each demonstration is its rendered input followed by its turns, one per line; blocks
+        are separated by a blank line. Use ``messages`` for chat models.
+        """
+        blocks = [self.instructions_text()] if self.instructions else []
+        for demo in self.demos:
+            lines = [self.format_input(demo.inputs), *(t.content for t in demo.turns())]
+            blocks.append("\n".join(lines))
+        blocks.append(self.format_input(values))
+        return "\n".join(blocks) if not self.demos else "\n\n".join(blocks)
+
+    def export_text(self) -> str:
+        """Return the whole prompt as one ``str.format`` template, to paste into production code.
+
+        Demonstrations are written out and the template's placeholders are kept, so
+        ``export_text().format(**values) == render(**values)``; braces in the demonstrations
+        are doubled to stay literal.
+        """
+        blocks = [self.instructions] if self.instructions else []
+        for demo in self.demos:
+            lines = [self.format_input(demo.inputs), *(t.content for t in demo.turns())]
+            blocks.append("\n".join(lines).replace("{", "{{").replace("}", "}}"))
+        blocks.append(self.template)
+        return "\n".join(blocks) if not self.demos else "\n\n".join(blocks)
+
+    def messages(self, *, system: bool = False, **values: Any) -> list[dict[str, JsonValue]]:
+        """Return the prompt as chat messages: demos as earlier turns, then this input.
+
+        The instructions open the first user message (or, with ``system=True``, a system
+        message of their own), so base models without a system role read them too.
+        """
+        out: list[dict[str, JsonValue]] = []
+        prefix = ""
+        if self.instructions and system:
+            out.append({"role": "system", "content": self.instructions_text()})
+        elif self.instructions:
+            prefix = self.instructions_text() + "\n"
+        for demo in self.demos:
+            out.append({"role": "user", "content": prefix + self.format_input(demo.inputs)})
+            prefix = ""
+            for turn in demo.turns():
+                out.append({"role": turn.role, "content": turn.content})
+        out.append({"role": "user", "content": prefix + self.format_input(values)})
+        return out
 
 
 Resource: TypeAlias = Annotated[LLMResource | PromptTemplate, Field(discriminator="kind")]

@@ -15,10 +15,13 @@ from fulmen.errors import Conflict, InvalidRequest, InvalidTransition, NotFound,
 from fulmen.store import Store
 from fulmen.types import (
     AttemptStatus,
+    Demonstration,
     LLMCallCreate,
     LLMChoice,
     LLMResource,
     Mode,
+    PromptLineage,
+    PromptScore,
     PromptTemplate,
     ResourcesCreate,
     RolloutConfig,
@@ -566,6 +569,44 @@ async def test_resources_are_idempotent_by_id(store: Store) -> None:
     with pytest.raises(Conflict):
         await store.add_resources(resources("other").model_copy(update={"resources_id": "r-1"}))
     assert (await store.stats()).resources_versions == 1
+
+
+async def test_prompt_lineage_demos_and_scores_read_back_unchanged(store: Store) -> None:
+    v1 = await store.add_resources(resources())
+    child = PromptTemplate(
+        instructions="Think first. Use {{braces}} literally.",
+        template="Solve: {question}",
+        demos=(
+            Demonstration(inputs={"question": "1+1"}, output="2", metadata={"rollout": "r-1"}),
+            Demonstration(
+                inputs={"question": "2*3"},
+                messages=(
+                    {"role": "assistant", "content": "CALC(2*3)"},  # type: ignore[arg-type]
+                    {"role": "user", "content": "RESULT: 6"},  # type: ignore[arg-type]
+                ),
+            ),
+        ),
+        lineage=PromptLineage(
+            parent=v1.version,
+            optimizer="apo",
+            step=2,
+            critique="The prompt never says to show the arithmetic.",
+            edit="Added: think first.",
+            run_id="apo-1",
+            details={"beam": [1]},
+        ),
+    )
+    score = PromptScore(version=2, name="prompt", score=0.75, instances={"t0": 1.0, "t1": 0.5})
+    v2 = await store.add_resources(
+        ResourcesCreate(
+            resources={"prompt": child},
+            metadata={"prompt_scores": [score.model_dump(mode="json")]},
+        )
+    )
+    got = await store.get_resources(v2.version)
+    assert got.resources["prompt"] == child
+    assert got.resources["prompt"].model_dump() == child.model_dump()
+    assert [PromptScore.model_validate(s) for s in got.metadata["prompt_scores"]] == [score]  # type: ignore[union-attr]
 
 
 # -- waiting, workers, statistics -------------------------------------------------------------
