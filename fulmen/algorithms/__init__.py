@@ -1,4 +1,8 @@
-"""Training algorithms: the GRPO policy-gradient trainer (and later APO, SFT, baselines)."""
+"""Training algorithms (GRPO, SFT, demonstrations, ...) and what they share.
+
+Shared: the policy model, micro-batching, checkpoints, LoRA settings and the
+``AlgorithmContext`` they run in.
+"""
 
 from __future__ import annotations
 

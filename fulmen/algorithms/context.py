@@ -109,6 +109,14 @@ class AlgorithmContext(Protocol):
         """Return the id of ``task`` (its ``data.task_id_key`` or ``task-<index>``)."""
         ...
 
+    def task_batch(self, step: int, n: int) -> list[tuple[int, Any]]:
+        """Return the ``n`` ``(index, task)`` training pairs of ``step``.
+
+        They are drawn without replacement, epoch after epoch, from the run's seed, so a resumed
+        stage draws the same ones.
+        """
+        ...
+
     async def publish(
         self,
         resources: Mapping[str, Resource] | None = None,

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, m
 
 from fulmen.algorithms.demos.config import DemosConfig
 from fulmen.algorithms.grpo.config import GRPOAlgorithmConfig
+from fulmen.algorithms.sft.config import SFTAlgorithmConfig
 from fulmen.errors import ConfigError
 
 __all__ = [
@@ -122,7 +123,7 @@ class ValidationConfig(_Strict):
 #: its config model (with ``name: Literal["..."]``) joins this union and its run function joins
 #: ``fulmen.trainer.stages.run_function``.
 AlgorithmConfig: TypeAlias = Annotated[
-    GRPOAlgorithmConfig | DemosConfig, Field(discriminator="name")
+    GRPOAlgorithmConfig | DemosConfig | SFTAlgorithmConfig, Field(discriminator="name")
 ]
 
 #: Algorithms that publish prompts and never weights: they may run against any endpoint.
@@ -130,7 +131,7 @@ _PROMPT_ONLY_ALGORITHMS = frozenset({"demos"})
 _PROMPT_ONLY_NAMES = ", ".join(sorted(_PROMPT_ONLY_ALGORITHMS))
 
 #: Algorithms the issue tracker plans but this version does not have yet.
-_PLANNED_ALGORITHMS = ("apo", "sft")
+_PLANNED_ALGORITHMS = ("apo",)
 
 
 class TrainConfig(_Strict):
@@ -182,9 +183,9 @@ class TrainConfig(_Strict):
         if not isinstance(data, dict):
             return data
         raw = cast("dict[str, Any]", data)
-        if "stages" in raw and "algorithm" in raw and raw["stages"] is not None:
+        out = {k: v for k, v in raw.items() if not (k == "algorithm" and v is None)}
+        if out.get("stages") is not None and "algorithm" in out:
             raise ValueError("set either algorithm or stages, not both")
-        out = dict(raw)
         if out.get("stages") is None:
             out["algorithm"] = _algorithm_section(out.get("algorithm", {}), "algorithm")
         if isinstance(out.get("stages"), list):
@@ -245,7 +246,7 @@ def _algorithm_section(value: Any, where: str) -> Any:
     if name in _PLANNED_ALGORITHMS:
         raise ValueError(
             f"{where}.name {name!r} is not available in this version of fulmen "
-            "(available: grpo, demos)"
+            "(available: grpo, demos, sft)"
         )
     return section
 

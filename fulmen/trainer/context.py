@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fulmen.trainer.data import task_id_of
+from fulmen.algorithms.rewards import reward_metrics
+from fulmen.trainer.data import TaskSampler, task_id_of
 from fulmen.trainer.metrics import MetricsLogger
-from fulmen.trainer.rewards import reward_metrics
 from fulmen.trainer.stack import TrainingStack
 from fulmen.trainer.state import RunState
 from fulmen.types import (
@@ -54,6 +54,9 @@ class RunSession:
             ``validation.max_tasks``; empty without validation).
         model_name: the model name the engine serves the policy under now.
         policy_version: the engine's version of the served adapter (``None``: the base).
+        uses_stages: the config has ``stages:`` (each stage gets its own directory and its
+            metrics are labelled).
+        sampler: draws the training tasks of each step.
     """
 
     config: TrainConfig
@@ -65,7 +68,11 @@ class RunSession:
     val_tasks: Sequence[Any]
     model_name: str = ""
     policy_version: str | None = None
-    uses_stages: bool = field(default=False)
+    uses_stages: bool = False
+    sampler: TaskSampler = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.sampler = TaskSampler(self.train_tasks, seed=self.config.seed)
 
     async def serve_adapter(self, adapter_dir: Path, name: str) -> None:
         """Hot-load ``adapter_dir`` as model ``name`` and retire the previously served one."""
@@ -182,6 +189,10 @@ class StageContext:
     def task_id(self, index: int, task: Any) -> str:
         """Return the task's id (``data.task_id_key``) or ``task-<index>``."""
         return task_id_of(task, index, self.session.config.data.task_id_key)
+
+    def task_batch(self, step: int, n: int) -> list[tuple[int, Any]]:
+        """Return the ``n`` ``(index, task)`` training pairs of ``step`` (seeded, resumable)."""
+        return self.session.sampler.batch(step, n)
 
     def global_step(self, step: int) -> int:
         """``step`` of this stage numbered in the run's metrics stream."""

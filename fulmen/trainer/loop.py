@@ -23,9 +23,8 @@ from typing import Any
 from fulmen.adapter.attribution import AttributionCheck
 from fulmen.algorithms.context import AlgorithmContext
 from fulmen.algorithms.grpo.config import GRPOAlgorithmConfig
-from fulmen.trainer.data import TaskSampler
+from fulmen.algorithms.rewards import reward_metrics
 from fulmen.trainer.diagnose import no_update_reason
-from fulmen.trainer.rewards import reward_metrics
 from fulmen.types import Mode, Rollout, RolloutStatus
 
 __all__ = ["GRPOLoop", "progress_bar", "run_grpo"]
@@ -51,7 +50,6 @@ class GRPOLoop:
     def __init__(self, config: GRPOAlgorithmConfig, context: AlgorithmContext) -> None:
         self.config = config
         self.context = context
-        self.train_sampler = TaskSampler(context.train_tasks, seed=context.seed)
         self.options = config.transition_options()
         self._attribution = AttributionCheck(self.options)
         self.history: list[dict[str, float]] = []
@@ -83,7 +81,7 @@ class GRPOLoop:
 
     def _build_trainer(self) -> None:
         from fulmen.algorithms.grpo.engine import GRPOEngine
-        from fulmen.algorithms.grpo.policy import load_adapter_weights
+        from fulmen.algorithms.policy import load_adapter_weights
 
         progress = self.context.progress
         self._trainer = GRPOEngine.from_pretrained(
@@ -103,7 +101,7 @@ class GRPOLoop:
         context = self.context
         started = time.perf_counter()
         version = await context.publish(metadata={"step": step})
-        batch = self.train_sampler.batch(step, self.config.tasks_per_step)
+        batch = context.task_batch(step, self.config.tasks_per_step)
         finished = await context.run_tasks(
             batch,
             mode=Mode.TRAIN,

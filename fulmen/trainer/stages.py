@@ -41,7 +41,11 @@ def run_function(name: str) -> RunFunction:
         from fulmen.algorithms.demos.optimizer import run_demos
 
         return run_demos
-    raise ConfigError(f"no algorithm named {name!r} (available: grpo, demos)")
+    if name == "sft":
+        from fulmen.algorithms.sft.algorithm import run_sft
+
+        return run_sft
+    raise ConfigError(f"no algorithm named {name!r} (available: grpo, demos, sft)")
 
 
 async def run_stages(session: RunSession) -> list[dict[str, float]]:

@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from fulmen.adapter import Transition
-from fulmen.algorithms.grpo.policy import token_logprobs
+from fulmen.algorithms.policy import token_logprobs
 
 
 def model_logprobs(model: nn.Module, prompt: list[int], completion: list[int]) -> list[float]:

@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fulmen.algorithms.grpo.batching import TokenSample, collate, plan_micro_batches
+from fulmen.algorithms.batching import TokenSample, collate, plan_micro_batches
 from fulmen.errors import ConfigError
 
 

@@ -14,8 +14,8 @@ import torch
 from fulmen.adapter import TransitionOptions, build_trajectory
 from fulmen.algorithms.grpo import GRPOConfig
 from fulmen.algorithms.grpo.engine import GRPOEngine
-from fulmen.algorithms.grpo.policy import token_logprobs
 from fulmen.algorithms.grpo.samples import build_samples
+from fulmen.algorithms.policy import token_logprobs
 from fulmen.types.transitions import Transition
 from tests.adapter.factories import call, reward_span
 

@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from fulmen.algorithms.grpo import GRPOConfig
-from fulmen.algorithms.grpo.policy import prepare_policy, token_logprobs
+from fulmen.algorithms.policy import prepare_policy, token_logprobs
 
 from .models import tiny_gemma3, tiny_llama
 

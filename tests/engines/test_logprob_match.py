@@ -20,7 +20,7 @@ import httpx
 import pytest
 import torch
 
-from fulmen.algorithms.grpo.policy import load_causal_lm, token_logprobs
+from fulmen.algorithms.policy import load_causal_lm, token_logprobs
 from fulmen.engines.launcher import EngineProcess
 from fulmen.engines.vllm import VLLMLauncher
 

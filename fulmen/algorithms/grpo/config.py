@@ -9,28 +9,12 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, model_validator
 
+from fulmen.algorithms.lora import LoraSettings
+
 if TYPE_CHECKING:
     from fulmen.adapter.transitions import TransitionOptions
 
 __all__ = ["GRPOAlgorithmConfig", "GRPOConfig", "LoraSettings"]
-
-
-class LoraSettings(BaseModel):
-    """LoRA adapter shape (used when ``GRPOConfig.finetune`` is ``"lora"``).
-
-    Attributes:
-        r: adapter rank.
-        alpha: scaling numerator (the update is scaled by ``alpha / r``).
-        dropout: dropout on the adapter input; 0 keeps training logprobs deterministic.
-        target_modules: module names to adapt, or ``"all-linear"`` (every linear but the head).
-    """
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    r: int = Field(default=16, ge=1)
-    alpha: float = Field(default=32.0, gt=0)
-    dropout: float = Field(default=0.0, ge=0.0, lt=1.0)
-    target_modules: str | tuple[str, ...] = "all-linear"
 
 
 class GRPOConfig(BaseModel):

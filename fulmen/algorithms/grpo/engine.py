@@ -11,9 +11,7 @@ transformers and peft are imported here, never by ``import fulmen``.
 
 from __future__ import annotations
 
-import json
 import math
-import shutil
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -22,25 +20,22 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from fulmen.algorithms.grpo.batching import MicroBatch, TokenSample, collate, plan_micro_batches
+from fulmen.algorithms import checkpoint
+from fulmen.algorithms.batching import MicroBatch, TokenSample, collate, plan_micro_batches
 from fulmen.algorithms.grpo.config import GRPOConfig
 from fulmen.algorithms.grpo.losses import KL_ESTIMATORS, POLICY_LOSSES
-from fulmen.algorithms.grpo.policy import (
+from fulmen.algorithms.grpo.samples import build_samples
+from fulmen.algorithms.policy import (
     ReferencePolicy,
     causal_lm_of,
     load_causal_lm,
     prepare_policy,
     token_logprobs,
 )
-from fulmen.algorithms.grpo.samples import build_samples
 from fulmen.errors import ConfigError
 from fulmen.types.transitions import Transition
 
 __all__ = ["GRPOEngine"]
-
-_TRAINABLE_FILE = "trainable.safetensors"
-_OPTIMIZER_FILE = "optimizer.pt"
-_STATE_FILE = "engine.json"
 
 
 @dataclass
@@ -245,79 +240,25 @@ class GRPOEngine:
     def save_checkpoint(self, directory: str | Path) -> Path:
         """Write trainable weights, optimizer and RNG state, step and config to ``directory``.
 
-        The files are written to a sibling staging folder first and moved into place, so an
-        interrupted save never leaves a half-written checkpoint under ``directory``.
+        An interrupted save never leaves a half-written checkpoint under ``directory``.
         """
-        from safetensors.torch import save_file
-
-        target = Path(directory)
-        staging = target.with_name(target.name + ".partial")
-        shutil.rmtree(staging, ignore_errors=True)
-        staging.mkdir(parents=True)
-        trainable = {
-            name: p.detach().cpu().contiguous()
-            for name, p in self.model.named_parameters()
-            if p.requires_grad
-        }
-        save_file(trainable, str(staging / _TRAINABLE_FILE))
-        torch.save(
-            {"optimizer": self.optimizer.state_dict(), "rng": torch.get_rng_state()},
-            staging / _OPTIMIZER_FILE,
-        )
         state = {
             "step": self.step,
             "policy_version": self.policy_version,
             "config": self.config.model_dump(mode="json"),
         }
-        (staging / _STATE_FILE).write_text(json.dumps(state, indent=2), encoding="utf-8")
-        shutil.rmtree(target, ignore_errors=True)
-        staging.rename(target)
-        return target
+        return checkpoint.save_checkpoint(self.model, self.optimizer, directory, state=state)
 
     def load_checkpoint(self, directory: str | Path) -> None:
         """Restore what ``save_checkpoint`` wrote; the trainable parameter names must match."""
-        from safetensors.torch import load_file
-
-        source = Path(directory)
-        if not (source / _STATE_FILE).is_file():
-            raise ConfigError(f"{source} is not a checkpoint (no {_STATE_FILE})")
-        weights = load_file(str(source / _TRAINABLE_FILE))
-        params = {n: p for n, p in self.model.named_parameters() if p.requires_grad}
-        if set(weights) != set(params):
-            missing = sorted(set(params) - set(weights))[:5]
-            extra = sorted(set(weights) - set(params))[:5]
-            raise ConfigError(
-                f"checkpoint {source} does not fit this policy",
-                detail={"missing": missing, "unexpected": extra},
-            )
-        with torch.no_grad():
-            for name, value in weights.items():
-                params[name].copy_(value)
-        saved = torch.load(source / _OPTIMIZER_FILE, weights_only=True)
-        self.optimizer.load_state_dict(saved["optimizer"])
-        torch.set_rng_state(saved["rng"])
-        state = json.loads((source / _STATE_FILE).read_text(encoding="utf-8"))
+        state = checkpoint.load_checkpoint(self.model, self.optimizer, directory)
         self.step = int(state["step"])
         self.policy_version = state["policy_version"]
 
     def save_adapter(self, directory: str | Path) -> Path:
         """Write the LoRA adapter in peft's format, ready for ``/v1/load_lora_adapter``."""
-        if self.config.finetune != "lora":
-            raise ConfigError("save_adapter needs finetune='lora'; use save_model for full weights")
-        target = Path(directory)
-        target.mkdir(parents=True, exist_ok=True)
-        self.model.save_pretrained(str(target))  # type: ignore[operator]
-        return target
+        return checkpoint.save_adapter(self.model, directory, finetune=self.config.finetune)
 
     def save_model(self, directory: str | Path) -> Path:
         """Write the full policy (LoRA merged into a copy of the weights) as a HF directory."""
-        target = Path(directory)
-        target.mkdir(parents=True, exist_ok=True)
-        if self.config.finetune == "lora":
-            import copy
-
-            merged = copy.deepcopy(self.model).merge_and_unload()  # type: ignore[operator]
-            merged.save_pretrained(str(target))
-        else:
-            causal_lm_of(self.model).save_pretrained(str(target))
-        return target
+        return checkpoint.save_model(self.model, directory, finetune=self.config.finetune)

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 
 import torch
 
+from fulmen.algorithms.batching import TokenSample
 from fulmen.algorithms.grpo.advantages import ADVANTAGE_ESTIMATORS
-from fulmen.algorithms.grpo.batching import TokenSample
 from fulmen.algorithms.grpo.config import GRPOConfig
 from fulmen.algorithms.grpo.losses import LOSS_NORMALIZERS
 from fulmen.types.transitions import Transition

@@ -15,16 +15,17 @@ import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, Protocol
 
 import torch
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
-from fulmen.algorithms.grpo.config import GRPOConfig
+from fulmen.algorithms.lora import LoraSettings
 from fulmen.errors import ConfigError
 
 __all__ = [
+    "PolicySettings",
     "ReferencePolicy",
     "causal_lm_of",
     "load_adapter_weights",
@@ -36,6 +37,30 @@ __all__ = [
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
+class PolicySettings(Protocol):
+    """What ``prepare_policy`` reads from an algorithm's config (``GRPOConfig``, ``SFTConfig``)."""
+
+    @property
+    def finetune(self) -> Literal["lora", "full"]:
+        """``lora`` trains an adapter; ``full`` trains every weight."""
+        ...
+
+    @property
+    def lora(self) -> LoraSettings:
+        """The adapter shape for ``finetune="lora"``."""
+        ...
+
+    @property
+    def dtype(self) -> Literal["float32", "bfloat16"]:
+        """Parameter dtype of the policy."""
+        ...
+
+    @property
+    def gradient_checkpointing(self) -> bool:
+        """Recompute decoder activations in backward to save memory."""
+        ...
+
+
 def load_causal_lm(path: str | Path, *, dtype: str = "float32") -> nn.Module:
     """Load a Hugging Face causal LM from a local directory (nothing is downloaded)."""
     from transformers import AutoModelForCausalLM
@@ -45,7 +70,7 @@ def load_causal_lm(path: str | Path, *, dtype: str = "float32") -> nn.Module:
     )
 
 
-def prepare_policy(model: nn.Module, config: GRPOConfig) -> nn.Module:
+def prepare_policy(model: nn.Module, config: PolicySettings) -> nn.Module:
     """Cast ``model`` and make only the parameters the config trains require grad.
 
     LoRA wraps the model with a peft adapter (an already wrapped model is kept as is); full

@@ -1,0 +1,115 @@
+"""Saving and restoring a trained policy: resumable checkpoints, LoRA adapters, full models.
+
+Shared by every weight-training algorithm (``GRPOEngine``, ``SFTEngine``): a checkpoint holds
+the trainable parameters, the optimizer and torch RNG state, and a small JSON state the engine
+chooses (its step, its policy version, its config). Torch, safetensors and peft are imported
+here, never by ``import fulmen``.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from fulmen.algorithms.policy import causal_lm_of
+from fulmen.errors import ConfigError
+
+__all__ = ["load_checkpoint", "save_adapter", "save_checkpoint", "save_model"]
+
+_TRAINABLE_FILE = "trainable.safetensors"
+_OPTIMIZER_FILE = "optimizer.pt"
+_STATE_FILE = "engine.json"
+
+
+def save_checkpoint(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    directory: str | Path,
+    *,
+    state: dict[str, Any],
+) -> Path:
+    """Write trainable weights, optimizer and RNG state, and ``state`` to ``directory``.
+
+    The files are written to a sibling staging folder first and moved into place, so an
+    interrupted save never leaves a half-written checkpoint under ``directory``.
+    """
+    from safetensors.torch import save_file
+
+    target = Path(directory)
+    staging = target.with_name(target.name + ".partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    trainable = {
+        name: p.detach().cpu().contiguous()
+        for name, p in model.named_parameters()
+        if p.requires_grad
+    }
+    save_file(trainable, str(staging / _TRAINABLE_FILE))
+    torch.save(
+        {"optimizer": optimizer.state_dict(), "rng": torch.get_rng_state()},
+        staging / _OPTIMIZER_FILE,
+    )
+    (staging / _STATE_FILE).write_text(json.dumps(state, indent=2), encoding="utf-8")
+    shutil.rmtree(target, ignore_errors=True)
+    staging.rename(target)
+    return target
+
+
+def load_checkpoint(
+    model: nn.Module, optimizer: torch.optim.Optimizer, directory: str | Path
+) -> dict[str, Any]:
+    """Restore what ``save_checkpoint`` wrote and return its ``state``.
+
+    Raises:
+        ConfigError: ``directory`` is not a checkpoint, or its trainable parameter names do
+            not match the model's.
+    """
+    from safetensors.torch import load_file
+
+    source = Path(directory)
+    if not (source / _STATE_FILE).is_file():
+        raise ConfigError(f"{source} is not a checkpoint (no {_STATE_FILE})")
+    weights = load_file(str(source / _TRAINABLE_FILE))
+    params = {n: p for n, p in model.named_parameters() if p.requires_grad}
+    if set(weights) != set(params):
+        missing = sorted(set(params) - set(weights))[:5]
+        extra = sorted(set(weights) - set(params))[:5]
+        raise ConfigError(
+            f"checkpoint {source} does not fit this policy",
+            detail={"missing": missing, "unexpected": extra},
+        )
+    with torch.no_grad():
+        for name, value in weights.items():
+            params[name].copy_(value)
+    saved = torch.load(source / _OPTIMIZER_FILE, weights_only=True)
+    optimizer.load_state_dict(saved["optimizer"])
+    torch.set_rng_state(saved["rng"])
+    return json.loads((source / _STATE_FILE).read_text(encoding="utf-8"))
+
+
+def save_adapter(model: nn.Module, directory: str | Path, *, finetune: str) -> Path:
+    """Write the LoRA adapter in peft's format, ready for ``/v1/load_lora_adapter``."""
+    if finetune != "lora":
+        raise ConfigError("save_adapter needs finetune='lora'; use save_model for full weights")
+    target = Path(directory)
+    target.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(str(target))  # type: ignore[operator]
+    return target
+
+
+def save_model(model: nn.Module, directory: str | Path, *, finetune: str) -> Path:
+    """Write the full policy (LoRA merged into a copy of the weights) as a HF directory."""
+    target = Path(directory)
+    target.mkdir(parents=True, exist_ok=True)
+    if finetune == "lora":
+        merged = copy.deepcopy(model).merge_and_unload()  # type: ignore[operator]
+        merged.save_pretrained(str(target))
+    else:
+        causal_lm_of(model).save_pretrained(str(target))
+    return target

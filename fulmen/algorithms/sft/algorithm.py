@@ -1,0 +1,155 @@
+"""``algorithm: sft``'s run function: rejection-sampling rounds, or one round on a store.
+
+A round gets its attempts (sampled now with the served policy, or read from ``source.store``),
+keeps those whose reward reaches the threshold, builds the examples (``dataset``), measures the
+mean logprob of the kept completions, fine-tunes (``SFTEngine``), measures it again, saves the
+adapter, hot-loads it into the engine and checkpoints, then logs the round's metrics: kept
+fraction, loss, logprob before/after, retokenized examples. A killed run resumes after its last
+finished round; a stage that follows another starts from the adapter that one published.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from fulmen.adapter.transitions import AttemptRecords
+from fulmen.algorithms.context import AlgorithmContext
+from fulmen.algorithms.rewards import reward_metrics
+from fulmen.algorithms.sft.config import SFTAlgorithmConfig, StoreSource
+from fulmen.algorithms.sft.dataset import SFTExample, build_dataset
+from fulmen.types import Mode, RolloutQuery, RolloutStatus
+
+__all__ = ["read_source", "run_sft"]
+
+logger = logging.getLogger("fulmen.train")
+
+
+async def run_sft(config: SFTAlgorithmConfig, context: AlgorithmContext) -> list[dict[str, float]]:
+    """Run the configured SFT rounds from the stage's saved progress.
+
+    Returns the metrics of each round run now.
+    """
+    engine = await asyncio.to_thread(_build_engine, config, context)
+    tokenizer = await asyncio.to_thread(_load_tokenizer, context)
+    rounds = 1 if config.source is not None else config.rounds
+    threshold = context.success_threshold if config.min_reward is None else config.min_reward
+    history: list[dict[str, float]] = []
+    while context.progress.step < rounds:
+        index = context.progress.step
+        metrics: dict[str, float] = {}
+        if config.source is not None:
+            attempts = await read_source(config.source)
+        else:
+            attempts, rewards = await _sample(config, context, index)
+            metrics.update(reward_metrics("reward", rewards, context.success_threshold))
+            metrics["task/success"] = metrics.pop("reward/success")
+        examples, stats = build_dataset(
+            attempts,
+            options=config.transition_options(),
+            min_reward=threshold,
+            max_seq_len=config.sft.max_seq_len,
+            tokenizer=tokenizer,
+        )
+        metrics.update(stats.as_metrics())
+        if stats.retokenized:
+            logger.info(
+                "sft round %d: %d of %d examples were tokenized from text (a teacher's calls)",
+                index + 1,
+                stats.retokenized,
+                stats.examples,
+            )
+        metrics.update(await asyncio.to_thread(_fit, engine, examples, index))
+        adapter_dir = context.run_dir / "adapters" / f"round-{index + 1:03d}"
+        await asyncio.to_thread(engine.save_adapter, adapter_dir)
+        await context.serve_adapter(adapter_dir, index + 1)
+        directory = context.run_dir / "checkpoints" / f"round-{index + 1:03d}"
+        await asyncio.to_thread(engine.save_checkpoint, directory)
+        context.save_progress(index + 1, checkpoint=directory)
+        context.log(index + 1, metrics)
+        history.append(metrics)
+    return history
+
+
+def _build_engine(config: SFTAlgorithmConfig, context: AlgorithmContext) -> Any:
+    from fulmen.algorithms.policy import load_adapter_weights
+    from fulmen.algorithms.sft.engine import SFTEngine
+
+    settings = config.sft
+    if settings.seed is None:
+        settings = settings.model_copy(update={"seed": context.seed})
+    engine = SFTEngine.from_pretrained(context.model_path, config=settings)
+    progress = context.progress
+    if progress.checkpoint is not None:
+        logger.info("resuming sft after round %d from %s", progress.step, progress.checkpoint)
+        engine.load_checkpoint(progress.checkpoint)
+    elif progress.adapter is not None:
+        logger.info("sft starts from the adapter %s", progress.adapter)
+        load_adapter_weights(engine.model, progress.adapter)
+    return engine
+
+
+def _load_tokenizer(context: AlgorithmContext) -> Any:
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(context.model_path), local_files_only=True)
+
+
+async def _sample(
+    config: SFTAlgorithmConfig, context: AlgorithmContext, index: int
+) -> tuple[list[AttemptRecords], list[float]]:
+    """Run one rejection-sampling round's rollouts with the served policy."""
+    count = config.tasks_per_round or len(context.train_tasks)
+    version = await context.publish(metadata={"round": index})
+    rollouts = await context.run_tasks(
+        context.task_batch(index, count),
+        mode=Mode.TRAIN,
+        version=version,
+        tag=f"r{index}",
+        group_size=config.attempts_per_task,
+    )
+    rewards = await context.rewards(rollouts)
+    return await context.attempts(rollouts), rewards
+
+
+def _fit(engine: Any, examples: list[SFTExample], index: int) -> dict[str, float]:
+    """Fine-tune on the round's examples, with the mean logprob of them before and after."""
+    if not examples:
+        logger.warning("sft round %d kept no example: nothing to train on", index + 1)
+        return {"sft/updated": 0.0}
+    before = engine.mean_logprob(examples)
+    metrics = engine.train(examples, round_index=index)
+    after = engine.mean_logprob(examples)
+    metrics.update(
+        {
+            "sft/updated": 1.0,
+            "sft/logprob_before": before,
+            "sft/logprob_after": after,
+            "sft/logprob_gain": after - before,
+        }
+    )
+    return metrics
+
+
+async def read_source(source: StoreSource) -> list[AttemptRecords]:
+    """Read the latest attempt of every succeeded rollout of ``source`` that its filter keeps."""
+    from fulmen.adapter.transitions import load_attempt
+    from fulmen.store import open_store
+    from fulmen.store.reading import iter_rollouts
+
+    wanted = source.filter
+    query = RolloutQuery(
+        statuses=[RolloutStatus.SUCCEEDED],
+        mode=wanted.mode,
+        task_id=wanted.task_id,
+        resources_version=wanted.resources_version,
+    )
+    attempts: list[AttemptRecords] = []
+    # No watchdog: the source is only read, and its owner runs its own.
+    async with open_store(source.store, watchdog_interval=None) as store:
+        async for rollout in iter_rollouts(store, query):
+            if wanted.max_rollouts is not None and len(attempts) >= wanted.max_rollouts:
+                break
+            attempts.append(await load_attempt(store, rollout.rollout_id))
+    return attempts

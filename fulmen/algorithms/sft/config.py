@@ -1,0 +1,138 @@
+"""SFT's configuration, each option documented once.
+
+``SFTAlgorithmConfig`` (``algorithm: sft``) says where the examples come from; ``SFTConfig`` how
+the policy is fine-tuned on them.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, model_validator
+
+from fulmen.algorithms.lora import LoraSettings
+from fulmen.types.rollout import Mode
+
+if TYPE_CHECKING:
+    from fulmen.adapter.transitions import TransitionOptions
+
+__all__ = ["SFTAlgorithmConfig", "SFTConfig", "StoreFilter", "StoreSource"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SFTConfig(_Strict):
+    """How the policy is fine-tuned on the selected completions (negative log-likelihood).
+
+    Attributes:
+        finetune: ``lora`` trains an adapter, hot-loaded into the engine after each round.
+        lora: adapter shape.
+        dtype: parameter dtype of the policy (logits are always taken in float32).
+        learning_rate / weight_decay / betas: AdamW settings.
+        max_grad_norm: global gradient-norm clip; ``None`` disables clipping.
+        batch_size: sequences per optimizer step.
+        epochs: passes over each round's examples.
+        micro_batch_tokens: padded tokens per forward pass (rows x longest row), the memory knob.
+        max_seq_len: longer sequences are dropped and counted.
+        logit_chunk_tokens: LM-head rows computed at once (bounds the vocab-sized activations).
+        gradient_checkpointing: recompute decoder activations in backward to save memory.
+        seed: seed of the adapter's initialization and of the example order (default: the
+            run's seed).
+    """
+
+    finetune: Literal["lora"] = "lora"
+    lora: LoraSettings = Field(default_factory=LoraSettings)
+    dtype: Literal["float32", "bfloat16"] = "float32"
+    learning_rate: float = Field(default=1e-4, gt=0)
+    weight_decay: float = Field(default=0.0, ge=0)
+    betas: tuple[float, float] = (0.9, 0.999)
+    max_grad_norm: float | None = Field(default=1.0, gt=0)
+    batch_size: int = Field(default=8, ge=1)
+    epochs: int = Field(default=1, ge=1)
+    micro_batch_tokens: int = Field(default=4096, ge=1)
+    max_seq_len: int = Field(default=8192, ge=2)
+    logit_chunk_tokens: int = Field(default=256, ge=1)
+    gradient_checkpointing: bool = False
+    seed: int | None = None
+
+
+class StoreFilter(_Strict):
+    """Which finished rollouts of a store become examples (every filter that is set must match).
+
+    Attributes:
+        mode: only rollouts of this mode (``train``, ``val``, ``test``).
+        task_id: only rollouts of this task.
+        resources_version: only rollouts run with this resources version (one teacher run).
+        max_rollouts: read at most this many matching rollouts, in enqueue order.
+    """
+
+    mode: Mode | None = None
+    task_id: str | None = None
+    resources_version: int | None = Field(default=None, ge=1)
+    max_rollouts: int | None = Field(default=None, ge=1)
+
+
+class StoreSource(_Strict):
+    """Finished rollouts already in a store, e.g. a stronger teacher's (distillation).
+
+    Attributes:
+        store: the store's URL (``sqlite:///...``, ``postgresql://...``, or an ``http://...``
+            store that needs no token); it is only read.
+        filter: which succeeded rollouts to read.
+    """
+
+    store: str = Field(min_length=1)
+    filter: StoreFilter = Field(default_factory=StoreFilter)
+
+
+class SFTAlgorithmConfig(_Strict):
+    """``algorithm: sft``: fine-tune on the completions of the agent's best runs.
+
+    Without ``source`` it is rejection sampling: each round samples ``attempts_per_task``
+    rollouts of ``tasks_per_round`` training tasks with the current policy, keeps the rollouts
+    whose reward reaches ``min_reward``, fine-tunes on the completion tokens of their selected
+    calls and hot-loads the adapter, for ``rounds`` rounds. With ``source`` it is one round on
+    the finished rollouts of a store (a teacher's: calls recorded without token ids are
+    tokenized once with the student's chat template and counted as ``sft/retokenized``).
+
+    Attributes:
+        name: ``sft``.
+        rounds: rejection-sampling rounds.
+        attempts_per_task: rollouts sampled per task in a round.
+        tasks_per_round: tasks sampled per round (``None``: every training task).
+        min_reward: a rollout is kept when its reward is at least this (``None``: the run's
+            ``success_threshold``).
+        source: train on a store's finished rollouts instead of sampling.
+        transitions: how call records become examples (``fulmen.adapter``'s options; ``agents``
+            selects whose calls are trained; ``merge`` chains token-exact calls).
+        sft: the fine-tuning settings (``SFTConfig``).
+    """
+
+    name: Literal["sft"] = "sft"
+    rounds: int = Field(default=3, ge=1)
+    attempts_per_task: int = Field(default=4, ge=1)
+    tasks_per_round: int | None = Field(default=None, ge=1)
+    min_reward: float | None = None
+    source: StoreSource | None = None
+    transitions: dict[str, JsonValue] = Field(default_factory=dict)
+    sft: SFTConfig = Field(default_factory=SFTConfig)
+
+    @model_validator(mode="after")
+    def _no_dead_options(self) -> SFTAlgorithmConfig:
+        self.transition_options()  # validates the section now, not at round 1
+        if self.source is not None:
+            dead = {"rounds", "attempts_per_task", "tasks_per_round"} & self.model_fields_set
+            if dead:
+                raise ValueError(
+                    f"algorithm {', '.join(sorted(dead))} has no effect with a source store "
+                    "(one round over its rollouts; set sft.epochs for more passes)"
+                )
+        return self
+
+    def transition_options(self) -> TransitionOptions:
+        """Build the adapter's ``TransitionOptions`` from ``transitions``."""
+        from fulmen.algorithms.transitions import transition_options
+
+        return transition_options(self.transitions)

@@ -1,0 +1,159 @@
+"""The SFT training engine: negative log-likelihood of the selected completion tokens.
+
+``SFTEngine.train(examples)`` shuffles the examples (seeded), takes one optimizer step per
+``batch_size`` sequences for ``epochs`` passes, and averages the loss over the trained tokens
+of each step; gradients of a step are accumulated over micro-batches planned by a padded-token
+budget, so the split does not change the update. ``mean_logprob`` measures the policy's mean
+token logprob of a set of examples (the metric that shows SFT raised their likelihood). The
+policy loading, the logprobs on recorded ids and the micro-batching are the ones GRPO uses
+(``fulmen.algorithms.policy``, ``fulmen.algorithms.batching``).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from fulmen.algorithms import checkpoint
+from fulmen.algorithms.batching import MicroBatch, TokenSample, collate, plan_micro_batches
+from fulmen.algorithms.policy import causal_lm_of, load_causal_lm, prepare_policy, token_logprobs
+from fulmen.algorithms.sft.config import SFTConfig
+from fulmen.algorithms.sft.dataset import SFTExample
+from fulmen.errors import ConfigError
+
+__all__ = ["SFTEngine"]
+
+
+class SFTEngine:
+    """Owns the policy and its optimizer; fine-tunes on SFT examples.
+
+    Args:
+        model: a transformers causal LM.
+        config: the fine-tuning settings (``config.seed`` must be set: the run's seed).
+    """
+
+    def __init__(self, model: nn.Module, *, config: SFTConfig) -> None:
+        self.config = config
+        self.seed = config.seed or 0
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(self.seed)
+            self.model = prepare_policy(model, config)
+        self.model.eval()  # dropout off; gradients flow regardless
+        trainable = [p for p in self.model.parameters() if p.requires_grad]
+        if not trainable:
+            raise ConfigError("the policy has no trainable parameters")
+        self.optimizer = torch.optim.AdamW(
+            trainable, lr=config.learning_rate, betas=config.betas, weight_decay=config.weight_decay
+        )
+        self.pad_token_id = getattr(causal_lm_of(self.model).config, "pad_token_id", None) or 0
+        self.step = 0
+
+    @classmethod
+    def from_pretrained(cls, path: str | Path, *, config: SFTConfig) -> SFTEngine:
+        """Load the policy from a local Hugging Face directory and build an engine for it."""
+        return cls(load_causal_lm(path, dtype=config.dtype), config=config)
+
+    def train(self, examples: Sequence[SFTExample], *, round_index: int = 0) -> dict[str, float]:
+        """Fine-tune on ``examples``; return ``loss`` (mean over steps), ``sft/steps``, timing."""
+        started = time.perf_counter()
+        cfg = self.config
+        samples = [_sample(e) for e in examples]
+        losses: list[float] = []
+        norms: list[float] = []
+        for epoch in range(cfg.epochs):
+            order = list(range(len(samples)))
+            random.Random(f"{self.seed}:{round_index}:{epoch}").shuffle(order)
+            for start in range(0, len(order), cfg.batch_size):
+                batch = [samples[i] for i in order[start : start + cfg.batch_size]]
+                losses.append(self._accumulate(batch))
+                norms.append(self._apply_gradients())
+                self.step += 1
+        return {
+            "loss": sum(losses) / len(losses) if losses else float("nan"),
+            "grad_norm": sum(norms) / len(norms) if norms else float("nan"),
+            "sft/steps": float(len(losses)),
+            "sft/train_s": time.perf_counter() - started,
+        }
+
+    @torch.no_grad()
+    def mean_logprob(self, examples: Sequence[SFTExample]) -> float:
+        """Mean logprob per trained token of ``examples`` under the current policy."""
+        samples = [_sample(e) for e in examples]
+        total, count = 0.0, 0
+        for group in plan_micro_batches(
+            lengths=[len(s) for s in samples], token_budget=self.config.micro_batch_tokens
+        ):
+            batch = collate([samples[i] for i in group], pad_id=self.pad_token_id)
+            logprobs = self._logprobs(batch)
+            total += float(logprobs.sum())
+            count += batch.num_tokens
+        return total / count if count else float("nan")
+
+    def _accumulate(self, samples: Sequence[TokenSample]) -> float:
+        """Add the gradient of the step's mean token NLL; return that loss."""
+        tokens = sum(len(s.positions) for s in samples)
+        loss_total = 0.0
+        for group in plan_micro_batches(
+            lengths=[len(s) for s in samples], token_budget=self.config.micro_batch_tokens
+        ):
+            batch = collate([samples[i] for i in group], pad_id=self.pad_token_id)
+            self.model.train(self.config.gradient_checkpointing)
+            try:
+                loss = -self._logprobs(batch).sum() / tokens
+            finally:
+                self.model.eval()
+            loss.backward()
+            loss_total += float(loss.detach())
+        return loss_total
+
+    def _logprobs(self, batch: MicroBatch) -> torch.Tensor:
+        logprobs, _ = token_logprobs(
+            self.model,
+            input_ids=batch.input_ids,
+            attention_mask=batch.attention_mask,
+            rows=batch.rows,
+            positions=batch.positions,
+            chunk_tokens=self.config.logit_chunk_tokens,
+        )
+        return logprobs
+
+    def _apply_gradients(self) -> float:
+        params = [p for group in self.optimizer.param_groups for p in group["params"]]
+        max_norm = self.config.max_grad_norm
+        norm = torch.nn.utils.clip_grad_norm_(params, max_norm if max_norm else math.inf)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return float(norm)
+
+    def save_checkpoint(self, directory: str | Path) -> Path:
+        """Write trainable weights, optimizer and RNG state and the step to ``directory``."""
+        state = {"step": self.step, "config": self.config.model_dump(mode="json")}
+        return checkpoint.save_checkpoint(self.model, self.optimizer, directory, state=state)
+
+    def load_checkpoint(self, directory: str | Path) -> None:
+        """Restore what ``save_checkpoint`` wrote."""
+        state = checkpoint.load_checkpoint(self.model, self.optimizer, directory)
+        self.step = int(state["step"])
+
+    def save_adapter(self, directory: str | Path) -> Path:
+        """Write the LoRA adapter in peft's format, ready for ``/v1/load_lora_adapter``."""
+        return checkpoint.save_adapter(self.model, directory, finetune=self.config.finetune)
+
+
+def _sample(example: SFTExample) -> TokenSample:
+    """Convert an example to the shared micro-batching's sample (SFT has no advantages: ones)."""
+    n = len(example.positions)
+    return TokenSample(
+        input_ids=example.input_ids,
+        positions=example.positions,
+        old_logprobs=[0.0] * n,
+        advantages=[1.0] * n,
+        norm=[1.0] * n,
+        rollout=0,
+    )
