@@ -1,16 +1,21 @@
-"""Held-out accuracy of the calc agent (Gemma 3 270M + LoRA) before and after GRPO training.
+"""Held-out accuracy of the calc agent (Gemma 3 270M) before and after one way of improving it.
 
-Runs ``fulmen train examples/calc/config.yaml`` in a fresh run directory with a wall-time budget:
-validation on the 64 held-out problems before the first step (the baseline, same run, same
-greedy decoding) and after the last one. Prints one JSON line with ``accuracy_before``,
-``accuracy_after``, their binomial standard errors (``sqrt(p (1 - p) / n)``), the gain and its
-standard error, ``gain_shown`` (the gain is at least twice its standard error), the number of
-training seeds (one run: 1), ``train_minutes``, the reward curve, the time split, and the
-importance-ratio health figures (``logprob_gap``: mean |engine logprob - trainer logprob| of
-the trained tokens; ``ratio_mean``), which stay near 0 and 1 when the behaviour policy the
-engine sampled from is the one the trainer corrects for.
+``--algorithm`` picks the config in ``examples/calc/``: ``rl`` (``config.yaml``: GRPO with a
+LoRA), ``demos`` (``demos.yaml``: few-shot demonstrations bootstrapped from the model's own
+runs), ``sft`` (``sft.yaml``: rejection sampling + fine-tuning) or ``chain`` (``chain.yaml``:
+demos, then GRPO). Each runs ``fulmen train`` in a fresh run directory: validation on the 64
+held-out problems before anything changes (the baseline: the calc prompt as shipped with its
+three hand-written examples, the base weights, greedy decoding, in the same run) and after the
+last stage. Prints one JSON line with ``accuracy_before``, ``accuracy_after``, their binomial
+standard errors (``sqrt(p (1 - p) / n)``), the gain and its standard error, ``gain_shown`` (the
+gain is at least twice its standard error), the number of seeds (one run: 1), ``minutes`` (wall
+time of the whole run, validations included) and per algorithm its own figures: GRPO's reward
+curve, time split and importance-ratio health (``logprob_gap``: mean |engine logprob - trainer
+logprob| of the trained tokens; ``ratio_mean``); SFT's kept fraction and the mean logprob of the
+kept completions before/after each round.
 
-    python benchmarks/learn_calc.py --minutes 45
+    python benchmarks/learn_calc.py --algorithm rl --minutes 45
+    python benchmarks/learn_calc.py --algorithm sft
 """
 
 from __future__ import annotations
@@ -24,18 +29,26 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from fulmen.trainer.config import load_config
 from fulmen.trainer.metrics import read_metrics
 from fulmen.trainer.trainer import Trainer
 
 CALC = Path(__file__).resolve().parents[1] / "examples" / "calc"
+CONFIGS = {"rl": "config.yaml", "demos": "demos.yaml", "sft": "sft.yaml", "chain": "chain.yaml"}
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--minutes", type=float, default=45.0, help="training wall-time budget")
-    parser.add_argument("--steps", type=int, default=1000, help="upper bound on steps")
+    parser.add_argument("--algorithm", choices=sorted(CONFIGS), default="rl")
+    parser.add_argument(
+        "--minutes",
+        type=float,
+        default=None,
+        help="GRPO wall-time budget (rl: default 45; chain: of its GRPO stage; others: unused)",
+    )
+    parser.add_argument("--steps", type=int, default=1000, help="upper bound on GRPO steps (rl)")
     parser.add_argument("--val-tasks", type=int, default=64, help="held-out problems to score")
     parser.add_argument("--run-dir", type=Path, default=None, help="keep the run here")
     parser.add_argument("--set", action="append", default=[], help="config override key=value")
@@ -44,63 +57,94 @@ def main() -> int:
     for noisy in ("httpx", "httpx2", "httpcore"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
-    run_dir = args.run_dir or Path(tempfile.mkdtemp(prefix="fulmen-learn-calc-"))
+    run_dir = args.run_dir or Path(tempfile.mkdtemp(prefix=f"fulmen-learn-calc-{args.algorithm}-"))
     config = load_config(
-        CALC / "config.yaml",
+        CALC / CONFIGS[args.algorithm],
         overrides=[
             f"run_dir={run_dir}",
-            f"algorithm.steps={args.steps}",
-            f"algorithm.max_minutes={args.minutes}",
-            f"validation.every={args.steps + 1}",
             f"validation.max_tasks={args.val_tasks}",
+            *_budget(args),
             *args.set,
         ],
     )
     started = time.monotonic()
-    history = Trainer(config).fit()
+    Trainer(config).fit()
     wall = (time.monotonic() - started) / 60
     records = read_metrics(run_dir / "metrics.jsonl")
     val = [r for r in records if r.get("val/success") is not None]
-    steps = [r for r in records if r.get("reward/mean") is not None]
-    train_seconds = sum(r["time/step_s"] for r in steps)
-    split = {
-        key: round(sum(r.get(f"time/{key}_s", 0.0) for r in steps) / 60, 2)
-        for key in ("rollout", "train", "sync")
-    }
-    gaps = [r["logprob_gap"] for r in steps if "logprob_gap" in r]
-    ratios = [r["ratio_mean"] for r in steps if "ratio_mean" in r]
     before = val[0]["val/success"] if val else None
     after = val[-1]["val/success"] if len(val) > 1 else None
-    result = {
+    result: dict[str, Any] = {
+        "algorithm": args.algorithm,
         "accuracy_before": _round(before),
         "accuracy_before_se": _round(_binomial_se(before, args.val_tasks)),
         "accuracy_after": _round(after),
         "accuracy_after_se": _round(_binomial_se(after, args.val_tasks)),
         **_gain(before, after, args.val_tasks),
         "seeds": 1,
-        "train_minutes": round(train_seconds / 60, 2),
-        "steps": len(history),
+        "minutes": round(wall, 2),
+        "validation_minutes": round(sum(r.get("time/val_s", 0.0) for r in val) / 60, 2),
         "val_tasks": args.val_tasks,
-        "temperature": config.grpo_config().temperature,
+        **_grpo_figures(records),
+        **_sft_figures(records),
+        "run_dir": str(run_dir),
+    }
+    print(json.dumps(result))
+    return 0
+
+
+def _budget(args: argparse.Namespace) -> list[str]:
+    """The overrides that bound GRPO's wall time and steps, where the algorithm has GRPO."""
+    if args.algorithm == "rl":
+        minutes = 45.0 if args.minutes is None else args.minutes
+        return [
+            f"algorithm.steps={args.steps}",
+            f"algorithm.max_minutes={minutes}",
+            f"validation.every={args.steps + 1}",
+        ]
+    if args.algorithm == "chain" and args.minutes is not None:
+        return [f"stages.1.steps={args.steps}", f"stages.1.max_minutes={args.minutes}"]
+    return []
+
+
+def _grpo_figures(records: list[dict[str, Any]]) -> dict[str, Any]:
+    steps = [r for r in records if r.get("time/step_s") is not None]
+    if not steps:
+        return {}
+    gaps = [r["logprob_gap"] for r in steps if r.get("logprob_gap") is not None]
+    ratios = [r["ratio_mean"] for r in steps if r.get("ratio_mean") is not None]
+    return {
+        "grpo_steps": len(steps),
+        "train_minutes": round(sum(r["time/step_s"] for r in steps) / 60, 2),
+        "minutes_split": {
+            key: round(sum(r.get(f"time/{key}_s", 0.0) for r in steps) / 60, 2)
+            for key in ("rollout", "train", "sync")
+        },
         "logprob_gap_max": _significant(max(gaps, default=None)),
         "ratio_mean_range": [
             _significant(min(ratios, default=None), 7),
             _significant(max(ratios, default=None), 7),
         ],
         "reward_curve": [round(r["reward/mean"], 3) for r in steps],
-        "reward_mean_first5": round(statistics.fmean(r["reward/mean"] for r in steps[:5]), 3)
-        if steps
-        else None,
-        "reward_mean_last5": round(statistics.fmean(r["reward/mean"] for r in steps[-5:]), 3)
-        if steps
-        else None,
-        "minutes_split": split,
-        "validation_minutes": round(sum(r.get("time/val_s", 0.0) for r in val) / 60, 2),
-        "wall_minutes": round(wall, 2),
-        "run_dir": str(run_dir),
+        "reward_mean_first5": round(statistics.fmean(r["reward/mean"] for r in steps[:5]), 3),
+        "reward_mean_last5": round(statistics.fmean(r["reward/mean"] for r in steps[-5:]), 3),
     }
-    print(json.dumps(result))
-    return 0
+
+
+def _sft_figures(records: list[dict[str, Any]]) -> dict[str, Any]:
+    rounds = [r for r in records if r.get("sft/kept_fraction") is not None]
+    if not rounds:
+        return {}
+    return {
+        "sft_rounds": len(rounds),
+        "sft_kept_fraction": [round(r["sft/kept_fraction"], 3) for r in rounds],
+        "sft_examples": [int(r["sft/examples"]) for r in rounds],
+        "sft_retokenized": [int(r["sft/retokenized"]) for r in rounds],
+        "sft_loss": [_significant(r.get("loss")) for r in rounds],
+        "sft_logprob_before": [_significant(r.get("sft/logprob_before")) for r in rounds],
+        "sft_logprob_after": [_significant(r.get("sft/logprob_after")) for r in rounds],
+        "sft_train_minutes": round(sum(r.get("sft/train_s", 0.0) for r in rounds) / 60, 2),
+    }
 
 
 def _round(value: float | None) -> float | None:

@@ -255,7 +255,8 @@ def load_config(path: str | Path, *, overrides: Sequence[str] = ()) -> TrainConf
     """Read a YAML config file; relative paths in it are relative to the file's directory.
 
     ``overrides`` are ``"dotted.key=value"`` strings (value parsed as YAML) applied after the
-    file is read, e.g. ``"algorithm.steps=3"``. Errors name the bad key.
+    file is read, e.g. ``"algorithm.steps=3"``; a number picks a list item
+    (``"stages.1.steps=3"``). Errors name the bad key.
     """
     import yaml
 
@@ -299,11 +300,34 @@ def _apply_override(raw: dict[str, Any], override: str) -> None:
     key, sep, value = override.partition("=")
     if not sep or not key:
         raise ConfigError(f"an override must look like key.path=value, got {override!r}")
-    node = raw
+    node: Any = raw
     parts = key.split(".")
     for part in parts[:-1]:
-        child = node.setdefault(part, {})
-        if not isinstance(child, dict):
-            raise ConfigError(f"cannot set {key!r}: {part!r} is not a mapping")
-        node = child
-    node[parts[-1]] = yaml.safe_load(value)
+        if isinstance(node, list):
+            node = _list_item(cast("list[Any]", node), part, key)
+        else:
+            node = node.setdefault(part, {})
+        if not isinstance(node, dict | list):
+            raise ConfigError(f"cannot set {key!r}: {part!r} is not a mapping or a list")
+    if isinstance(node, list):
+        items = cast("list[Any]", node)
+        items[_list_index(items, parts[-1], key)] = yaml.safe_load(value)
+    else:
+        node[parts[-1]] = yaml.safe_load(value)
+
+
+def _list_index(items: list[Any], part: str, key: str) -> int:
+    """Return the index ``part`` names in ``items`` (``stages.1.steps=3``), checked."""
+    if not part.isdigit() or int(part) >= len(items):
+        raise ConfigError(
+            f"cannot set {key!r}: {part!r} is not an index of a list of {len(items)} items"
+        )
+    return int(part)
+
+
+def _list_item(items: list[Any], part: str, key: str) -> Any:
+    """Return the item of ``items`` that ``part`` names; a string stage becomes a mapping."""
+    index = _list_index(items, part, key)
+    if isinstance(items[index], str):
+        items[index] = {"name": items[index]}  # ``stages: [sft]`` then ``stages.0.rounds=2``
+    return items[index]

@@ -151,3 +151,15 @@ def test_unknown_or_conflicting_algorithms_are_config_errors(
 ) -> None:
     with pytest.raises(ConfigError, match=message):
         load_config(write(tmp_path, BASE + extra))
+
+
+def test_overrides_reach_into_stages_by_index(tmp_path: Path) -> None:
+    config = load_config(
+        write(tmp_path, BASE + "stages: [grpo, {name: grpo, steps: 2}]\n"),
+        overrides=["stages.0.steps=3", "stages.1.max_minutes=5"],
+    )
+    assert [(s.steps, s.max_minutes) for s in config.plan()] == [(3, None), (2, 5)]
+    with pytest.raises(ConfigError, match="'2' is not an index of a list of 2 items"):
+        load_config(
+            write(tmp_path, BASE + "stages: [grpo, grpo]\n"), overrides=["stages.2.steps=1"]
+        )
