@@ -22,12 +22,13 @@ def register(subparsers: Any) -> None:
     """Add the ``train`` and ``dev`` subcommands."""
     train = subparsers.add_parser(
         "train",
-        help="train an agent end to end (store, engine, gateway, runners, GRPO)",
+        help="train an agent end to end (store, engine, gateway, runners, then the algorithm)",
         description=(
             "Start the embedded SQLite store, the inference engine, the gateway and a runner, "
-            "then train the agent with GRPO as the config says. Progress, rewards and step "
-            "times go to the console; metrics to RUN_DIR/metrics.jsonl (and TensorBoard). "
-            "Running it again with the same run_dir resumes after the last checkpoint."
+            "then improve the agent with the config's algorithm (grpo, sft, demos) or its "
+            "stages, one after the other. Progress, rewards and step times go to the console; "
+            "metrics to RUN_DIR/metrics.jsonl (and TensorBoard). Running it again with the same "
+            "run_dir resumes at the stage and step it stopped at."
         ),
     )
     train.add_argument("config", help="path to the YAML config")
