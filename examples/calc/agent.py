@@ -69,6 +69,20 @@ def parse_answer(text: str) -> float | None:
     return float(match.group(1)) if match else None
 
 
+def tidy_turn(text: str) -> str:
+    """The part of a model turn the agent reads: ``CALC(...)`` or ``ANSWER: n`` (else all of it).
+
+    ``algorithm: demos`` (``demos.yaml``) passes the model's recorded turns through it before they
+    become examples, so a stray token the base model wrote after ``CALC(2 + 3)`` and the agent
+    ignored is not taught back to it.
+    """
+    for pattern in (_CALC, _ANSWER):
+        match = pattern.search(text)
+        if match is not None:
+            return match.group(0)
+    return text
+
+
 def calculator(text: str) -> str | None:
     """Evaluate the first ``CALC(...)`` in ``text``; ``None`` when there is none."""
     match = _CALC.search(text)

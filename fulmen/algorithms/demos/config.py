@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import importlib
-from typing import Literal
+from collections.abc import Callable
+from typing import Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -34,6 +35,13 @@ class DemosConfig(BaseModel):
         collect_rollouts: at most this many training rollouts are run to fill the pool when the
             store holds too few successful ones.
         collect_batch: training rollouts enqueued at once while collecting.
+        collect_mode: the sampling those rollouts use: ``val`` (``rollouts.val_sampling``,
+            greedy by default: the model's most likely outputs) or ``train``
+            (``rollouts.train_sampling``: more varied, less often right).
+        tidy: ``"module:function"`` applied to the text of each of the model's recorded turns
+            before it enters a demonstration, e.g. to keep only the part the agent parses (a
+            base model may add stray tokens after ``CALC(2 + 3)`` that the agent ignores but a
+            demonstration would teach). ``None`` keeps the recorded text verbatim.
         seed: seeds the choice of search tasks and candidates (``None``: the run's seed).
     """
 
@@ -49,6 +57,8 @@ class DemosConfig(BaseModel):
     pool: int = Field(default=12, ge=1)
     collect_rollouts: int = Field(default=64, ge=0)
     collect_batch: int = Field(default=16, ge=1)
+    collect_mode: Literal["val", "train"] = "val"
+    tidy: str | None = Field(default=None, pattern=r"^[\w.]+:[\w.]+$")
     seed: int | None = None
 
     def initial_prompt(self) -> PromptTemplate:
@@ -57,18 +67,33 @@ class DemosConfig(BaseModel):
         Raises ``ConfigError`` naming ``initial`` when it is unset, cannot be imported, or is
         not a ``PromptTemplate``.
         """
-        if self.initial is None:
-            raise ConfigError("algorithm demos: initial is not set")
-        module_name, _, attr_path = self.initial.partition(":")
-        try:
-            value: object = importlib.import_module(module_name)
-            for part in attr_path.split("."):
-                value = getattr(value, part)
-        except (ImportError, AttributeError) as exc:
-            raise ConfigError(f"cannot import algorithm.initial {self.initial!r}: {exc}") from exc
+        value = _import("initial", self.initial)
         if not isinstance(value, PromptTemplate):
             raise ConfigError(
                 f"algorithm.initial {self.initial!r} is a {type(value).__name__}, "
                 "not a fulmen PromptTemplate"
             )
         return value
+
+    def tidy_function(self) -> Callable[[str], str] | None:
+        """Import the ``tidy`` function (``None`` when unset); ``ConfigError`` if it fails."""
+        if self.tidy is None:
+            return None
+        value = _import("tidy", self.tidy)
+        if not callable(value):
+            raise ConfigError(f"algorithm.tidy {self.tidy!r} is not callable")
+        return cast("Callable[[str], str]", value)
+
+
+def _import(key: str, spec: str | None) -> Any:
+    """Import ``"module:attribute"`` given as ``algorithm.<key>``, naming it in errors."""
+    if spec is None:
+        raise ConfigError(f"algorithm demos: {key} is not set")
+    module_name, _, attr_path = spec.partition(":")
+    try:
+        value: Any = importlib.import_module(module_name)
+        for part in attr_path.split("."):
+            value = getattr(value, part)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError(f"cannot import algorithm.{key} {spec!r}: {exc}") from exc
+    return value

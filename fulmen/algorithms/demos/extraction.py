@@ -10,7 +10,7 @@ as a new question.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from fulmen.adapter.export import call_conversation
@@ -48,29 +48,43 @@ def exchange_after_prompt(records: AttemptRecords) -> list[PromptMessage] | None
 
 
 def demonstration_from(
-    records: AttemptRecords, task: Any, fields: Sequence[str], *, reward: float
+    records: AttemptRecords,
+    task: Any,
+    fields: Sequence[str],
+    *,
+    reward: float,
+    tidy: Callable[[str], str] | None = None,
 ) -> Demonstration | None:
     """Turn one successful attempt into a demonstration of a template with ``fields``.
 
     The inputs are ``task``'s values of ``fields`` (and nothing else: an answer key in the
-    task must not reach the prompt); the turns come from ``exchange_after_prompt``. The
-    metadata names the source rollout, its calls and its reward. ``None`` when the task lacks
-    a field or the attempt has no usable exchange.
+    task must not reach the prompt); the turns come from ``exchange_after_prompt``, the
+    model's own turns passed through ``tidy`` when given. The metadata names the source
+    rollout, its calls and its reward, and says whether ``tidy`` changed a turn (the recorded
+    text stays in the store under those call ids). ``None`` when the task lacks a field or the
+    attempt has no usable exchange.
     """
     if not isinstance(task, Mapping) or any(f not in task for f in fields):
         return None
     turns = exchange_after_prompt(records)
     if turns is None:
         return None
+    tidied = [
+        PromptMessage(role=t.role, content=tidy(t.content))
+        if tidy is not None and t.role == "assistant"
+        else t
+        for t in turns
+    ]
     values: Mapping[str, Any] = task
     return Demonstration(
         inputs={f: values[f] for f in fields},
-        messages=tuple(turns),
+        messages=tuple(tidied),
         metadata={
             "rollout_id": records.rollout_id,
             "task_id": records.task_id,
             "call_ids": [c.call_id for c in records.calls],
             "reward": reward,
+            "is_tidied": tidied != turns,
         },
     )
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from fulmen.algorithms.context import AlgorithmContext
@@ -141,8 +141,15 @@ async def _collect(
     fields = state.parent.field_names()
     threshold = _threshold(config, context)
     allowed = {context.task_id(i, context.train_tasks[i]): i for i in sources}
-    stored = await context.succeeded_rollouts(Mode.TRAIN)
-    found = await _demonstrations(context, [r for r in stored if r.task_id in allowed], fields)
+    # Search rollouts of training tasks are validation-mode runs: both modes may teach.
+    stored = [
+        *await context.succeeded_rollouts(Mode.TRAIN),
+        *await context.succeeded_rollouts(Mode.VAL),
+    ]
+    tidy = config.tidy_function()
+    found = await _demonstrations(
+        context, [r for r in stored if r.task_id in allowed], fields, tidy
+    )
     pool = unique_by_task(d for d, reward in found if reward >= threshold)
     done = [d.metadata.get("task_id") for d in pool]
     pending = [i for i in sources if context.task_id(i, context.train_tasks[i]) not in done]
@@ -153,19 +160,22 @@ async def _collect(
         batch, pending = pending[:size], pending[size:]
         rollouts = await context.run_tasks(
             [(i, context.train_tasks[i]) for i in batch],
-            mode=Mode.TRAIN,
+            mode=Mode.VAL if config.collect_mode == "val" else Mode.TRAIN,
             version=state.parent_version,
             tag=f"demos-collect{batch_number}",
         )
         batch_number += 1
         state.collect_rollouts += len(rollouts)
-        found = await _demonstrations(context, rollouts, fields)
+        found = await _demonstrations(context, rollouts, fields, tidy)
         pool = unique_by_task([*pool, *(d for d, reward in found if reward >= threshold)])
     state.pool = pool[: config.pool]
 
 
 async def _demonstrations(
-    context: AlgorithmContext, rollouts: Sequence[Rollout], fields: Sequence[str]
+    context: AlgorithmContext,
+    rollouts: Sequence[Rollout],
+    fields: Sequence[str],
+    tidy: Callable[[str], str] | None,
 ) -> list[tuple[Demonstration, float]]:
     """Return the demonstration and reward of each succeeded rollout that yields one."""
     inputs = {r.rollout_id: r.input for r in rollouts}
@@ -174,7 +184,8 @@ async def _demonstrations(
         reward = records.final_reward
         if reward is None:
             continue
-        demo = demonstration_from(records, inputs[records.rollout_id], fields, reward=reward)
+        task = inputs[records.rollout_id]
+        demo = demonstration_from(records, task, fields, reward=reward, tidy=tidy)
         if demo is not None:
             out.append((demo, reward))
     return out

@@ -59,7 +59,25 @@ def test_the_exchange_is_what_followed_the_first_prompt_up_to_the_last_reply() -
         "task_id": "t1",
         "call_ids": ["c1", "c2"],
         "reward": 1.0,
+        "is_tidied": False,
     }
+
+
+def test_tidy_trims_the_model_turns_only_and_says_so() -> None:
+    second = [
+        *PROMPT,
+        {"role": "assistant", "content": "CALC(2 + 3) junk"},
+        {"role": "user", "content": "RESULT: 5 junk"},
+    ]
+    attempt = records(call(1, PROMPT, "CALC(2 + 3) junk"), call(2, second, "ANSWER: 5 junk"))
+    demo = demonstration_from(
+        attempt, {"q": "2 + 3"}, ["q"], reward=1.0, tidy=lambda text: text.removesuffix(" junk")
+    )
+    assert demo is not None and demo.metadata["is_tidied"] is True
+    assert [m.content for m in demo.messages] == ["CALC(2 + 3)", "RESULT: 5 junk", "ANSWER: 5"]
+    plain = demonstration_from(attempt, {"q": "2 + 3"}, ["q"], reward=1.0)
+    assert plain is not None and plain.metadata["is_tidied"] is False
+    assert plain.messages[0].content == "CALC(2 + 3) junk"
 
 
 def test_calls_that_are_not_one_conversation_give_no_demonstration() -> None:
