@@ -31,9 +31,9 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from transformers import DynamicCache
 
 from fulmen.engines.builtin.errors import APIError, not_found
+from fulmen.engines.builtin.kv_cache import GrowableCache
 from fulmen.engines.builtin.metrics import EngineCounters
 from fulmen.engines.builtin.model import ServedModel
 from fulmen.engines.builtin.prefill import PrefillRow, build_batch, plan_groups, row_kv
@@ -295,7 +295,7 @@ class Scheduler:
             for a, b in zip(self._cache.layers, cache.layers, strict=True)
         ]
         self._mask = torch.cat([F.pad(self._mask, (old_pad, 0)), F.pad(mask, (new_pad, 0))])
-        self._cache = DynamicCache(ddp_cache_data=layers)
+        self._cache = GrowableCache(layers)
         self._rows = [*self._rows, *new]
 
     def _drop_finished(self) -> None:
@@ -314,8 +314,8 @@ class Scheduler:
         mask = self._mask.index_select(0, index)
         lead = int((mask.sum(dim=0) == 0).long().cumprod(dim=0).sum())
         self._mask = mask[:, lead:]
-        self._cache = DynamicCache(
-            ddp_cache_data=[
+        self._cache = GrowableCache(
+            [
                 (
                     layer.keys.index_select(0, index)[:, :, lead:],
                     layer.values.index_select(0, index)[:, :, lead:],

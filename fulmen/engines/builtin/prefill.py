@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from transformers import DynamicCache
 
+from fulmen.engines.builtin.kv_cache import GrowableCache
 from fulmen.engines.builtin.prefix_cache import PrefixMatch
 from fulmen.engines.builtin.sequence import Sequence
 
@@ -96,7 +96,7 @@ def build_batch(rows: Seq[PrefillRow], pad_token_id: int) -> PrefillBatch:
         mask[i, past - u : past] = 1
         mask[i, past + width - len(new) :] = 1
     positions = ((mask.cumsum(1) - 1).clamp(min=0))[:, past:]
-    cache = DynamicCache()
+    cache = GrowableCache()
     if past:
         first = next(r.match for r, u in zip(rows, used, strict=True) if u and r.match)
         sample = first.kv(1)
@@ -105,7 +105,7 @@ def build_batch(rows: Seq[PrefillRow], pad_token_id: int) -> PrefillBatch:
         for i, (row, u) in enumerate(zip(rows, used, strict=True)):
             if u and row.match is not None:
                 buffer[:, :, i, :, past - u :] = row.match.kv(u)
-        cache = DynamicCache(ddp_cache_data=[(buffer[k, 0], buffer[k, 1]) for k in range(layers)])
+        cache = GrowableCache([(buffer[k, 0], buffer[k, 1]) for k in range(layers)])
     return PrefillBatch(ids, mask, positions, cache, used)
 
 
