@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from fulmen.adapter.transitions import AttemptRecords, TransitionOptions
-    from fulmen.types import Mode, Resource, Rollout, Trajectory
+    from fulmen.types import Mode, Resource, Rollout, RolloutQuery, Trajectory
     from fulmen.types.limits import JsonData
 
 __all__ = ["AlgorithmContext", "StageProgress"]
@@ -161,6 +161,16 @@ class AlgorithmContext(Protocol):
 
         Earlier runs and stages are included: an algorithm may learn from them without running
         new ones.
+        """
+        ...
+
+    async def read_attempts(
+        self, store_url: str, query: RolloutQuery, *, limit: int | None = None
+    ) -> list[AttemptRecords]:
+        """Read the latest attempt of the rollouts ``query`` matches in another store.
+
+        The store at ``store_url`` (an earlier run, a teacher's) is only read; at most
+        ``limit`` attempts, in enqueue order.
         """
         ...
 

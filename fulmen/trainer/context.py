@@ -28,6 +28,7 @@ from fulmen.types import (
     Rollout,
     RolloutConfig,
     RolloutCreate,
+    RolloutQuery,
     RolloutStatus,
 )
 
@@ -281,6 +282,23 @@ class StageContext:
 
         query = RolloutQuery(statuses=[RolloutStatus.SUCCEEDED], mode=mode, limit=1000)
         return [r async for r in iter_rollouts(self.session.stack.store, query)]
+
+    async def read_attempts(
+        self, store_url: str, query: RolloutQuery, *, limit: int | None = None
+    ) -> list[AttemptRecords]:
+        """Read the latest attempt of each rollout ``query`` matches in another store."""
+        from fulmen.adapter.transitions import load_attempt
+        from fulmen.store import open_store
+        from fulmen.store.reading import iter_rollouts
+
+        attempts: list[AttemptRecords] = []
+        # No watchdog: the store is only read, and its owner runs its own.
+        async with open_store(store_url, watchdog_interval=None) as store:
+            async for rollout in iter_rollouts(store, query):
+                if limit is not None and len(attempts) >= limit:
+                    break
+                attempts.append(await load_attempt(store, rollout.rollout_id))
+        return attempts
 
     async def rewards(self, rollouts: Sequence[Rollout]) -> list[float]:
         """Each rollout's final reward (0.0 when it failed or emitted none)."""

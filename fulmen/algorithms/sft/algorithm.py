@@ -40,7 +40,7 @@ async def run_sft(config: SFTAlgorithmConfig, context: AlgorithmContext) -> list
         index = context.progress.step
         metrics: dict[str, float] = {}
         if config.source is not None:
-            attempts = await read_source(config.source)
+            attempts = await read_source(config.source, context)
         else:
             attempts, rewards = await _sample(config, context, index)
             metrics.update(reward_metrics("reward", rewards, context.success_threshold))
@@ -132,12 +132,8 @@ def _fit(engine: Any, examples: list[SFTExample], index: int) -> dict[str, float
     return metrics
 
 
-async def read_source(source: StoreSource) -> list[AttemptRecords]:
+async def read_source(source: StoreSource, context: AlgorithmContext) -> list[AttemptRecords]:
     """Read the latest attempt of every succeeded rollout of ``source`` that its filter keeps."""
-    from fulmen.adapter.transitions import load_attempt
-    from fulmen.store import open_store
-    from fulmen.store.reading import iter_rollouts
-
     wanted = source.filter
     query = RolloutQuery(
         statuses=[RolloutStatus.SUCCEEDED],
@@ -145,11 +141,4 @@ async def read_source(source: StoreSource) -> list[AttemptRecords]:
         task_id=wanted.task_id,
         resources_version=wanted.resources_version,
     )
-    attempts: list[AttemptRecords] = []
-    # No watchdog: the source is only read, and its owner runs its own.
-    async with open_store(source.store, watchdog_interval=None) as store:
-        async for rollout in iter_rollouts(store, query):
-            if wanted.max_rollouts is not None and len(attempts) >= wanted.max_rollouts:
-                break
-            attempts.append(await load_attempt(store, rollout.rollout_id))
-    return attempts
+    return await context.read_attempts(source.store, query, limit=wanted.max_rollouts)
