@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from fulmen.adapter.transitions import AttemptRecords, TransitionOptions
-    from fulmen.types import Mode, Resource, Rollout, RolloutQuery, Trajectory
+    from fulmen.types import LLMCallCreate, Mode, Resource, Rollout, RolloutQuery, Trajectory
     from fulmen.types.limits import JsonData
 
 __all__ = ["AlgorithmContext", "StageProgress"]
@@ -103,6 +103,20 @@ class AlgorithmContext(Protocol):
     @property
     def policy_version(self) -> str | None:
         """The version the engine reports for the served adapter, ``None`` for the base."""
+        ...
+
+    @property
+    def engine_url(self) -> str:
+        """The OpenAI-compatible ``.../v1`` URL of the engine serving the policy."""
+        ...
+
+    @property
+    def engine_model(self) -> str:
+        """The model name the engine serves the policy under now."""
+        ...
+
+    async def record_calls(self, calls: Sequence[LLMCallCreate]) -> None:
+        """Store LLM call records that belong to no rollout (an optimizer's own model calls)."""
         ...
 
     def task_id(self, index: int, task: Any) -> str:

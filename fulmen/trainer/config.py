@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal, TypeAlias, cast
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, model_validator
 
+from fulmen.algorithms.apo.config import APOConfig
 from fulmen.algorithms.demos.config import DemosConfig
 from fulmen.algorithms.grpo.config import GRPOAlgorithmConfig
 from fulmen.algorithms.sft.config import SFTAlgorithmConfig
@@ -123,15 +124,16 @@ class ValidationConfig(_Strict):
 #: its config model (with ``name: Literal["..."]``) joins this union and its run function joins
 #: ``fulmen.trainer.stages.run_function``.
 AlgorithmConfig: TypeAlias = Annotated[
-    GRPOAlgorithmConfig | DemosConfig | SFTAlgorithmConfig, Field(discriminator="name")
+    GRPOAlgorithmConfig | DemosConfig | SFTAlgorithmConfig | APOConfig,
+    Field(discriminator="name"),
 ]
 
 #: Algorithms that publish prompts and never weights: they may run against any endpoint.
-_PROMPT_ONLY_ALGORITHMS = frozenset({"demos"})
+_PROMPT_ONLY_ALGORITHMS = frozenset({"apo", "demos"})
 _PROMPT_ONLY_NAMES = ", ".join(sorted(_PROMPT_ONLY_ALGORITHMS))
 
 #: Algorithms the issue tracker plans but this version does not have yet.
-_PLANNED_ALGORITHMS = ("apo",)
+_PLANNED_ALGORITHMS: tuple[str, ...] = ()
 
 
 class TrainConfig(_Strict):
@@ -246,7 +248,7 @@ def _algorithm_section(value: Any, where: str) -> Any:
     if name in _PLANNED_ALGORITHMS:
         raise ValueError(
             f"{where}.name {name!r} is not available in this version of fulmen "
-            "(available: grpo, demos, sft)"
+            "(available: grpo, apo, demos, sft)"
         )
     return section
 

@@ -35,7 +35,7 @@ from fulmen.types import (
 if TYPE_CHECKING:
     from fulmen.adapter.transitions import AttemptRecords, TransitionOptions
     from fulmen.trainer.config import TrainConfig
-    from fulmen.types import Trajectory
+    from fulmen.types import LLMCallCreate, Trajectory
     from fulmen.types.limits import JsonData
 
 __all__ = ["RunSession", "StageContext", "StageProgressView"]
@@ -186,6 +186,20 @@ class StageContext:
     def policy_version(self) -> str | None:
         """The engine's version of the served adapter (``None``: the base model)."""
         return self.session.policy_version
+
+    @property
+    def engine_url(self) -> str:
+        """The engine's ``.../v1`` URL."""
+        return self.session.stack.engine_url
+
+    @property
+    def engine_model(self) -> str:
+        """The model name the engine serves the policy under now."""
+        return self.session.model_name
+
+    async def record_calls(self, calls: Sequence[LLMCallCreate]) -> None:
+        """Store call records that belong to no rollout."""
+        await self.session.stack.store.add_llm_calls(calls)
 
     def task_id(self, index: int, task: Any) -> str:
         """Return the task's id (``data.task_id_key``) or ``task-<index>``."""

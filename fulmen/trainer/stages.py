@@ -45,7 +45,11 @@ def run_function(name: str) -> RunFunction:
         from fulmen.algorithms.sft.algorithm import run_sft
 
         return run_sft
-    raise ConfigError(f"no algorithm named {name!r} (available: grpo, demos, sft)")
+    if name == "apo":
+        from fulmen.algorithms.apo.algorithm import run_apo
+
+        return run_apo
+    raise ConfigError(f"no algorithm named {name!r} (available: grpo, apo, demos, sft)")
 
 
 async def run_stages(session: RunSession) -> list[dict[str, float]]:

@@ -133,8 +133,11 @@ def test_algorithm_defaults_to_grpo_and_stages_chain_named_algorithms(tmp_path: 
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
-        ("algorithm: apo\n", "algorithm.name 'apo' is not available"),
-        ("stages: [grpo, apo]\n", "stages.1.name 'apo' is not available"),
+        ("algorithm: {name: apo, selection: best}\n", "algorithm.apo.selection: Input should"),
+        (
+            "stages: [grpo, {name: apo, critic: {base_url: 'https://api.example/v1'}}]\n",
+            "critic.base_url is set, so critic.model is needed",
+        ),
         ("stages: [grpo, {name: demos, demos: 0}]\n", "stages.1.demos.demos: Input should be"),
         ("algorithm: {name: nope}\n", "does not match any of the expected tags"),
         ("algorithm: grpo\nstages: [grpo]\n", "either algorithm or stages"),
