@@ -98,21 +98,37 @@ async def measure(
     return latencies, errors, time.perf_counter() - started
 
 
+class PathRun:
+    """What one path did over all its blocks: latencies, errors, wall and CPU seconds."""
+
+    def __init__(self) -> None:
+        self.latencies: list[float] = []
+        self.errors = 0
+        self.wall_s = 0.0
+        self.client_cpu_s = 0.0  # this (client) process, while the path's blocks ran
+        self.gateway_cpu_s = 0.0  # the gateway process, while the path's blocks ran
+
+
 async def compare(
-    urls: dict[str, str], calls: int, concurrency: int, blocks: int
-) -> dict[str, tuple[list[float], int, float]]:
+    urls: dict[str, str], calls: int, concurrency: int, blocks: int, gateway_pid: int
+) -> dict[str, PathRun]:
     """Run both paths in alternating blocks (machine noise hits both alike)."""
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-    out: dict[str, tuple[list[float], int, float]] = {name: ([], 0, 0.0) for name in urls}
+    out = {name: PathRun() for name in urls}
     clients = {name: httpx.AsyncClient(limits=limits, timeout=30) for name in urls}
     try:
         for name, url in urls.items():
             await measure(clients[name], url, 4 * concurrency, concurrency)  # warm up
         for _ in range(blocks):
             for name, url in urls.items():
+                cpu0, gw0 = time.process_time(), cpu_seconds(gateway_pid)
                 lat, err, wall = await measure(clients[name], url, calls // blocks, concurrency)
-                total = out[name]
-                out[name] = (total[0] + lat, total[1] + err, total[2] + wall)
+                run = out[name]
+                run.latencies += lat
+                run.errors += err
+                run.wall_s += wall
+                run.client_cpu_s += time.process_time() - cpu0
+                run.gateway_cpu_s += cpu_seconds(gateway_pid) - gw0
     finally:
         for client in clients.values():
             await client.aclose()
@@ -151,10 +167,10 @@ async def run(args: argparse.Namespace) -> dict[str, float | int]:
         )
         urls = {"direct": direct, "gw": tracked}
         cpu_before = cpu_seconds(gateway.pid), cpu_seconds(upstream.pid)
-        c1 = await compare(urls, args.calls_c1, 1, blocks=args.blocks)
+        c1 = await compare(urls, args.calls_c1, 1, args.blocks, gateway.pid)
         gw_cpu = cpu_seconds(gateway.pid) - cpu_before[0]
         up_cpu = cpu_seconds(upstream.pid) - cpu_before[1]
-        c32 = await compare(urls, args.calls_c32, 32, blocks=args.blocks)
+        c32 = await compare(urls, args.calls_c32, 32, args.blocks, gateway.pid)
         async with httpx.AsyncClient() as client:
             await client.post(f"http://127.0.0.1:{gw_port}/gateway/flush")
             recorder = (await client.get(f"http://127.0.0.1:{gw_port}/healthz")).json()["recorder"]
@@ -162,8 +178,9 @@ async def run(args: argparse.Namespace) -> dict[str, float | int]:
         for proc in (gateway, upstream):
             proc.terminate()
             proc.wait(timeout=20)
-    (d1, _, _), (g1, _, _) = c1["direct"], c1["gw"]
-    (d32, direct_errors, direct_wall), (g32, gw_errors, gw_wall) = c32["direct"], c32["gw"]
+    d1, g1 = c1["direct"].latencies, c1["gw"].latencies
+    direct32, gw32 = c32["direct"], c32["gw"]
+    d32, g32 = direct32.latencies, gw32.latencies
     return {
         "benchmark": "gateway_overhead",
         "p50_direct_ms_c1": round(pct(d1, 0.5), 3),
@@ -172,12 +189,20 @@ async def run(args: argparse.Namespace) -> dict[str, float | int]:
         "p99_added_ms_c1": round(pct(g1, 0.99) - pct(d1, 0.99), 3),
         "p50_added_ms_c32": round(pct(g32, 0.5) - pct(d32, 0.5), 3),
         "p99_added_ms_c32": round(pct(g32, 0.99) - pct(d32, 0.99), 3),
-        "calls_per_s_c32": round(len(g32) / gw_wall, 1),
-        "calls_per_s_direct_c32": round(len(d32) / direct_wall, 1),
-        "errors_c32": gw_errors,
-        "errors_direct_c32": direct_errors,
+        "calls_per_s_c32": round(len(g32) / gw32.wall_s, 1),
+        "calls_per_s_direct_c32": round(len(d32) / direct32.wall_s, 1),
+        "throughput_ratio_c32": round(len(g32) / gw32.wall_s / (len(d32) / direct32.wall_s), 3),
+        "errors_c32": gw32.errors,
+        "errors_direct_c32": direct32.errors,
         # CPU time is less sensitive than latency to other processes on a busy machine.
         "gateway_cpu_ms_per_call": round(1000 * gw_cpu / max(len(g1), 1), 3),
+        "gateway_cpu_ms_per_call_c32": round(1000 * gw32.gateway_cpu_s / max(len(g32), 1), 3),
+        # The load generator's own CPU per call (httpx), on each path: on 2 cores it competes
+        # with the gateway and the upstream for the same CPU.
+        "client_cpu_ms_per_call_c32": round(1000 * gw32.client_cpu_s / max(len(g32), 1), 3),
+        "client_cpu_ms_per_call_direct_c32": round(
+            1000 * direct32.client_cpu_s / max(len(d32), 1), 3
+        ),
         "upstream_cpu_ms_per_call": round(1000 * up_cpu / max(len(g1) + len(d1), 1), 3),
         "calls_c1": len(g1),
         "calls_c32": len(g32),

@@ -11,6 +11,7 @@ HEAVY = (
     "sqlalchemy",
     "starlette",
     "httpx",
+    "aiohttp",
     "uvicorn",
     "opentelemetry.sdk",
     "numpy",

@@ -21,7 +21,6 @@ from collections.abc import AsyncGenerator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
-import httpx
 import orjson
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -49,7 +48,6 @@ def create_app(
     *,
     token: str | None = None,
     config: GatewayConfig | None = None,
-    transport: httpx.AsyncBaseTransport | None = None,
 ) -> Starlette:
     """Build the gateway app; ``app.state.gateway`` is its ``Gateway`` (flush, counters).
 
@@ -58,10 +56,9 @@ def create_app(
         upstreams: engines, as ``Upstream`` objects or base URLs (token-level engines).
         token: when set, every request but ``/healthz`` must carry it as a bearer token.
         config: timeouts, caches, batching.
-        transport: an ``httpx`` transport for upstream calls (tests).
     """
     engines = [u if isinstance(u, Upstream) else Upstream(base_url=u) for u in upstreams]
-    gateway = Gateway(store, engines, token=token, config=config, transport=transport)
+    gateway = Gateway(store, engines, token=token, config=config)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncGenerator[None]:

@@ -16,7 +16,6 @@ from typing import Any
 from urllib.parse import unquote
 
 import anyio
-import httpx
 import orjson
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
@@ -62,7 +61,6 @@ class Gateway:
         upstreams: the engines to forward to.
         token: when set, agents must send it as their API key, and it is not sent upstream.
         config: timeouts, caches and batching.
-        transport: an ``httpx`` transport for upstream calls (tests).
     """
 
     def __init__(
@@ -72,7 +70,6 @@ class Gateway:
         *,
         token: str | None = None,
         config: GatewayConfig | None = None,
-        transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self.config = config or GatewayConfig()
         self.token = token
@@ -86,7 +83,7 @@ class Gateway:
             close_timeout_s=self.config.close_timeout_s,
             spill_dir=self.config.spill_dir,
         )
-        self.forwarder = Forwarder(self.pool, self.config, transport=transport)
+        self.forwarder = Forwarder(self.pool, self.config)
         self._is_started = False
 
     def start(self) -> None:
@@ -118,7 +115,7 @@ class Gateway:
             payload = error_body(exc)
             call.finish(None, error=payload["error"])
             return _json_response(payload, exc.http_status)
-        content_type = reply.response.headers.get("content-type", "")
+        content_type = reply.header("content-type") or ""
         if body.get("stream") and content_type.startswith("text/event-stream"):
             return call.stream(reply)
         return await call.whole(reply)
@@ -288,7 +285,7 @@ class _Call:
 
     def _policy_version(self, reply: UpstreamReply) -> str | None:
         for name in self.gateway.config.policy_version_headers:
-            value = reply.response.headers.get(name)
+            value = reply.header(name)
             if value is not None:
                 return value
         return None
@@ -340,11 +337,8 @@ class _Call:
                     yield b"".join(out)
             if decoder.tail().strip():  # a stream cut without its final blank line
                 yield self._rewrite(decoder.tail(), accumulator, events)
-        except httpx.HTTPError as exc:
-            is_timeout = isinstance(exc, httpx.TimeoutException)
-            cls = UpstreamTimeout if is_timeout else UpstreamUnavailable
-            message = f"upstream {reply.upstream.base_url} broke the stream: {exc!r}"
-            payload = error_body(cls(message))
+        except (UpstreamTimeout, UpstreamUnavailable) as exc:
+            payload = error_body(exc)
             error = payload["error"]
             if events is None:
                 yield b"data: " + orjson.dumps(payload) + b"\n\n"
