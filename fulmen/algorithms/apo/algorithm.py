@@ -1,15 +1,16 @@
 """``run_apo``: automatic prompt optimization with textual gradients and beam search.
 
 1. **Start.** The prompt the run carries under ``config.prompt`` (or ``config.initial``) is
-   published and scored on the validation tasks; it is the first beam.
+   published and scored on the scoring tasks (``score_tasks`` training tasks held apart from
+   the minibatches; see ``tasks.py``); it is the first beam.
 2. **Each round.** Every beam prompt runs ``minibatch`` training tasks through the normal
    runner path. For its low-reward rollouts the critic is shown the prompt, the inputs, the
    agent's calls and replies and the rewards, and writes a critique (the textual gradient);
    the editor rewrites the prompt from it ``branch`` times. Each valid, new rewrite is
    published as a prompt version whose lineage names its parent, the round, the critique and
-   the edit (a diff), then scored on the validation tasks.
+   the edit (a diff), then scored on the scoring tasks.
 3. **Selection.** Beam and candidates compete: ``beam`` keeps the ``beam_width`` best means,
-   ``pareto`` every prompt best on some validation task. The round's scores are stored and the
+   ``pareto`` every prompt best on some scoring task. The round's scores are stored and the
    best prompt is published, so it is what later rollouts and stages get.
 4. **Stop** after ``rounds``, or before a round once ``max_rollouts`` or ``max_minutes`` is
    spent. The best prompt of the beam is published last.
@@ -40,6 +41,7 @@ from fulmen.algorithms.apo.gradients import (
 )
 from fulmen.algorithms.apo.selection import Scored, select_beam, select_pareto
 from fulmen.algorithms.apo.state import APOState, Candidate, RoundProgress
+from fulmen.algorithms.apo.tasks import minibatch, split_tasks
 from fulmen.algorithms.context import AlgorithmContext
 from fulmen.errors import ConfigError
 from fulmen.types import PROMPT_SCORES_KEY, Mode, PromptLineage, PromptTemplate, Rollout
@@ -52,10 +54,10 @@ logger = logging.getLogger("fulmen.train")
 
 async def run_apo(config: APOConfig, context: AlgorithmContext) -> list[dict[str, float]]:
     """Run the optimization (see the module docstring); returns the metrics of each round."""
-    if not context.val_tasks:
+    if config.score_tasks is None and not context.val_tasks:
         raise ConfigError(
-            "algorithm apo scores every candidate on validation tasks: set data.val and "
-            "validation in the config"
+            "algorithm apo with score_tasks: null scores candidates on the validation tasks: "
+            "set data.val and validation in the config, or give score_tasks a number"
         )
     critic = _client("apo-critic", config.critic, context)
     editor = _client("apo-editor", config.editor_endpoint(), context)
@@ -108,7 +110,18 @@ class APOOptimizer:
         self.context = context
         self.critic = critic
         self.editor = editor
-        self.val_batch = list(enumerate(context.val_tasks))
+        seed = context.seed if config.seed is None else config.seed
+        self.seed = seed
+        train = list(enumerate(context.train_tasks))
+        if config.score_tasks is None:
+            self.score_batch = list(enumerate(context.val_tasks))
+            self.minibatch_pool = list(range(len(train)))
+        else:
+            scoring, self.minibatch_pool = split_tasks(
+                len(train), score=config.score_tasks, seed=seed
+            )
+            self.score_batch = [train[i] for i in scoring]
+        self.train = train
         self.threshold = context.success_threshold if config.threshold is None else config.threshold
         self._started = time.monotonic()
 
@@ -167,7 +180,10 @@ class APOOptimizer:
         if state.pending is None or state.pending.round != index:
             state.pending = RoundProgress(round=index)
         pending = state.pending
-        batch = self.context.task_batch(index, self.config.minibatch)
+        picks = minibatch(
+            self.minibatch_pool, round_index=index, size=self.config.minibatch, seed=self.seed
+        )
+        batch = [self.train[i] for i in picks]
         for member_index, member in enumerate(state.beam):
             if member_index in pending.expanded:
                 continue
@@ -300,7 +316,7 @@ class APOOptimizer:
 
     async def _score(self, state: APOState, candidate: Candidate) -> None:
         rollouts = await self.context.run_tasks(
-            self.val_batch,
+            self.score_batch,
             mode=Mode.VAL,
             version=candidate.version,
             tag=f"apo-val-v{candidate.version}",
@@ -309,7 +325,7 @@ class APOOptimizer:
         rewards = await self.context.rewards(rollouts)
         candidate.instances = {
             self.context.task_id(index, task): reward
-            for (index, task), reward in zip(self.val_batch, rewards, strict=True)
+            for (index, task), reward in zip(self.score_batch, rewards, strict=True)
         }
         candidate.score = statistics.fmean(rewards) if rewards else 0.0
         self._save(state)

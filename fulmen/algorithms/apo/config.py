@@ -54,6 +54,10 @@ class APOConfig(BaseModel):
         pareto_max: the most prompts ``pareto`` keeps.
         branch: candidate rewrites the editor writes from each critique.
         minibatch: training tasks each beam prompt runs per round to find its failures.
+        score_tasks: training tasks, drawn with ``seed`` and held apart from the minibatches,
+            that score every candidate (``null``: the run's validation tasks, ``data.val``,
+            which then no longer measure the result on unseen tasks).
+        seed: seeds the choice of scoring tasks and minibatches (``None``: the run's seed).
         max_examples: low-reward rollouts shown to the critic per critique.
         threshold: a rollout below this reward is a failure to critique (``None``: the run's
             ``success_threshold``).
@@ -75,6 +79,8 @@ class APOConfig(BaseModel):
     pareto_max: int = Field(default=4, ge=1)
     branch: int = Field(default=2, ge=1)
     minibatch: int = Field(default=4, ge=1)
+    score_tasks: int | None = Field(default=16, ge=1)
+    seed: int | None = None
     max_examples: int = Field(default=3, ge=1)
     threshold: float | None = None
     max_rollouts: int | None = Field(default=None, ge=1)

@@ -2,11 +2,11 @@
 
 The scripted upstream (the edge of the world: a real HTTP server) answers the calc agent
 according to a rule written in the prompt's instructions: ``Rule: SMALL`` solves only the
-held-out question with the smallest answer, ``Rule: MOST`` every held-out question but that
-one, and the shipped prompt none; no prompt solves a training question, so every round has
-failures to critique. As critic it returns a fixed critique; as editor, the next
-scripted rewrite. Everything else is real: ``Trainer``, SQLite store, gateway, runner, the
-calc agent, the engine being an ``endpoint``.
+scoring task with the smallest answer, ``Rule: MOST`` every scoring task but that one, and the
+shipped prompt none; no prompt solves a minibatch task, so every round has failures to
+critique, and the held-out validation tasks are never solved (the search never sees them).
+As critic it returns a fixed critique; as editor, the next scripted rewrite. Everything else
+is real: ``Trainer``, SQLite store, gateway, runner, the calc agent, an ``endpoint`` engine.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from fulmen.algorithms.apo.state import APOState
+from fulmen.algorithms.apo.tasks import split_tasks
 from fulmen.prompts import load_prompt_versions
 from fulmen.store import open_store
 from fulmen.trainer.config import load_config
@@ -34,6 +35,8 @@ CALC = Path(__file__).resolve().parents[3] / "examples" / "calc"
 CRITIQUE = "1. The prompt states no rule, so the model guesses."
 SMALL = "Solve the word problem with CALC(expression), then ANSWER: number. Rule: SMALL"
 MOST = "Solve the word problem with CALC(expression), then ANSWER: number. Rule: MOST"
+SEED = 1
+SCORE_TASKS = 4
 
 
 @pytest.fixture
@@ -54,10 +57,10 @@ class Model:
     """Agent, critic and editor in one scripted model; keeps what the optimizer asked it."""
 
     def __init__(
-        self, tasks: list[dict[str, Any]], held_out: set[str], smallest: str, edits: list[str]
+        self, tasks: list[dict[str, Any]], scored: set[str], smallest: str, edits: list[str]
     ) -> None:
         self.expression = {t["question"]: t["expression"] for t in tasks}
-        self.held_out = held_out
+        self.scored = scored
         self.smallest = smallest
         self.edits = edits
         self.critiques: list[str] = []
@@ -79,7 +82,7 @@ class Model:
             return Reply(content="ANSWER: " + last.removeprefix("RESULT: "))
         question = last.rsplit("Question: ", 1)[-1]
         knows = ("Rule: SMALL" in first and question == self.smallest) or (
-            "Rule: MOST" in first and question in self.held_out and question != self.smallest
+            "Rule: MOST" in first and question in self.scored and question != self.smallest
         )
         return Reply(content=f"CALC({self.expression[question] if knows else '0 + 1'})")
 
@@ -89,7 +92,7 @@ def write_config(tmp_path: Path, url: str, tasks: Any, **algorithm: Any) -> Path
     for name, rows in (("train.jsonl", train), ("val.jsonl", held_out)):
         (tmp_path / name).write_text("".join(json.dumps(r) + "\n" for r in rows))
     settings = {"initial": "agent:CALC_PROMPT", "rounds": 1, "beam_width": 1, "branch": 2,
-                "minibatch": 2, **algorithm}  # fmt: skip
+                "minibatch": 2, "score_tasks": SCORE_TASKS, **algorithm}  # fmt: skip
     config = tmp_path / "apo.yaml"
     config.write_text(
         textwrap.dedent(
@@ -98,7 +101,7 @@ def write_config(tmp_path: Path, url: str, tasks: Any, **algorithm: Any) -> Path
             agent: agent:calc_agent
             python_path: [{CALC}]
             run_dir: run
-            seed: 1
+            seed: {SEED}
             data: {{train: train.jsonl, val: val.jsonl}}
             engine: {{kind: endpoint, url: "{url}/v1"}}
             rollouts: {{concurrency: 4, timeout_s: 30}}
@@ -112,8 +115,10 @@ def write_config(tmp_path: Path, url: str, tasks: Any, **algorithm: Any) -> Path
 
 def model_for(tasks: Any, edits: list[str]) -> Model:
     train, held_out = tasks.make_tasks("train", 6), tasks.make_tasks("test", 4)
-    smallest = min(held_out, key=lambda t: t["answer"])["question"]
-    return Model(train + held_out, {t["question"] for t in held_out}, smallest, edits)
+    scoring, _ = split_tasks(len(train), score=SCORE_TASKS, seed=SEED)
+    scored = [train[i] for i in scoring]
+    smallest = min(scored, key=lambda t: (t["answer"], t["question"]))["question"]
+    return Model(train + held_out, {t["question"] for t in scored}, smallest, edits)
 
 
 def optimizer_calls(db: Path) -> dict[str, int]:
@@ -168,6 +173,10 @@ async def test_selection_keeps_the_better_candidate_and_pareto_the_instance_best
     assert latest is not None
     final = latest.resources["prompt"]
     assert isinstance(final, PromptTemplate) and final.instructions == MOST
+    # The held-out tasks were validated before and after, and never used by the search.
+    rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["val/success"] for r in rows if "val/success" in r] == [0.0, 0.0]
+    assert [r["apo/best_score"] for r in rows if "apo/best_score" in r] == [0.75]
 
 
 async def test_a_cancelled_run_resumes_without_repeating_finished_rounds(
