@@ -42,6 +42,8 @@ __all__ = ["run_demos"]
 
 logger = logging.getLogger("fulmen.train")
 
+_READ_CHUNK = 64  # stored rollouts read at a time while the pool is not full
+
 
 async def run_demos(config: DemosConfig, context: AlgorithmContext) -> list[dict[str, float]]:
     """Run the demonstrations search (see the module docstring); returns per-candidate metrics."""
@@ -105,7 +107,7 @@ async def _start(config: DemosConfig, context: AlgorithmContext) -> SearchState:
     )
     parent_version = await context.publish({config.prompt: parent})
     state = SearchState(
-        run_id=f"demos-{context.run_dir.name}-seed{seed}",
+        run_id=f"demos-v{parent_version}-seed{seed}",
         prompt_name=config.prompt,
         parent_version=parent_version,
         parent=parent,
@@ -146,11 +148,19 @@ async def _collect(
         *await context.succeeded_rollouts(Mode.TRAIN),
         *await context.succeeded_rollouts(Mode.VAL),
     ]
+    # Same id and same input: a validation task numbered like a training task is not one.
+    usable = [
+        r
+        for r in stored
+        if r.task_id in allowed and r.input == context.train_tasks[allowed[r.task_id]]
+    ]
     tidy = config.tidy_function()
-    found = await _demonstrations(
-        context, [r for r in stored if r.task_id in allowed], fields, tidy
-    )
-    pool = unique_by_task(d for d, reward in found if reward >= threshold)
+    pool: list[Demonstration] = []
+    for start in range(0, len(usable), _READ_CHUNK):
+        if len(pool) >= config.pool:
+            break
+        found = await _demonstrations(context, usable[start : start + _READ_CHUNK], fields, tidy)
+        pool = unique_by_task([*pool, *(d for d, reward in found if reward >= threshold)])
     done = [d.metadata.get("task_id") for d in pool]
     pending = [i for i in sources if context.task_id(i, context.train_tasks[i]) not in done]
     batch_number = 0

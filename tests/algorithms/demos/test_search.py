@@ -200,3 +200,30 @@ async def test_a_resumed_search_scores_only_the_candidates_it_had_not_scored(
     # Three new candidates on the search tasks, plus the validation after: nothing collected
     # or scored again.
     assert len(model.asked) - asked_first == 3 * SEARCH_TASKS + len(held_out)
+
+
+async def test_successful_rollouts_already_in_the_store_fill_the_pool_without_new_runs(
+    tmp_path: Path, calc_tasks: Any
+) -> None:
+    train = calc_tasks.make_tasks("train", 12)
+    held_out = calc_tasks.make_tasks("test", 2)
+    _, sources = split_tasks(len(train), search=SEARCH_TASKS, seed=SEED)
+    teachable = {train[i]["question"] for i in sources}
+    model = Model(train + held_out, teachable, train[sources[2]]["question"])
+    async with serve_app(create_upstream_app(Script(reply_for=model.reply))) as url:
+        config = load_config(write_config(tmp_path, train, held_out, url, 2))
+        await Trainer(config).afit()
+        before = SearchState.load(tmp_path / "run")
+        # A new search in the same store: the first one's bookkeeping is gone.
+        SearchState.path_in(tmp_path / "run").unlink()
+        asked_first = len(model.asked)
+        await Trainer(config).afit()
+    after = SearchState.load(tmp_path / "run")
+    assert before is not None and after is not None
+    assert before.collect_rollouts > 0 and after.collect_rollouts == 0
+    assert len(after.pool) == len(before.pool)
+    assert {d.metadata["rollout_id"] for d in after.pool} == {
+        d.metadata["rollout_id"] for d in before.pool
+    }
+    # Two candidates and the validation after: no collection rollout ran.
+    assert len(model.asked) - asked_first == 2 * SEARCH_TASKS + len(held_out)
