@@ -62,18 +62,12 @@ class DemosConfig(BaseModel):
     seed: int | None = None
 
     def initial_prompt(self) -> PromptTemplate:
-        """Import the ``initial`` prompt.
+        """Import the ``initial`` prompt (``ConfigError`` naming it when unset or not one)."""
+        from fulmen.prompts.loading import import_prompt
 
-        Raises ``ConfigError`` naming ``initial`` when it is unset, cannot be imported, or is
-        not a ``PromptTemplate``.
-        """
-        value = _import("initial", self.initial)
-        if not isinstance(value, PromptTemplate):
-            raise ConfigError(
-                f"algorithm.initial {self.initial!r} is a {type(value).__name__}, "
-                "not a fulmen PromptTemplate"
-            )
-        return value
+        if self.initial is None:
+            raise ConfigError("algorithm demos: initial is not set")
+        return import_prompt(self.initial)
 
     def tidy_function(self) -> Callable[[str], str] | None:
         """Import the ``tidy`` function (``None`` when unset); ``ConfigError`` if it fails."""
@@ -85,10 +79,8 @@ class DemosConfig(BaseModel):
         return cast("Callable[[str], str]", value)
 
 
-def _import(key: str, spec: str | None) -> Any:
+def _import(key: str, spec: str) -> Any:
     """Import ``"module:attribute"`` given as ``algorithm.<key>``, naming it in errors."""
-    if spec is None:
-        raise ConfigError(f"algorithm demos: {key} is not set")
     module_name, _, attr_path = spec.partition(":")
     try:
         value: Any = importlib.import_module(module_name)

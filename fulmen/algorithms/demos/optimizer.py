@@ -243,7 +243,7 @@ def _score(state: SearchState, candidate: ScoredCandidate) -> PromptScore:
         name=state.prompt_name,
         score=candidate.score,
         instances=candidate.instances,
-        split="train",
+        split="val",  # the search's validation set (training tasks held apart)
         run_id=state.run_id,
     )
 
