@@ -150,8 +150,9 @@ class APOOptimizer:
         if cap is not None and state.rollouts >= cap:
             logger.info("apo: stopping, %d rollouts run (max_rollouts %d)", state.rollouts, cap)
             return True
-        if minutes is not None and self._elapsed(state) >= minutes * 60:
-            logger.info("apo: stopping, %.1f min spent (max_minutes %g)", minutes, minutes)
+        spent = self._elapsed(state) / 60
+        if minutes is not None and spent >= minutes:
+            logger.info("apo: stopping, %.1f min spent (max_minutes %g)", spent, minutes)
             return True
         return False
 

@@ -219,3 +219,16 @@ async def test_a_cancelled_run_resumes_without_repeating_finished_rounds(
         if v.prompt.lineage is not None and v.prompt.lineage.optimizer == "apo"
     )
     assert [s for s, _ in steps] == [1, 1, 2, 2]
+
+
+async def test_the_rollout_budget_stops_before_the_next_round(
+    tmp_path: Path, calc_tasks: Any
+) -> None:
+    model = model_for(calc_tasks, [SMALL, MOST])
+    async with serve_app(create_upstream_app(Script(reply_for=model.reply))) as url:
+        # start: 4 scoring rollouts; round 1: 2 minibatch + 2 candidates x 4 scoring = 14
+        config = write_config(tmp_path, url, calc_tasks, rounds=3, max_rollouts=14)
+        await Trainer(load_config(config)).afit()
+    state = APOState.load(tmp_path / "run")
+    assert state is not None and (state.rounds_done, state.rollouts) == (1, 14)
+    assert len(model.critiques) == 1
