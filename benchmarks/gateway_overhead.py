@@ -4,7 +4,9 @@ The scripted vLLM-like upstream (tests/gateway/scripted_upstream.py) and the gat
 in-memory store holding one running attempt, recording every call) each run in their own
 process. The same client sends the same chat request to the upstream directly and through the
 gateway's tracked route, in alternating blocks so machine noise hits both paths alike.
-Prints one JSON line.
+Prints one JSON line: latency added at concurrency 1 and 32, calls/s at concurrency 32 on both
+paths and their ratio, and CPU per call of the gateway process and of this client (the load
+generator is a process on the same cores: its CPU per call bounds both paths' throughput).
 
     python benchmarks/gateway_overhead.py [--calls-c1 600] [--calls-c32 3200] [--blocks 10]
 """
