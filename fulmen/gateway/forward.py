@@ -1,13 +1,16 @@
 """Sending a call upstream: engine choice with failover, connection pooling, error mapping.
 
 Upstream calls go over one pooled ``aiohttp`` session (HTTP/1.1 keep-alive, a C response
-parser): per call it costs a tenth of the CPU ``httpx`` did under load, and the gateway's CPU is
-what its throughput is made of. Only failures where nothing reached an engine (connection
-refused, connect timeout) are retried, on the next engine in the pool's order and then in
-capped, jittered rounds: a model call is not idempotent, so one that an engine may have started
-is never sent twice. Replies are opened as streams; the caller reads them whole or chunk by
-chunk and closes them. Client errors become ``UpstreamUnavailable`` (502) or
-``UpstreamTimeout`` (504) here, so no other module sees the HTTP client's exceptions.
+parser). In a client loop against a local engine, sending a call and reading its reply cost
+0.10-0.16 ms of CPU where ``httpx`` took 0.7 ms at concurrency 1 and 2.3 ms at 32 (its pool
+scans every connection per request); the gateway's CPU is what its throughput is made of.
+
+Only failures where nothing reached an engine (connection refused, connect timeout) are
+retried, on the next engine in the pool's order and then in capped, jittered rounds: a model
+call is not idempotent, so one that an engine may have started is never sent twice. Replies are
+opened as streams; the caller reads them whole or chunk by chunk and closes them. Client errors
+become ``UpstreamUnavailable`` (502) or ``UpstreamTimeout`` (504) here, so no other module sees
+the HTTP client's exceptions.
 """
 
 from __future__ import annotations
