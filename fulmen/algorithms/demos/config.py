@@ -6,7 +6,7 @@ import importlib
 from collections.abc import Callable
 from typing import Any, Literal, cast
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from fulmen.errors import ConfigError
 from fulmen.types import PromptTemplate
@@ -60,6 +60,18 @@ class DemosConfig(BaseModel):
     collect_mode: Literal["val", "train"] = "val"
     tidy: str | None = Field(default=None, pattern=r"^[\w.]+:[\w.]+$")
     seed: int | None = None
+
+    @model_validator(mode="after")
+    def _no_dead_options(self) -> DemosConfig:
+        if self.demos > self.pool:
+            raise ValueError(
+                f"demos ({self.demos}) is more than pool ({self.pool}): a candidate shows "
+                "demonstrations from the pool"
+            )
+        unused = sorted({"collect_batch", "collect_mode"} & self.model_fields_set)
+        if self.collect_rollouts == 0 and unused:
+            raise ValueError(f"{', '.join(unused)} has no effect with collect_rollouts 0")
+        return self
 
     def initial_prompt(self) -> PromptTemplate:
         """Import the ``initial`` prompt (``ConfigError`` naming it when unset or not one)."""
