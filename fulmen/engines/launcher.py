@@ -73,6 +73,11 @@ class EngineProcess:
         return f"http://{self.host}:{self.port}"
 
     @property
+    def pid(self) -> int | None:
+        """Process id of the server (it leads its own process group); ``None`` when stopped."""
+        return self._proc.pid if self._proc is not None and self._proc.poll() is None else None
+
+    @property
     def base_url(self) -> str:
         """The OpenAI base URL."""
         return f"{self.root_url}/v1"
