@@ -8,6 +8,12 @@ joined to spans by the response id the gateway recorded, never by clocks. An exp
 reward (an ``emit_reward`` made while the agent runs, not the rollout's return value) belongs to
 the call named by the reward span's response id, or else to the latest call before it in store
 order (of the same agent when the reward span names one).
+
+The final reward is the latest value of the primary reward, in store sequence order, over the
+reward spans and the rewards posted to the store (``Store.add_reward``). A posted reward takes
+the rollout's next sequence number when it is stored, so one posted after the run, even hours
+later, overrides what the run emitted; named values merge by name, and the latest reward that
+names a primary decides which name is the reward.
 """
 
 from __future__ import annotations
@@ -16,9 +22,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from fulmen.tracing import semconv
-from fulmen.types import LLMCall, Span
+from fulmen.types import LLMCall, Reward, Span
 
-__all__ = ["RolloutSignals", "read_signals"]
+__all__ = ["RolloutSignals", "latest_reward", "read_signals"]
 
 _RETURN_SOURCE = "return"
 
@@ -39,11 +45,34 @@ class RolloutSignals:
     call_rewards: tuple[float | None, ...]
 
 
-def read_signals(calls: Sequence[LLMCall], spans: Sequence[Span]) -> RolloutSignals:
-    """Read the final reward, each call's agent and each call's explicit reward from spans.
+def latest_reward(spans: Sequence[Span], rewards: Sequence[Reward] = ()) -> float | None:
+    """Return the primary reward as of the latest reward span or posted reward.
 
-    ``calls`` must be in store sequence order. Reward spans whose source is the rollout's
-    return value count only toward the final reward.
+    Values merge by name in sequence order and the latest primary name picks the value, as
+    ``fulmen.tracing.semconv.primary_reward`` does for spans alone; ``None`` when no reward
+    names a primary.
+    """
+    events: list[tuple[int, dict[str, float], str | None]] = [
+        (e.sequence, e.values, e.primary) for e in semconv.reward_events(spans)
+    ]
+    events.extend((r.sequence, r.values, r.primary) for r in rewards)
+    merged: dict[str, float] = {}
+    primary: str | None = None
+    for _, values, name in sorted(events, key=lambda e: e[0]):
+        merged.update(values)
+        if name is not None:
+            primary = name
+    return None if primary is None else merged.get(primary)
+
+
+def read_signals(
+    calls: Sequence[LLMCall], spans: Sequence[Span], posted: Sequence[Reward] = ()
+) -> RolloutSignals:
+    """Read the final reward, each call's agent and each call's explicit reward.
+
+    ``calls`` must be in store sequence order; ``posted`` are the rewards posted for the
+    attempt (see the module docstring for which one counts). Reward spans whose source is the
+    rollout's return value, and posted rewards, count only toward the final reward.
     """
     by_response = semconv.agent_names_by_response_id(spans)
     # The name the call itself carried (``x-fulmen-agent``) first; spans fill in the rest.
@@ -73,7 +102,7 @@ def read_signals(calls: Sequence[LLMCall], spans: Sequence[Span]) -> RolloutSign
             previous = rewards[index]
             rewards[index] = value if previous is None else previous + value
     return RolloutSignals(
-        final_reward=semconv.primary_reward(spans),
+        final_reward=latest_reward(spans, posted),
         agent_names=agents,
         call_rewards=tuple(rewards),
     )

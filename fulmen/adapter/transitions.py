@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from fulmen.adapter.credit import CallCredit, CreditFn, CreditInput, assign_credit, resolve_credit
 from fulmen.adapter.signals import read_signals
 from fulmen.store.reading import read_llm_calls, read_spans
-from fulmen.types import LLMCall, LLMChoice, Span
+from fulmen.types import LLMCall, LLMChoice, Reward, Span
 from fulmen.types.transitions import AdapterDiagnostics, Trajectory, Transition
 
 if TYPE_CHECKING:
@@ -97,20 +97,23 @@ def build_trajectory(
     rollout_id: str,
     calls: Sequence[LLMCall],
     spans: Sequence[Span],
+    rewards: Sequence[Reward] = (),
     attempt_id: str | None = None,
     task_id: str | None = None,
     options: TransitionOptions | None = None,
     credit: CreditFn | None = None,
 ) -> Trajectory:
-    """Build the transitions of one finished attempt from its call records and spans.
+    """Build the transitions of one finished attempt from its call records, spans and rewards.
 
-    ``credit`` overrides the strategy named in ``options``. Calls are ordered by their store
+    ``rewards`` are the rewards posted to the store for the attempt; the latest reward, span
+    or posted, is the final reward (``fulmen.adapter.signals``). ``credit`` overrides the
+    strategy named in ``options``. Calls are ordered by their store
     sequence number; ``call_index`` is the position in that order.
     """
     opts = options or TransitionOptions()
     ordered = sorted(calls, key=lambda c: c.sequence)
     diag = AdapterDiagnostics(calls=len(ordered), rollouts=1)
-    signals = read_signals(ordered, spans)
+    signals = read_signals(ordered, spans, rewards)
     final = signals.final_reward
     if final is None:
         diag.rollouts_without_reward = 1
@@ -241,18 +244,22 @@ def _transition(
 
 @dataclass(frozen=True)
 class AttemptRecords:
-    """Everything the store holds about one attempt: its calls (store order) and spans."""
+    """Everything the store holds about one attempt: calls (store order), spans, rewards.
+
+    ``rewards`` are those posted to the store for the rollout as a whole or for this attempt.
+    """
 
     rollout_id: str
     attempt_id: str | None
     task_id: str | None
     calls: Sequence[LLMCall]
     spans: Sequence[Span]
+    rewards: Sequence[Reward] = ()
 
     @property
     def final_reward(self) -> float | None:
-        """The attempt's primary reward, ``None`` when none was emitted."""
-        return read_signals(self.calls, self.spans).final_reward
+        """The attempt's latest primary reward, span or posted; ``None`` when there is none."""
+        return read_signals(self.calls, self.spans, self.rewards).final_reward
 
     def trajectory(
         self, *, options: TransitionOptions | None = None, credit: CreditFn | None = None
@@ -264,6 +271,7 @@ class AttemptRecords:
             task_id=self.task_id,
             calls=self.calls,
             spans=self.spans,
+            rewards=self.rewards,
             options=options,
             credit=credit,
         )
@@ -272,9 +280,10 @@ class AttemptRecords:
 async def load_attempt(
     store: Store, rollout_id: str, *, attempt_id: str | None = None
 ) -> AttemptRecords:
-    """Read an attempt's calls and spans from ``store``, every page of them.
+    """Read an attempt's calls, spans and posted rewards from ``store``, every page of them.
 
-    ``attempt_id`` ``None`` takes the rollout's latest attempt.
+    ``attempt_id`` ``None`` takes the rollout's latest attempt. Posted rewards count when they
+    name no attempt (given to the rollout) or this one (given through one of its responses).
     """
     rollout = await store.get_rollout(rollout_id)
     if attempt_id is None:
@@ -282,7 +291,10 @@ async def load_attempt(
         attempt_id = attempts[-1].attempt_id if attempts else None
     calls = await read_llm_calls(store, rollout_id, attempt_id=attempt_id)
     spans = await read_spans(store, rollout_id, attempt_id=attempt_id)
-    return AttemptRecords(rollout_id, attempt_id, rollout.task_id, calls, spans)
+    rewards = [
+        r for r in await store.list_rewards(rollout_id) if r.attempt_id in (None, attempt_id)
+    ]
+    return AttemptRecords(rollout_id, attempt_id, rollout.task_id, calls, spans, rewards)
 
 
 async def load_trajectory(

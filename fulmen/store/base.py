@@ -25,8 +25,12 @@ if TYPE_CHECKING:
         LLMCallCreate,
         Mode,
         Page,
+        PruneReport,
+        PruneRequest,
         Resources,
         ResourcesCreate,
+        Reward,
+        RewardCreate,
         Rollout,
         RolloutCreate,
         RolloutQuery,
@@ -187,6 +191,29 @@ class Store(Protocol):
         limit: int = 1000,
     ) -> Page[LLMCall]:
         """LLM calls of a rollout with ``sequence > after_sequence``, in sequence order."""
+        ...
+
+    async def add_reward(self, reward: RewardCreate) -> Reward:
+        """Store a reward for a rollout, even long after it finished; idempotent by ``key``.
+
+        The rollout is found by id, by session id, or through the LLM call whose response id is
+        given (``NotFound`` when none matches). The reward gets the rollout's next sequence
+        number, so it is later than every span and call recorded before it. The same ``key``
+        with other content raises ``Conflict``.
+        """
+        ...
+
+    async def list_rewards(self, rollout_id: str) -> list[Reward]:
+        """Return the rewards posted for a rollout, in sequence order; ``NotFound`` if unknown."""
+        ...
+
+    async def prune(self, request: PruneRequest) -> PruneReport:
+        """Delete finished rollouts that ended before a time, with all their records.
+
+        Queued and running rollouts are never touched. Attempts, spans, LLM calls and rewards
+        of each deleted rollout go with it; ``keep_rewarded`` keeps rollouts that have a reward
+        and ``dry_run`` only counts.
+        """
         ...
 
     async def add_resources(self, resources: ResourcesCreate) -> Resources:

@@ -5,8 +5,9 @@ arguments, return types and exceptions as the in-process backends (error bodies 
 to ``fulmen.errors`` classes by their ``code``). Network errors and 5xx answers are retried with
 capped, jittered exponential backoff. Retrying never duplicates a write: before sending, the
 client fills the idempotency keys the caller left empty (``RolloutCreate.rollout_id``,
-``claim_id``, ``ResourcesCreate.resources_id``; spans and LLM calls carry their own ids), and a
-status report that may already have been applied is checked before it is sent again.
+``claim_id``, ``ResourcesCreate.resources_id``, ``RewardCreate.key``; spans and LLM calls carry
+their own ids), and a status report that may already have been applied is checked before it
+is sent again.
 """
 
 from __future__ import annotations
@@ -44,8 +45,12 @@ from fulmen.types import (
     LLMCallCreate,
     Mode,
     Page,
+    PruneReport,
+    PruneRequest,
     Resources,
     ResourcesCreate,
+    Reward,
+    RewardCreate,
     Rollout,
     RolloutCreate,
     RolloutQuery,
@@ -69,6 +74,7 @@ _SPANS = TypeAdapter(list[Span])
 _CALLS = TypeAdapter(list[LLMCall])
 _WORKERS = TypeAdapter(list[Worker])
 _MAYBE_RESOURCES = TypeAdapter(Resources | None)
+_REWARDS = TypeAdapter(list[Reward])
 
 
 def _segment(value: str) -> str:
@@ -339,6 +345,23 @@ class StoreClient:
     async def latest_resources(self) -> Resources | None:
         """See ``Store.latest_resources``."""
         return _MAYBE_RESOURCES.validate_json(await self._send("GET", "/v1/resources/latest"))
+
+    # -- rewards and retention ------------------------------------------------------------------
+
+    async def add_reward(self, reward: RewardCreate) -> Reward:
+        """See ``Store.add_reward``; a missing ``key`` is generated so a retry stores once."""
+        if reward.key is None:
+            reward = reward.model_copy(update={"key": new_id("rw")})
+        return Reward.model_validate_json(await self._send("POST", "/v1/rewards", reward))
+
+    async def list_rewards(self, rollout_id: str) -> list[Reward]:
+        """See ``Store.list_rewards``."""
+        raw = await self._send("GET", f"/v1/rollouts/{_segment(rollout_id)}/rewards")
+        return _REWARDS.validate_json(raw)
+
+    async def prune(self, request: PruneRequest) -> PruneReport:
+        """See ``Store.prune``; a retried prune deletes nothing twice (its counts are its own)."""
+        return PruneReport.model_validate_json(await self._send("POST", "/v1/prune", request))
 
     # -- watchdog, statistics, lifecycle --------------------------------------------------------
 

@@ -26,6 +26,13 @@ from fulmen.store.lifecycle import (
     rollout_status_after_attempt,
     same_rollout_request,
 )
+from fulmen.store.rewards import (
+    REWARD_SPAN_NAME,
+    build_reward,
+    is_prunable,
+    missing_response,
+    replayed_reward,
+)
 from fulmen.store.watchdog import Watchdog
 from fulmen.types import (
     UNSET,
@@ -36,8 +43,12 @@ from fulmen.types import (
     LLMCallCreate,
     Mode,
     Page,
+    PruneReport,
+    PruneRequest,
     Resources,
     ResourcesCreate,
+    Reward,
+    RewardCreate,
     Rollout,
     RolloutCreate,
     RolloutQuery,
@@ -71,6 +82,10 @@ class MemoryStore:
         self._spans_by_rollout: dict[str, list[Span]] = {}
         self._calls: dict[str, LLMCall] = {}
         self._calls_by_rollout: dict[str, list[LLMCall]] = {}
+        self._tracked_by_response: dict[str, LLMCall] = {}
+        self._rewards: dict[str, Reward] = {}
+        self._rewards_by_rollout: dict[str, list[Reward]] = {}
+        self._last_position = 0
         self._last_sequence: dict[str, int] = {}
         self._resources: list[Resources] = []
         self._resources_by_id: dict[str, Resources] = {}
@@ -125,9 +140,10 @@ class MemoryStore:
                     status=RolloutStatus.QUEUING,
                     config=request.config,
                     metadata=request.metadata,
-                    position=len(self._rollouts) + 1,
+                    position=self._last_position + 1,
                     enqueued_at=utc_now(),
                 )
+                self._last_position = rollout.position
                 self._rollouts[rollout.rollout_id] = rollout
                 self._attempts_by_rollout[rollout.rollout_id] = []
                 self._last_sequence[rollout.rollout_id] = 0
@@ -153,6 +169,7 @@ class MemoryStore:
                 return [
                     Claim(rollout=self._rollouts[r], attempt=self._attempts[a])
                     for r, a in self._claims[claim_id]
+                    if r in self._rollouts  # a pruned rollout went with its attempt
                 ]
             now = utc_now()
             skipped: list[tuple[int, str]] = []
@@ -354,6 +371,8 @@ class MemoryStore:
                     self._calls[call.call_id] = stored
                     if call.rollout_id is not None:
                         self._calls_by_rollout.setdefault(call.rollout_id, []).append(stored)
+                        if call.response_id is not None:
+                            self._index_response(stored)
                 out.append(stored)
             return out
 
@@ -386,6 +405,63 @@ class MemoryStore:
             self._get_rollout(rollout_id)
             rows = self._calls_by_rollout.get(rollout_id, [])
             return page_after_sequence(rows, attempt_id, after_sequence, limit)
+
+    # -- rewards and retention ------------------------------------------------------------------
+
+    async def add_reward(self, reward: RewardCreate) -> Reward:
+        """See ``Store.add_reward``."""
+        async with self._lock:
+            self._check_open()
+            if reward.key is not None and reward.key in self._rewards:
+                return replayed_reward(self._rewards[reward.key], reward)
+            attempt_id: str | None = None
+            rollout_id = reward.target_rollout_id()
+            if rollout_id is None:
+                assert reward.response_id is not None  # RewardCreate names exactly one target
+                call = self._tracked_by_response.get(reward.response_id)
+                if call is None or call.rollout_id is None:
+                    raise missing_response(reward.response_id)
+                rollout_id, attempt_id = call.rollout_id, call.attempt_id
+            self._get_rollout(rollout_id)
+            stored = build_reward(
+                reward,
+                rollout_id=rollout_id,
+                attempt_id=attempt_id,
+                sequence=self._next_sequence(rollout_id),
+            )
+            self._rewards[stored.key] = stored
+            self._rewards_by_rollout.setdefault(rollout_id, []).append(stored)
+            return stored
+
+    async def list_rewards(self, rollout_id: str) -> list[Reward]:
+        """See ``Store.list_rewards``."""
+        async with self._lock:
+            self._get_rollout(rollout_id)
+            return list(self._rewards_by_rollout.get(rollout_id, []))
+
+    async def prune(self, request: PruneRequest) -> PruneReport:
+        """See ``Store.prune``."""
+        async with self._lock:
+            self._check_open()
+            doomed = [
+                r.rollout_id
+                for r in self._rollouts.values()
+                if is_prunable(r, request.ended_before)
+                and (request.modes is None or r.mode in request.modes)
+                and not (request.keep_rewarded and self._is_rewarded(r.rollout_id))
+            ]
+            report = PruneReport(
+                dry_run=request.dry_run,
+                rollouts=len(doomed),
+                attempts=sum(len(self._attempts_by_rollout[r]) for r in doomed),
+                spans=sum(len(self._spans_by_rollout.get(r, [])) for r in doomed),
+                llm_calls=sum(len(self._calls_by_rollout.get(r, [])) for r in doomed),
+                rewards=sum(len(self._rewards_by_rollout.get(r, [])) for r in doomed),
+            )
+            if not request.dry_run:
+                for rollout_id in doomed:
+                    self._delete_rollout(rollout_id)
+            return report
 
     # -- reads ----------------------------------------------------------------------------------
 
@@ -559,6 +635,36 @@ class MemoryStore:
         self._get_rollout(rollout_id)
         if self._get_attempt(attempt_id).rollout_id != rollout_id:
             raise InvalidRequest(f"attempt {attempt_id} does not belong to rollout {rollout_id}")
+
+    def _index_response(self, call: LLMCall) -> None:
+        """Let a response id name the call that started last (as the SQL backends choose)."""
+        assert call.response_id is not None
+        known = self._tracked_by_response.get(call.response_id)
+        if known is None or (call.started_at, call.call_id) > (known.started_at, known.call_id):
+            self._tracked_by_response[call.response_id] = call
+
+    def _is_rewarded(self, rollout_id: str) -> bool:
+        return bool(self._rewards_by_rollout.get(rollout_id)) or any(
+            s.name == REWARD_SPAN_NAME for s in self._spans_by_rollout.get(rollout_id, [])
+        )
+
+    def _delete_rollout(self, rollout_id: str) -> None:
+        """Forget a final rollout and everything recorded for it (it is in no queue)."""
+        del self._rollouts[rollout_id]
+        del self._last_sequence[rollout_id]
+        for attempt_id in self._attempts_by_rollout.pop(rollout_id):
+            del self._attempts[attempt_id]
+        for span in self._spans_by_rollout.pop(rollout_id, []):
+            del self._spans[(span.attempt_id, span.span_id)]
+        for call in self._calls_by_rollout.pop(rollout_id, []):
+            del self._calls[call.call_id]
+            if call.response_id and self._tracked_by_response.get(call.response_id) is call:
+                del self._tracked_by_response[call.response_id]
+                for other in self._calls.values():  # another call with that id, if any
+                    if other.rollout_id is not None and other.response_id == call.response_id:
+                        self._index_response(other)
+        for reward in self._rewards_by_rollout.pop(rollout_id, []):
+            del self._rewards[reward.key]
 
     def _current_attempt(self, rollout_id: str) -> Attempt | None:
         ids = self._attempts_by_rollout[rollout_id]

@@ -38,8 +38,12 @@ from fulmen.types import (
     LLMCall,
     LLMCallCreate,
     Page,
+    PruneReport,
+    PruneRequest,
     Resources,
     ResourcesCreate,
+    Reward,
+    RewardCreate,
     Rollout,
     RolloutQuery,
     Span,
@@ -151,6 +155,7 @@ _SPANS = TypeAdapter(list[Span])
 _CALLS = TypeAdapter(list[LLMCall])
 _WORKERS = TypeAdapter(list[Worker])
 _MAYBE_RESOURCES = TypeAdapter(Resources | None)
+_REWARDS = TypeAdapter(list[Reward])
 
 
 async def _info(call: Call) -> bytes:
@@ -261,6 +266,20 @@ async def _get_resources(call: Call) -> bytes:
     return (await call.store.get_resources(version)).model_dump_json().encode()
 
 
+async def _add_reward(call: Call) -> bytes:
+    reward = await call.store.add_reward(parse_body(RewardCreate, call.body))
+    return reward.model_dump_json().encode()
+
+
+async def _list_rewards(call: Call) -> bytes:
+    return _REWARDS.dump_json(await call.store.list_rewards(_path_parameter(call, "rollout_id")))
+
+
+async def _prune(call: Call) -> bytes:
+    report = await call.store.prune(parse_body(PruneRequest, call.body))
+    return report.model_dump_json().encode()
+
+
 async def _heartbeat(call: Call) -> bytes:
     r = parse_body(HeartbeatRequest, call.body)
     worker = await call.store.heartbeat(r.worker_id, attempt_ids=r.attempt_ids, metadata=r.metadata)
@@ -309,6 +328,8 @@ OPERATIONS: tuple[Operation, ...] = (
               _query_spans, Page[Span], query=RecordQuery),
     Operation("query_llm_calls", "GET", f"{_R}/llm_calls", "List a rollout's LLM calls",
               _query_llm_calls, Page[LLMCall], query=RecordQuery),
+    Operation("list_rewards", "GET", f"{_R}/rewards", "List a rollout's posted rewards",
+              _list_rewards, list[Reward]),
     Operation("get_attempt", "GET", _A, "Get an attempt", _get_attempt, Attempt),
     Operation("update_attempt", "PATCH", _A, "Report an attempt's outcome", _update_attempt,
               Attempt, body=AttemptUpdate),
@@ -316,6 +337,12 @@ OPERATIONS: tuple[Operation, ...] = (
               list[Span], body=SpansRequest),
     Operation("add_llm_calls", "POST", "/v1/llm_calls", "Store LLM call records (idempotent)",
               _add_llm_calls, list[LLMCall], body=LLMCallsRequest),
+    Operation("add_reward", "POST", "/v1/rewards",
+              "Store a reward for a rollout, by rollout, response or session id (idempotent)",
+              _add_reward, Reward, body=RewardCreate),
+    Operation("prune", "POST", "/v1/prune",
+              "Delete finished rollouts that ended before a time, with their records",
+              _prune, PruneReport, body=PruneRequest),
     Operation("add_resources", "POST", "/v1/resources", "Store a new resources version",
               _add_resources, Resources, body=ResourcesCreate),
     Operation("latest_resources", "GET", "/v1/resources/latest", "Get the latest resources",

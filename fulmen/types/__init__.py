@@ -25,6 +25,7 @@ from fulmen.types.records import (
     SpanStatusCode,
 )
 from fulmen.types.resources import LLMResource, PromptTemplate, Resource, Resources, ResourcesCreate
+from fulmen.types.rewards import PruneReport, PruneRequest, Reward, RewardCreate
 from fulmen.types.rollout import (
     Attempt,
     AttemptStatus,
@@ -56,9 +57,13 @@ __all__ = [
     "PromptMessage",
     "PromptScore",
     "PromptTemplate",
+    "PruneReport",
+    "PruneRequest",
     "Resource",
     "Resources",
     "ResourcesCreate",
+    "Reward",
+    "RewardCreate",
     "Rollout",
     "RolloutConfig",
     "RolloutCreate",

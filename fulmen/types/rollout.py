@@ -29,11 +29,12 @@ __all__ = [
 
 
 class Mode(StrEnum):
-    """What a rollout is for: training data, validation, or a test run."""
+    """What a rollout is for: training data, validation, a test run, or production traffic."""
 
     TRAIN = "train"
     VAL = "val"
     TEST = "test"
+    PRODUCTION = "production"
 
 
 class RolloutStatus(StrEnum):

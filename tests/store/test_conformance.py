@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from datetime import UTC, datetime
 
 import pytest
 
@@ -23,7 +24,10 @@ from fulmen.types import (
     PromptLineage,
     PromptScore,
     PromptTemplate,
+    PruneReport,
+    PruneRequest,
     ResourcesCreate,
+    RewardCreate,
     RolloutConfig,
     RolloutCreate,
     RolloutQuery,
@@ -31,6 +35,7 @@ from fulmen.types import (
     SpanCreate,
     SpanEvent,
 )
+from fulmen.types.rewards import session_rollout_id
 from tests.store.conftest import Backend
 
 
@@ -775,3 +780,128 @@ async def test_write_arguments_follow_the_wire_rules(store: Store) -> None:
     assert (attempt.status, attempt.error) == (AttemptStatus.RUNNING, None)
     assert (await store.get_rollout(rid)).metadata == {}
     assert "w" not in {w.worker_id for w in await store.list_workers()}
+
+
+# -- posted rewards ---------------------------------------------------------------------------
+
+
+async def finished_with_records(store: Store, i: int, **kw: object) -> tuple[str, str]:
+    """Enqueue, claim and finish one rollout that recorded one span and one call."""
+    (r,) = await store.enqueue([rollout(i, **kw)])
+    (c,) = await store.claim(f"w{i}", claim_id=f"claim-{r.rollout_id}")
+    rid, aid = c.rollout.rollout_id, c.attempt.attempt_id
+    await store.add_spans([span(rid, aid, "s1")])
+    record = call(f"call-{rid}", rid, aid).model_copy(update={"response_id": f"resp-{rid}"})
+    await store.add_llm_calls([record])
+    await store.update_attempt(aid, status=AttemptStatus.SUCCEEDED)
+    return rid, aid
+
+
+async def test_reward_posted_after_the_rollout_finished_is_its_latest_record(
+    store: Store,
+) -> None:
+    rid, _ = await finished_with_records(store, 0)
+    reward = await store.add_reward(RewardCreate.scalar(0.75, rollout_id=rid))
+    assert (reward.rollout_id, reward.attempt_id, reward.values) == (rid, None, {"reward": 0.75})
+    assert reward.primary == "reward"
+    # The rollout's counter numbered the span (1) and the call (2): the reward comes after.
+    assert reward.sequence == 3
+    assert await store.list_rewards(rid) == [reward]
+    assert (await store.get_rollout(rid)).status is RolloutStatus.SUCCEEDED
+
+
+async def test_reward_by_response_id_names_the_calls_attempt(store: Store) -> None:
+    rid, aid = await finished_with_records(store, 0)
+    await store.add_llm_calls([call("untracked", None, None)])  # response id resp-1
+    named = RewardCreate(response_id=f"resp-{rid}", values={"thumbs": 1.0, "latency": -2.0})
+    reward = await store.add_reward(named)
+    assert (reward.rollout_id, reward.attempt_id, reward.primary) == (rid, aid, None)
+    assert reward.values == {"thumbs": 1.0, "latency": -2.0}
+    with pytest.raises(NotFound, match="resp-1"):
+        await store.add_reward(RewardCreate.scalar(1.0, response_id="resp-1"))
+    with pytest.raises(NotFound, match="no-such"):
+        await store.add_reward(RewardCreate.scalar(1.0, rollout_id="no-such"))
+    with pytest.raises(NotFound):
+        await store.list_rewards("no-such")
+
+
+async def test_reward_by_session_id_reaches_the_sessions_rollout(store: Store) -> None:
+    rid, _ = await finished_with_records(
+        store, 0, rollout_id=session_rollout_id("user-42"), mode=Mode.PRODUCTION
+    )
+    reward = await store.add_reward(RewardCreate.scalar(-1.0, session_id="user-42"))
+    assert (reward.rollout_id, reward.session_id) == (rid, "user-42")
+    with pytest.raises(NotFound):
+        await store.add_reward(RewardCreate.scalar(1.0, session_id="user-43"))
+
+
+async def test_reward_key_stores_once_and_refuses_other_content(store: Store) -> None:
+    rid, _ = await finished_with_records(store, 0)
+    first = await store.add_reward(RewardCreate.scalar(1.0, rollout_id=rid, key="fb-1"))
+    again = await store.add_reward(RewardCreate.scalar(1.0, rollout_id=rid, key="fb-1"))
+    assert again == first
+    with pytest.raises(Conflict, match="fb-1"):
+        await store.add_reward(RewardCreate.scalar(0.0, rollout_id=rid, key="fb-1"))
+    unkeyed = [await store.add_reward(RewardCreate.scalar(0.5, rollout_id=rid)) for _ in "ab"]
+    assert len({r.key for r in unkeyed}) == 2
+    assert [r.key for r in await store.list_rewards(rid)] == ["fb-1", *(r.key for r in unkeyed)]
+
+
+# -- prune ------------------------------------------------------------------------------------
+
+
+async def record_counts(store: Store, rollout_id: str) -> tuple[int, int, int, int]:
+    return (
+        len(await store.list_attempts(rollout_id)),
+        len((await store.query_spans(rollout_id)).items),
+        len((await store.query_llm_calls(rollout_id)).items),
+        len(await store.list_rewards(rollout_id)),
+    )
+
+
+async def test_prune_deletes_old_finished_rollouts_and_nothing_else(store: Store) -> None:
+    plain, _ = await finished_with_records(store, 0)
+    rewarded, _ = await finished_with_records(store, 1)
+    await store.add_reward(RewardCreate.scalar(1.0, rollout_id=rewarded))
+    span_rewarded, span_attempt = await finished_with_records(store, 2)
+    await store.add_spans([span(span_rewarded, span_attempt, "r", name="fulmen.reward")])
+    validation, _ = await finished_with_records(store, 3, mode=Mode.VAL)
+    await asyncio.sleep(0.01)
+    cut = datetime.now(UTC)
+    await asyncio.sleep(0.01)
+    recent, _ = await finished_with_records(store, 5)
+    _, queued = await store.enqueue([rollout(4), rollout(7)])
+    running, running_attempt = await claim_one(store)  # the first of the two; FIFO
+    await store.add_spans([span(running, running_attempt, "x")])
+    before = {r: await record_counts(store, r) for r in (rewarded, span_rewarded, validation)}
+
+    dry = await store.prune(
+        PruneRequest(ended_before=cut, keep_rewarded=True, modes=[Mode.TRAIN], dry_run=True)
+    )
+    assert dry == PruneReport(dry_run=True, rollouts=1, attempts=1, spans=1, llm_calls=1)
+    assert await record_counts(store, plain) == (1, 1, 1, 0)
+
+    done = await store.prune(PruneRequest(ended_before=cut, keep_rewarded=True, modes=[Mode.TRAIN]))
+    assert done == dry.model_copy(update={"dry_run": False})
+    with pytest.raises(NotFound):
+        await store.get_rollout(plain)
+    for kept, counts in before.items():
+        assert await record_counts(store, kept) == counts
+    assert (await store.get_rollout(queued.rollout_id)).status is RolloutStatus.QUEUING
+    assert (await store.get_rollout(running)).status is RolloutStatus.RUNNING
+    assert await record_counts(store, running) == (1, 1, 0, 0)
+    assert await record_counts(store, recent) == (1, 1, 1, 0)
+    # The claim that took the pruned rollout replays without it.
+    assert await store.claim("w0", claim_id=f"claim-{plain}") == []
+
+    everything = await store.prune(PruneRequest(ended_before=cut))
+    assert everything == PruneReport(
+        dry_run=False, rollouts=3, attempts=3, spans=4, llm_calls=3, rewards=1
+    )
+    stats = await store.stats()
+    assert sum(stats.rollouts.values()) == 3  # queued, running, recent
+    assert (stats.spans, stats.llm_calls) == (2, 1)
+    (later,) = await store.enqueue([rollout(6)])
+    assert later.position > (await store.get_rollout(recent)).position
+    with pytest.raises(NotFound):
+        await store.add_reward(RewardCreate.scalar(1.0, response_id=f"resp-{plain}"))

@@ -26,6 +26,7 @@ from fulmen.types import (
     SpanCreate,
     Worker,
 )
+from fulmen.types.limits import MAX_ID_LENGTH
 
 __all__ = [
     "attempt_from_row",
@@ -166,7 +167,15 @@ def call_values(call: LLMCall) -> dict[str, Any]:
         "model": call.model,
         "started_at": call.started_at,
         "body": call.model_dump_json(),
+        "response_id": _nameable_response_id(call.response_id),
     }
+
+
+def _nameable_response_id(response_id: str | None) -> str | None:
+    """Return the response id if a reward can name it (a valid ``Id``), else ``None``."""
+    if response_id is None or len(response_id) > MAX_ID_LENGTH or "\x00" in response_id:
+        return None
+    return response_id or None
 
 
 def resources_from_row(row: Row[Any]) -> Resources:

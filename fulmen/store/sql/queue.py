@@ -269,7 +269,12 @@ def _repeat_claim(conn: Connection, claim_id: str) -> list[Claim]:
         sa.select(attempts).where(one_of(attempts.c.attempt_id, [a for _, a in pairs]))
     )
     by_attempt = {row.attempt_id: attempt_from_row(row) for row in attempt_rows}
-    return [Claim(rollout=by_rollout[r], attempt=by_attempt[a]) for r, a in pairs]
+    # A pruned rollout is gone with its attempt; the replay returns the claims that remain.
+    return [
+        Claim(rollout=by_rollout[r], attempt=by_attempt[a])
+        for r, a in pairs
+        if r in by_rollout and a in by_attempt
+    ]
 
 
 def _load_attempt(conn: Connection, attempt_id: str, *, lock: bool = False) -> Attempt:

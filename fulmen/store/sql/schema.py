@@ -5,7 +5,9 @@ bodies) is stored as JSON text, because both dialects read and write text at C s
 store never filters on it. Spans and LLM calls keep their whole stored record (sequence
 included) in ``body``, so reading one back is a single ``model_validate_json``.
 
-``fulmen_meta`` holds integer counters and the schema version. Counters are rows that writers
+``fulmen_meta`` holds integer counters and the schema version. Version 2 added the rewards
+table and the ``response_id`` column of LLM calls (a reward may name a call by it); a version 1
+database is migrated in place when it is opened (``ensure_schema``). Counters are rows that writers
 update inside their transaction, which both numbers rollouts/resources without gaps and, on
 PostgreSQL, serializes the writers that need the next number (the row lock lasts until commit,
 so numbers become visible in order).
@@ -34,12 +36,13 @@ __all__ = [
     "meta",
     "metadata",
     "resources",
+    "rewards",
     "rollouts",
     "spans",
     "workers",
 ]
 
-SCHEMA_VERSION: Final = 1
+SCHEMA_VERSION: Final = 2
 SCHEMA_VERSION_KEY: Final = "schema_version"
 POSITION_COUNTER: Final = "rollout_position"
 RESOURCES_COUNTER: Final = "resources_version"
@@ -161,7 +164,23 @@ llm_calls = sa.Table(
     sa.Column("model", sa.Text),
     sa.Column("started_at", sa.Double, nullable=False),
     sa.Column("body", sa.Text, nullable=False),
+    # The response's id when it is a valid ``Id`` (what a reward can name), else NULL.
+    sa.Column("response_id", sa.String(128)),
     sa.Index("ix_fulmen_llm_calls_rollout_sequence", "rollout_id", "sequence", unique=True),
+)
+_CALLS_BY_RESPONSE = sa.Index("ix_fulmen_llm_calls_response_id", llm_calls.c.response_id)
+
+rewards = sa.Table(
+    "fulmen_rewards",
+    metadata,
+    sa.Column("key", sa.String(128), primary_key=True),
+    sa.Column("rollout_id", sa.String(128), sa.ForeignKey(rollouts.c.rollout_id), nullable=False),
+    # NULL for a reward given to the rollout as a whole; no foreign key, so pruning deletes
+    # rewards and attempts in either order.
+    sa.Column("attempt_id", sa.String(128)),
+    sa.Column("sequence", sa.BigInteger, nullable=False),
+    sa.Column("body", sa.Text, nullable=False),
+    sa.Index("ix_fulmen_rewards_rollout_sequence", "rollout_id", "sequence"),
 )
 
 resources = sa.Table(
@@ -208,9 +227,32 @@ def ensure_schema(conn: Connection) -> None:
             "this fulmen understands; upgrade fulmen to open it",
             detail={"found": found, "supported": SCHEMA_VERSION},
         )
-    elif found < SCHEMA_VERSION:  # no older version was ever released; keep the guard honest
+    elif found == 1:
+        _migrate_1_to_2(conn)
+    elif found < 1:
         raise ConfigError(
-            f"the database has store schema version {found}, older than {SCHEMA_VERSION}, "
+            f"the database has store schema version {found}, older than any fulmen wrote, "
             "and no migration exists for it",
             detail={"found": found, "supported": SCHEMA_VERSION},
         )
+
+
+def _migrate_1_to_2(conn: Connection) -> None:
+    """Add ``llm_calls.response_id`` (filled from the stored bodies) and its index.
+
+    ``create_all`` has already added the rewards table. Only response ids a reward could name
+    are copied: at most 128 characters and no NUL (PostgreSQL's ``->>`` refuses an escaped NUL).
+    """
+    conn.exec_driver_sql("ALTER TABLE fulmen_llm_calls ADD COLUMN response_id VARCHAR(128)")
+    if conn.dialect.name == "sqlite":
+        value = "json_extract(body, '$.response_id')"
+    else:
+        value = "(body::json ->> 'response_id')"
+    conn.exec_driver_sql(
+        f"UPDATE fulmen_llm_calls SET response_id = {value} "
+        f"WHERE body NOT LIKE '%\\u0000%' AND length({value}) <= 128"
+    )
+    _CALLS_BY_RESPONSE.create(conn)
+    conn.execute(
+        sa.update(meta).where(meta.c.key == SCHEMA_VERSION_KEY).values(value=SCHEMA_VERSION)
+    )

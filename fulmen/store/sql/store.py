@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from fulmen.errors import ConfigError, InvalidRequest
 from fulmen.store.arguments import check_arguments
 from fulmen.store.base import Capabilities, ReconcileReport
-from fulmen.store.sql import expiry, queue, reads, records, workers
+from fulmen.store.sql import expiry, queue, reads, records, rewards, workers
 from fulmen.store.sql.async_runner import AsyncEngineRunner
 from fulmen.store.sql.dialects import SqlDialect, resolve_url
 from fulmen.store.sql.runner import Runner
@@ -37,8 +37,12 @@ from fulmen.types import (
     LLMCallCreate,
     Mode,
     Page,
+    PruneReport,
+    PruneRequest,
     Resources,
     ResourcesCreate,
+    Reward,
+    RewardCreate,
     Rollout,
     RolloutQuery,
     RolloutStatus,
@@ -291,6 +295,27 @@ class SqlStore:
             small=limit <= _SMALL_PAGE,
         )
 
+    # -- rewards and retention ------------------------------------------------------------------
+
+    async def add_reward(self, reward: RewardCreate) -> Reward:
+        """See ``Store.add_reward``."""
+        return await self._runner.write(rewards.add_reward, self._dialect, reward, small=True)
+
+    async def list_rewards(self, rollout_id: str) -> list[Reward]:
+        """See ``Store.list_rewards``."""
+        return await self._runner.read(rewards.list_rewards, rollout_id, small=True)
+
+    async def prune(self, request: PruneRequest) -> PruneReport:
+        """See ``Store.prune``: one transaction per chunk of rollouts, oldest first."""
+        total = PruneReport(dry_run=request.dry_run)
+        after: int | None = 0
+        while after is not None:
+            chunk, after = await self._runner.write(
+                rewards.prune_chunk, self._dialect, request, after
+            )
+            total = _add_counts(total, chunk)
+        return total
+
     # -- reads ----------------------------------------------------------------------------------
 
     async def get_rollout(self, rollout_id: str) -> Rollout:
@@ -377,6 +402,18 @@ class SqlStore:
             await self._watchdog.stop()
         await self._wakeups.aclose()
         await self._runner.aclose()
+
+
+def _add_counts(a: PruneReport, b: PruneReport) -> PruneReport:
+    return a.model_copy(
+        update={
+            "rollouts": a.rollouts + b.rollouts,
+            "attempts": a.attempts + b.attempts,
+            "spans": a.spans + b.spans,
+            "llm_calls": a.llm_calls + b.llm_calls,
+            "rewards": a.rewards + b.rewards,
+        }
+    )
 
 
 async def _open_async_runner(sa_url: Any, dialect: SqlDialect, pool_size: int) -> Runner:

@@ -219,3 +219,42 @@ async def test_a_dropped_postgresql_connection_is_unavailable_then_recovers(sql_
             await store.enqueue([RolloutCreate(input=2)])
         assert len(await store.enqueue([RolloutCreate(input=3)])) == 1
         assert (await store.stats()).rollouts[RolloutStatus.QUEUING] == 2
+
+
+async def test_a_version_1_store_is_migrated_and_its_calls_can_be_rewarded(sql_url: str) -> None:
+    """A database written before rewards existed opens, and its old calls are found by id."""
+    from fulmen.types import LLMCallCreate, RewardCreate
+
+    async with open_store(sql_url, watchdog_interval=None) as store:
+        await store.enqueue([RolloutCreate(input=1, rollout_id="old")])
+        (claim,) = await store.claim("w")
+        await store.add_llm_calls(
+            [
+                LLMCallCreate(
+                    call_id="c1",
+                    rollout_id="old",
+                    attempt_id=claim.attempt.attempt_id,
+                    response_id="chatcmpl-old",
+                    started_at=1.0,
+                )
+            ]
+        )
+        await store.update_attempt(claim.attempt.attempt_id, status=AttemptStatus.SUCCEEDED)
+
+        def back_to_version_1(conn: sa.Connection) -> None:
+            conn.exec_driver_sql("DROP INDEX ix_fulmen_llm_calls_response_id")
+            conn.exec_driver_sql("ALTER TABLE fulmen_llm_calls DROP COLUMN response_id")
+            conn.exec_driver_sql("DROP TABLE fulmen_rewards")
+            conn.exec_driver_sql("UPDATE fulmen_meta SET value = 1 WHERE key = 'schema_version'")
+
+        await store._runner.write(back_to_version_1)
+    async with open_store(sql_url, watchdog_interval=None) as store:
+        reward = await store.add_reward(RewardCreate.scalar(1.0, response_id="chatcmpl-old"))
+        assert (reward.rollout_id, reward.attempt_id) == ("old", claim.attempt.attempt_id)
+
+        def version(conn: sa.Connection) -> int:
+            return conn.exec_driver_sql(
+                "SELECT value FROM fulmen_meta WHERE key = 'schema_version'"
+            ).scalar_one()
+
+        assert await store._runner.read(version) == SCHEMA_VERSION == 2
