@@ -28,6 +28,7 @@ _COMMAND_MODULES: tuple[str, ...] = (
     "rollouts",
     "resources",
     "prompts",
+    "rewards",
     "export",
     "runner",
     "serve",

@@ -1,4 +1,4 @@
-"""``fulmen store``: serve a store over HTTP, print its statistics or its OpenAPI spec.
+"""``fulmen store``: serve a store over HTTP, print its statistics or OpenAPI spec, prune it.
 
 Also home of the options every store-reading command shares (``--store``, ``--token``) and of
 ``run_async``, which runs a command's coroutine on uvloop when it is installed.
@@ -178,6 +178,83 @@ def _stats(args: argparse.Namespace) -> int:
     return 0
 
 
+_DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def _duration(text: str) -> float:
+    """Parse ``30d``, ``12h``, ``90m``, ``45s`` or ``2w`` into seconds."""
+    number, unit = text[:-1], text[-1:].lower()
+    try:
+        seconds = float(number) * _DURATION_UNITS[unit]
+    except (KeyError, ValueError):
+        raise argparse.ArgumentTypeError(
+            f"expected a duration such as 30d, 12h, 90m, 45s or 2w; got {text!r}"
+        ) from None
+    if not 0 <= seconds < 10_000 * 365 * 86400:
+        raise argparse.ArgumentTypeError(f"duration {text!r} is out of range")
+    return seconds
+
+
+def _prune(args: argparse.Namespace) -> int:
+    from datetime import timedelta
+
+    from fulmen.store.clock import utc_now
+    from fulmen.types import PruneRequest
+
+    request = PruneRequest(
+        ended_before=utc_now() - timedelta(seconds=args.older_than),
+        keep_rewarded=args.keep_rewarded,
+        modes=args.mode,
+        dry_run=args.dry_run,
+    )
+
+    async def main() -> Any:
+        async with open_cli_store(args) as store:
+            return await store.prune(request)
+
+    report = run_async(main)
+    if args.json:
+        print(report.model_dump_json(indent=2))
+        return 0
+    verb = "would delete" if report.dry_run else "deleted"
+    print(f"{verb} finished rollouts that ended before {request.ended_before:%Y-%m-%d %H:%M:%S}Z:")
+    for label in ("rollouts", "attempts", "spans", "llm_calls", "rewards"):
+        print(f"  {label.replace('_', ' '):<10}{getattr(report, label):>10}")
+    return 0
+
+
+def _register_prune(commands: Any) -> None:
+    prune = commands.add_parser(
+        "prune",
+        help="delete old finished rollouts with their attempts, spans, calls and rewards",
+        description="Delete rollouts that finished (succeeded, failed, cancelled) longer ago "
+        "than --older-than, with everything recorded for them. Queued and running rollouts "
+        "are never touched. Prints the counts deleted (with --dry-run: that would be).",
+    )
+    add_store_options(prune)
+    prune.add_argument(
+        "--older-than",
+        type=_duration,
+        required=True,
+        metavar="AGE",
+        help="how long ago a rollout must have ended: 30d, 12h, 90m, 45s, 2w",
+    )
+    prune.add_argument(
+        "--keep-rewarded",
+        action="store_true",
+        help="keep rollouts with a reward (posted later, or emitted during the run)",
+    )
+    prune.add_argument(
+        "--mode",
+        action="append",
+        choices=["train", "val", "test", "production"],
+        help="only rollouts of this mode (repeat for several; default: every mode)",
+    )
+    prune.add_argument("--dry-run", action="store_true", help="count, delete nothing")
+    prune.add_argument("--json", action="store_true", help="print the counts as JSON")
+    prune.set_defaults(func=_prune)
+
+
 def _openapi(args: argparse.Namespace) -> int:
     from fulmen.store.openapi import openapi_json
 
@@ -190,7 +267,7 @@ def register(subparsers: Any) -> None:
     """Add ``fulmen store`` and its subcommands."""
     parser = subparsers.add_parser(
         "store",
-        help="serve a store over HTTP, show its statistics",
+        help="serve a store over HTTP, show its statistics, prune old rollouts",
         description="The store holds rollouts, attempts, spans, LLM calls and resources.",
     )
     commands = parser.add_subparsers(dest="store_command", metavar="SUBCOMMAND", required=True)
@@ -212,6 +289,7 @@ def register(subparsers: Any) -> None:
         "the committed copy).",
     )
     openapi.set_defaults(func=_openapi)
+    _register_prune(commands)
 
 
 def _register_serve(commands: Any) -> None:
