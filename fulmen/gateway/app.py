@@ -4,6 +4,7 @@ Routes (``{path}`` is what follows ``/v1/``, such as ``chat/completions``)::
 
     /rollout/{rollout_id}/attempt/{attempt_id}/v1/{path}   tracked: recorded on that attempt
     /v1/{path}                                             untracked: recorded with no rollout
+    POST /v1/rewards                                       a delayed reward, to the store
     GET  /healthz                                          liveness, engines, recorder counts
     POST /gateway/flush                                    200 once every record is stored;
                                                            502 if the store refused some,
@@ -33,6 +34,7 @@ from fulmen.errors import FulmenError
 from fulmen.gateway.config import GatewayConfig
 from fulmen.gateway.errors import GatewayUnauthorized, openai_error_body
 from fulmen.gateway.proxy import Gateway
+from fulmen.gateway.rewards import rewards_route
 from fulmen.gateway.upstreams import Upstream
 from fulmen.store.base import Store
 
@@ -75,6 +77,7 @@ def create_app(
         Route(
             "/rollout/{rollout_id}/attempt/{attempt_id}/v1/{path:path}", _tracked, methods=_METHODS
         ),
+        rewards_route(store, gateway),
         Route("/v1/{path:path}", _untracked, methods=_METHODS),
     ]
     app = Starlette(
