@@ -64,7 +64,7 @@ async def test_schema_error_names_the_field(http: httpx.AsyncClient) -> None:
     assert body["detail"] == [
         {
             "loc": ["rollouts", 0, "mode"],
-            "msg": "Input should be 'train', 'val' or 'test'",
+            "msg": "Input should be 'train', 'val', 'test' or 'production'",
             "type": "enum",
         }
     ]
