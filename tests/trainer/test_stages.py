@@ -18,10 +18,11 @@ import pytest
 from fulmen.trainer.config import load_config
 from fulmen.trainer.metrics import read_metrics
 from fulmen.trainer.trainer import Trainer
-from tests.algorithms.sft.test_sft_train import models_of
+from tests.algorithms.sft.test_sft_train import example_imports_restored, models_of
 
 pytest.importorskip("torch")
 pytest.importorskip("openai")
+pytestmark = pytest.mark.usefixtures(example_imports_restored.__name__)
 
 TOY = Path(__file__).resolve().parents[2] / "examples" / "toy" / "config.yaml"
 SFT = (

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +27,18 @@ SFT = (
     "algorithm={name: sft, rounds: 2, attempts_per_task: 4, tasks_per_round: 8, "
     "min_reward: 0.1, sft: {learning_rate: 0.01, lora: {r: 8, alpha: 16}}}"
 )
+
+
+@pytest.fixture(autouse=True)
+def example_imports_restored() -> Iterator[None]:
+    """Forget the example's ``agent`` module and path afterwards: ``fulmen train`` in-process
+    imports ``examples/toy/agent.py`` as ``agent``, which another example's test would get."""
+    path, modules = list(sys.path), set(sys.modules)
+    yield
+    sys.path[:] = path
+    for name in set(sys.modules) - modules:
+        if name in ("agent", "tasks"):
+            del sys.modules[name]
 
 
 def train(run_dir: Path, *overrides: str) -> list[dict[str, Any]]:
