@@ -176,9 +176,9 @@ class MemoryStore:
             claims: list[Claim] = []
             while self._queue and len(claims) < limit:
                 position, rollout_id = heapq.heappop(self._queue)
-                rollout = self._rollouts[rollout_id]
-                if rollout.status is not RolloutStatus.QUEUING:
-                    continue  # stale heap entry
+                rollout = self._rollouts.get(rollout_id)
+                if rollout is None or rollout.status is not RolloutStatus.QUEUING:
+                    continue  # stale heap entry (of a rollout since finished or pruned)
                 if modes is not None and rollout.mode not in modes:
                     skipped.append((position, rollout_id))
                     continue

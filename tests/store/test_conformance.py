@@ -905,3 +905,14 @@ async def test_prune_deletes_old_finished_rollouts_and_nothing_else(store: Store
     assert later.position > (await store.get_rollout(recent)).position
     with pytest.raises(NotFound):
         await store.add_reward(RewardCreate.scalar(1.0, response_id=f"resp-{plain}"))
+
+
+async def test_a_pruned_rollout_cancelled_while_queuing_leaves_the_queue_working(
+    store: Store,
+) -> None:
+    cancelled, waiting = await store.enqueue([rollout(0), rollout(1)])
+    await store.update_rollout(cancelled.rollout_id, status=RolloutStatus.CANCELLED)
+    report = await store.prune(PruneRequest(ended_before=datetime.now(UTC)))
+    assert (report.rollouts, report.attempts) == (1, 0)
+    (claim,) = await store.claim("w")
+    assert claim.rollout.rollout_id == waiting.rollout_id
