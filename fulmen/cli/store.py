@@ -190,7 +190,7 @@ def _duration(text: str) -> float:
         raise argparse.ArgumentTypeError(
             f"expected a duration such as 30d, 12h, 90m, 45s or 2w; got {text!r}"
         ) from None
-    if not 0 <= seconds < 10_000 * 365 * 86400:
+    if not 0 <= seconds <= 1000 * 365 * 86400:
         raise argparse.ArgumentTypeError(f"duration {text!r} is out of range")
     return seconds
 

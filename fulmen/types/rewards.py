@@ -11,7 +11,7 @@ span emitted during the run or a reward posted afterwards.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Final, Self, TypeAlias
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
@@ -177,6 +177,12 @@ class PruneRequest(BaseModel):
     def _check(self) -> Self:
         if self.ended_before.tzinfo is None:
             raise ValueError("ended_before must carry a time zone (e.g. 2026-01-01T00:00:00Z)")
+        try:  # stored as UTC: a time whose UTC value is outside years 1-9999 cannot be compared
+            self.ended_before = self.ended_before.astimezone(UTC)
+        except OverflowError:
+            raise ValueError(
+                f"ended_before {self.ended_before.isoformat()} is outside years 1-9999 in UTC"
+            ) from None
         return self
 
 

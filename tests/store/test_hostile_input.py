@@ -231,3 +231,22 @@ async def test_id_lists_longer_than_the_parameter_limit(http: httpx.AsyncClient)
     )
     assert beat.status_code == 200, beat.text
     assert beat.json()["running_attempt_ids"] == [attempt_id]
+
+
+async def test_rewards_and_prune_refuse_what_no_column_can_hold(http: httpx.AsyncClient) -> None:
+    rid, _ = await enqueue_and_claim(http, "rewarded")
+    for body, field in [
+        ('{"rollout_id":"rewarded","values":{"reward":1e400}}', "values"),
+        ('{"rollout_id":"rewarded","values":{"a\\u0000":1}}', "values"),
+        ('{"rollout_id":"rewarded","values":{}}', "values"),
+        ('{"response_id":"' + "r" * 129 + '","values":{"reward":1}}', "response_id"),
+        ('{"session_id":"' + "s" * 121 + '","values":{"reward":1}}', "session_id"),
+        ('{"rollout_id":"rewarded","key":"k\\u0000","values":{"reward":1}}', "key"),
+        ('{"rollout_id":"rewarded","session_id":"s","values":{"reward":1}}', "exactly one"),
+    ]:
+        refused(await http.post("/v1/rewards", **raw(body)), field)
+    # Before the check, a time whose UTC value falls outside years 1-9999 was a 500.
+    for when in ("0001-01-01T00:00:00+05:00", "9999-12-31T23:59:59-05:00", "2026-01-01T00:00"):
+        refused(await http.post("/v1/prune", json={"ended_before": when}), "ended_before")
+    assert (await http.get(f"/v1/rollouts/{rid}/rewards")).json() == []
+    await enqueue_and_claim(http, "after-rewards")
