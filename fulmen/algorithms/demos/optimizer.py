@@ -273,6 +273,9 @@ async def _publish_winner(
     version = await context.publish(
         {config.prompt: final}, metadata={"demos_winner": best.index, **_unrecorded_scores(state)}
     )
+    # The published version shows the winning demonstrations: it carries their measured score.
+    own = _score(state, best).model_copy(update={"version": version})
+    await context.publish(metadata={PROMPT_SCORES_KEY: [own.model_dump(mode="json")]})
     state.save(context.run_dir)
     logger.info(
         "demos: candidate %d wins with %.3f (the unchanged prompt scored %.3f); published v%d",

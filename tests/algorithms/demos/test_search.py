@@ -158,12 +158,18 @@ async def test_the_search_publishes_the_candidate_with_the_best_score(
         ]
         # Every candidate is a stored prompt version, and every score is stored once.
         stored_scores: dict[int, float] = {}
+        first_with_final: list[int] = []
         for version in range(1, latest.version + 1):
             snapshot = await store.get_resources(version)
+            if snapshot.resources.get("prompt") == final:
+                first_with_final.append(version)
             for entry in snapshot.metadata.get(PROMPT_SCORES_KEY) or []:  # type: ignore[union-attr]
                 assert entry["version"] not in stored_scores  # type: ignore[index]
                 stored_scores[entry["version"]] = entry["score"]  # type: ignore[index]
-        assert stored_scores == {c.version: c.score for c in state.candidates}
+        # ... and the published winner carries its candidate's score.
+        assert stored_scores == {c.version: c.score for c in state.candidates} | {
+            first_with_final[0]: 1.0
+        }
         for candidate in state.candidates[1:]:
             prompt = (await store.get_resources(candidate.version)).resources["prompt"]
             assert isinstance(prompt, PromptTemplate) and prompt.lineage is not None
