@@ -4,17 +4,19 @@
    ``config.initial``) is published; its version is the parent of every candidate.
 2. **Search tasks.** ``val_tasks`` training tasks, drawn with the seed, score the candidates;
    they never serve as demonstrations.
-3. **Pool.** Successful training rollouts the store already holds (from earlier stages) are
-   turned into demonstrations; when there are fewer than ``pool``, training tasks are run
-   through the normal runner path with the parent prompt, ``collect_batch`` at a time, up to
-   ``collect_rollouts``. A demonstration is the task's input fields and the model's own recorded
-   turns (``fulmen.algorithms.demos.extraction``).
+3. **Pool.** Successful rollouts of the source tasks that the store already holds (earlier
+   runs and stages, either mode) are turned into demonstrations; when there are fewer than
+   ``pool``, source tasks are run through the normal runner path with the parent prompt,
+   ``collect_batch`` at a time, up to ``collect_rollouts``. A demonstration is the task's input
+   fields and the model's own recorded turns, through ``tidy`` when set
+   (``fulmen.algorithms.demos.extraction``).
 4. **Search.** Candidate 0 is the parent unchanged; the others show ``demos`` demonstrations
    drawn at random from the pool, in random order (``search.draw_candidates``). Each candidate
    is published as a prompt version with lineage (optimizer ``demos``, parent, step = its
    index) and scored by validation rollouts on the search tasks; its ``PromptScore`` is stored.
 5. **Winner.** The best-scoring candidate (the earliest on a tie, so the parent wins ties) is
-   published as the new prompt version, its lineage naming the parent and its score.
+   published as the new prompt version, its lineage naming the parent and its score; a last
+   snapshot stores that score for the new version.
 
 Progress is saved after each candidate (``SearchState``), so a killed search resumes with the
 same pool and scores only the candidates it had not finished.
