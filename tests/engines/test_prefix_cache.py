@@ -265,3 +265,54 @@ def test_outputs_stay_exact_while_a_small_bound_evicts(model: ServedModel) -> No
     finally:
         small.close()
         off.close()
+
+
+@pytest.fixture(scope="module")
+def sliding_model(tiny_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> ServedModel:
+    """A small random Gemma 3 with a 16-token sliding window on two of its three layers."""
+    from transformers import AutoTokenizer, Gemma3ForCausalLM, Gemma3TextConfig
+
+    target = tmp_path_factory.mktemp("gemma3-sliding")
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny_dir))
+    tokenizer.save_pretrained(str(target))
+    config = Gemma3TextConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        num_key_value_heads=1,
+        head_dim=32,
+        sliding_window=16,
+        layer_types=["sliding_attention", "sliding_attention", "full_attention"],
+        max_position_embeddings=512,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=tokenizer.pad_token_id,
+    )
+    torch.manual_seed(3)
+    Gemma3ForCausalLM(config).save_pretrained(str(target))
+    return ServedModel(target, served_name="sliding")
+
+
+def test_sliding_window_layers_see_the_same_tokens_with_the_cache(
+    sliding_model: ServedModel,
+) -> None:
+    """Prompts several windows long, batched with different cached lengths (Gemma 3 layout)."""
+    on = Scheduler(
+        sliding_model, max_batch=4, prefix_cache=PrefixCache(max_bytes=16 << 20, block_size=8)
+    )
+    off = Scheduler(sliding_model, max_batch=4)
+    on.start()
+    off.start()
+    try:
+        encode = sliding_model.tokenizer.encode
+        prompts = [encode(SYSTEM + q, add_special_tokens=False) for q in QUESTIONS]
+        assert min(len(p) for p in prompts) > 4 * 16
+        run(on, prompts[:1])
+        cached = run(on, prompts, max_tokens=20)
+        assert_same(cached, run(off, prompts, max_tokens=20))
+        assert on.prefix_cache is not None and on.prefix_cache.stats.hit_tokens > 5 * 64
+    finally:
+        on.close()
+        off.close()
