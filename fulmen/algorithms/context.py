@@ -115,6 +115,14 @@ class AlgorithmContext(Protocol):
         """The model name the engine serves the policy under now."""
         ...
 
+    def variable(self, name: str) -> str | None:
+        """Return the environment variable ``name`` as the run read it once (``None``: unset).
+
+        API keys a config names by variable come from here: algorithms never read the
+        environment themselves.
+        """
+        ...
+
     async def record_calls(self, calls: Sequence[LLMCallCreate]) -> None:
         """Store LLM call records that belong to no rollout (an optimizer's own model calls)."""
         ...

@@ -70,9 +70,12 @@ def _train(args: argparse.Namespace) -> int:
 
     overrides = [*args.set, f"store_url={args.store}"] if args.store else args.set
     config = load_config(args.config, overrides=overrides)
-    token = args.token or cli_settings(args).store_token
+    settings = cli_settings(args)
+    token = args.token or settings.store_token
     try:
-        history = asyncio.run(_until_signal(Trainer(config, store_token=token).afit()))
+        history = asyncio.run(
+            _until_signal(Trainer(config, store_token=token, settings=settings).afit())
+        )
     except asyncio.CancelledError:
         print(f"stopped; run the same command again to resume from {config.run_dir}")
         return 143

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fulmen.algorithms.rewards import reward_metrics
+from fulmen.settings import Settings
 from fulmen.trainer.data import TaskSampler, task_id_of
 from fulmen.trainer.metrics import MetricsLogger
 from fulmen.trainer.stack import TrainingStack
@@ -57,6 +58,7 @@ class RunSession:
         policy_version: the engine's version of the served adapter (``None``: the base).
         uses_stages: the config has ``stages:`` (each stage gets its own directory and its
             metrics are labelled).
+        settings: the environment as the run read it once (API keys named in the config).
         sampler: draws the training tasks of each step.
     """
 
@@ -70,6 +72,7 @@ class RunSession:
     model_name: str = ""
     policy_version: str | None = None
     uses_stages: bool = False
+    settings: Settings = field(default_factory=Settings)
     sampler: TaskSampler = field(init=False)
 
     def __post_init__(self) -> None:
@@ -196,6 +199,10 @@ class StageContext:
     def engine_model(self) -> str:
         """The model name the engine serves the policy under now."""
         return self.session.model_name
+
+    def variable(self, name: str) -> str | None:
+        """Return the environment variable ``name`` as the run's settings read it."""
+        return self.session.settings.variable(name)
 
     async def record_calls(self, calls: Sequence[LLMCallCreate]) -> None:
         """Store call records that belong to no rollout."""

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+from fulmen.settings import Settings
 from fulmen.trainer.config import EngineConfig, TrainConfig
 from fulmen.trainer.data import load_tasks, task_id_of
 from fulmen.trainer.metrics import MetricsLogger
@@ -34,11 +35,20 @@ class Trainer:
         config: the run's configuration (see ``fulmen.trainer.config``).
         store_token: bearer token of ``config.store_url`` when it is a protected
             ``http://`` store (``fulmen train`` passes ``--token`` or ``$FULMEN_STORE_TOKEN``).
+        settings: the environment read once (``Settings.from_env()`` when not given); the
+            API keys a config names by variable (``api_key_env``) come from it.
     """
 
-    def __init__(self, config: TrainConfig, *, store_token: str | None = None) -> None:
+    def __init__(
+        self,
+        config: TrainConfig,
+        *,
+        store_token: str | None = None,
+        settings: Settings | None = None,
+    ) -> None:
         self.config = config
         self.store_token = store_token
+        self.settings = settings if settings is not None else Settings.from_env()
         for entry in config.python_path:
             if str(entry) not in sys.path:
                 sys.path.insert(0, str(entry))
@@ -108,6 +118,7 @@ class Trainer:
                     val_tasks=val_tasks,
                     model_name=config.model,
                     uses_stages=config.stages is not None,
+                    settings=self.settings,
                 )
                 return await run_stages(session)
 

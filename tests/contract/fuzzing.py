@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+import warnings
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -19,7 +20,7 @@ from typing import Any
 import requests
 import schemathesis
 from hypothesis import HealthCheck, Phase, given, settings
-from hypothesis.errors import Unsatisfiable
+from hypothesis.errors import HypothesisDeprecationWarning, Unsatisfiable
 from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error
 from schemathesis.core.failures import FailureGroup
@@ -145,4 +146,13 @@ def _run(strategy: Any, max_examples: int, target: _Target, report: FuzzReport) 
                 report.spec_violations += 1
                 report.record_failure(f"spec: {_describe(case, response)}: {exc}"[:1500])
 
-    run()
+    with warnings.catch_warnings():
+        # The server under test runs in a thread of this process and draws from the `random`
+        # module (back-off jitter) while hypothesis generates a case; hypothesis would read
+        # that as the strategy using `random` and fail the run as flaky.
+        warnings.filterwarnings(
+            "ignore",
+            message="Do not use the `random` module inside strategies",
+            category=HypothesisDeprecationWarning,
+        )
+        run()

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import difflib
 import logging
-import os
 import statistics
 import time
 import uuid
@@ -72,7 +71,7 @@ def _client(agent: str, endpoint: OptimizerEndpoint, context: AlgorithmContext) 
     """Build the client of ``endpoint``; without a ``base_url`` it is the run's own engine."""
     api_key = None
     if endpoint.api_key_env is not None:
-        api_key = os.environ.get(endpoint.api_key_env)
+        api_key = context.variable(endpoint.api_key_env)
         if not api_key:
             raise ConfigError(
                 f"algorithm apo: {agent} reads its API key from ${endpoint.api_key_env}, "
