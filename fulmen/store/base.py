@@ -2,7 +2,8 @@
 
 All methods are async. Writes that a client may retry are idempotent by a caller-chosen id:
 ``RolloutCreate.rollout_id``, ``claim_id``, ``SpanCreate.(attempt_id, span_id)``,
-``LLMCallCreate.call_id`` and ``ResourcesCreate.resources_id``. Status changes follow
+``LLMCallCreate.call_id``, ``ResourcesCreate.resources_id``, ``Run.run_id``, ``RunMetrics``'s
+``(run_id, step, time)`` and ``ModelVersion``'s ``(run_id, version)``. Status changes follow
 ``fulmen.store.lifecycle``, which every backend shares.
 """
 
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
         LLMCall,
         LLMCallCreate,
         Mode,
+        ModelVersion,
         Page,
         PruneReport,
         PruneRequest,
@@ -35,12 +37,16 @@ if TYPE_CHECKING:
         RolloutCreate,
         RolloutQuery,
         RolloutStatus,
+        Run,
+        RunMetrics,
+        RunStatus,
         Span,
         SpanCreate,
         StoreStats,
         Unset,
         Worker,
     )
+    from fulmen.types.sessions import SessionCreate
 
 __all__ = ["Capabilities", "ReconcileReport", "Store"]
 
@@ -72,7 +78,7 @@ class ReconcileReport:
 
 @runtime_checkable
 class Store(Protocol):
-    """Durable state of rollouts, attempts, spans, LLM calls, resources and workers."""
+    """Durable state of rollouts, attempts, spans, LLM calls, resources, workers and runs."""
 
     @property
     def capabilities(self) -> Capabilities:
@@ -207,6 +213,17 @@ class Store(Protocol):
         """Return the rewards posted for a rollout, in sequence order; ``NotFound`` if unknown."""
         ...
 
+    async def record_session(self, session: SessionCreate) -> Claim:
+        """Store a closed production session as a finished rollout with one more attempt.
+
+        The rollout ``session-<session_id>`` (mode ``production``, ``succeeded``) is created
+        the first time and gets one new succeeded attempt ``session.attempt_id`` each time;
+        the caller then adds the session's LLM calls to that attempt. The same ``attempt_id``
+        again returns what was stored; a rollout of that id that is not a finished production
+        session raises ``Conflict``.
+        """
+        ...
+
     async def prune(self, request: PruneRequest) -> PruneReport:
         """Delete finished rollouts that ended before a time, with all their records.
 
@@ -226,6 +243,66 @@ class Store(Protocol):
 
     async def latest_resources(self) -> Resources | None:
         """Return the highest version, or ``None`` when no resources were added."""
+        ...
+
+    async def start_run(self, run: Run) -> Run:
+        """Record a training run as ``running``, or resume the stored run with its id.
+
+        A resumed run keeps its ``started_at``; its name, config and host are replaced and its
+        ``ended_at`` cleared. ``updated_at`` is the store's clock.
+        """
+        ...
+
+    async def update_run(
+        self,
+        run_id: str,
+        *,
+        status: RunStatus | Unset = UNSET,
+        ended_at: float | Unset | None = UNSET,
+    ) -> Run:
+        """Change a run's status or end time; ``NotFound`` for an unknown run.
+
+        Moving to a final status without an ``ended_at`` stamps the store's clock; moving back
+        to ``running`` clears it.
+        """
+        ...
+
+    async def add_run_metrics(self, metrics: Sequence[RunMetrics]) -> None:
+        """Store metrics records, all or none; idempotent by ``(run_id, step, time)``.
+
+        A record whose run does not exist raises ``NotFound``; a stored key with other values
+        raises ``Conflict``.
+        """
+        ...
+
+    async def list_runs(self, *, limit: int = 100, offset: int = 0) -> Page[Run]:
+        """List runs, latest started first; ``next_cursor`` is the next page's offset."""
+        ...
+
+    async def get_run(self, run_id: str) -> Run:
+        """One run, or ``NotFound``."""
+        ...
+
+    async def query_run_metrics(
+        self, run_id: str, *, after_step: int | None = None, limit: int = 1000
+    ) -> Page[RunMetrics]:
+        """Return a run's metrics with ``step > after_step``, by step then time.
+
+        A page never splits a step (it may exceed ``limit`` to finish one); ``next_cursor`` is
+        the last step of the page when more follow. ``NotFound`` for an unknown run.
+        """
+        ...
+
+    async def add_model_version(self, version: ModelVersion) -> ModelVersion:
+        """Record a published model version; idempotent by ``(run_id, version)``.
+
+        The same content again returns the stored version; other content raises ``Conflict``.
+        An unknown run raises ``NotFound``. ``created_at`` is the store's clock.
+        """
+        ...
+
+    async def list_model_versions(self, run_id: str | None = None) -> list[ModelVersion]:
+        """Model versions of one run (or of every run), by run id then version."""
         ...
 
     async def wait_for_rollouts(

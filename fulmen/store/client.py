@@ -22,6 +22,7 @@ from pydantic import TypeAdapter
 
 from fulmen.store.arguments import check_arguments
 from fulmen.store.base import Capabilities, ReconcileReport
+from fulmen.store.client_runs import RunsOverHttp
 from fulmen.store.clock import new_id
 from fulmen.store.session import StoreSession
 from fulmen.store.wire import (
@@ -65,6 +66,8 @@ from fulmen.types import (
 if TYPE_CHECKING:
     from pydantic import JsonValue
 
+    from fulmen.types.sessions import SessionCreate
+
 __all__ = ["StoreClient"]
 
 _ROLLOUTS = TypeAdapter(list[Rollout])
@@ -81,10 +84,11 @@ def _segment(value: str) -> str:
     return quote(value, safe="")
 
 
-class StoreClient:
+class StoreClient(RunsOverHttp):
     """A ``Store`` reached over HTTP; create it with ``await StoreClient.connect(url)``.
 
-    The server runs the watchdog; the client runs none. Use one client per event loop.
+    The server runs the watchdog; the client runs none. Use one client per event loop. The
+    run and model-version methods come from ``RunsOverHttp``.
     """
 
     def __init__(self, session: StoreSession, info: ServiceInfo) -> None:
@@ -358,6 +362,10 @@ class StoreClient:
         """See ``Store.list_rewards``."""
         raw = await self._send("GET", f"/v1/rollouts/{_segment(rollout_id)}/rewards")
         return _REWARDS.validate_json(raw)
+
+    async def record_session(self, session: SessionCreate) -> Claim:
+        """See ``Store.record_session``; the caller's ``attempt_id`` makes a retry store once."""
+        return Claim.model_validate_json(await self._send("POST", "/v1/sessions", session))
 
     async def prune(self, request: PruneRequest) -> PruneReport:
         """See ``Store.prune``; a retried prune deletes nothing twice (its counts are its own)."""

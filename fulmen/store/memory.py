@@ -26,12 +26,25 @@ from fulmen.store.lifecycle import (
     rollout_status_after_attempt,
     same_rollout_request,
 )
+from fulmen.store.memory_runs import MemoryRuns
 from fulmen.store.rewards import (
     REWARD_SPAN_NAME,
     build_reward,
     is_prunable,
     missing_response,
     replayed_reward,
+)
+from fulmen.store.runs import (
+    MAX_METRICS_LIMIT,
+    MAX_RUNS_LIMIT,
+    check_run_paging,
+    check_run_update,
+)
+from fulmen.store.sessions import (
+    new_session_attempt,
+    new_session_rollout,
+    next_session_rollout,
+    replayed_session,
 )
 from fulmen.store.watchdog import Watchdog
 from fulmen.types import (
@@ -42,6 +55,7 @@ from fulmen.types import (
     LLMCall,
     LLMCallCreate,
     Mode,
+    ModelVersion,
     Page,
     PruneReport,
     PruneRequest,
@@ -53,6 +67,9 @@ from fulmen.types import (
     RolloutCreate,
     RolloutQuery,
     RolloutStatus,
+    Run,
+    RunMetrics,
+    RunStatus,
     Span,
     SpanCreate,
     StoreStats,
@@ -60,6 +77,7 @@ from fulmen.types import (
     Worker,
 )
 from fulmen.types.queries import page_after_sequence
+from fulmen.types.sessions import SessionCreate
 
 if TYPE_CHECKING:
     from pydantic import JsonValue
@@ -90,6 +108,7 @@ class MemoryStore:
         self._resources: list[Resources] = []
         self._resources_by_id: dict[str, Resources] = {}
         self._workers: dict[str, Worker] = {}
+        self._runs = MemoryRuns()
         self._closed = False
         self._watchdog: Watchdog | None = None
 
@@ -439,6 +458,29 @@ class MemoryStore:
             self._get_rollout(rollout_id)
             return list(self._rewards_by_rollout.get(rollout_id, []))
 
+    async def record_session(self, session: SessionCreate) -> Claim:
+        """See ``Store.record_session``."""
+        async with self._lock:
+            self._check_open()
+            stored = self._attempts.get(session.attempt_id)
+            if stored is not None:
+                return replayed_session(self._rollouts[stored.rollout_id], stored, session)
+            now = utc_now()
+            existing = self._rollouts.get(session.rollout_id)
+            if existing is None:
+                rollout = new_session_rollout(session, position=self._last_position + 1, now=now)
+                self._last_position = rollout.position
+                self._attempts_by_rollout[rollout.rollout_id] = []
+                self._last_sequence[rollout.rollout_id] = 0
+            else:
+                rollout = next_session_rollout(existing, session, now)
+            attempt = new_session_attempt(rollout, session, now)
+            self._rollouts[rollout.rollout_id] = rollout
+            self._attempts[attempt.attempt_id] = attempt
+            self._attempts_by_rollout[rollout.rollout_id].append(attempt.attempt_id)
+            self._changed.notify_all()
+            return Claim(rollout=rollout, attempt=attempt)
+
     async def prune(self, request: PruneRequest) -> PruneReport:
         """See ``Store.prune``."""
         async with self._lock:
@@ -592,6 +634,63 @@ class MemoryStore:
                 requeued=tuple(requeued),
                 failed=tuple(failed),
             )
+
+    # -- runs and model versions ----------------------------------------------------------------
+
+    async def start_run(self, run: Run) -> Run:
+        """See ``Store.start_run``."""
+        async with self._lock:
+            self._check_open()
+            return self._runs.start(run)
+
+    async def update_run(
+        self,
+        run_id: str,
+        *,
+        status: RunStatus | Unset = UNSET,
+        ended_at: float | Unset | None = UNSET,
+    ) -> Run:
+        """See ``Store.update_run``."""
+        status, ended_at = check_run_update(run_id, status, ended_at)
+        async with self._lock:
+            self._check_open()
+            return self._runs.update(run_id, status, ended_at)
+
+    async def add_run_metrics(self, metrics: Sequence[RunMetrics]) -> None:
+        """See ``Store.add_run_metrics``."""
+        async with self._lock:
+            self._check_open()
+            self._runs.add_metrics(metrics)
+
+    async def list_runs(self, *, limit: int = 100, offset: int = 0) -> Page[Run]:
+        """See ``Store.list_runs``."""
+        check_run_paging(limit=limit, maximum=MAX_RUNS_LIMIT, offset=offset)
+        async with self._lock:
+            return self._runs.list(limit, offset)
+
+    async def get_run(self, run_id: str) -> Run:
+        """See ``Store.get_run``."""
+        async with self._lock:
+            return self._runs.get(run_id)
+
+    async def query_run_metrics(
+        self, run_id: str, *, after_step: int | None = None, limit: int = 1000
+    ) -> Page[RunMetrics]:
+        """See ``Store.query_run_metrics``."""
+        check_run_paging(limit=limit, maximum=MAX_METRICS_LIMIT, after_step=after_step)
+        async with self._lock:
+            return self._runs.query_metrics(run_id, after_step, limit)
+
+    async def add_model_version(self, version: ModelVersion) -> ModelVersion:
+        """See ``Store.add_model_version``."""
+        async with self._lock:
+            self._check_open()
+            return self._runs.add_version(version)
+
+    async def list_model_versions(self, run_id: str | None = None) -> list[ModelVersion]:
+        """See ``Store.list_model_versions``."""
+        async with self._lock:
+            return self._runs.list_versions(run_id)
 
     async def stats(self) -> StoreStats:
         """See ``Store.stats``."""

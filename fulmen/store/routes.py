@@ -24,9 +24,14 @@ from fulmen.store.wire import (
     EnqueueRequest,
     HeartbeatRequest,
     LLMCallsRequest,
+    ModelVersionQuery,
     ReconcileResult,
     RecordQuery,
     RolloutUpdate,
+    RunListQuery,
+    RunMetricsQuery,
+    RunMetricsRequest,
+    RunUpdate,
     ServiceInfo,
     SpansRequest,
     WaitRequest,
@@ -37,6 +42,7 @@ from fulmen.types import (
     Claim,
     LLMCall,
     LLMCallCreate,
+    ModelVersion,
     Page,
     PruneReport,
     PruneRequest,
@@ -46,12 +52,15 @@ from fulmen.types import (
     RewardCreate,
     Rollout,
     RolloutQuery,
+    Run,
+    RunMetrics,
     Span,
     SpanCreate,
     StoreStats,
     Worker,
 )
 from fulmen.types.limits import INT32_MAX, Id
+from fulmen.types.sessions import SessionCreate
 
 __all__ = ["OPERATIONS", "PATH_PARAMETERS", "Call", "MalformedBody", "Operation", "parse_body"]
 
@@ -117,6 +126,7 @@ def parse_body(model: type[_M], body: bytes) -> _M:
 PATH_PARAMETERS: dict[str, TypeAdapter[Any]] = {
     "rollout_id": TypeAdapter(Id),
     "attempt_id": TypeAdapter(Id),
+    "run_id": TypeAdapter(Id),
     "version": TypeAdapter(Annotated[int, Field(ge=1, le=INT32_MAX)]),
 }
 """The type of every path parameter; the OpenAPI spec takes their schemas from here."""
@@ -156,6 +166,7 @@ _CALLS = TypeAdapter(list[LLMCall])
 _WORKERS = TypeAdapter(list[Worker])
 _MAYBE_RESOURCES = TypeAdapter(Resources | None)
 _REWARDS = TypeAdapter(list[Reward])
+_MODEL_VERSIONS = TypeAdapter(list[ModelVersion])
 
 
 async def _info(call: Call) -> bytes:
@@ -275,6 +286,11 @@ async def _list_rewards(call: Call) -> bytes:
     return _REWARDS.dump_json(await call.store.list_rewards(_path_parameter(call, "rollout_id")))
 
 
+async def _record_session(call: Call) -> bytes:
+    claim = await call.store.record_session(parse_body(SessionCreate, call.body))
+    return claim.model_dump_json().encode()
+
+
 async def _prune(call: Call) -> bytes:
     report = await call.store.prune(parse_body(PruneRequest, call.body))
     return report.model_dump_json().encode()
@@ -303,6 +319,54 @@ async def _reconcile(call: Call) -> bytes:
         failed=list(report.failed),
     )
     return result.model_dump_json().encode()
+
+
+async def _start_run(call: Call) -> bytes:
+    run = await call.store.start_run(parse_body(Run, call.body))
+    return run.model_dump_json().encode()
+
+
+async def _list_runs(call: Call) -> bytes:
+    q = _parse_query(RunListQuery, call.query)
+    page = await call.store.list_runs(limit=q.limit, offset=q.offset)
+    return page.model_dump_json().encode()
+
+
+async def _get_run(call: Call) -> bytes:
+    return (await call.store.get_run(_path_parameter(call, "run_id"))).model_dump_json().encode()
+
+
+async def _update_run(call: Call) -> bytes:
+    r = parse_body(RunUpdate, call.body)
+    run = await call.store.update_run(
+        _path_parameter(call, "run_id"),
+        status=r.status if r.status is not None else UNSET,
+        ended_at=r.ended_at if "ended_at" in r.model_fields_set else UNSET,
+    )
+    return run.model_dump_json().encode()
+
+
+async def _add_run_metrics(call: Call) -> bytes:
+    await call.store.add_run_metrics(parse_body(RunMetricsRequest, call.body).metrics)
+    return b"null"
+
+
+async def _query_run_metrics(call: Call) -> bytes:
+    q = _parse_query(RunMetricsQuery, call.query)
+    page = await call.store.query_run_metrics(
+        _path_parameter(call, "run_id"), after_step=q.after_step, limit=q.limit
+    )
+    return page.model_dump_json().encode()
+
+
+async def _add_model_version(call: Call) -> bytes:
+    version = await call.store.add_model_version(parse_body(ModelVersion, call.body))
+    return version.model_dump_json().encode()
+
+
+async def _list_model_versions(call: Call) -> bytes:
+    q = _parse_query(ModelVersionQuery, call.query)
+    return _MODEL_VERSIONS.dump_json(await call.store.list_model_versions(q.run_id))
 
 
 _R = "/v1/rollouts/{rollout_id}"
@@ -340,6 +404,9 @@ OPERATIONS: tuple[Operation, ...] = (
     Operation("add_reward", "POST", "/v1/rewards",
               "Store a reward for a rollout, by rollout, response or session id (idempotent)",
               _add_reward, Reward, body=RewardCreate),
+    Operation("record_session", "POST", "/v1/sessions",
+              "Store a closed production session as a finished rollout with a new attempt "
+              "(idempotent by attempt id)", _record_session, Claim, body=SessionCreate),
     Operation("prune", "POST", "/v1/prune",
               "Delete finished rollouts that ended before a time, with their records",
               _prune, PruneReport, body=PruneRequest),
@@ -349,6 +416,25 @@ OPERATIONS: tuple[Operation, ...] = (
               _latest_resources, Resources | None),
     Operation("get_resources", "GET", "/v1/resources/{version}", "Get one resources version",
               _get_resources, Resources),
+    Operation("start_run", "POST", "/v1/runs", "Record a training run, or resume it by id",
+              _start_run, Run, body=Run),
+    Operation("list_runs", "GET", "/v1/runs", "List runs, latest started first", _list_runs,
+              Page[Run], query=RunListQuery),
+    Operation("add_run_metrics", "POST", "/v1/runs/metrics",
+              "Store runs' metrics records (idempotent by run, step and time)", _add_run_metrics,
+              None, body=RunMetricsRequest),
+    Operation("get_run", "GET", "/v1/runs/{run_id}", "Get a run", _get_run, Run),
+    Operation("update_run", "PATCH", "/v1/runs/{run_id}", "Change a run's status or end time",
+              _update_run, Run, body=RunUpdate),
+    Operation("query_run_metrics", "GET", "/v1/runs/{run_id}/metrics",
+              "List a run's metrics by step", _query_run_metrics, Page[RunMetrics],
+              query=RunMetricsQuery),
+    Operation("add_model_version", "POST", "/v1/model_versions",
+              "Record a published model version (idempotent by run and version)",
+              _add_model_version, ModelVersion, body=ModelVersion),
+    Operation("list_model_versions", "GET", "/v1/model_versions",
+              "List model versions, of one run or of all", _list_model_versions,
+              list[ModelVersion], query=ModelVersionQuery),
     Operation("heartbeat", "POST", "/v1/workers/heartbeat", "Record a worker heartbeat",
               _heartbeat, Worker, body=HeartbeatRequest),
     Operation("list_workers", "GET", "/v1/workers", "List workers", _list_workers, list[Worker]),

@@ -9,12 +9,15 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
+from fulmen.store.runs import MAX_METRICS_LIMIT, MAX_RUNS_LIMIT
 from fulmen.types import (
     AttemptStatus,
     LLMCallCreate,
     Mode,
     RolloutCreate,
     RolloutStatus,
+    RunMetrics,
+    RunStatus,
     SpanCreate,
 )
 from fulmen.types.limits import FiniteFloat, Id, Int64, JsonData, Text, WorkerId
@@ -26,9 +29,14 @@ __all__ = [
     "ErrorBody",
     "HeartbeatRequest",
     "LLMCallsRequest",
+    "ModelVersionQuery",
     "ReconcileResult",
     "RecordQuery",
     "RolloutUpdate",
+    "RunListQuery",
+    "RunMetricsQuery",
+    "RunMetricsRequest",
+    "RunUpdate",
     "ServiceInfo",
     "SpansRequest",
     "WaitRequest",
@@ -94,6 +102,39 @@ class RecordQuery(_Body):
     attempt_id: Id | None = None
     after_sequence: Int64 = Field(default=0, ge=0)
     limit: int = Field(default=1000, ge=1, le=10_000)
+
+
+class RunUpdate(_Body):
+    """A partial update of a run (``Store.update_run``); a field left out is left as it is."""
+
+    status: RunStatus | None = None
+    ended_at: FiniteFloat | None = None
+
+
+class RunMetricsRequest(_Body):
+    """Metrics records to store (``Store.add_run_metrics``); idempotent by their key."""
+
+    metrics: list[RunMetrics] = Field(max_length=10_000)
+
+
+class RunListQuery(_Body):
+    """Query-string arguments of ``Store.list_runs``."""
+
+    limit: int = Field(default=100, ge=1, le=MAX_RUNS_LIMIT)
+    offset: Int64 = Field(default=0, ge=0)
+
+
+class RunMetricsQuery(_Body):
+    """Query-string arguments of ``Store.query_run_metrics``."""
+
+    after_step: Int64 | None = None
+    limit: int = Field(default=1000, ge=1, le=MAX_METRICS_LIMIT)
+
+
+class ModelVersionQuery(_Body):
+    """Query-string arguments of ``Store.list_model_versions``."""
+
+    run_id: Id | None = None
 
 
 class WaitRequest(_Body):

@@ -37,6 +37,8 @@ from fulmen.types.rollout import (
     RolloutStatus,
     Worker,
 )
+from fulmen.types.runs import ModelKind, ModelVersion, Run, RunMetrics, RunStatus
+from fulmen.types.sessions import SessionCreate
 from fulmen.types.transitions import AdapterDiagnostics, Trajectory, Transition
 
 __all__ = [
@@ -52,6 +54,8 @@ __all__ = [
     "LLMChoice",
     "LLMResource",
     "Mode",
+    "ModelKind",
+    "ModelVersion",
     "Page",
     "PromptLineage",
     "PromptMessage",
@@ -69,6 +73,10 @@ __all__ = [
     "RolloutCreate",
     "RolloutQuery",
     "RolloutStatus",
+    "Run",
+    "RunMetrics",
+    "RunStatus",
+    "SessionCreate",
     "Span",
     "SpanCreate",
     "SpanEvent",

@@ -1,0 +1,98 @@
+"""The run, metrics and model-version methods of ``StoreClient``, over HTTP.
+
+A mixin so ``fulmen.store.client`` stays about rollouts; ``StoreClient`` provides ``_send``.
+Every write here is idempotent by a caller-chosen key (``run_id``; a metrics record's
+``(run_id, step, time)``; a model version's ``(run_id, version)``), so the session's retries
+never duplicate one. ``update_run`` sets a value, which is the same when repeated.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+from urllib.parse import quote
+
+from pydantic import BaseModel, TypeAdapter
+
+from fulmen.store.runs import (
+    MAX_METRICS_LIMIT,
+    MAX_RUNS_LIMIT,
+    check_run_paging,
+    check_run_update,
+)
+from fulmen.store.wire import RunMetricsRequest, RunUpdate
+from fulmen.types import UNSET, ModelVersion, Page, Run, RunMetrics, RunStatus, Unset
+
+__all__ = ["RunsOverHttp"]
+
+_MODEL_VERSIONS = TypeAdapter(list[ModelVersion])
+
+
+class RunsOverHttp:
+    """``Store``'s run methods as HTTP requests through ``self._send``."""
+
+    _send: Callable[..., Awaitable[bytes]]
+
+    async def start_run(self, run: Run) -> Run:
+        """See ``Store.start_run``."""
+        return Run.model_validate_json(await self._send("POST", "/v1/runs", run))
+
+    async def update_run(
+        self,
+        run_id: str,
+        *,
+        status: RunStatus | Unset = UNSET,
+        ended_at: float | Unset | None = UNSET,
+    ) -> Run:
+        """See ``Store.update_run``."""
+        status, ended_at = check_run_update(run_id, status, ended_at)
+        fields: dict[str, Any] = {}
+        if status is not UNSET:
+            fields["status"] = status
+        if ended_at is not UNSET:
+            fields["ended_at"] = ended_at
+        body: BaseModel = RunUpdate.model_construct(**fields)
+        raw = await self._send("PATCH", f"/v1/runs/{_segment(run_id)}", body, partial=True)
+        return Run.model_validate_json(raw)
+
+    async def add_run_metrics(self, metrics: Sequence[RunMetrics]) -> None:
+        """See ``Store.add_run_metrics``."""
+        if metrics:
+            request = RunMetricsRequest.model_construct(metrics=list(metrics))
+            await self._send("POST", "/v1/runs/metrics", request)
+
+    async def list_runs(self, *, limit: int = 100, offset: int = 0) -> Page[Run]:
+        """See ``Store.list_runs``."""
+        check_run_paging(limit=limit, maximum=MAX_RUNS_LIMIT, offset=offset)
+        raw = await self._send("GET", "/v1/runs", params={"limit": limit, "offset": offset})
+        return Page[Run].model_validate_json(raw)
+
+    async def get_run(self, run_id: str) -> Run:
+        """See ``Store.get_run``."""
+        return Run.model_validate_json(await self._send("GET", f"/v1/runs/{_segment(run_id)}"))
+
+    async def query_run_metrics(
+        self, run_id: str, *, after_step: int | None = None, limit: int = 1000
+    ) -> Page[RunMetrics]:
+        """See ``Store.query_run_metrics``."""
+        check_run_paging(limit=limit, maximum=MAX_METRICS_LIMIT, after_step=after_step)
+        params: dict[str, Any] = {"limit": limit}
+        if after_step is not None:
+            params["after_step"] = after_step
+        raw = await self._send("GET", f"/v1/runs/{_segment(run_id)}/metrics", params=params)
+        return Page[RunMetrics].model_validate_json(raw)
+
+    async def add_model_version(self, version: ModelVersion) -> ModelVersion:
+        """See ``Store.add_model_version``."""
+        raw = await self._send("POST", "/v1/model_versions", version)
+        return ModelVersion.model_validate_json(raw)
+
+    async def list_model_versions(self, run_id: str | None = None) -> list[ModelVersion]:
+        """See ``Store.list_model_versions``."""
+        params = {"run_id": run_id} if run_id is not None else None
+        raw = await self._send("GET", "/v1/model_versions", params=params)
+        return _MODEL_VERSIONS.validate_json(raw)
+
+
+def _segment(value: str) -> str:
+    return quote(value, safe="")
