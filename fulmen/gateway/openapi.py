@@ -1,8 +1,9 @@
 """The OpenAPI 3.1 description of the gateway's own surface.
 
 The gateway forwards OpenAI-compatible requests, so this spec covers what the gateway itself
-answers for: its control routes (``GET /healthz``, ``POST /gateway/flush``) and the two model
-routes it records, chat completions and Responses, each untracked (``/v1/...``) and tracked
+answers for: its control routes (``GET /healthz``, ``POST /gateway/flush``), delayed rewards
+(``POST /v1/rewards``, stored in the gateway's store) and the two model routes it records,
+chat completions and Responses, each untracked (``/v1/...``) and tracked
 (``/rollout/{rollout_id}/attempt/{attempt_id}/v1/...``). Request and response bodies belong to
 the engine behind it (a Responses call for a token-level engine is translated by the gateway):
 the spec names the fields the gateway relies on and lets the others through.
@@ -14,9 +15,12 @@ gateway against it.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import TypeAdapter
 
 from fulmen import __version__
+from fulmen.types import Reward, RewardCreate
 
 __all__ = ["build_gateway_openapi", "gateway_openapi_json"]
 
@@ -26,12 +30,23 @@ _DESCRIPTION = """\
 The fulmen gateway: an OpenAI-compatible proxy in front of inference engines that records every
 call (token ids, logprobs) into the store. Agents use a per-attempt base URL,
 `/rollout/{rollout_id}/attempt/{attempt_id}/v1`; plain `/v1` records calls with no rollout.
+`POST /v1/rewards` stores a reward (also one that arrives hours later) in the gateway's store.
 Every error the gateway raises is OpenAI's error shape `{"error": {"message", "type", "param",
 "code"}}`; an engine's own error answers are passed through as the engine sent them."""
 
 
 def _ref(name: str) -> dict[str, str]:
     return {"$ref": _REF.format(name)}
+
+
+def _reward_schemas() -> dict[str, Any]:
+    """``RewardCreate`` (the body) and ``Reward`` (the answer), from the pydantic models."""
+    modes: list[tuple[str, Literal["validation", "serialization"], TypeAdapter[Any]]] = [
+        ("RewardCreate", "validation", TypeAdapter(RewardCreate)),
+        ("Reward", "serialization", TypeAdapter(Reward)),
+    ]
+    _, definitions = TypeAdapter.json_schemas(modes, ref_template=_REF.replace("{}", "{model}"))
+    return dict(definitions.get("$defs", {}))
 
 
 def _schemas() -> dict[str, Any]:
@@ -162,6 +177,7 @@ def _schemas() -> dict[str, Any]:
                 "usage": {"type": "object"},
             },
         },
+        **_reward_schemas(),
     }
 
 
@@ -220,6 +236,34 @@ _MODEL_ROUTES: tuple[tuple[str, str, str, str, str], ...] = (
 )  # fmt: skip
 
 
+def _rewards_operation() -> dict[str, Any]:
+    """``POST /v1/rewards``: the store's reward route, answered by the gateway."""
+    responses = {
+        "200": {"description": "The stored reward", "content": _json(_ref("Reward"))},
+        "400": _error("The body is not JSON"),
+        "401": _error("Missing or wrong bearer token (when the gateway has one)"),
+        "404": _error("No rollout, response or session has the id the reward names"),
+        "409": _error("The key was used before with another value, target or metadata"),
+        "413": _error("Request body above the gateway's limit"),
+        "422": _error("The body does not match RewardCreate; the message names the field"),
+        "502": _error("The store refused the reward"),
+        "503": _error("The store is unreachable; retry with the same key"),
+    }
+    return {
+        "operationId": "add_reward",
+        "summary": "Store a delayed reward by rollout, response or session id (idempotent by key)",
+        "description": (
+            "The body of the store's `POST /v1/rewards`. A reward that names a `response_id` "
+            "first waits until the call records answered so far are stored, so a reward sent "
+            "right after the response finds its call. Posting the same `key` again returns the "
+            "stored reward; the adapter uses the latest reward by store sequence."
+        ),
+        "requestBody": {"required": True, "content": _json(_ref("RewardCreate"))},
+        "responses": responses,
+        "security": [{"bearer": []}],
+    }
+
+
 def build_gateway_openapi() -> dict[str, Any]:
     """Build the OpenAPI 3.1 document of the gateway as a JSON-ready dict."""
     flush_responses = {
@@ -251,6 +295,7 @@ def build_gateway_openapi() -> dict[str, Any]:
             }
         },
     }
+    paths["/v1/rewards"] = {"post": _rewards_operation()}
     for route, name, request, reply, what in _MODEL_ROUTES:
         paths[f"/v1/{route}"] = {
             "post": _model_operation(
