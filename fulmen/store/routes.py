@@ -22,6 +22,7 @@ from fulmen.store.wire import (
     AttemptUpdate,
     ClaimRequest,
     EnqueueRequest,
+    HealthStatus,
     HeartbeatRequest,
     LLMCallsRequest,
     ModelVersionQuery,
@@ -171,6 +172,14 @@ _MODEL_VERSIONS = TypeAdapter(list[ModelVersion])
 
 async def _info(call: Call) -> bytes:
     return call.info.model_dump_json().encode()
+
+
+_HEALTHY = HealthStatus().model_dump_json().encode()
+
+
+async def _health(call: Call) -> bytes:
+    del call
+    return _HEALTHY
 
 
 async def _enqueue(call: Call) -> bytes:
@@ -375,6 +384,8 @@ _A = "/v1/attempts/{attempt_id}"
 OPERATIONS: tuple[Operation, ...] = (
     Operation("info", "GET", "/v1/info", "What the service is and can do", _info, ServiceInfo,
               is_public=True),
+    Operation("health", "GET", "/health", "Liveness: the service answers", _health,
+              HealthStatus, is_public=True),
     Operation("enqueue", "POST", "/v1/rollouts", "Queue rollouts", _enqueue, list[Rollout],
               body=EnqueueRequest),
     Operation("claim", "POST", "/v1/rollouts/claim", "Claim queuing rollouts", _claim,

@@ -7,6 +7,8 @@ the OpenAPI spec is generated from their JSON schemas, so the three never drift 
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 from fulmen.store.runs import MAX_METRICS_LIMIT, MAX_RUNS_LIMIT
@@ -27,6 +29,7 @@ __all__ = [
     "ClaimRequest",
     "EnqueueRequest",
     "ErrorBody",
+    "HealthStatus",
     "HeartbeatRequest",
     "LLMCallsRequest",
     "ModelVersionQuery",
@@ -171,6 +174,15 @@ class ServiceInfo(_Body):
     max_body_bytes: int
     max_wait_s: float
     auth_required: bool
+
+
+class HealthStatus(_Body):
+    """``GET /health``, readable without a token: the service answers (probes call it).
+
+    It does not query the backend, so a probe every few seconds costs the database nothing.
+    """
+
+    status: Literal["ok"] = "ok"
 
 
 class ErrorBody(_Body):

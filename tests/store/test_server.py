@@ -231,3 +231,13 @@ def test_serve_store_in_a_thread_for_sync_callers() -> None:
     with serve_store("memory://", token=TOKEN) as url:
         assert httpx.get(f"{url}/v1/stats", headers=AUTH).json()["spans"] == 0
         assert httpx.get(f"{url}/v1/stats").status_code == 401
+
+
+async def test_health_answers_without_a_token(http: httpx.AsyncClient) -> None:
+    # Kubernetes probes (fulmen deploy) carry no token; every other route still needs one.
+    anonymous = httpx.AsyncClient(base_url=str(http.base_url), timeout=10)
+    async with anonymous:
+        response = await anonymous.get("/health")
+        assert response.status_code == 200
+        assert response.json() == {"status": "ok"}
+        assert_error(await anonymous.get("/v1/stats"), 401, "unauthorized")
