@@ -37,6 +37,7 @@ from fulmen.store.rewards import (
 from fulmen.store.runs import (
     MAX_METRICS_LIMIT,
     MAX_RUNS_LIMIT,
+    check_run_id,
     check_run_paging,
     check_run_update,
 )
@@ -670,6 +671,7 @@ class MemoryStore:
 
     async def get_run(self, run_id: str) -> Run:
         """See ``Store.get_run``."""
+        check_run_id(run_id)
         async with self._lock:
             return self._runs.get(run_id)
 
@@ -677,6 +679,7 @@ class MemoryStore:
         self, run_id: str, *, after_step: int | None = None, limit: int = 1000
     ) -> Page[RunMetrics]:
         """See ``Store.query_run_metrics``."""
+        check_run_id(run_id)
         check_run_paging(limit=limit, maximum=MAX_METRICS_LIMIT, after_step=after_step)
         async with self._lock:
             return self._runs.query_metrics(run_id, after_step, limit)
@@ -689,6 +692,7 @@ class MemoryStore:
 
     async def list_model_versions(self, run_id: str | None = None) -> list[ModelVersion]:
         """See ``Store.list_model_versions``."""
+        check_run_id(run_id)
         async with self._lock:
             return self._runs.list_versions(run_id)
 

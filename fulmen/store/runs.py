@@ -22,6 +22,7 @@ from fulmen.types.limits import FiniteFloat, Id, Int64
 __all__ = [
     "MAX_METRICS_LIMIT",
     "MAX_RUNS_LIMIT",
+    "check_run_id",
     "check_run_paging",
     "check_run_update",
     "conflicting_metrics",
@@ -64,6 +65,12 @@ def store_time() -> float:
 def missing_run(run_id: str) -> NotFound:
     """Return the error for a run the store does not hold."""
     return NotFound(f"run {run_id!r} does not exist", detail={"run_id": run_id})
+
+
+def check_run_id(run_id: str | None) -> None:
+    """Refuse a run id that is not an ``Id`` (``None`` passes: no run named)."""
+    if run_id is not None:
+        _check("run_id", run_id)
 
 
 def check_run_update(

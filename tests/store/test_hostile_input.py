@@ -250,3 +250,69 @@ async def test_rewards_and_prune_refuse_what_no_column_can_hold(http: httpx.Asyn
         refused(await http.post("/v1/prune", json={"ended_before": when}), "ended_before")
     assert (await http.get(f"/v1/rollouts/{rid}/rewards")).json() == []
     await enqueue_and_claim(http, "after-rewards")
+
+
+async def test_runs_and_model_versions_refuse_what_no_column_can_hold(
+    http: httpx.AsyncClient,
+) -> None:
+    started = await http.post("/v1/runs", json={"run_id": "run", "name": "n", "started_at": 1.0})
+    assert started.status_code == 200, started.text
+    for body, field in [
+        ('{"run_id":"r","name":"n","started_at":1e400}', "started_at"),
+        ('{"run_id":"r","name":"n","started_at":1,"config":{"lr":NaN}}', "config"),
+        ('{"run_id":"r\\u0000","name":"n","started_at":1}', "run_id"),
+        ('{"run_id":"r","name":"n\\u0000","started_at":1}', "name"),
+        ('{"run_id":"r","name":"","started_at":1}', "name"),
+        ('{"run_id":"' + "r" * 129 + '","name":"n","started_at":1}', "run_id"),
+        ('{"run_id":"r","name":"n","started_at":1,"status":"paused"}', "status"),
+    ]:
+        refused(await http.post("/v1/runs", **raw(body)), field)
+    for body, field in [
+        ('{"status":"succeeded","ended_at":1e400}', "ended_at"),
+        ('{"status":"done"}', "status"),
+    ]:
+        refused(await http.patch("/v1/runs/run", **raw(body)), field)
+    record = '"run_id":"run","time":1'
+    for body, field in [
+        (f'{{"metrics":[{{{record},"step":1,"values":{{"loss":1e400}}}}]}}', "values"),
+        (f'{{"metrics":[{{{record},"step":1,"values":{{"loss":NaN}}}}]}}', "values"),
+        (f'{{"metrics":[{{{record},"step":{INT64_MAX + 1}}}]}}', "step"),
+        (f'{{"metrics":[{{{record},"step":-1}}]}}', "step"),
+        (f'{{"metrics":[{{{record},"step":1,"values":{{"a\\u0000":1}}}}]}}', "values"),
+        (f'{{"metrics":[{{{record},"step":1,"text":{{"stage":"x\\u0000"}}}}]}}', "text"),
+        ('{"metrics":[{"run_id":"run","step":1,"time":-1e999}]}', "time"),
+    ]:
+        refused(await http.post("/v1/runs/metrics", **raw(body)), field)
+    version = '"run_id":"run","step":1,"kind":"adapter","path":"p"'
+    for body, field in [
+        (f'{{{version},"version":{INT32_MAX + 1}}}', "version"),
+        (f'{{{version},"version":0}}', "version"),
+        (f'{{{version},"version":1,"scores":{{"val":1e400}}}}', "scores"),
+        ('{"run_id":"run","version":1,"step":1,"kind":"adapter","path":"p\\u0000"}', "path"),
+        ('{"run_id":"run","version":1,"step":1,"kind":"lora","path":"p"}', "kind"),
+        (f'{{{version},"version":1,"resources_version":{INT32_MAX + 1}}}', "resources_version"),
+    ]:
+        refused(await http.post("/v1/model_versions", **raw(body)), field)
+    for path, field in [
+        ("/v1/runs?limit=0", "limit"),
+        ("/v1/runs?offset=-1", "offset"),
+        (f"/v1/runs?offset={INT64_MAX + 1}", "offset"),
+        (f"/v1/runs/run/metrics?after_step={INT64_MAX + 1}", "after_step"),
+        ("/v1/runs/run/metrics?after_step=1e400", "after_step"),
+        ("/v1/model_versions?run_id=" + "r" * 129, "run_id"),
+        ("/v1/runs/" + "r" * 129, "run_id"),
+    ]:
+        refused(await http.get(path), field)
+    # Nothing refused was stored, and what is stored reads back.
+    assert (await http.get("/v1/runs/run/metrics")).json() == {"items": [], "next_cursor": None}
+    assert (await http.get("/v1/model_versions")).json() == []
+    listed = (await http.get("/v1/runs")).json()["items"]
+    assert [r["run_id"] for r in listed] == ["run"]
+    ok = {"run_id": "run", "step": INT64_MAX, "time": 1e308, "values": {"loss": -5e-324}}
+    assert (await http.post("/v1/runs/metrics", json={"metrics": [ok]})).status_code == 200
+    (stored,) = (await http.get("/v1/runs/run/metrics")).json()["items"]
+    assert (stored["step"], stored["time"], stored["values"]) == (
+        INT64_MAX,
+        1e308,
+        {"loss": -5e-324},
+    )

@@ -34,6 +34,7 @@ __all__ = [
     "add_calls_fast",
     "add_spans_exact",
     "add_spans_fast",
+    "insert_new",
 ]
 
 AttemptCache = MutableMapping[str, str]
@@ -102,18 +103,21 @@ def _reserve(conn: Connection, counts: Counter[str]) -> dict[str, int]:
     return {r: last + 1 for r, last in rows}
 
 
+def insert_new(conn: Connection, dialect: SqlDialect, table: sa.Table, rows: list[Any]) -> int:
+    """Insert ``rows``, skipping those whose key is stored; return how many were inserted."""
+    insert = dialect.insert_or_skip(table)
+    if len(rows) == 1 or conn.dialect.supports_sane_multi_rowcount:
+        # A plain executemany is the fastest bulk insert, when the driver counts its rows.
+        return conn.execute(insert, rows).rowcount
+    key = table.primary_key.columns.values()[0]
+    return len(conn.execute(insert.returning(key), rows).all())
+
+
 def _insert_all_new(
     conn: Connection, dialect: SqlDialect, table: sa.Table, rows: list[Any]
 ) -> None:
     """Insert ``rows``, skipping stored keys; ``SlowPath`` if any key was already stored."""
-    insert = dialect.insert_or_skip(table)
-    if len(rows) == 1 or conn.dialect.supports_sane_multi_rowcount:
-        # A plain executemany is the fastest bulk insert, when the driver counts its rows.
-        inserted = conn.execute(insert, rows).rowcount
-    else:
-        key = table.primary_key.columns.values()[0]
-        inserted = len(conn.execute(insert.returning(key), rows).all())
-    if inserted != len(rows):
+    if insert_new(conn, dialect, table, rows) != len(rows):
         raise SlowPath
 
 

@@ -6,8 +6,9 @@ store never filters on it. Spans and LLM calls keep their whole stored record (s
 included) in ``body``, so reading one back is a single ``model_validate_json``.
 
 ``fulmen_meta`` holds integer counters and the schema version. Version 2 added the rewards
-table and the ``response_id`` column of LLM calls (a reward may name a call by it); a version 1
-database is migrated in place when it is opened (``ensure_schema``). Counters are rows that writers
+table and the ``response_id`` column of LLM calls (a reward may name a call by it); version 3
+added training runs, their metrics and model versions. An older database is migrated in place
+when it is opened (``ensure_schema``). Counters are rows that writers
 update inside their transaction, which both numbers rollouts/resources without gaps and, on
 PostgreSQL, serializes the writers that need the next number (the row lock lasts until commit,
 so numbers become visible in order).
@@ -35,14 +36,17 @@ __all__ = [
     "llm_calls",
     "meta",
     "metadata",
+    "model_versions",
     "resources",
     "rewards",
     "rollouts",
+    "run_metrics",
+    "runs",
     "spans",
     "workers",
 ]
 
-SCHEMA_VERSION: Final = 2
+SCHEMA_VERSION: Final = 3
 SCHEMA_VERSION_KEY: Final = "schema_version"
 POSITION_COUNTER: Final = "rollout_position"
 RESOURCES_COUNTER: Final = "resources_version"
@@ -202,6 +206,37 @@ workers = sa.Table(
 )
 
 
+# Runs keep their whole record in ``body``; the columns are what listing sorts and joins on.
+runs = sa.Table(
+    "fulmen_runs",
+    metadata,
+    sa.Column("run_id", sa.String(128), primary_key=True),
+    sa.Column("started_at", sa.Double, nullable=False),
+    sa.Column("body", sa.Text, nullable=False),
+    sa.Index("ix_fulmen_runs_started_at", "started_at"),
+)
+
+run_metrics = sa.Table(
+    "fulmen_run_metrics",
+    metadata,
+    sa.Column("run_id", sa.String(128), sa.ForeignKey(runs.c.run_id), nullable=False),
+    sa.Column("step", sa.BigInteger, nullable=False),
+    sa.Column("time", sa.Double, nullable=False),
+    sa.Column("body", sa.Text, nullable=False),
+    # The key a retried post is recognised by; also the order pages are read in.
+    sa.PrimaryKeyConstraint("run_id", "step", "time", name="pk_fulmen_run_metrics"),
+)
+
+model_versions = sa.Table(
+    "fulmen_model_versions",
+    metadata,
+    sa.Column("run_id", sa.String(128), sa.ForeignKey(runs.c.run_id), nullable=False),
+    sa.Column("version", sa.Integer, nullable=False),
+    sa.Column("body", sa.Text, nullable=False),
+    sa.PrimaryKeyConstraint("run_id", "version", name="pk_fulmen_model_versions"),
+)
+
+
 def ensure_schema(conn: Connection) -> None:
     """Create missing tables and counters, and refuse a database written by a newer fulmen.
 
@@ -227,14 +262,22 @@ def ensure_schema(conn: Connection) -> None:
             "this fulmen understands; upgrade fulmen to open it",
             detail={"found": found, "supported": SCHEMA_VERSION},
         )
-    elif found == 1:
-        _migrate_1_to_2(conn)
     elif found < 1:
         raise ConfigError(
             f"the database has store schema version {found}, older than any fulmen wrote, "
             "and no migration exists for it",
             detail={"found": found, "supported": SCHEMA_VERSION},
         )
+    else:
+        if found == 1:
+            _migrate_1_to_2(conn)
+        if found < SCHEMA_VERSION:
+            # Version 3 only added tables, which ``create_all`` has just made.
+            _set_version(conn, SCHEMA_VERSION)
+
+
+def _set_version(conn: Connection, version: int) -> None:
+    conn.execute(sa.update(meta).where(meta.c.key == SCHEMA_VERSION_KEY).values(value=version))
 
 
 def _migrate_1_to_2(conn: Connection) -> None:
@@ -253,6 +296,4 @@ def _migrate_1_to_2(conn: Connection) -> None:
         f"WHERE body NOT LIKE '%\\u0000%' AND length({value}) <= 128"
     )
     _CALLS_BY_RESPONSE.create(conn)
-    conn.execute(
-        sa.update(meta).where(meta.c.key == SCHEMA_VERSION_KEY).values(value=SCHEMA_VERSION)
-    )
+    _set_version(conn, 2)

@@ -23,6 +23,7 @@ from fulmen.store.base import Capabilities, ReconcileReport
 from fulmen.store.sql import expiry, queue, reads, records, rewards, workers
 from fulmen.store.sql.async_runner import AsyncEngineRunner
 from fulmen.store.sql.dialects import SqlDialect, resolve_url
+from fulmen.store.sql.run_methods import SqlRunMethods
 from fulmen.store.sql.runner import Runner
 from fulmen.store.sql.schema import ensure_schema
 from fulmen.store.sql.sqlite_runner import SqliteRunner
@@ -75,8 +76,11 @@ def _create_schema(conn: Connection, dialect: SqlDialect) -> None:
     ensure_schema(conn)
 
 
-class SqlStore:
-    """A ``Store`` in a SQL database; open it with ``await SqlStore.connect(url)``."""
+class SqlStore(SqlRunMethods):
+    """A ``Store`` in a SQL database; open it with ``await SqlStore.connect(url)``.
+
+    The run and model-version methods come from ``SqlRunMethods``.
+    """
 
     def __init__(self, runner: Runner, dialect: SqlDialect) -> None:
         self._runner = runner

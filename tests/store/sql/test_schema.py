@@ -16,10 +16,15 @@ from fulmen.store.sql import SqlStore
 from fulmen.store.sql.schema import SCHEMA_VERSION, metadata
 from fulmen.types import (
     AttemptStatus,
+    ModelKind,
+    ModelVersion,
+    Page,
     PromptTemplate,
     ResourcesCreate,
     RolloutCreate,
     RolloutStatus,
+    Run,
+    RunMetrics,
     SpanCreate,
 )
 
@@ -245,6 +250,7 @@ async def test_a_version_1_store_is_migrated_and_its_calls_can_be_rewarded(sql_u
             conn.exec_driver_sql("DROP INDEX ix_fulmen_llm_calls_response_id")
             conn.exec_driver_sql("ALTER TABLE fulmen_llm_calls DROP COLUMN response_id")
             conn.exec_driver_sql("DROP TABLE fulmen_rewards")
+            _drop_version_3_tables(conn)
             conn.exec_driver_sql("UPDATE fulmen_meta SET value = 1 WHERE key = 'schema_version'")
 
         await store._runner.write(back_to_version_1)
@@ -257,4 +263,38 @@ async def test_a_version_1_store_is_migrated_and_its_calls_can_be_rewarded(sql_u
                 "SELECT value FROM fulmen_meta WHERE key = 'schema_version'"
             ).scalar_one()
 
-        assert await store._runner.read(version) == SCHEMA_VERSION == 2
+        assert await store._runner.read(version) == SCHEMA_VERSION == 3
+        assert await store.list_runs() == Page(items=[])
+
+
+def _drop_version_3_tables(conn: sa.Connection) -> None:
+    for table in ("fulmen_model_versions", "fulmen_run_metrics", "fulmen_runs"):
+        conn.exec_driver_sql(f"DROP TABLE {table}")
+
+
+async def test_a_version_2_store_is_migrated_and_keeps_its_rollouts(sql_url: str) -> None:
+    """A database written before runs existed opens, keeps its data and records runs."""
+    async with open_store(sql_url, watchdog_interval=None) as store:
+        (old,) = await store.enqueue([RolloutCreate(input=1, rollout_id="old")])
+
+        def back_to_version_2(conn: sa.Connection) -> None:
+            _drop_version_3_tables(conn)
+            conn.exec_driver_sql("UPDATE fulmen_meta SET value = 2 WHERE key = 'schema_version'")
+
+        await store._runner.write(back_to_version_2)
+    async with open_store(sql_url, watchdog_interval=None) as store:
+        assert await store.get_rollout("old") == old
+        run = await store.start_run(Run(run_id="r", name="r", started_at=1.0))
+        await store.add_run_metrics([RunMetrics(run_id="r", step=1, time=2.0, values={"x": 1})])
+        await store.add_model_version(
+            ModelVersion(run_id="r", version=1, step=1, kind=ModelKind.ADAPTER, path="a")
+        )
+        assert await store.get_run("r") == run
+        assert len(await store.list_model_versions("r")) == 1
+
+        def version(conn: sa.Connection) -> int:
+            return conn.exec_driver_sql(
+                "SELECT value FROM fulmen_meta WHERE key = 'schema_version'"
+            ).scalar_one()
+
+        assert await store._runner.read(version) == 3
