@@ -1,0 +1,64 @@
+"""``fulmen dashboard``: the web page over a store (runs, rollouts, calls, prompts, models)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from fulmen.cli.store import add_store_options, run_async, store_address, store_options
+
+__all__ = ["register"]
+
+
+def _dashboard(args: argparse.Namespace) -> int:
+    from fulmen.cli.store import open_cli_store
+    from fulmen.dashboard.server import run_dashboard
+
+    url, token = store_address(args)
+    with_token = store_options(url, token)
+    # A missing SQLite file is an error, not an empty dashboard (open_cli_store checks it).
+    open_cli_store(args)
+    options: dict[str, Any] = with_token or {"watchdog_interval": None}
+    run_async(
+        lambda: run_dashboard(
+            url,
+            store_options=options,
+            host=args.host,
+            port=args.port,
+            token=token,
+            engine_url=args.engine,
+        )
+    )
+    return 0
+
+
+def register(subparsers: Any) -> None:
+    """Add ``fulmen dashboard``."""
+    parser = subparsers.add_parser(
+        "dashboard",
+        help="web page over a store: runs, rollouts, calls, tokens, prompts, model versions",
+        description="Serve the dashboard over a store (any backend). The page reads the store "
+        "through its API only and updates itself while runs go on. Its API requires the "
+        "store's bearer token (--token / $FULMEN_STORE_TOKEN) when one is set; binding "
+        "anything but loopback requires one. Stops on SIGTERM or Ctrl-C.",
+        epilog="examples:\n"
+        "  fulmen dashboard --store runs/toy/store.db\n"
+        "  fulmen dashboard --store http://HOST:4747 --token $TOKEN --engine "
+        "http://127.0.0.1:8000",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_store_options(parser)
+    parser.add_argument(
+        "--host", default="127.0.0.1", help="address to listen on (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--port", type=int, default=4780, help="TCP port, 0 for any free one (default: 4780)"
+    )
+    parser.add_argument(
+        "--engine",
+        metavar="URL",
+        default=None,
+        help="a running engine (fulmen serve or vLLM) that the 'serve this version' action "
+        "loads model versions into, and that names tokens in the token view",
+    )
+    parser.set_defaults(func=_dashboard)

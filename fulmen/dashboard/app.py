@@ -1,0 +1,287 @@
+"""The dashboard as a Starlette ASGI app: the static page and a thin JSON API over a ``Store``.
+
+``create_app(store, token=..., engine_url=...)`` serves ``/`` and ``/static/*`` (plain ES modules
+shipped in the package, no build step) and the API under ``/api/``, which reads only through
+the ``Store`` interface, so any backend works: SQLite, PostgreSQL or a remote store service.
+``TokenGate`` guards the API; errors are JSON ``{"error", "code", "detail"}`` with the status of
+the ``FulmenError`` raised.
+
+=====================================  ======================================================
+``GET /api/info``                      version, whether an engine is linked, newest position
+``GET /api/rollouts``                  the rollouts table (``fulmen.dashboard.rollout_table``)
+``GET /api/rollouts/{id}``             one rollout (``fulmen.dashboard.rollout_detail``)
+``GET /api/runs``                      runs, latest first
+``GET /api/runs/{id}/metrics``         a run and its metrics (``after_step`` for the new ones)
+``GET /api/prompts``                   prompt versions with lineage and scores
+``GET /api/prompts/diff?a=&b=``        side-by-side diff of two prompt versions
+``GET /api/model_versions``            model versions (``run_id`` for one run)
+``POST /api/model_versions/serve``     ask the linked engine to serve a version
+``GET /api/tokens?ids=``               token texts from the linked engine
+=====================================  ======================================================
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from importlib.resources import files
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import FileResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from fulmen import __version__
+from fulmen.adapter.transitions import TransitionOptions
+from fulmen.dashboard.engine_link import EngineLink
+from fulmen.dashboard.gate import SecurityHeaders, TokenGate
+from fulmen.dashboard.resources_view import model_versions, prompt_diff, prompt_versions
+from fulmen.dashboard.rewards import RewardReader
+from fulmen.dashboard.rollout_detail import rollout_detail
+from fulmen.dashboard.rollout_table import RolloutFilter, RolloutTable
+from fulmen.dashboard.runs_view import RunVersions, list_runs, run_metrics
+from fulmen.errors import ConfigError, FulmenError, InvalidRequest, NotFound
+from fulmen.types import Mode, RolloutStatus
+from fulmen.types.limits import Id
+
+if TYPE_CHECKING:
+    from fulmen.store.base import Store
+
+__all__ = ["STATIC_DIR", "create_app"]
+
+logger = logging.getLogger(__name__)
+
+STATIC_DIR = Path(str(files("fulmen.dashboard") / "static"))
+_JSON = "application/json"
+Handler = Callable[[Request], Awaitable[Any]]
+
+
+class TableParams(BaseModel):
+    """Query parameters of ``GET /api/rollouts``; a bad one is a 422 naming it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    status: list[RolloutStatus] = Field(default_factory=list)
+    mode: Mode | None = None
+    task_id: Id | None = None
+    resources_version: int | None = Field(default=None, ge=1)
+    run: Id | None = None
+    min_reward: float | None = None
+    max_reward: float | None = None
+    agent: str | None = Field(default=None, max_length=256)
+    q: str | None = Field(default=None, max_length=1000)
+    before: int | None = Field(default=None, ge=1)
+    limit: int = Field(default=50, ge=1, le=500)
+
+
+class ServeRequest(BaseModel):
+    """Body of ``POST /api/model_versions/serve``: which version, under which model name."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    run_id: Id
+    version: int = Field(ge=1)
+    name: str | None = Field(default=None, min_length=1, max_length=256)
+
+
+def _params(model: type[BaseModel], request: Request) -> Any:
+    raw: dict[str, Any] = {}
+    for key, value in request.query_params.multi_items():
+        if value == "":
+            continue  # an empty form field means "not set"
+        if key == "status":
+            raw.setdefault(key, []).append(value)
+        else:
+            raw[key] = value
+    return _validated(model, raw)
+
+
+def _validated(model: type[BaseModel], raw: Any) -> Any:
+    try:
+        return model.model_validate(raw)
+    except ValidationError as exc:
+        first = exc.errors(include_url=False)[0]
+        where = ".".join(str(p) for p in first["loc"]) or "body"
+        raise InvalidRequest(
+            f"invalid {where}: {first['msg']} (got {str(first.get('input'))[:80]!r})",
+            detail={"loc": list(first["loc"]), "msg": first["msg"]},
+        ) from None
+
+
+def _json(payload: Any, status: int = 200) -> Response:
+    return Response(orjson.dumps(payload), status_code=status, media_type=_JSON)
+
+
+def _error(exc: FulmenError) -> Response:
+    if exc.http_status >= 500:
+        logger.error("dashboard: %s", exc.message, exc_info=exc)
+    return _json({"error": exc.message, "code": exc.code, "detail": exc.detail}, exc.http_status)
+
+
+def _endpoint(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
+    async def endpoint(request: Request) -> Response:
+        try:
+            return _json(await handler(request))
+        except FulmenError as exc:
+            return _error(exc)
+
+    endpoint.__name__ = handler.__name__
+    return endpoint
+
+
+class _Api:
+    """The API's handlers and the state they share (reward cache, newest position)."""
+
+    def __init__(
+        self, store: Store, engine: EngineLink | None, options: TransitionOptions | None
+    ) -> None:
+        self.store = store
+        self.engine = engine
+        self.options = options
+        self.rewards = RewardReader(store)
+        self.table = RolloutTable(store, self.rewards)
+        self.run_versions = RunVersions(store)
+
+    async def info(self, request: Request) -> Any:
+        del request
+        return {
+            "version": __version__,
+            "engine": self.engine.url if self.engine is not None else None,
+            "newest": await self.table.newest_position(),
+        }
+
+    async def rollouts(self, request: Request) -> Any:
+        p: TableParams = _params(TableParams, request)
+        where = RolloutFilter(
+            statuses=tuple(p.status),
+            mode=p.mode,
+            task_id=p.task_id,
+            resources_version=p.resources_version,
+            resources_versions=await self.run_versions.of(p.run) if p.run else None,
+            min_reward=p.min_reward,
+            max_reward=p.max_reward,
+            agent=p.agent,
+            text=p.q,
+        )
+        page = await self.table.page(where, before=p.before, limit=p.limit)
+        return {
+            "items": page.items,
+            "before": page.before,
+            "examined": page.examined,
+            "exhausted": page.exhausted,
+            "newest": page.newest,
+        }
+
+    async def rollout(self, request: Request) -> Any:
+        attempt = request.query_params.get("attempt") or None
+        return await rollout_detail(
+            self.store, request.path_params["rollout_id"], attempt_id=attempt, options=self.options
+        )
+
+    async def runs(self, request: Request) -> Any:
+        del request
+        return await list_runs(self.store)
+
+    async def metrics(self, request: Request) -> Any:
+        after = request.query_params.get("after_step")
+        if after is not None and not after.isdigit():
+            raise InvalidRequest(f"after_step must be a step number, got {after!r}")
+        return await run_metrics(
+            self.store,
+            request.path_params["run_id"],
+            after_step=int(after) if after is not None else None,
+        )
+
+    async def prompts(self, request: Request) -> Any:
+        del request
+        return await prompt_versions(self.store)
+
+    async def diff(self, request: Request) -> Any:
+        a, b = request.query_params.get("a"), request.query_params.get("b")
+        if not a or not b:
+            raise InvalidRequest("give two prompt versions: ?a=NAME@V&b=NAME@V")
+        return await prompt_diff(self.store, a, b)
+
+    async def model_versions(self, request: Request) -> Any:
+        return await model_versions(self.store, request.query_params.get("run_id") or None)
+
+    async def serve(self, request: Request) -> Any:
+        if self.engine is None:
+            raise ConfigError(
+                "no engine is linked to this dashboard: start it with --engine URL (fulmen "
+                "train links its own engine)"
+            )
+        try:
+            body = orjson.loads(await request.body())
+        except orjson.JSONDecodeError as exc:
+            raise InvalidRequest(f"the body is not JSON: {exc}") from None
+        req: ServeRequest = _validated(ServeRequest, body)
+        found = [v for v in await self.store.list_model_versions(req.run_id)]
+        match = next((v for v in found if v.version == req.version), None)
+        if match is None:
+            raise NotFound(f"run {req.run_id!r} has no model version {req.version}")
+        name = req.name or f"{req.run_id}-v{req.version}"
+        served = await self.engine.serve(match, name)
+        logger.info("dashboard: engine %s now serves %s", self.engine.url, served)
+        return served
+
+    async def tokens(self, request: Request) -> Any:
+        if self.engine is None:
+            return {"texts": {}}
+        raw = request.query_params.get("ids", "")
+        try:
+            ids = [int(part) for part in raw.split(",") if part][:4096]
+        except ValueError:
+            message = f"ids must be comma-separated token ids, got {raw[:80]!r}"
+            raise InvalidRequest(message) from None
+        texts = await self.engine.token_texts(ids)
+        return {"texts": {str(k): v for k, v in texts.items()}}
+
+
+async def _index(request: Request) -> Response:
+    del request
+    return FileResponse(STATIC_DIR / "index.html", media_type="text/html")
+
+
+def create_app(
+    store: Store,
+    *,
+    token: str | None = None,
+    engine_url: str | None = None,
+    transition_options: TransitionOptions | None = None,
+) -> Starlette:
+    """Build the dashboard app over ``store``.
+
+    Args:
+        store: any backend; the app neither closes it nor runs its watchdog.
+        token: bearer token every ``/api/`` request must carry (``None``: no auth, which
+            ``fulmen dashboard`` allows only on loopback).
+        engine_url: a running engine to serve model versions with and to name tokens; without
+            one the serve action answers 400 and tokens show as ids.
+        transition_options: how the trainer builds transitions (which tokens are trained).
+    """
+    api = _Api(store, EngineLink(engine_url) if engine_url else None, transition_options)
+    routes = [
+        Route("/", _index, methods=["GET"]),
+        Route("/api/info", _endpoint(api.info), methods=["GET"]),
+        Route("/api/rollouts", _endpoint(api.rollouts), methods=["GET"]),
+        Route("/api/rollouts/{rollout_id:path}", _endpoint(api.rollout), methods=["GET"]),
+        Route("/api/runs", _endpoint(api.runs), methods=["GET"]),
+        Route("/api/runs/{run_id:path}/metrics", _endpoint(api.metrics), methods=["GET"]),
+        Route("/api/prompts", _endpoint(api.prompts), methods=["GET"]),
+        Route("/api/prompts/diff", _endpoint(api.diff), methods=["GET"]),
+        Route("/api/model_versions", _endpoint(api.model_versions), methods=["GET"]),
+        Route("/api/model_versions/serve", _endpoint(api.serve), methods=["POST"]),
+        Route("/api/tokens", _endpoint(api.tokens), methods=["GET"]),
+        Mount("/static", StaticFiles(directory=STATIC_DIR), name="static"),
+    ]
+    return Starlette(
+        routes=routes,
+        middleware=[Middleware(SecurityHeaders), Middleware(TokenGate, token=token)],
+    )

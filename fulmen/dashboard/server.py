@@ -1,0 +1,144 @@
+"""Serving the dashboard with uvicorn inside the caller's event loop.
+
+``DashboardServer`` is what ``fulmen train`` starts next to its gateway; ``run_dashboard`` is
+``fulmen dashboard``: open the store, serve until SIGTERM/SIGINT, close the store. Like the
+store service, it refuses to listen beyond loopback without a token.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import socket
+from typing import TYPE_CHECKING
+
+import uvicorn
+
+from fulmen.errors import ConfigError
+from fulmen.store.service import is_loopback, service_url
+
+if TYPE_CHECKING:
+    from fulmen.adapter.transitions import TransitionOptions
+    from fulmen.store.base import Store
+
+__all__ = ["DashboardServer", "run_dashboard"]
+
+logger = logging.getLogger(__name__)
+
+
+class DashboardServer:
+    """The dashboard over ``store``, served on ``host``:``port`` until ``aclose``.
+
+    Args:
+        store: the store to show (not closed by the server).
+        host: address to listen on; anything but loopback requires ``token``.
+        port: TCP port, 0 for any free one (``url`` tells which).
+        token: bearer token the API requires.
+        engine_url: a running engine for the serve action and token texts.
+        transition_options: how the trainer builds transitions.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        token: str | None = None,
+        engine_url: str | None = None,
+        transition_options: TransitionOptions | None = None,
+    ) -> None:
+        if not token and not is_loopback(host):
+            raise ConfigError(
+                f"refusing to serve the dashboard on {host!r} without a token: anyone who can "
+                "reach it could read the store. Pass --token (or set FULMEN_STORE_TOKEN), or "
+                "bind 127.0.0.1."
+            )
+        self._store = store
+        self._host = host
+        self._port = port
+        self._token = token
+        self._engine_url = engine_url
+        self._options = transition_options
+        self._server: uvicorn.Server | None = None
+        self._task: asyncio.Task[None] | None = None
+        self.url = ""
+
+    async def start(self) -> str:
+        """Start serving; returns the URL once connections are accepted."""
+        from fulmen.dashboard.app import create_app
+
+        family = socket.AF_INET6 if ":" in self._host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((self._host.strip("[]"), self._port))
+        except OSError as exc:
+            sock.close()
+            raise ConfigError(
+                f"cannot serve the dashboard on {self._host}:{self._port}: {exc.strerror or exc}"
+            ) from exc
+        app = create_app(
+            self._store,
+            token=self._token,
+            engine_url=self._engine_url,
+            transition_options=self._options,
+        )
+        config = uvicorn.Config(
+            app, lifespan="off", ws="none", log_config=None, access_log=False, log_level="warning"
+        )
+        server = uvicorn.Server(config)
+        server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
+        self._server = server
+        self._task = asyncio.create_task(server.serve(sockets=[sock]), name="fulmen-dashboard")
+        while not server.started:
+            if self._task.done():
+                sock.close()
+                self._task.result()
+                raise ConfigError("the dashboard stopped during startup")
+            await asyncio.sleep(0.01)
+        self.url = service_url(self._host, sock.getsockname()[1]) + "/"
+        return self.url
+
+    async def aclose(self) -> None:
+        """Stop serving (running requests get a few seconds to finish)."""
+        if self._server is not None and self._task is not None:
+            self._server.should_exit = True
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._task, 10)
+        self._server = self._task = None
+
+
+async def run_dashboard(
+    store_url: str,
+    *,
+    store_options: dict[str, object],
+    host: str = "127.0.0.1",
+    port: int = 4780,
+    token: str | None = None,
+    engine_url: str | None = None,
+) -> None:
+    """Serve the dashboard over the store at ``store_url`` until SIGTERM or SIGINT."""
+    from fulmen.store import open_store
+
+    async with open_store(store_url, **store_options) as store:
+        server = DashboardServer(store, host=host, port=port, token=token, engine_url=engine_url)
+        url = await server.start()
+        logger.info(
+            "fulmen dashboard of %s at %s (auth: %s)",
+            store_url,
+            url,
+            "bearer token" if token else "none (loopback only)",
+        )
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        try:
+            await stop.wait()
+        finally:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.remove_signal_handler(sig)
+            await server.aclose()

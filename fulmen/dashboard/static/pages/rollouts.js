@@ -1,0 +1,91 @@
+// The rollouts table: filters, newest first, older/newer pages, live while on the first page.
+import { get, query } from "../api.js";
+import { clear, el, fmt, seconds, when } from "../dom.js";
+
+const STATUSES = ["queuing", "running", "succeeded", "failed", "cancelled"];
+const MODES = ["", "train", "val", "test", "production"];
+const FIELDS = ["mode", "min_reward", "max_reward", "agent", "resources_version", "run", "q"];
+
+function filtersFrom(params) {
+  const f = { status: params.getAll("status") };
+  for (const key of FIELDS) f[key] = params.get(key) || "";
+  return f;
+}
+
+function filterForm(filters, runs, onApply) {
+  const input = (name, attrs = {}) => el("input", { name, value: filters[name], ...attrs });
+  const form = el("form", { class: "filters", id: "rollout-filters" },
+    el("fieldset", {}, el("legend", {}, "status"),
+      STATUSES.map((s) => el("label", {}, el("input", { type: "checkbox", name: "status", value: s, checked: filters.status.includes(s) }), s))),
+    el("label", {}, "mode ", el("select", { name: "mode" }, MODES.map((m) => el("option", { value: m, selected: filters.mode === m }, m || "any")))),
+    el("label", {}, "reward ", input("min_reward", { type: "number", step: "any", placeholder: "min", size: 5 }), " – ", input("max_reward", { type: "number", step: "any", placeholder: "max", size: 5 })),
+    el("label", {}, "agent ", input("agent", { placeholder: "name", size: 10 })),
+    el("label", {}, "resources v", input("resources_version", { type: "number", min: 1, size: 4 })),
+    el("label", {}, "run ", el("select", { name: "run" }, el("option", { value: "" }, "any"), runs.map((r) => el("option", { value: r.run_id, selected: filters.run === r.run_id }, r.name)))),
+    el("label", {}, "task ", input("q", { type: "search", placeholder: "text in the task", size: 18 })),
+    el("button", { type: "submit" }, "Filter"));
+  form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    const data = new FormData(form);
+    const next = { status: data.getAll("status") };
+    for (const key of FIELDS) next[key] = String(data.get(key) || "").trim();
+    onApply(next);
+  });
+  return form;
+}
+
+function row(item) {
+  const link = el("a", { href: `#/rollout/${encodeURIComponent(item.rollout_id)}` }, item.rollout_id);
+  return el("tr", { "data-rollout-id": item.rollout_id },
+    el("td", {}, link),
+    el("td", {}, el("span", { class: `status ${item.status}` }, item.status)),
+    el("td", {}, item.mode),
+    el("td", { class: "num reward" }, fmt(item.reward, 4)),
+    el("td", { class: "num" }, item.resources_version === null ? "–" : `v${item.resources_version}`),
+    el("td", { class: "num" }, item.attempt_count),
+    el("td", { class: "task", title: item.task }, item.task_id ? `${item.task_id}: ${item.task}` : item.task),
+    el("td", {}, when(item.enqueued_at)),
+    el("td", { class: "num" }, seconds(item.duration_s)));
+}
+
+export async function rolloutsPage(main, { params, poller }) {
+  const filters = filtersFrom(params);
+  const befores = []; // the `before` of each page above the one shown (for "newer")
+  let before = params.get("before") ? Number(params.get("before")) : null;
+  const runs = await get("/api/runs").then((r) => r.items).catch(() => []);
+  const count = el("p", { id: "rollout-count", class: "count" });
+  const body = el("tbody", { id: "rollout-rows" });
+  const nav = el("div", { class: "pager" });
+  main.append(
+    el("h1", {}, "Rollouts"),
+    filterForm(filters, runs, (next) => {
+      location.hash = `#/rollouts${query(next)}`;
+    }),
+    count,
+    el("table", { class: "rollouts" },
+      el("thead", {}, el("tr", {}, ["rollout", "status", "mode", "reward", "res", "attempts", "task", "enqueued (UTC)", "took"].map((h) => el("th", {}, h)))),
+      body),
+    nav);
+
+  async function load() {
+    const page = await get(`/api/rollouts${query({ ...filters, before })}`);
+    clear(body).append(...page.items.map(row));
+    const more = page.exhausted ? "" : " (older rollouts not scanned yet: see older)";
+    count.textContent = `${page.items.length} rollout${page.items.length === 1 ? "" : "s"} match${page.items.length === 1 ? "es" : ""}${more}`;
+    count.dataset.count = String(page.items.length);
+    count.dataset.exhausted = String(page.exhausted);
+    clear(nav);
+    if (befores.length) {
+      nav.append(el("button", { type: "button", onclick: () => { before = befores.pop(); load(); } }, "← newer"));
+    }
+    if (page.before !== null) {
+      nav.append(el("button", { type: "button", id: "older", onclick: () => { befores.push(before); before = page.before; load(); } }, "older →"));
+    }
+  }
+  await load();
+  // Live: the first page follows new rollouts; older pages stay put.
+  const stop = poller(async () => {
+    if (before === null) await load();
+  });
+  return { stop };
+}
