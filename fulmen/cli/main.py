@@ -33,6 +33,7 @@ _COMMAND_MODULES: tuple[str, ...] = (
     "runner",
     "serve",
     "gateway",
+    "deploy",
     "doctor",
     "completion",
 )
