@@ -62,6 +62,10 @@ def _seed(base_url: str) -> dict[str, str]:
         span = {**ids, "trace_id": "ab", "span_id": "s1", "name": "step", "start_time": 1.0}
         post("/v1/spans", {"spans": [span]})
         post("/v1/llm_calls", {"calls": [{**ids, "call_id": "c1", "started_at": 1.0}]})
+        post("/v1/runs", {"run_id": "seed-run", "name": "seed", "started_at": 1.0})
+        post("/v1/runs/metrics", {"metrics": [{"run_id": "seed-run", "step": 1, "time": 1.0}]})
+        version = {"run_id": "seed-run", "version": 1, "step": 1, "kind": "adapter", "path": "p"}
+        post("/v1/model_versions", version)
     return ids
 
 
@@ -77,6 +81,7 @@ def test_store_service_keeps_its_contract(
         name: seeded for name in ("get_rollout", "list_attempts", "query_spans", "query_llm_calls")
     }
     fixed["get_attempt"] = {"attempt_id": ids["attempt_id"]}
+    fixed.update({name: {"run_id": "seed-run"} for name in ("get_run", "query_run_metrics")})
     report = fuzz(
         spec, store_url, label=backend, headers=AUTH, max_examples=MAX_EXAMPLES,
         path_parameters=fixed,
