@@ -59,6 +59,7 @@ __all__ = [
     "enqueue",
     "finish_attempt",
     "load_rollout",
+    "rollout_values",
     "save_attempt",
     "update_attempt",
     "update_rollout",
@@ -152,7 +153,7 @@ def enqueue(
             enqueued_at=now,
         )
         known[rollout.rollout_id] = rollout
-        new_rows.append(_rollout_values(rollout))
+        new_rows.append(rollout_values(rollout))
         out.append(rollout)
     if new_rows:
         conn.execute(sa.insert(rollouts), new_rows)
@@ -160,7 +161,8 @@ def enqueue(
     return out
 
 
-def _rollout_values(rollout: Rollout) -> dict[str, Any]:
+def rollout_values(rollout: Rollout) -> dict[str, Any]:
+    """Return the row of ``rollout`` as ``insert(rollouts)`` takes it (no sequence used yet)."""
     return {
         "rollout_id": rollout.rollout_id,
         "position": rollout.position,

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from fulmen.errors import ConfigError, InvalidRequest
 from fulmen.store.arguments import check_arguments
 from fulmen.store.base import Capabilities, ReconcileReport
-from fulmen.store.sql import expiry, queue, reads, records, rewards, workers
+from fulmen.store.sql import expiry, queue, reads, records, rewards, sessions, workers
 from fulmen.store.sql.async_runner import AsyncEngineRunner
 from fulmen.store.sql.dialects import SqlDialect, resolve_url
 from fulmen.store.sql.run_methods import SqlRunMethods
@@ -59,6 +59,7 @@ if TYPE_CHECKING:
     from sqlalchemy.engine import Connection
 
     from fulmen.types import RolloutCreate
+    from fulmen.types.sessions import SessionCreate
 
 __all__ = ["SqlStore"]
 
@@ -308,6 +309,14 @@ class SqlStore(SqlRunMethods):
     async def list_rewards(self, rollout_id: str) -> list[Reward]:
         """See ``Store.list_rewards``."""
         return await self._runner.read(rewards.list_rewards, rollout_id, small=True)
+
+    async def record_session(self, session: SessionCreate) -> Claim:
+        """See ``Store.record_session``."""
+        claim = await self._runner.write(
+            sessions.record_session, self._dialect, session, small=True
+        )
+        self._attempt_rollouts[claim.attempt.attempt_id] = claim.rollout.rollout_id
+        return claim
 
     async def prune(self, request: PruneRequest) -> PruneReport:
         """See ``Store.prune``: one transaction per chunk of rollouts, oldest first."""
