@@ -5,7 +5,8 @@ Routes (``{path}`` is what follows ``/v1/``, such as ``chat/completions``)::
     /rollout/{rollout_id}/attempt/{attempt_id}/v1/{path}   tracked: recorded on that attempt
     /v1/{path}                                             untracked: recorded with no rollout
     POST /v1/rewards                                       a delayed reward, to the store
-    GET  /healthz                                          liveness, engines, recorder counts
+    GET  /healthz                                          liveness, engines, recorder counts,
+                                                           production capture counters
     POST /gateway/flush                                    200 once every record is stored;
                                                            502 if the store refused some,
                                                            503 if it stayed unreachable
@@ -18,7 +19,8 @@ from __future__ import annotations
 
 import hmac
 import logging
-from collections.abc import AsyncGenerator, Sequence
+import time
+from collections.abc import AsyncGenerator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -50,6 +52,7 @@ def create_app(
     *,
     token: str | None = None,
     config: GatewayConfig | None = None,
+    clock: Callable[[], float] | None = None,
 ) -> Starlette:
     """Build the gateway app; ``app.state.gateway`` is its ``Gateway`` (flush, counters).
 
@@ -57,10 +60,11 @@ def create_app(
         store: any ``Store`` backend; calls are written to it in batches.
         upstreams: engines, as ``Upstream`` objects or base URLs (token-level engines).
         token: when set, every request but ``/healthz`` must carry it as a bearer token.
-        config: timeouts, caches, batching.
+        config: timeouts, caches, batching, production capture, redaction.
+        clock: monotonic seconds for production sessions (tests pass a clock they move).
     """
     engines = [u if isinstance(u, Upstream) else Upstream(base_url=u) for u in upstreams]
-    gateway = Gateway(store, engines, token=token, config=config)
+    gateway = Gateway(store, engines, token=token, config=config, clock=clock or time.monotonic)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncGenerator[None]:
@@ -125,6 +129,10 @@ async def _healthz(request: Request) -> Response:
             "dropped": recorder.dropped,
         },
     }
+    if gateway.capture is not None:
+        body["capture"] = gateway.capture.status()
+    if gateway.redactor is not None:
+        body["redacted_calls"] = gateway.redactor.redacted_calls
     return Response(orjson.dumps(body), media_type="application/json")
 
 

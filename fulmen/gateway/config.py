@@ -6,6 +6,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from fulmen.gateway.capture_config import CaptureConfig, RedactionConfig
+
 __all__ = ["GatewayConfig"]
 
 
@@ -37,6 +39,11 @@ class GatewayConfig(BaseModel):
         record_untracked: whether calls through plain ``/v1`` are recorded.
         policy_version_headers: response headers that name the weights' version, first wins
             (a top-level ``policy_version`` field of the body is read as well).
+        capture: production sessions, sampling and rate limits for untracked calls
+            (``CaptureConfig``); ``None`` records each untracked call alone, as
+            ``record_untracked`` says.
+        redaction: personal data removed from every record before it is stored
+            (``RedactionConfig``); ``None`` stores records as they are.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -58,3 +65,5 @@ class GatewayConfig(BaseModel):
     flush_timeout_s: float = Field(default=60.0, gt=0)
     record_untracked: bool = True
     policy_version_headers: tuple[str, ...] = ("x-policy-version", "x-fulmen-policy-version")
+    capture: CaptureConfig | None = None
+    redaction: RedactionConfig | None = None

@@ -9,9 +9,10 @@ the recorder's background task, off the request path.
 from __future__ import annotations
 
 import logging
+import socket
 import time
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 from urllib.parse import unquote
 
@@ -38,8 +39,10 @@ from fulmen.gateway.errors import BadRequest, UpstreamTimeout, UpstreamUnavailab
 from fulmen.gateway.errors import openai_error_body as error_body
 from fulmen.gateway.forward import HOP_HEADERS, Forwarder, UpstreamReply
 from fulmen.gateway.recorder import CallRecorder, FlushOutcome
+from fulmen.gateway.redaction import Redactor
 from fulmen.gateway.responses import ResponseIds, chat_request, response_from_chat
 from fulmen.gateway.responses_stream import ResponseEvents
+from fulmen.gateway.sessions import SessionCapture
 from fulmen.gateway.streaming import SSEDecoder, StreamAccumulator, event_data
 from fulmen.gateway.upstreams import Upstream, UpstreamPool
 from fulmen.store.base import Store
@@ -61,6 +64,8 @@ class Gateway:
         upstreams: the engines to forward to.
         token: when set, agents must send it as their API key, and it is not sent upstream.
         config: timeouts, caches and batching.
+        clock: monotonic seconds for production sessions' timeouts and rate limits
+            (injectable: tests move time instead of sleeping).
     """
 
     def __init__(
@@ -70,11 +75,14 @@ class Gateway:
         *,
         token: str | None = None,
         config: GatewayConfig | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.config = config or GatewayConfig()
         self.token = token
         self.pool = UpstreamPool(upstreams, unhealthy_s=self.config.unhealthy_s)
         self.resolver = ContextResolver(store, attempt_ttl_s=self.config.attempt_ttl_s)
+        redaction = self.config.redaction
+        self.redactor = Redactor(redaction) if redaction is not None else None
         self.recorder = CallRecorder(
             store,
             batch_size=self.config.batch_size,
@@ -82,7 +90,19 @@ class Gateway:
             max_pending=self.config.max_pending,
             close_timeout_s=self.config.close_timeout_s,
             spill_dir=self.config.spill_dir,
+            redact=self.redactor.call if self.redactor is not None else None,
         )
+        self.capture: SessionCapture | None = None
+        if self.config.capture is not None:
+            self.capture = SessionCapture(
+                self.config.capture,
+                store=store,
+                recorder=self.recorder,
+                worker_id=f"gateway@{socket.gethostname()}"[:128],
+                flush_timeout_s=self.config.flush_timeout_s,
+                close_timeout_s=self.config.close_timeout_s,
+                clock=clock,
+            )
         self.forwarder = Forwarder(self.pool, self.config)
         self._is_started = False
 
@@ -91,6 +111,8 @@ class Gateway:
         if not self._is_started:
             self._is_started = True
             self.recorder.start()
+            if self.capture is not None:
+                self.capture.start()
 
     async def flush(self, timeout: float | None = None) -> FlushOutcome:
         """Wait until every call answered so far is in the store; say what was not stored."""
@@ -98,7 +120,9 @@ class Gateway:
         return await self.recorder.flush(timeout)
 
     async def aclose(self) -> None:
-        """Write every pending record, then close upstream connections."""
+        """Write open sessions and every pending record, then close upstream connections."""
+        if self.capture is not None:
+            await self.capture.aclose()
         await self.recorder.aclose()
         await self.forwarder.aclose()
 
@@ -169,9 +193,15 @@ class Gateway:
         first = self.pool.ranked(ctx.rollout_id if ctx else None)[0]
         return self.pool.is_token_level(first)
 
-    def record(self, exchange: Exchange) -> None:
-        """Queue ``exchange`` for recording; the recorder builds the record in the background."""
-        if exchange.rollout_id is not None or self.config.record_untracked:
+    def record(self, exchange: Exchange, *, session_id: str | None = None) -> None:
+        """Queue ``exchange`` for recording; the recorder builds the record in the background.
+
+        With ``capture`` configured, an untracked call goes to its production session
+        (``session_id``, read from the request) instead.
+        """
+        if exchange.rollout_id is None and self.capture is not None:
+            self.capture.add(exchange, session_id)
+        elif exchange.rollout_id is not None or self.config.record_untracked:
             self.recorder.record(exchange)
 
 
@@ -257,6 +287,10 @@ class _Call:
     ) -> None:
         """Queue the call's record (``shown``: the reply as the agent got it, if it differs)."""
         ctx = self.ctx
+        capture = self.gateway.capture
+        session_id = None
+        if ctx is None and capture is not None:
+            session_id = capture.session_of(self.request.headers, self.body)
         self.gateway.record(
             Exchange(
                 call_id=self.call_id,
@@ -274,7 +308,8 @@ class _Call:
                 shown=shown,
                 agent_name=_agent_name(self.request),
                 engine_endpoint=self.engine_endpoint if self.ids else None,
-            )
+            ),
+            session_id=session_id,
         )
 
     def view(self, response: dict[str, Any]) -> dict[str, Any]:

@@ -66,6 +66,9 @@ class CallRecorder:
             is unsent stays in ``spill_dir`` (replayed by the next recorder started on it) or,
             without one, is dropped and counted.
         spill_dir: where the spill file goes (default: a new temporary directory).
+        redact: applied to every record built here, before it is written or spilled (see
+            ``fulmen.gateway.redaction``); records replayed from a spill file were redacted
+            before they were spilled.
     """
 
     def __init__(
@@ -78,14 +81,16 @@ class CallRecorder:
         close_timeout_s: float = 10.0,
         spill_dir: Path | None = None,
         jitter: Callable[[], float] = random.random,
+        redact: Callable[[LLMCallCreate], LLMCallCreate] | None = None,
     ) -> None:
         self._store = store
         self._batch_size = batch_size
         self._interval = flush_interval_s
         self._close_timeout_s = close_timeout_s
         self._jitter = jitter
+        self._redact = redact
         self._queue: SpillQueue[LLMCallCreate | Exchange, LLMCallCreate] = SpillQueue(
-            encode=_encode,
+            encode=self._encode,
             decode=LLMCallCreate.model_validate_json,
             max_in_memory=max_pending,
             directory=spill_dir,
@@ -187,7 +192,7 @@ class CallRecorder:
             taken = self._queue.take(self._batch_size)
             if not len(taken):
                 return
-            built = [call for call in map(_built, taken.memory) if call is not None]
+            built = [call for call in map(self._built, taken.memory) if call is not None]
             unbuilt = len(taken.memory) - len(built)
             batch = built + taken.records
             try:
@@ -254,6 +259,18 @@ class CallRecorder:
             self.dropped += dropped
             self._progress.notify_all()
 
+    def _encode(self, item: LLMCallCreate | Exchange) -> bytes | None:
+        call = self._built(item)
+        return call.model_dump_json().encode() if call is not None else None
+
+    def _built(self, item: LLMCallCreate | Exchange) -> LLMCallCreate | None:
+        try:
+            call = item if isinstance(item, LLMCallCreate) else build_call(item)
+            return self._redact(call) if self._redact is not None else call
+        except Exception:
+            _log.exception("could not build the record of call %s; dropped", item.call_id)
+            return None
+
 
 class _KeptForLater(Exception):
     """The store stayed away until the close deadline; unsent records stay in the spill file."""
@@ -264,18 +281,3 @@ def _is_outage(exc: BaseException) -> bool:
     if isinstance(exc, FulmenError):
         return exc.http_status >= 500
     return isinstance(exc, (OSError, TimeoutError))
-
-
-def _encode(item: LLMCallCreate | Exchange) -> bytes | None:
-    call = _built(item)
-    return call.model_dump_json().encode() if call is not None else None
-
-
-def _built(item: LLMCallCreate | Exchange) -> LLMCallCreate | None:
-    if isinstance(item, LLMCallCreate):
-        return item
-    try:
-        return build_call(item)
-    except Exception:
-        _log.exception("could not build the record of call %s; dropped", item.call_id)
-        return None

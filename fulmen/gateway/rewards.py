@@ -7,15 +7,23 @@ answered so far to be stored (``Gateway.flush``), so a reward sent right after t
 finds its call. A body above the gateway's ``max_body_bytes`` is refused with a 413 before it
 is read whole. Errors come back in OpenAI's error shape like every gateway error; the route is
 described in ``docs/gateway-openapi.json`` (``fulmen.gateway.openapi``).
+
+With production capture (``GatewayConfig.capture``) a reward for a session the gateway still
+holds in memory (open, or closed and not sampled) is held with it and answered 202
+``{"status": "held", "session_id": ...}``; it reaches the store once the session is written
+(and a reward of at least ``keep_if_reward_at_least`` gets an unsampled session written). A
+reward for a session the sample did not keep and the gateway no longer holds is answered 202
+``{"status": "not_kept", ...}`` instead of 404 (``fulmen.gateway.sessions``).
 """
 
 from __future__ import annotations
 
+import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from fulmen.errors import PayloadTooLarge
+from fulmen.errors import NotFound, PayloadTooLarge
 from fulmen.gateway.proxy import Gateway
 from fulmen.store.base import Store
 from fulmen.store.routes import parse_body
@@ -38,9 +46,19 @@ def rewards_route(store: Store, gateway: Gateway) -> Route:
             if len(raw) > limit:
                 raise PayloadTooLarge(f"request body exceeds {limit} bytes")
         reward = parse_body(RewardCreate, bytes(raw))
+        capture = gateway.capture
+        held = await capture.before_reward(reward) if capture is not None else None
+        if held is not None:  # its production session is still in the gateway's memory
+            return Response(orjson.dumps(held.body()), 202, media_type="application/json")
         if reward.response_id is not None:
             await gateway.flush(timeout=gateway.config.flush_timeout_s)
-        stored = await store.add_reward(reward)
+        try:
+            stored = await store.add_reward(reward)
+        except NotFound:
+            held = capture.not_kept(reward) if capture is not None else None
+            if held is None:
+                raise
+            return Response(orjson.dumps(held.body()), 202, media_type="application/json")
         return Response(stored.model_dump_json(), media_type="application/json")
 
     return Route("/v1/rewards", post_reward, methods=["POST"])

@@ -1,0 +1,124 @@
+"""Redaction: personal data never reaches the store, and redacted calls lose their token ids."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+
+from fulmen.adapter.transitions import TransitionOptions, load_trajectory
+from fulmen.errors import ConfigError
+from fulmen.gateway import GatewayConfig, create_app
+from fulmen.gateway.capture_config import RedactionConfig
+from fulmen.gateway.redaction import Redactor, is_luhn_valid
+from fulmen.store import open_store
+from tests.gateway.conftest import Running, new_attempt
+from tests.gateway.scripted_upstream import Reply, Script, create_upstream_app, serve_app
+
+EMAIL = "jane.doe@example.org"
+PHONE = "+44 20 7946 0958"
+CARD = "4111 1111 1111 1111"  # passes Luhn
+ORDER = "order 4111111111111112"  # 16 digits failing Luhn: an ordinary number, kept
+SECRETS = (EMAIL, PHONE, CARD, "4111111111111111", "jane.doe", "7946")
+
+
+def shout(text: str) -> str:
+    """A redaction hook: hides a customer's name."""
+    return text.replace("Jane", "[NAME]")
+
+
+@pytest.fixture
+async def gw(tmp_path: Path) -> AsyncIterator[Running]:
+    store = await open_store(f"sqlite:///{tmp_path / 'r.db'}", watchdog_interval=None)
+    script = Script()
+    config = GatewayConfig(
+        flush_interval_s=0.01,
+        connect_retries=0,
+        redaction=RedactionConfig(hook="tests.gateway.test_redaction:shout"),
+    )
+    async with serve_app(create_upstream_app(script)) as upstream:
+        app = create_app(store, [f"{upstream}/v1"], config=config)
+        async with serve_app(app) as url:
+            yield Running(url, app.state.gateway, store, script)
+    await store.aclose()
+
+
+async def test_every_stored_field_is_redacted_and_token_ids_are_dropped(gw: Running) -> None:
+    rid, aid = await new_attempt(gw.store)
+    gw.script.replies.append(
+        Reply(tool_calls=[("lookup", {"email": EMAIL, "phone": PHONE, "note": ORDER})])
+    )
+    gw.script.replies.append(Reply(content=f"Jane, your card {CARD} is on file; mail {EMAIL}"))
+    gw.script.replies.append(Reply(content="plain answer"))
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": "You help Jane."},
+        {"role": "user", "content": [{"type": "text", "text": f"I am {EMAIL}, call {PHONE}"}]},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": "pay", "arguments": orjson.dumps({"card": CARD}).decode()},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_1", "content": f"paid with {CARD}; {ORDER}"},
+    ]
+    base = gw.base_url(rid, aid)
+    async with httpx.AsyncClient() as client:
+        for _ in range(2):
+            reply = await client.post(
+                f"{base}/chat/completions", json={"model": "m", "messages": messages}
+            )
+            assert reply.status_code == 200
+        # The agent itself gets the real reply: redaction is only about what is stored.
+        assert CARD in reply.json()["choices"][0]["message"]["content"]
+        clean = await client.post(
+            f"{base}/chat/completions",
+            json={"model": "m", "messages": [{"role": "user", "content": "2 + 2?"}]},
+        )
+        assert clean.status_code == 200
+    calls = await gw.calls(rid)
+    assert len(calls) == 3
+    for call in calls[:2]:
+        stored = call.model_dump_json()
+        for secret in SECRETS:
+            assert secret not in stored, secret
+        assert "[EMAIL]" in stored and "[CARD]" in stored and "[NAME]" in stored
+        assert "4111111111111112" in stored  # not a card number: not redacted
+        assert not call.is_token_level and call.prompt_token_ids is None
+        assert all(c.token_ids is None and c.logprobs is None for c in call.choices)
+    assert "[PHONE]" in calls[0].model_dump_json()
+    assert calls[2].is_token_level and calls[2].prompt_token_ids is not None
+    # The adapter trains on token ids only: the redacted calls give no transitions.
+    trajectory = await load_trajectory(gw.store, rid, options=TransitionOptions(missing_reward=0.0))
+    assert [t.call_ids for t in trajectory.transitions] == [[calls[2].call_id]]
+    async with httpx.AsyncClient() as client:
+        health = (await client.get(f"{gw.url}/healthz")).json()
+    assert health["redacted_calls"] == 2
+
+
+def test_card_numbers_need_the_luhn_check() -> None:
+    assert is_luhn_valid("4111111111111111") and is_luhn_valid("5555555555554444")
+    assert not is_luhn_valid("4111111111111112")
+    redactor = Redactor(RedactionConfig(patterns=("card",)))
+    assert redactor.text("pay 5555-5555-5555-4444 now") == "pay [CARD] now"
+    kept = "invoice 1234567890123 of 2026-11-22, ts 1763800000123"
+    assert redactor.text(kept) == kept
+
+
+def test_phone_numbers_need_a_separator_or_a_plus() -> None:
+    redactor = Redactor(RedactionConfig(patterns=("phone",)))
+    assert redactor.text("call (415) 555-2671 or +1 415 555 2671") == ("call [PHONE] or [PHONE]")
+    assert redactor.text("id 4155552671 and 2026-11-22") == "id 4155552671 and 2026-11-22"
+
+
+def test_a_hook_that_cannot_be_loaded_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="no_such_module"):
+        Redactor(RedactionConfig(hook="no_such_module:f"))
