@@ -5,6 +5,10 @@ characters in the answer divided by the token budget (capped at 1.0). A randomly
 model scores about 0.1; a correct policy-gradient update pushes it to 1.0 within a few CPU
 minutes (the model learns to repeat a token that contains the letter).
 
+The task's text reaches the model through a prompt resource named ``prompt`` (``TOY_PROMPT``,
+which sends it unchanged, when the run publishes none), so ``fulmen ab`` can compare prompt
+versions on it; ``examples/toy/worse_prompt.json`` is one the random model does worse with.
+
 ``toy_two_calls`` makes two calls per rollout: a *planner* whose output is ignored by the reward
 and an *actor* that is rewarded. Training it with ``transitions.agents: [actor]`` trains only the
 actor's calls.
@@ -17,9 +21,11 @@ from typing import Any
 from openai import AsyncOpenAI
 
 import fulmen
+from fulmen.types import PromptTemplate
 
 TARGET = "a"
 MAX_TOKENS = 8
+TOY_PROMPT = PromptTemplate(template="{prompt}")
 
 
 def score(text: str) -> float:
@@ -37,12 +43,13 @@ def val_tasks() -> list[dict[str, Any]]:
     return [{"id": f"v{i}", "prompt": f"Check {i}: write the letter {TARGET}."} for i in range(16)]
 
 
-async def _ask(llm: fulmen.LLM, prompt: str) -> str:
+async def _ask(llm: fulmen.LLM, prompt: str, template: PromptTemplate = TOY_PROMPT) -> str:
+    messages: list[Any] = template.messages(prompt=prompt)
     client = AsyncOpenAI(base_url=llm.base_url, api_key=llm.api_key)
     try:
         response = await client.chat.completions.create(
             model=llm.model,
-            messages=[{"role": "user", "content": prompt}],
+            messages=messages,
             max_tokens=MAX_TOKENS,
         )
     finally:
@@ -51,9 +58,11 @@ async def _ask(llm: fulmen.LLM, prompt: str) -> str:
 
 
 @fulmen.rollout
-async def toy_agent(task: dict[str, Any], llm: fulmen.LLM) -> float:
+async def toy_agent(
+    task: dict[str, Any], llm: fulmen.LLM, prompt: PromptTemplate = TOY_PROMPT
+) -> float:
     """One call; reward = target letters in the answer per token of budget."""
-    return score(await _ask(llm, task["prompt"]))
+    return score(await _ask(llm, task["prompt"], prompt))
 
 
 @fulmen.rollout

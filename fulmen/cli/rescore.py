@@ -1,0 +1,137 @@
+"""``fulmen rescore --reward module:fn``: a new reward function over stored rollouts.
+
+The function receives each selected rollout as a ``fulmen.debugging.RecordedRollout`` (task,
+recorded calls, ``final_text``) and returns a number; the agent does not run. Prints the old and
+new reward distributions and the rollouts that changed most. Read-only unless ``--write NAME``
+stores the new values as the named reward ``NAME`` (``--primary`` makes it the rollouts'
+reward). See ``fulmen.debugging.rescore``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from fulmen.cli.store import add_store_options, open_cli_store, parse_duration, run_async
+
+__all__ = ["register"]
+
+
+def _since(text: str) -> datetime:
+    """Parse an ISO 8601 time (UTC when it names no zone) or an age such as ``2h``."""
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        return datetime.now(UTC) - timedelta(seconds=parse_duration(text))
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+    return value
+
+
+def _rescore(args: argparse.Namespace) -> int:
+    from fulmen.debugging.rescore import (
+        RescoreFilter,
+        load_reward_function,
+        rescore,
+        write_rewards,
+    )
+    from fulmen.debugging.rescore_report import format_rescore, rescore_summary
+    from fulmen.errors import ConfigError
+    from fulmen.types import Mode
+
+    if args.primary and not args.write:
+        raise ConfigError("--primary only applies with --write NAME")
+    reward = load_reward_function(args.reward, python_path=[Path("."), *args.python_path])
+    selection = RescoreFilter(
+        mode=Mode(args.mode) if args.mode else None,
+        task_id=args.task,
+        resources_version=args.resources_version,
+        since=args.since,
+        limit=args.limit,
+    )
+
+    async def main() -> tuple[Any, int]:
+        async with open_cli_store(args) as store:
+            result = await rescore(store, reward, selection)
+            posted = 0
+            if args.write:
+                posted = await write_rewards(
+                    store, result, name=args.write, primary=args.primary, source=args.reward
+                )
+            return result, posted
+
+    result, posted = run_async(main)
+    if args.json:
+        print(json.dumps({**rescore_summary(result, top=args.top), "written": posted}, indent=2))
+    else:
+        print(format_rescore(result, top=args.top))
+        if args.write:
+            print(f"\nwrote {posted} rewards named {args.write!r}")
+    return 0
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``rescore`` subcommand."""
+    parser = subparsers.add_parser(
+        "rescore",
+        help="apply a new reward function to stored rollouts and compare the rewards",
+        description=(
+            "Apply a reward function to the succeeded rollouts of a store, without running "
+            "the agent: it receives each rollout's task and recorded calls "
+            "(fulmen.debugging.RecordedRollout) and returns a number. Prints the old and new "
+            "reward distributions (counts, means, a histogram) and the rollouts that changed "
+            "most. Read-only unless --write."
+        ),
+    )
+    parser.add_argument(
+        "--reward", required=True, metavar="MODULE:FN", help="the new reward function"
+    )
+    add_store_options(parser)
+    parser.add_argument(
+        "--python-path",
+        action="append",
+        type=Path,
+        default=[],
+        metavar="DIR",
+        help="directory to import the function from (repeatable; the current one is included)",
+    )
+    parser.add_argument(
+        "--mode", choices=("train", "val", "test", "production"), help="only this mode"
+    )
+    parser.add_argument("--task", metavar="TASK_ID", help="only rollouts of this task")
+    parser.add_argument(
+        "--resources-version", type=int, metavar="N", help="only rollouts run on this version"
+    )
+    parser.add_argument(
+        "--since",
+        type=_since,
+        metavar="TIME",
+        help="only rollouts that ended since TIME: ISO 8601 (UTC if no zone) or an age (12h, 7d)",
+    )
+    parser.add_argument(
+        "--limit", type=_positive, default=1000, help="most rollouts to score (default 1000)"
+    )
+    parser.add_argument(
+        "--top", type=_positive, default=10, help="changed rollouts to list (default 10)"
+    )
+    parser.add_argument(
+        "--write",
+        metavar="NAME",
+        help="store each changed rollout's new value as the reward value NAME (through the "
+        "reward API; idempotent). The rollout's reward stays what it was unless --primary",
+    )
+    parser.add_argument(
+        "--primary",
+        action="store_true",
+        help="with --write: make NAME the rollouts' reward (what training and exports read)",
+    )
+    parser.add_argument("--json", action="store_true", help="print the summary as JSON")
+    parser.set_defaults(func=_rescore)

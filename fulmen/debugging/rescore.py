@@ -1,0 +1,259 @@
+"""Re-scoring stored rollouts with a new reward function, without running the agent.
+
+``rescore`` reads the finished rollouts a ``RescoreFilter`` selects, gives each one to the
+reward function as a ``RecordedRollout`` (task, recorded calls, final text) and returns old
+and new rewards side by side. ``write_rewards`` stores the new values as a named reward
+through the store's reward API (``Store.add_reward``): by default next to the rollout's current
+reward, which stays the reward (the post repeats the current primary value under its name);
+with ``primary=True`` the new value becomes the rollout's reward. Posts are idempotent: the
+same name and value for a rollout is stored once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import inspect
+import math
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, TypeAlias, cast
+
+from fulmen.debugging.recorded import RecordedRollout, recorded_rollout
+from fulmen.errors import ConfigError
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from fulmen.adapter.transitions import AttemptRecords
+    from fulmen.store.base import Store
+    from fulmen.types import Mode, Rollout
+
+__all__ = [
+    "RescoreFilter",
+    "RescoreResult",
+    "RescoredRollout",
+    "RewardFunction",
+    "load_reward_function",
+    "rescore",
+    "write_rewards",
+]
+
+RewardFunction: TypeAlias = Callable[[RecordedRollout], "float | Awaitable[float]"]
+_PAGE = 500
+_CHANGED = 1e-9
+
+
+@dataclass(frozen=True)
+class RescoreFilter:
+    """Which stored rollouts to re-score: succeeded ones matching every filter that is set.
+
+    Attributes:
+        mode: only this mode (``train``, ``val``, ...).
+        task_id: only rollouts of this task.
+        resources_version: only rollouts that ran on this resources version.
+        since: only rollouts that ended at or after this time (time zone aware).
+        limit: at most this many rollouts, oldest first.
+    """
+
+    mode: Mode | None = None
+    task_id: str | None = None
+    resources_version: int | None = None
+    since: datetime | None = None
+    limit: int = 1000
+
+
+@dataclass(frozen=True)
+class RescoredRollout:
+    """One rollout's old and new reward (``new`` is ``None`` when the function raised)."""
+
+    rollout: RecordedRollout
+    old: float | None
+    new: float | None
+    error: str | None = None
+
+    @property
+    def change(self) -> float:
+        """Return ``new - old`` (0 when either is missing)."""
+        if self.old is None or self.new is None:
+            return 0.0
+        return self.new - self.old
+
+
+@dataclass(frozen=True)
+class RescoreResult:
+    """Every re-scored rollout, in store order, with the records a write needs."""
+
+    items: tuple[RescoredRollout, ...]
+    records: dict[str, AttemptRecords]
+
+    @property
+    def scored(self) -> list[RescoredRollout]:
+        """Return the rollouts the function scored (it did not raise)."""
+        return [i for i in self.items if i.new is not None]
+
+    @property
+    def failed(self) -> list[RescoredRollout]:
+        """Return the rollouts on which the function raised."""
+        return [i for i in self.items if i.error is not None]
+
+    @property
+    def changed(self) -> list[RescoredRollout]:
+        """Return the scored rollouts whose reward changed (or had none before)."""
+        return [i for i in self.scored if i.old is None or abs(i.change) > _CHANGED]
+
+    def most_changed(self, count: int) -> list[RescoredRollout]:
+        """Return up to ``count`` changed rollouts, largest absolute change first."""
+        return sorted(self.changed, key=lambda i: -abs(i.change))[:count]
+
+
+def load_reward_function(spec: str, *, python_path: Sequence[Path] = ()) -> RewardFunction:
+    """Import the reward function ``spec`` names (``"module:function"``).
+
+    ``python_path`` directories go on ``sys.path`` first. Raises ``ConfigError`` naming
+    ``spec`` when it cannot be imported or is not callable.
+    """
+    module_name, _, attr_path = spec.partition(":")
+    if not module_name or not attr_path:
+        raise ConfigError(f"--reward must look like 'module:function', got {spec!r}")
+    for entry in python_path:
+        if str(entry) not in sys.path:
+            sys.path.insert(0, str(entry))
+    try:
+        value: Any = importlib.import_module(module_name)
+        for part in attr_path.split("."):
+            value = getattr(value, part)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError(f"cannot import reward function {spec!r}: {exc}") from exc
+    if not callable(value):
+        raise ConfigError(f"reward function {spec!r} is a {type(value).__name__}, not callable")
+    return cast("RewardFunction", value)
+
+
+async def rescore(
+    store: Store, reward: RewardFunction, selection: RescoreFilter | None = None
+) -> RescoreResult:
+    """Apply ``reward`` to the rollouts ``selection`` picks; see the module docstring.
+
+    The function may be sync or async; it returns a finite number (a ``bool`` counts as 0/1).
+    An exception or a bad return value is kept as that rollout's ``error``, and the others
+    are still scored.
+    """
+    from fulmen.adapter.transitions import load_attempt
+
+    selection = selection or RescoreFilter()
+    items: list[RescoredRollout] = []
+    records: dict[str, AttemptRecords] = {}
+    async for rollout in _selected(store, selection):
+        attempt = await load_attempt(store, rollout.rollout_id)
+        view = recorded_rollout(rollout, attempt)
+        records[rollout.rollout_id] = attempt
+        try:
+            value = await _call(reward, view)
+        except Exception as exc:  # the user's function: report it, score the rest
+            items.append(RescoredRollout(view, view.reward, None, f"{type(exc).__name__}: {exc}"))
+            continue
+        items.append(RescoredRollout(view, view.reward, value))
+    return RescoreResult(tuple(items), records)
+
+
+async def _call(reward: RewardFunction, rollout: RecordedRollout) -> float:
+    value: Any = reward(rollout)
+    if inspect.isawaitable(value):
+        value = await value
+    if isinstance(value, bool):
+        return float(value)
+    if not isinstance(value, int | float) or not math.isfinite(value):
+        raise TypeError(f"the reward function returned {value!r}, not a finite number")
+    return float(value)
+
+
+async def _selected(store: Store, selection: RescoreFilter) -> AsyncIterator[Rollout]:
+    """Yield the succeeded rollouts matching ``selection``, oldest first, up to its limit."""
+    from fulmen.types import RolloutQuery, RolloutStatus
+
+    cursor: int | None = None
+    taken = 0
+    while taken < selection.limit:
+        page = await store.query_rollouts(
+            RolloutQuery(
+                statuses=[RolloutStatus.SUCCEEDED],
+                mode=selection.mode,
+                task_id=selection.task_id,
+                resources_version=selection.resources_version,
+                cursor=cursor,
+                limit=_PAGE,
+            )
+        )
+        for rollout in page.items:
+            if selection.since is not None and (
+                rollout.ended_at is None or rollout.ended_at < selection.since
+            ):
+                continue
+            yield rollout
+            taken += 1
+            if taken >= selection.limit:
+                return
+        if page.next_cursor is None:
+            return
+        cursor = page.next_cursor
+
+
+async def write_rewards(
+    store: Store,
+    result: RescoreResult,
+    *,
+    name: str,
+    primary: bool = False,
+    source: str = "",
+) -> int:
+    """Store each changed or newly scored rollout's new reward as the value ``name``.
+
+    Without ``primary`` the rollout's current reward stays its reward: the post also carries
+    the current primary value under its own name and names it primary. Returns how many
+    rewards were posted (unchanged rollouts get none).
+    """
+    from fulmen.types import RewardCreate
+
+    posted = 0
+    for item in result.changed:
+        if item.new is None:
+            continue
+        values = {name: item.new}
+        current = _primary_name(result.records[item.rollout.rollout_id])
+        keep = None if primary or current is None or item.old is None else current
+        if keep is not None and keep != name:
+            values[keep] = item.old if item.old is not None else 0.0
+        chosen = name if keep is None or keep == name else keep
+        key = _reward_key(item.rollout.rollout_id, name, item.new, chosen)
+        await store.add_reward(
+            RewardCreate(
+                rollout_id=item.rollout.rollout_id,
+                values=values,
+                primary=chosen,
+                key=key,
+                metadata={"source": "fulmen rescore", "function": source},
+            )
+        )
+        posted += 1
+    return posted
+
+
+def _primary_name(records: AttemptRecords) -> str | None:
+    """Return the name of the rollout's current primary reward (latest that names one)."""
+    from fulmen.tracing import semconv
+
+    named = [(e.sequence, e.primary) for e in semconv.reward_events(records.spans)]
+    named += [(r.sequence, r.primary) for r in records.rewards]
+    current: str | None = None
+    for _, name in sorted(named, key=lambda e: e[0]):
+        if name is not None:
+            current = name
+    return current
+
+
+def _reward_key(rollout_id: str, name: str, value: float, primary: str) -> str:
+    digest = hashlib.blake2b(f"{rollout_id}\0{name}\0{value!r}\0{primary}".encode(), digest_size=12)
+    return f"rescore-{digest.hexdigest()}"

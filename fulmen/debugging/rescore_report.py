@@ -1,0 +1,139 @@
+"""The text and JSON report of a re-scoring: counts, means, a histogram, the biggest changes.
+
+>>> histogram([0.0, 0.0, 1.0], [1.0, 1.0, 1.0], bins=2)
+[(0.0, 0.5, 2, 0), (0.5, 1.0, 1, 3)]
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from typing import Any
+
+from fulmen.debugging.rescore import RescoredRollout, RescoreResult
+
+__all__ = ["format_rescore", "histogram", "rescore_summary"]
+
+_BAR = 30
+
+
+def histogram(
+    old: Sequence[float], new: Sequence[float], *, bins: int = 10
+) -> list[tuple[float, float, int, int]]:
+    """Count old and new values in ``bins`` equal bins over their common range.
+
+    Returns ``(low, high, old_count, new_count)`` per bin; the last bin includes its upper
+    edge. All values equal give one bin.
+    """
+    values = [*old, *new]
+    if not values:
+        return []
+    low, high = min(values), max(values)
+    if high - low < 1e-12:
+        return [(low, high, len(old), len(new))]
+    width = (high - low) / bins
+
+    def index(value: float) -> int:
+        return min(bins - 1, int((value - low) / width))
+
+    old_counts, new_counts = [0] * bins, [0] * bins
+    for value in old:
+        old_counts[index(value)] += 1
+    for value in new:
+        new_counts[index(value)] += 1
+    return [
+        (low + i * width, low + (i + 1) * width, old_counts[i], new_counts[i]) for i in range(bins)
+    ]
+
+
+def rescore_summary(result: RescoreResult, *, top: int = 10) -> dict[str, Any]:
+    """Return the figures of a re-scoring as JSON-ready data."""
+    scored = result.scored
+    old = [i.old for i in scored if i.old is not None]
+    new = [i.new for i in scored if i.new is not None]
+    return {
+        "rollouts": len(result.items),
+        "scored": len(scored),
+        "failed": len(result.failed),
+        "changed": len(result.changed),
+        "old": _stats(old),
+        "new": _stats(new),
+        "histogram": [
+            {"low": lo, "high": hi, "old": a, "new": b} for lo, hi, a, b in histogram(old, new)
+        ],
+        "most_changed": [_item(i) for i in result.most_changed(top)],
+        "errors": [_item(i) for i in result.failed[:top]],
+    }
+
+
+def _stats(values: Sequence[float]) -> dict[str, float | int | None]:
+    if not values:
+        return {"count": 0, "mean": None, "min": None, "max": None}
+    return {
+        "count": len(values),
+        "mean": statistics.fmean(values),
+        "min": min(values),
+        "max": max(values),
+    }
+
+
+def _item(item: RescoredRollout) -> dict[str, Any]:
+    return {
+        "rollout_id": item.rollout.rollout_id,
+        "task_id": item.rollout.task_id,
+        "old": item.old,
+        "new": item.new,
+        "change": item.change,
+        "final_text": item.rollout.final_text[:200],
+        "error": item.error,
+    }
+
+
+def format_rescore(result: RescoreResult, *, top: int = 10) -> str:
+    """Return the report as text: counts, old vs new means, a histogram, the top changes."""
+    summary = rescore_summary(result, top=top)
+    old, new = summary["old"], summary["new"]
+    lines = [
+        f"rescored {summary['scored']} of {summary['rollouts']} rollouts "
+        f"({summary['failed']} failed in the reward function); "
+        f"{summary['changed']} changed",
+        f"  old reward: {_line(old)}",
+        f"  new reward: {_line(new)}",
+    ]
+    rows = summary["histogram"]
+    if rows:
+        most = max(max(r["old"], r["new"]) for r in rows) or 1
+        lines.append(f"\n  {'reward bin':<17} {'old':<{_BAR + 6}} new")
+        for row in rows:
+            label = f"[{row['low']:.3f}, {row['high']:.3f}]"
+            lines.append(
+                f"  {label:<17} {_bar(row['old'], most):<{_BAR + 6}} {_bar(row['new'], most)}"
+            )
+    if summary["most_changed"]:
+        lines.append("\n  most changed:")
+        for item in summary["most_changed"]:
+            old_text = "none" if item["old"] is None else f"{item['old']:.4f}"
+            lines.append(
+                f"  {item['rollout_id']:<28} task={item['task_id']} {old_text} -> "
+                f"{item['new']:.4f} ({item['change']:+.4f})  {_excerpt(item['final_text'])}"
+            )
+    for item in summary["errors"]:
+        lines.append(f"  error on {item['rollout_id']}: {item['error']}")
+    return "\n".join(lines)
+
+
+def _line(stats: dict[str, Any]) -> str:
+    if not stats["count"]:
+        return "none"
+    return (
+        f"n={stats['count']} mean={stats['mean']:.4f} min={stats['min']:.4f} max={stats['max']:.4f}"
+    )
+
+
+def _bar(count: int, most: int) -> str:
+    return f"{count:>5} " + "#" * round(_BAR * count / most)
+
+
+def _excerpt(text: str) -> str:
+    flat = " ".join(text.split())
+    return repr(flat if len(flat) <= 50 else flat[:49] + "…")
