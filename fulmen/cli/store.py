@@ -25,6 +25,7 @@ __all__ = [
     "add_store_options",
     "cli_settings",
     "open_cli_store",
+    "parse_duration",
     "register",
     "run_async",
     "store_address",
@@ -181,7 +182,7 @@ def _stats(args: argparse.Namespace) -> int:
 _DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
 
-def _duration(text: str) -> float:
+def parse_duration(text: str) -> float:
     """Parse ``30d``, ``12h``, ``90m``, ``45s`` or ``2w`` into seconds."""
     number, unit = text[:-1], text[-1:].lower()
     try:
@@ -234,7 +235,7 @@ def _register_prune(commands: Any) -> None:
     add_store_options(prune)
     prune.add_argument(
         "--older-than",
-        type=_duration,
+        type=parse_duration,
         required=True,
         metavar="AGE",
         help="how long ago a rollout must have ended: 30d, 12h, 90m, 45s, 2w",
