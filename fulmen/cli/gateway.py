@@ -4,6 +4,7 @@ Example::
 
     fulmen gateway --store sqlite:///runs.db --upstream http://127.0.0.1:8000/v1 --port 8100
     fulmen gateway --store http://127.0.0.1:4747 --token "$STORE_TOKEN" --upstream ...
+    fulmen gateway --config gateway.yaml --store ... --upstream ...   # capture:, redaction:
 
 Agents then use ``http://127.0.0.1:8100/rollout/{rollout_id}/attempt/{attempt_id}/v1`` as
 their OpenAI base URL (plain ``/v1`` works too, recorded as untracked calls).
@@ -17,12 +18,15 @@ import ipaddress
 import signal
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fulmen.cli.store import add_store_options, cli_settings, store_address, store_options
 from fulmen.errors import ConfigError
 
-__all__ = ["loop_factory", "register"]
+if TYPE_CHECKING:
+    from fulmen.gateway.config import GatewayConfig
+
+__all__ = ["gateway_config", "loop_factory", "register"]
 
 
 def register(subparsers: Any) -> None:
@@ -68,6 +72,14 @@ def register(subparsers: Any) -> None:
         default=None,
         help="where call records are spilled while the store is away (default: "
         "$FULMEN_SPILL_DIR, else ~/.cache/fulmen/spill)",
+    )
+    parser.add_argument(
+        "--config",
+        metavar="FILE.yaml",
+        type=Path,
+        default=None,
+        help="GatewayConfig as YAML, such as its capture: and redaction: sections for "
+        "production traffic (docs/production.md); the options below override it",
     )
     _add_config_options(parser)
     parser.set_defaults(func=_run)
@@ -116,21 +128,22 @@ def _run(args: argparse.Namespace) -> int:
         )
     if not args.upstream and not args.hosted_upstream:
         raise ConfigError("give at least one --upstream or --hosted-upstream URL")
+    config = gateway_config(args, spill_dir=cli_settings(args).spill_dir)
     # uvicorn shuts down gracefully on SIGTERM, then re-raises it; a stop we asked for is a
     # clean exit (0), so the re-raised signal is swallowed here.
     previous = signal.signal(signal.SIGTERM, _ignore_signal)
     try:
         with asyncio.Runner(loop_factory=loop_factory()) as runner:
-            runner.run(_serve(args, token))
+            runner.run(_serve(args, token, config))
     finally:
         signal.signal(signal.SIGTERM, previous)
     return 0
 
 
-async def _serve(args: argparse.Namespace, token: str | None) -> None:
+async def _serve(args: argparse.Namespace, token: str | None, config: GatewayConfig) -> None:
     import uvicorn
 
-    from fulmen.gateway import GatewayConfig, Upstream, create_app
+    from fulmen.gateway import Upstream, create_app
     from fulmen.store import open_store
     from fulmen.tracing.backoff import Backoff, retry_call
 
@@ -142,9 +155,6 @@ async def _serve(args: argparse.Namespace, token: str | None) -> None:
         Upstream(base_url=url, api_key=api_key, is_token_level=False)
         for url in args.hosted_upstream
     ]
-    chosen = {n: getattr(args, n, None) for n in GatewayConfig.model_fields}
-    chosen["spill_dir"] = args.spill_dir or settings.spill_dir
-    config = GatewayConfig(**{n: v for n, v in chosen.items() if v is not None})
     url, store_token = store_address(args)
     # A store that is down or failing when the gateway starts is waited for (a log line a
     # minute); a wrong token or URL fails at once; SIGTERM meanwhile stops the gateway.
@@ -171,6 +181,37 @@ async def _serve(args: argparse.Namespace, token: str | None) -> None:
         await uvicorn.Server(server_config).serve()
     finally:
         await store.aclose()
+
+
+def gateway_config(args: argparse.Namespace, *, spill_dir: Path | None) -> GatewayConfig:
+    """Build the ``GatewayConfig`` from ``--config FILE.yaml`` and the options that override it.
+
+    A file that is not a YAML mapping of ``GatewayConfig`` fields raises ``ConfigError``
+    naming the file and what is wrong.
+    """
+    import yaml
+    from pydantic import ValidationError
+
+    from fulmen.gateway import GatewayConfig
+
+    chosen: dict[str, Any] = {}
+    if args.config is not None:
+        try:
+            loaded = yaml.safe_load(args.config.read_text())
+        except (OSError, yaml.YAMLError) as exc:
+            raise ConfigError(f"cannot read gateway config {str(args.config)!r}: {exc}") from exc
+        if not isinstance(loaded, dict | None):
+            raise ConfigError(f"gateway config {str(args.config)!r} is not a YAML mapping")
+        chosen.update(loaded or {})
+    chosen.update(
+        {n: v for n in GatewayConfig.model_fields if (v := getattr(args, n, None)) is not None}
+    )
+    chosen["spill_dir"] = args.spill_dir or chosen.get("spill_dir") or spill_dir
+    try:
+        return GatewayConfig(**{n: v for n, v in chosen.items() if v is not None})
+    except ValidationError as exc:
+        where = f" in {str(args.config)!r}" if args.config is not None else ""
+        raise ConfigError(f"invalid gateway config{where}: {exc}") from exc
 
 
 def loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:

@@ -80,8 +80,9 @@ def test_config_flags_are_derived_from_gateway_config(capsys: pytest.CaptureFixt
         build_parser().parse_args(["gateway", "--help"])
     helps = capsys.readouterr().out
     for name in GatewayConfig.model_fields:
-        if name != "policy_version_headers":
+        if name not in ("policy_version_headers", "capture", "redaction"):  # from --config
             assert "--" + name.replace("_", "-") in helps
+    assert "--config FILE.yaml" in helps
 
 
 async def test_gateway_command_records_tracked_calls_into_a_shared_sqlite_store(
@@ -151,3 +152,32 @@ async def test_gateway_waits_for_a_store_that_is_down_and_stops_on_sigterm() -> 
     stderr = await proc.stderr.read() if proc.stderr else b""
     assert code == 0, stderr.decode()
     assert b"connect to the store at" in stderr and b"still retrying" in stderr
+
+
+def test_capture_and_redaction_come_from_a_yaml_config_the_flags_override(
+    tmp_path: Path,
+) -> None:
+    from fulmen.cli.gateway import gateway_config
+    from fulmen.cli.main import build_parser
+    from fulmen.errors import ConfigError
+
+    path = tmp_path / "gateway.yaml"
+    path.write_text(
+        "batch_size: 64\n"
+        "capture:\n"
+        "  session: {header: x-session-id, idle_timeout_s: 120}\n"
+        "  base_rate: 0.1\n"
+        "  keep_if_reward_at_least: 0.8\n"
+        "  max_calls_per_minute: 600\n"
+        "redaction:\n"
+        "  patterns: [email, card]\n"
+    )
+    argv = ["gateway", "--upstream", "http://x/v1", "--config", str(path), "--batch-size", "8"]
+    config = gateway_config(build_parser().parse_args(argv), spill_dir=None)
+    assert config.batch_size == 8  # the flag wins over the file
+    assert config.capture is not None and config.capture.session.header == "x-session-id"
+    assert config.capture.base_rate == 0.1 and config.capture.max_calls_per_minute == 600
+    assert config.redaction is not None and config.redaction.patterns == ("email", "card")
+    path.write_text("capture:\n  session: {header: a, body_field: user}\n")
+    with pytest.raises(ConfigError, match="exactly one of header, body_field"):
+        gateway_config(build_parser().parse_args(argv), spill_dir=None)
