@@ -20,9 +20,6 @@ from fulmen.trainer.config import EngineConfig, RolloutSettings
 from fulmen.trainer.stack import TrainingStack
 from fulmen.types import LLMResource, Mode, ResourcesCreate, RolloutConfig, RolloutCreate
 
-pytest.importorskip("torch")
-pytest.importorskip("openai")
-
 TOY_DIR = Path(__file__).resolve().parents[2] / "examples" / "toy"
 SAMPLING = {"default": {"temperature": 0.0, "max_tokens": 8},
             "train": {"temperature": 1.0, "max_tokens": 8}}  # fmt: skip
@@ -31,6 +28,8 @@ SETTINGS = RolloutSettings(concurrency=8, timeout_s=60, max_attempts=1)
 
 @pytest.fixture(scope="session")
 def engine_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    pytest.importorskip("torch")
+    pytest.importorskip("openai")
     from fulmen.engines.launcher import BuiltinLauncher
     from fulmen.engines.models import resolve_model
 
