@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from fulmen.adapter.transitions import AttemptRecords, TransitionOptions
-    from fulmen.types import LLMCallCreate, Mode, Resource, Rollout, RolloutQuery, Trajectory
+    from fulmen.algorithms.source import StoreSource
+    from fulmen.types import LLMCallCreate, Mode, Resource, Rollout, Trajectory
     from fulmen.types.limits import JsonData
 
 __all__ = ["AlgorithmContext", "StageProgress"]
@@ -186,13 +187,12 @@ class AlgorithmContext(Protocol):
         """
         ...
 
-    async def read_attempts(
-        self, store_url: str, query: RolloutQuery, *, limit: int | None = None
-    ) -> list[AttemptRecords]:
-        """Read the latest attempt of the rollouts ``query`` matches in another store.
+    async def read_source(self, source: StoreSource) -> list[AttemptRecords]:
+        """Read the latest attempt of each rollout of another store that ``source`` keeps.
 
-        The store at ``store_url`` (an earlier run, a teacher's) is only read; at most
-        ``limit`` attempts, in enqueue order.
+        The store (kept production traffic, an earlier run, a teacher's) is only read; its
+        filter picks succeeded rollouts by mode, task, version, end time, agent and reward,
+        at most ``max_rollouts`` of them, in enqueue order.
         """
         ...
 

@@ -17,6 +17,7 @@ from fulmen.algorithms.apo.config import APOConfig
 from fulmen.algorithms.demos.config import DemosConfig
 from fulmen.algorithms.grpo.config import GRPOAlgorithmConfig
 from fulmen.algorithms.sft.config import SFTAlgorithmConfig
+from fulmen.algorithms.source import StoreFilter
 from fulmen.errors import ConfigError
 
 __all__ = [
@@ -66,9 +67,9 @@ class EngineConfig(_Strict):
 
 
 class DataConfig(_Strict):
-    """Where tasks come from.
+    """Where tasks come from, or, for offline training, the store whose rollouts are learned.
 
-    Each source is ``"module:callable"`` (called with no arguments, returns a list of JSON
+    Each task source is ``"module:callable"`` (called with no arguments, returns a list of JSON
     tasks) or a path to a ``.jsonl`` file (one task per line).
 
     Attributes:
@@ -76,11 +77,36 @@ class DataConfig(_Strict):
         val: held-out tasks for validation (optional).
         task_id_key: the key of a task dict that names it (rollouts of one task form a GRPO
             group); tasks without it are numbered.
+        from_store: instead of tasks, learn from the finished rollouts already in this store
+            (kept production traffic with delayed rewards, an earlier run): no agent runs;
+            ``algorithm: sft`` fine-tunes on the rewarded ones, ``algorithm: grpo`` takes
+            off-policy steps on them (``docs/offline.md``). Its token, if it needs one, is not
+            supported: use a SQLite/PostgreSQL URL or an open ``http://`` store.
+        filter: which of its rollouts (``fulmen.algorithms.source.StoreFilter``: mode,
+            min_reward, ended_after/ended_before, agent, task_id, max_rollouts, ...).
     """
 
-    train: str
+    train: str | None = None
     val: str | None = None
     task_id_key: str = "id"
+    from_store: str | None = Field(default=None, min_length=1)
+    filter: StoreFilter | None = None
+
+    @model_validator(mode="after")
+    def _tasks_or_store(self) -> DataConfig:
+        if self.from_store is None:
+            if self.train is None:
+                raise ValueError("data needs train (the training tasks) or from_store")
+            if self.filter is not None:
+                raise ValueError("data.filter has no effect without data.from_store")
+            return self
+        dead = sorted({"train", "val", "task_id_key"} & self.model_fields_set)
+        if dead:
+            raise ValueError(
+                f"data.{', data.'.join(dead)} has no effect with data.from_store (offline "
+                "training learns from the store's rollouts and runs no tasks)"
+            )
+        return self
 
 
 class RolloutSettings(_Strict):
@@ -143,7 +169,7 @@ class TrainConfig(_Strict):
         model: a model name fulmen can build or load offline (``tiny``, ``gemma-3-270m``) or a
             local Hugging Face directory.
         agent: the agent as ``"module:object"`` (a ``@fulmen.rollout`` function or an
-            ``Agent``).
+            ``Agent``); left out only with ``data.from_store`` (offline training runs none).
         run_dir: where the store, checkpoints, adapters and metrics go; a second run with the
             same directory resumes.
         store_url: an external store to use instead of ``RUN_DIR/store.db``: a ``fulmen store
@@ -165,7 +191,7 @@ class TrainConfig(_Strict):
     """
 
     model: str
-    agent: str
+    agent: str | None = Field(default=None, min_length=1)
     run_dir: Path = Path("runs/fulmen")
     store_url: str | None = Field(default=None, min_length=1)
     seed: int = 0
@@ -193,6 +219,7 @@ class TrainConfig(_Strict):
         if isinstance(out.get("stages"), list):
             stages = cast("list[Any]", out["stages"])
             out["stages"] = [_algorithm_section(s, f"stages.{i}") for i, s in enumerate(stages)]
+        _give_offline_source(out)
         from fulmen.trainer.behaviour import align_behaviour_temperature
 
         return align_behaviour_temperature(out)
@@ -206,6 +233,19 @@ class TrainConfig(_Strict):
             raise ValueError(
                 f"engine.kind 'endpoint' cannot take new weights ({', '.join(weights)}); use it "
                 f"with `fulmen dev` or algorithms that change only prompts ({_PROMPT_ONLY_NAMES})"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _offline_has_no_agent(self) -> TrainConfig:
+        if self.data.from_store is None:
+            if self.agent is None:
+                raise ValueError("agent is required (or data.from_store, to train offline)")
+            return self
+        if self.agent is not None:
+            raise ValueError(
+                "agent has no effect with data.from_store: offline training learns from the "
+                "store's recorded rollouts and runs no agent (evaluate it afterwards)"
             )
         return self
 
@@ -232,6 +272,41 @@ class TrainConfig(_Strict):
             if callable(options):
                 return options()
         return TransitionOptions()
+
+
+#: Algorithms that can learn from a store's recorded rollouts (``data.from_store``).
+_OFFLINE_ALGORITHMS = ("grpo", "sft")
+
+
+def _give_offline_source(raw: dict[str, Any]) -> None:
+    """Hand ``data.from_store`` and ``data.filter`` to every algorithm section as ``source``.
+
+    Each algorithm then reads the store the way its own ``source`` option would; one that
+    cannot learn from recorded rollouts, or that names its own source too, is refused.
+    """
+    data = raw.get("data")
+    if not isinstance(data, dict) or cast("dict[str, Any]", data).get("from_store") is None:
+        return
+    data = cast("dict[str, Any]", data)
+    source = {"store": data["from_store"], "filter": data.get("filter") or {}}
+    if raw.get("stages") is not None:
+        places = list(enumerate(cast("list[Any]", raw["stages"])))
+    else:
+        places = [(None, raw.get("algorithm"))]
+    for index, section in places:
+        where = "algorithm" if index is None else f"stages.{index}"
+        if not isinstance(section, dict):
+            continue  # the model's own validation reports it
+        section = cast("dict[str, Any]", section)
+        name = section.get("name")
+        if name not in _OFFLINE_ALGORITHMS:
+            raise ValueError(
+                f"{where}.name {name!r} cannot learn from data.from_store (offline training "
+                f"supports: {', '.join(_OFFLINE_ALGORITHMS)})"
+            )
+        if section.get("source") is not None:
+            raise ValueError(f"set data.from_store or {where}.source, not both")
+        section["source"] = source
 
 
 def _algorithm_section(value: Any, where: str) -> Any:

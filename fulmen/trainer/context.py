@@ -29,12 +29,12 @@ from fulmen.types import (
     Rollout,
     RolloutConfig,
     RolloutCreate,
-    RolloutQuery,
     RolloutStatus,
 )
 
 if TYPE_CHECKING:
     from fulmen.adapter.transitions import AttemptRecords, TransitionOptions
+    from fulmen.algorithms.source import StoreSource
     from fulmen.trainer.config import TrainConfig
     from fulmen.types import LLMCallCreate, Trajectory
     from fulmen.types.limits import JsonData
@@ -304,21 +304,26 @@ class StageContext:
         query = RolloutQuery(statuses=[RolloutStatus.SUCCEEDED], mode=mode, limit=1000)
         return [r async for r in iter_rollouts(self.session.stack.store, query)]
 
-    async def read_attempts(
-        self, store_url: str, query: RolloutQuery, *, limit: int | None = None
-    ) -> list[AttemptRecords]:
-        """Read the latest attempt of each rollout ``query`` matches in another store."""
+    async def read_source(self, source: StoreSource) -> list[AttemptRecords]:
+        """Read the latest attempt of each rollout of another store that ``source`` keeps."""
+        from fulmen.adapter.signals import read_signals
         from fulmen.adapter.transitions import load_attempt
+        from fulmen.algorithms.source import keeps
         from fulmen.store import open_store
         from fulmen.store.reading import iter_rollouts
 
+        wanted = source.filter
         attempts: list[AttemptRecords] = []
         # No watchdog: the store is only read, and its owner runs its own.
-        async with open_store(store_url, watchdog_interval=None) as store:
-            async for rollout in iter_rollouts(store, query):
-                if limit is not None and len(attempts) >= limit:
+        async with open_store(source.store, watchdog_interval=None) as store:
+            async for rollout in iter_rollouts(store, wanted.query()):
+                if wanted.max_rollouts is not None and len(attempts) >= wanted.max_rollouts:
                     break
-                attempts.append(await load_attempt(store, rollout.rollout_id))
+                records = await load_attempt(store, rollout.rollout_id)
+                signals = read_signals(records.calls, records.spans, records.rewards)
+                reward, agents = signals.final_reward, signals.agent_names
+                if keeps(wanted, rollout, reward=reward, agents=agents):
+                    attempts.append(records)
         return attempts
 
     async def rewards(self, rollouts: Sequence[Rollout]) -> list[float]:

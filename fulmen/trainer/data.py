@@ -68,12 +68,11 @@ class TaskSampler:
     """Draws tasks without replacement, epoch after epoch, reproducibly from a seed.
 
     ``batch(step, n)`` depends only on the seed, the step and ``n``, so a resumed run draws the
-    same tasks it would have drawn without the crash.
+    same tasks it would have drawn without the crash. An empty task list (offline training,
+    which runs no tasks) is refused when a batch is asked of it.
     """
 
     def __init__(self, tasks: Sequence[Any], *, seed: int) -> None:
-        if not tasks:
-            raise ConfigError("cannot sample from an empty task list")
         self._tasks = list(tasks)
         self._seed = seed
 
@@ -84,6 +83,8 @@ class TaskSampler:
 
     def batch(self, step: int, n: int) -> list[tuple[int, Any]]:
         """Return the ``n`` (index, task) pairs of ``step``."""
+        if not self._tasks:
+            raise ConfigError("cannot sample from an empty task list")
         out: list[tuple[int, Any]] = []
         for position in range(step * n, step * n + n):
             epoch, offset = divmod(position, len(self._tasks))

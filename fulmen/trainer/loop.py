@@ -3,11 +3,12 @@
 ``run_grpo`` is ``algorithm: grpo``'s run function (see ``fulmen.algorithms.context``). Each
 step publishes a resources version naming the current policy, runs ``group_size`` rollouts for
 each of ``tasks_per_step`` tasks, turns their records into transitions (``fulmen.adapter``),
-takes one policy update (``GRPOEngine``), saves the LoRA adapter, hot-loads it into the engine
-under a new name, and checkpoints. Validation runs on its schedule between steps (the stage
-runner validates before and after the stage). A stage that already has a checkpoint resumes
-after its last completed step; a stage that starts after another one that published an adapter
-starts from that adapter's weights.
+takes one policy update (``GRPOEngine``), saves the LoRA adapter and hot-loads it into the
+engine under a new name (``finetune: full``: saves the model and has the engine reload it as its
+weights), and checkpoints. Validation runs on its schedule between steps (the stage runner
+validates before and after the stage). A stage that already has a checkpoint resumes after its
+last completed step; a stage that starts after another one that published an adapter or full
+weights starts from them.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import shutil
 import time
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -24,6 +24,7 @@ from fulmen.adapter.attribution import AttributionCheck
 from fulmen.algorithms.context import AlgorithmContext
 from fulmen.algorithms.grpo.config import GRPOAlgorithmConfig
 from fulmen.algorithms.rewards import reward_metrics
+from fulmen.algorithms.serving import keep_newest, serve_policy
 from fulmen.trainer.diagnose import no_update_reason
 from fulmen.types import Mode, Rollout, RolloutStatus
 
@@ -31,16 +32,19 @@ __all__ = ["GRPOLoop", "progress_bar", "run_grpo"]
 
 logger = logging.getLogger("fulmen.train")
 
-_KEEP_CHECKPOINTS = 2
-
 
 async def run_grpo(
     config: GRPOAlgorithmConfig, context: AlgorithmContext
 ) -> list[dict[str, float]]:
     """Run ``config.steps`` GRPO steps, resuming the stage's progress.
 
-    Returns the metrics of each step run now.
+    Returns the metrics of each step run now. With ``config.source`` the steps learn
+    off-policy from that store's recorded rollouts (``fulmen.trainer.offline``).
     """
+    if config.source is not None:
+        from fulmen.trainer.offline import OfflineGRPOLoop
+
+        return await OfflineGRPOLoop(config, context).run()
     return await GRPOLoop(config, context).run()
 
 
@@ -81,16 +85,22 @@ class GRPOLoop:
 
     def _build_trainer(self) -> None:
         from fulmen.algorithms.grpo.engine import GRPOEngine
-        from fulmen.algorithms.policy import load_adapter_weights
+        from fulmen.algorithms.policy import load_adapter_weights, load_stage_policy
 
         progress = self.context.progress
-        self._trainer = GRPOEngine.from_pretrained(
-            self.context.model_path, config=self.config.engine_config(seed=self.context.seed)
+        config = self.config.engine_config(seed=self.context.seed)
+        model = load_stage_policy(
+            self.context.model_path,
+            dtype=config.dtype,
+            finetune=config.finetune,
+            weights=progress.weights,
+            adapter=progress.adapter,
         )
+        self._trainer = GRPOEngine(model, config=config)
         if progress.checkpoint is not None:
             logger.info("resuming after step %d from %s", progress.step, progress.checkpoint)
             self._trainer.load_checkpoint(progress.checkpoint)
-        elif progress.adapter is not None:
+        elif progress.adapter is not None and not self._trainer.is_full:
             logger.info("starting from the adapter %s", progress.adapter)
             load_adapter_weights(self._trainer.model, progress.adapter)
         self._trainer.policy_version = self.context.policy_version
@@ -117,9 +127,7 @@ class GRPOLoop:
             self._trainer.train_step, transitions, policy_version=context.policy_version
         )
         trained = time.perf_counter()
-        adapter_dir = context.run_dir / "adapters" / f"step-{step + 1:05d}"
-        await asyncio.to_thread(self._trainer.save_adapter, adapter_dir)
-        await context.serve_adapter(adapter_dir, step + 1)
+        await serve_policy(self._trainer, context, name=f"step-{step + 1:05d}", step=step + 1)
         self._trainer.policy_version = context.policy_version
         synced = time.perf_counter()
         await self._checkpoint(step + 1)
@@ -171,8 +179,9 @@ class GRPOLoop:
         directory = checkpoints / f"step-{completed:05d}"
         await asyncio.to_thread(self._trainer.save_checkpoint, directory)
         self.context.save_progress(completed, checkpoint=directory)
-        for old in sorted(checkpoints.glob("step-*"))[:-_KEEP_CHECKPOINTS]:
-            shutil.rmtree(old, ignore_errors=True)
+        keep_newest(checkpoints, pattern="step-*")
+        if self._trainer.is_full:  # a model's size each; LoRA keeps every small adapter
+            keep_newest(self.context.run_dir / "weights", pattern="step-*")
 
 
 def _diagnostics(trajectories: Sequence[Any]) -> dict[str, float]:

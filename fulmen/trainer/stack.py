@@ -37,7 +37,8 @@ class TrainingStack:
         store_url: the store to open (``sqlite:///run/store.db``, ``memory://``, or an
             external ``http://`` / ``postgresql://`` store).
         store_token: bearer token for an ``http(s)://`` store that requires one.
-        agent: what the runner runs (``"module:object"``, a ``@rollout`` function, an Agent).
+        agent: what the runner runs (``"module:object"``, a ``@rollout`` function, an Agent);
+            ``None`` starts no runner (offline training: nothing is rolled out).
         model: the model name or directory the engine serves.
         engine: which engine and how to start it.
         rollouts: runner concurrency and isolation.
@@ -89,7 +90,8 @@ class TrainingStack:
             self._store = await open_store(self._store_url, **self._store_options())
             await self._start_engine()
             await self._start_gateway()
-            self._start_runner()
+            if self._agent is not None:
+                self._start_runner()
         except BaseException:
             await self.aclose()
             raise

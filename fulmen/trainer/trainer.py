@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+from fulmen.errors import ConfigError
 from fulmen.settings import Settings
 from fulmen.trainer.config import EngineConfig, TrainConfig
 from fulmen.trainer.data import load_tasks, task_id_of
@@ -78,11 +79,18 @@ class Trainer:
         from fulmen.trainer.state import RunState
 
         config = self.config
+        runs_agent = config.data.from_store is None  # offline training runs no agent
         # Before anything starts: a wrong agent or data path fails in a second, not after
         # the engine and gateway are up.
-        check_before_start(agent or config.agent, config.python_path)
+        if runs_agent:
+            check_before_start(agent or config.agent, config.python_path)
         run_dir = config.run_dir
-        train_tasks = load_tasks(train_data or config.data.train, python_path=config.python_path)
+        train_source = train_data or config.data.train
+        train_tasks = (
+            load_tasks(train_source, python_path=config.python_path)
+            if runs_agent and train_source is not None
+            else []
+        )
         val_source = val_data or config.data.val
         val_tasks = load_tasks(val_source, python_path=config.python_path) if val_source else None
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -95,7 +103,7 @@ class Trainer:
         stack = TrainingStack(
             store_url=config.store_url or f"sqlite:///{run_dir / 'store.db'}",
             store_token=self.store_token,
-            agent=agent or config.agent,
+            agent=(agent or config.agent) if runs_agent else None,
             model=config.model,
             engine=config.engine,
             rollouts=config.rollouts,
@@ -160,8 +168,15 @@ class Trainer:
         from fulmen.trainer.dev import run_dev
 
         config = self.config
+        if config.data.from_store is not None and agent is None:
+            raise ConfigError(
+                "fulmen dev runs the agent, and this config trains offline "
+                "(data.from_store) without one"
+            )
         check_before_start(agent or config.agent, config.python_path)
         source = tasks or config.data.val or config.data.train
+        if source is None:
+            raise ConfigError("fulmen dev needs tasks: pass them, or set data.val or data.train")
         chosen = load_tasks(source, python_path=config.python_path)[:n]
         engine = EngineConfig(kind="endpoint", url=endpoint) if endpoint else config.engine
         stack = TrainingStack(

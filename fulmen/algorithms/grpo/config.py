@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, model_validator
 
 from fulmen.algorithms.lora import LoraSettings
+from fulmen.algorithms.source import StoreSource
 
 if TYPE_CHECKING:
     from fulmen.adapter.transitions import TransitionOptions
@@ -108,6 +109,11 @@ class GRPOAlgorithmConfig(BaseModel):
         checkpoint_every: save a resumable checkpoint every this many steps (and at the end).
         max_minutes: stop starting new steps once this much wall time has passed in this run
             (then validate and checkpoint as after the last step); ``None``: no limit.
+        source: learn off-policy from a store's finished rollouts (kept production traffic)
+            instead of sampling: each of the ``steps`` updates is one GRPO step over every
+            token-level call the source keeps, its importance ratio taken against the
+            logprobs recorded when the call was served (clipped); ``fulmen train`` fills it
+            from ``data.from_store`` (``docs/offline.md``).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -120,9 +126,17 @@ class GRPOAlgorithmConfig(BaseModel):
     grpo: dict[str, JsonValue] = Field(default_factory=dict)
     checkpoint_every: int = Field(default=1, ge=1)
     max_minutes: float | None = Field(default=None, gt=0)
+    source: StoreSource | None = None
 
     @model_validator(mode="after")
     def _no_dead_options(self) -> GRPOAlgorithmConfig:
+        if self.source is not None:
+            dead = {"tasks_per_step", "group_size"} & self.model_fields_set
+            if dead:
+                raise ValueError(
+                    f"algorithm {', '.join(sorted(dead))} has no effect with a source store "
+                    "(offline steps train on the rollouts it holds, grouped by their task)"
+                )
         grpo = self.engine_config(seed=0)  # validates the nested settings now, not at step 1
         options = self.transition_options()
         if options.credit == "per_call" and grpo.advantage == "rollout":

@@ -17,11 +17,11 @@ from typing import Any
 from fulmen.adapter.transitions import AttemptRecords
 from fulmen.algorithms.context import AlgorithmContext
 from fulmen.algorithms.rewards import reward_metrics
-from fulmen.algorithms.sft.config import SFTAlgorithmConfig, StoreSource
+from fulmen.algorithms.sft.config import SFTAlgorithmConfig
 from fulmen.algorithms.sft.dataset import SFTExample, build_dataset
-from fulmen.types import Mode, RolloutQuery, RolloutStatus
+from fulmen.types import Mode
 
-__all__ = ["read_source", "run_sft"]
+__all__ = ["run_sft"]
 
 logger = logging.getLogger("fulmen.train")
 
@@ -34,13 +34,13 @@ async def run_sft(config: SFTAlgorithmConfig, context: AlgorithmContext) -> list
     engine = await asyncio.to_thread(_build_engine, config, context)
     tokenizer = await asyncio.to_thread(_load_tokenizer, context)
     rounds = 1 if config.source is not None else config.rounds
-    threshold = context.success_threshold if config.min_reward is None else config.min_reward
+    threshold = config.kept_reward(context.success_threshold)
     history: list[dict[str, float]] = []
     while context.progress.step < rounds:
         index = context.progress.step
         metrics: dict[str, float] = {}
         if config.source is not None:
-            attempts = await read_source(config.source, context)
+            attempts = await context.read_source(config.source)
         else:
             attempts, rewards = await _sample(config, context, index)
             metrics.update(reward_metrics("reward", rewards, context.success_threshold))
@@ -130,15 +130,3 @@ def _fit(engine: Any, examples: list[SFTExample], index: int) -> dict[str, float
         }
     )
     return metrics
-
-
-async def read_source(source: StoreSource, context: AlgorithmContext) -> list[AttemptRecords]:
-    """Read the latest attempt of every succeeded rollout of ``source`` that its filter keeps."""
-    wanted = source.filter
-    query = RolloutQuery(
-        statuses=[RolloutStatus.SUCCEEDED],
-        mode=wanted.mode,
-        task_id=wanted.task_id,
-        resources_version=wanted.resources_version,
-    )
-    return await context.read_attempts(source.store, query, limit=wanted.max_rollouts)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, model_validator
 
 from fulmen.algorithms.lora import LoraSettings
-from fulmen.types.rollout import Mode
+from fulmen.algorithms.source import StoreFilter, StoreSource
 
 if TYPE_CHECKING:
     from fulmen.adapter.transitions import TransitionOptions
@@ -58,35 +58,6 @@ class SFTConfig(_Strict):
     seed: int | None = None
 
 
-class StoreFilter(_Strict):
-    """Which finished rollouts of a store become examples (every filter that is set must match).
-
-    Attributes:
-        mode: only rollouts of this mode (``train``, ``val``, ``test``).
-        task_id: only rollouts of this task.
-        resources_version: only rollouts run with this resources version (one teacher run).
-        max_rollouts: read at most this many matching rollouts, in enqueue order.
-    """
-
-    mode: Mode | None = None
-    task_id: str | None = None
-    resources_version: int | None = Field(default=None, ge=1)
-    max_rollouts: int | None = Field(default=None, ge=1)
-
-
-class StoreSource(_Strict):
-    """Finished rollouts already in a store, e.g. a stronger teacher's (distillation).
-
-    Attributes:
-        store: the store's URL (``sqlite:///...``, ``postgresql://...``, or an ``http://...``
-            store that needs no token); it is only read.
-        filter: which succeeded rollouts to read.
-    """
-
-    store: str = Field(min_length=1)
-    filter: StoreFilter = Field(default_factory=StoreFilter)
-
-
 class SFTAlgorithmConfig(_Strict):
     """``algorithm: sft``: fine-tune on the completions of the agent's best runs.
 
@@ -102,7 +73,8 @@ class SFTAlgorithmConfig(_Strict):
         rounds: rejection-sampling rounds.
         attempts_per_task: rollouts sampled per task in a round.
         tasks_per_round: tasks sampled per round (``None``: every training task).
-        min_reward: a rollout is kept when its reward is at least this (``None``: the run's
+        min_reward: a rollout is kept when its reward is at least this (``None``: the
+            source filter's ``min_reward`` when it has one, else the run's
             ``success_threshold``).
         source: train on a store's finished rollouts instead of sampling.
         transitions: how call records become examples (``fulmen.adapter``'s options; ``agents``
@@ -123,6 +95,12 @@ class SFTAlgorithmConfig(_Strict):
     def _no_dead_options(self) -> SFTAlgorithmConfig:
         self.transition_options()  # validates the section now, not at round 1
         if self.source is not None:
+            if self.min_reward is not None and self.source.filter.min_reward is not None:
+                raise ValueError(
+                    f"algorithm.min_reward ({self.min_reward}) and the source filter's "
+                    f"min_reward ({self.source.filter.min_reward}) both set the kept reward; "
+                    "set one"
+                )
             dead = {"rounds", "attempts_per_task", "tasks_per_round"} & self.model_fields_set
             if dead:
                 raise ValueError(
@@ -130,6 +108,14 @@ class SFTAlgorithmConfig(_Strict):
                     "(one round over its rollouts; set sft.epochs for more passes)"
                 )
         return self
+
+    def kept_reward(self, success_threshold: float) -> float:
+        """Return the reward a rollout needs to be trained on (see ``min_reward``)."""
+        if self.min_reward is not None:
+            return self.min_reward
+        if self.source is not None and self.source.filter.min_reward is not None:
+            return self.source.filter.min_reward
+        return success_threshold
 
     def transition_options(self) -> TransitionOptions:
         """Build the adapter's ``TransitionOptions`` from ``transitions``."""
