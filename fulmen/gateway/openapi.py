@@ -177,6 +177,14 @@ def _schemas() -> dict[str, Any]:
                 "usage": {"type": "object"},
             },
         },
+        "RewardHeld": {
+            "type": "object",
+            "required": ["status", "session_id"],
+            "properties": {
+                "status": {"enum": ["held", "not_kept"]},
+                "session_id": {"type": "string"},
+            },
+        },
         **_reward_schemas(),
     }
 
@@ -240,6 +248,14 @@ def _rewards_operation() -> dict[str, Any]:
     """``POST /v1/rewards``: the store's reward route, answered by the gateway."""
     responses = {
         "200": {"description": "The stored reward", "content": _json(_ref("Reward"))},
+        "202": {
+            "description": (
+                "With production capture: the reward's session is still in the gateway's "
+                "memory and the reward is held with it (`held`), or the sample did not keep "
+                "that session (`not_kept`)"
+            ),
+            "content": _json(_ref("RewardHeld")),
+        },
         "400": _error("The body is not JSON"),
         "401": _error("Missing or wrong bearer token (when the gateway has one)"),
         "404": _error("No rollout, response or session has the id the reward names"),
