@@ -78,11 +78,12 @@ class CaptureCounters:
 
     Attributes:
         sessions_kept: sessions written because they were sampled.
-        sessions_sampled_out: sessions closed without being sampled (held or not).
-        sessions_buffered: of those, how many were held for a possible reward.
+        sessions_sampled_out: sessions closed that the sample did not keep (rescued ones
+            included).
+        sessions_buffered: unsampled sessions whose calls were held for a possible reward.
         sessions_rescued: unsampled sessions written because a reward crossed the threshold.
         sessions_dropped_from_buffer: held sessions dropped (time, count or bytes ran out, or
-            the gateway stopped).
+            the gateway stopped); an open one dropped for room holds none of its later calls.
         sessions_failed: sessions the store did not take (it refused them or stayed away).
         calls_recorded: calls of written sessions handed to the recorder.
         calls_shed: calls whose record was shed by ``max_calls_per_minute`` or
@@ -173,6 +174,8 @@ class SessionCapture:
         self._held: OrderedDict[str, _Session] = OrderedDict()  # closed, unsampled; oldest first
         self._by_response: dict[str, _Session] = {}
         self._buffered_bytes = 0
+        # Open unsampled sessions holding calls, oldest first (eviction order).
+        self._buffering: dict[str, _Session] = {}
         self._calls = _bucket(config.max_calls_per_minute, clock)
         self._spans = _bucket(config.max_spans_per_minute, clock)
         self._writes: set[asyncio.Task[None]] = set()
@@ -204,12 +207,15 @@ class SessionCapture:
                 session.shed_calls += 1
                 self.counters.calls_shed += 1
         elif self.config.keep_if_reward_at_least is not None and not session.is_dropped:
+            if not session.exchanges:
+                self._buffering[sid] = session
+                self.counters.sessions_buffered += 1
             size = _size(exchange)
             session.exchanges.append(exchange)
             session.bytes += size
             self._buffered_bytes += size
             self._index(session, exchange)
-            self._evict_over_bounds(keep=session)
+            self._evict_over_bounds()
         calls = len(session.exchanges) + session.shed_calls
         if session_id is None or calls >= self.config.session.max_calls:
             self._close(session)
@@ -250,12 +256,14 @@ class SessionCapture:
 
     def _close(self, session: _Session) -> None:
         del self._open[session.session_id]
+        self._buffering.pop(session.session_id, None)
+        if session.is_sampled:
+            self.counters.sessions_kept += 1
+        else:
+            self.counters.sessions_sampled_out += 1
         if session.is_kept:
-            if not session.is_rescued:
-                self.counters.sessions_kept += 1
             self._write_later(session)
             return
-        self.counters.sessions_sampled_out += 1
         if session.is_dropped or self.config.keep_if_reward_at_least is None:
             self._forget(session)
             return
@@ -263,34 +271,26 @@ class SessionCapture:
             self.counters.sessions_dropped_from_buffer += 1
             self._forget(session)
             return
-        self.counters.sessions_buffered += 1
         session.closed_at = self._clock()
         self._held[session.session_id] = session
-        self._evict_over_bounds(keep=None)
+        self._evict_over_bounds()
 
-    def _evict_over_bounds(self, keep: _Session | None) -> None:
-        """Drop held sessions, oldest first (then open unsampled ones), until within bounds."""
+    def _evict_over_bounds(self) -> None:
+        """Drop held sessions, oldest first, then open unsampled ones, until within bounds."""
         while self._is_over_bounds():
             if self._held:
                 self._drop_held(next(iter(self._held.values())))
                 continue
-            victims = [
-                s
-                for s in self._open.values()
-                if not s.is_kept and not s.is_dropped and s.exchanges and s is not keep
-            ]
-            if not victims:
+            oldest = next(iter(self._buffering.values()), None)
+            if oldest is None:
                 return
-            oldest = min(victims, key=lambda s: s.opened_at)
-            oldest.is_dropped = True
+            oldest.is_dropped = True  # its later calls are not held either
+            self.counters.sessions_dropped_from_buffer += 1
             self._release(oldest)
 
     def _is_over_bounds(self) -> bool:
-        held = len(self._held) + sum(
-            1 for s in self._open.values() if not s.is_kept and s.exchanges
-        )
         return (
-            held > self.config.buffer_max_sessions
+            len(self._held) + len(self._buffering) > self.config.buffer_max_sessions
             or self._buffered_bytes > self.config.buffer_max_bytes
         )
 
@@ -301,6 +301,7 @@ class SessionCapture:
 
     def _release(self, session: _Session) -> None:
         """Free what an unsampled session holds in memory (its calls and response ids)."""
+        self._buffering.pop(session.session_id, None)
         self._buffered_bytes -= session.bytes
         session.bytes = 0
         session.exchanges = []
@@ -338,6 +339,7 @@ class SessionCapture:
         if rescues:
             session.is_rescued = True
             self.counters.sessions_rescued += 1
+            self._buffering.pop(session.session_id, None)
             self._buffered_bytes -= session.bytes
             session.bytes = 0
             if self._held.pop(session.session_id, None) is not None:

@@ -25,7 +25,7 @@ from fulmen.gateway.recorder import CallRecorder
 from fulmen.gateway.sampling import is_sampled
 from fulmen.gateway.sessions import SessionCapture
 from fulmen.store import open_store
-from fulmen.types import Mode, RolloutQuery, RolloutStatus
+from fulmen.types import Mode, RewardCreate, RolloutQuery, RolloutStatus
 from tests.gateway.conftest import Running
 from tests.gateway.scripted_upstream import Script, create_upstream_app, serve_app
 
@@ -219,7 +219,8 @@ async def test_every_unsampled_session_whose_reward_crosses_the_threshold_is_kep
         await idle_out(gw, clock, 61)
         assert gw.gateway.capture is not None
         counters = gw.gateway.capture.counters
-        assert counters.sessions_buffered == 9 and counters.sessions_rescued == 1
+        assert counters.sessions_buffered == 10 and counters.sessions_rescued == 1
+        assert counters.sessions_sampled_out == 10
 
         # Rewards arrive later (half by session id, half by a response id), 0.0 to 0.8.
         for i in range(9):
@@ -287,3 +288,30 @@ def test_the_span_budget_counts_a_new_sessions_rollout() -> None:
     clock.now += 10  # a sixth of a minute refills one span
     capture.add(_exchange("c-late"), "one")
     assert capture.counters.calls_shed == 3
+
+
+async def test_the_buffer_drops_the_oldest_unsampled_sessions_when_full() -> None:
+    clock = Clock()
+    config = CaptureConfig(
+        session=by_header(), base_rate=0.0, keep_if_reward_at_least=0.5, buffer_max_sessions=3
+    )
+    capture = SessionCapture(config, store=None, recorder=None, clock=clock)  # type: ignore[arg-type]
+    for i in range(5):
+        capture.add(_exchange(f"c{i}"), f"s{i}")
+        clock.now += 1
+    assert capture.counters.sessions_buffered == 5
+    assert capture.counters.sessions_dropped_from_buffer == 2
+    assert capture.status()["sessions_open"] == 5  # still open, but s0 and s1 hold nothing
+    first = await capture.before_reward(RewardCreate.scalar(0.9, session_id="s0"))
+    assert first is not None and first.status == "not_kept"
+    newest = await capture.before_reward(RewardCreate.scalar(0.9, session_id="s4"))
+    assert newest is not None and newest.status == "held"
+    assert capture.counters.sessions_rescued == 1
+
+    two = capture.status()["buffered_bytes"]  # s2 and s3, one call each
+    tight = config.model_copy(update={"buffer_max_bytes": two, "buffer_max_sessions": 99})
+    small = SessionCapture(tight, store=None, recorder=None, clock=clock)  # type: ignore[arg-type]
+    for i in range(6):
+        small.add(_exchange(f"c{i}"), f"t{i}")
+    assert small.status()["buffered_bytes"] == two
+    assert small.counters.sessions_dropped_from_buffer == 4
