@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from dataclasses import asdict
 from typing import Any
 
@@ -29,6 +30,9 @@ def _ab(args: argparse.Namespace) -> int:
     if args.n < 2:
         raise ConfigError(f"-n must be at least 2, got {args.n}")
     config = load_config(args.config, overrides=args.set)
+    for entry in config.python_path:  # a module:attribute prompt may live beside the agent
+        if str(entry) not in sys.path:
+            sys.path.insert(0, str(entry))
 
     async def main() -> Any:
         versions: list[PromptVersion] = []

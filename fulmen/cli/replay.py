@@ -30,7 +30,7 @@ def _replay(args: argparse.Namespace) -> int:
     agent = args.agent or (config.agent if config else None)
     if agent is None:
         raise ConfigError("fulmen replay needs the agent: pass --config CONFIG or --agent SPEC")
-    python_path = [*(config.python_path if config else []), *args.python_path]
+    python_path = [*(config.python_path if config else []), *args.python_path, Path(".")]
     for entry in python_path:
         if str(entry) not in sys.path:
             sys.path.insert(0, str(entry))
@@ -86,7 +86,8 @@ def register(subparsers: Any) -> None:
         type=Path,
         default=[],
         metavar="DIR",
-        help="directory to import the agent from (repeatable; added to the config's)",
+        help="directory to import the agent from (repeatable; added to the config's; the "
+        "current directory is included)",
     )
     parser.add_argument("--attempt", metavar="ID", help="attempt to replay (default: the latest)")
     parser.add_argument(

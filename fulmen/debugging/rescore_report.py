@@ -34,7 +34,8 @@ def histogram(
     width = (high - low) / bins
 
     def index(value: float) -> int:
-        return min(bins - 1, int((value - low) / width))
+        # A hair over the quotient, so a value on an edge (0.3 / 0.1 = 2.999...) is binned up.
+        return min(bins - 1, int((value - low) / width + 1e-9))
 
     old_counts, new_counts = [0] * bins, [0] * bins
     for value in old:
@@ -104,11 +105,11 @@ def format_rescore(result: RescoreResult, *, top: int = 10) -> str:
     if rows:
         most = max(max(r["old"], r["new"]) for r in rows) or 1
         lines.append(f"\n  {'reward bin':<17} {'old':<{_BAR + 6}} new")
-        for row in rows:
-            label = f"[{row['low']:.3f}, {row['high']:.3f}]"
-            lines.append(
-                f"  {label:<17} {_bar(row['old'], most):<{_BAR + 6}} {_bar(row['new'], most)}"
-            )
+        for number, row in enumerate(rows, start=1):
+            close = "]" if number == len(rows) else ")"
+            label = f"[{row['low']:.3f}, {row['high']:.3f}{close}"
+            old_bar, new_bar = _bar(row["old"], most), _bar(row["new"], most)
+            lines.append(f"  {label:<17} {old_bar:<{_BAR + 6}} {new_bar}".rstrip())
     if summary["most_changed"]:
         lines.append("\n  most changed:")
         for item in summary["most_changed"]:
