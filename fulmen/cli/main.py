@@ -29,6 +29,7 @@ _COMMAND_MODULES: tuple[str, ...] = (
     "resources",
     "prompts",
     "rewards",
+    "runs",
     "export",
     "replay",
     "rescore",

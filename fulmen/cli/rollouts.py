@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from fulmen.store import Store
     from fulmen.types import Attempt, LLMCall, Rollout, Span
 
-__all__ = ["register"]
+__all__ = ["register", "render_table"]
 
 _TOKENS_IN = ("gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens", "llm.token_count.prompt")
 _TOKENS_OUT = (
@@ -29,7 +29,7 @@ _TOKENS_OUT = (
 )
 
 
-def _table(headers: Sequence[str], rows: Sequence[Sequence[str]], right: set[int]) -> str:
+def render_table(headers: Sequence[str], rows: Sequence[Sequence[str]], right: set[int]) -> str:
     """Render rows as aligned columns; column indexes in ``right`` are right-aligned."""
     widths = [len(h) for h in headers]
     for row in rows:
@@ -115,7 +115,7 @@ def _list(args: argparse.Namespace) -> int:
         *("ROLLOUT", "STATUS", "MODE", "ATTEMPTS", "RES", "TASK", "ENQUEUED (UTC)", "TOOK"),
         "REWARD",
     ]
-    print(_table(headers, rows, right={3, 7, 8}))
+    print(render_table(headers, rows, right={3, 7, 8}))
     if page.next_cursor is not None:
         print(f"\nmore: fulmen rollouts list --after {page.next_cursor} (same filters)")
     return 0
@@ -260,7 +260,7 @@ def _render_show(rollout: Rollout, attempts: list[Attempt], spans: list[Span],
         if not mine_s and not mine_c:
             lines.append("  (no spans or LLM calls)")
             continue
-        table = _table(headers, _attempt_rows(mine_s, mine_c, name_width), right={0, 3, 4, 5})
+        table = render_table(headers, _attempt_rows(mine_s, mine_c, name_width), right={0, 3, 4, 5})
         lines += ["  " + row for row in table.splitlines()]
     if not attempts:
         lines += ["", "(not claimed yet: no attempts)"]

@@ -1,0 +1,188 @@
+"""``fulmen runs list|show``: the training runs a store holds, their metrics and model versions.
+
+``list`` prints one line per run, latest started first (``--limit``/``--offset`` page). ``show
+RUN_ID`` prints the run, a summary of its metrics (per metric: records, steps, first, last,
+min, max) and its model versions with their scores and the resources version serving them.
+``--json`` prints the records themselves (``show``: the run, every metrics record and every
+model version).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from fulmen.cli.rollouts import render_table
+from fulmen.cli.store import add_store_options, open_cli_store, run_async
+
+if TYPE_CHECKING:
+    from fulmen.store import Store
+    from fulmen.types import ModelVersion, Run, RunMetrics
+
+__all__ = ["metrics_summary", "register"]
+
+
+def _when(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return datetime.fromtimestamp(value, UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _took(run: Run) -> str:
+    if run.ended_at is None:
+        return "-"
+    seconds = max(run.ended_at - run.started_at, 0.0)
+    minutes, secs = divmod(round(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
+
+
+def _number(value: float) -> str:
+    return f"{value:.4g}"
+
+
+async def _all_metrics(store: Store, run_id: str) -> list[RunMetrics]:
+    records: list[RunMetrics] = []
+    after: int | None = None
+    while True:
+        page = await store.query_run_metrics(run_id, after_step=after, limit=1000)
+        records.extend(page.items)
+        if page.next_cursor is None:
+            return records
+        after = page.next_cursor
+
+
+def metrics_summary(records: Sequence[RunMetrics]) -> list[dict[str, Any]]:
+    """Summarize a run's metrics per name: count, first and last step, first, last, min, max.
+
+    Names come in the order they first appear; the records are in step order.
+    """
+    by_name: dict[str, list[tuple[int, float]]] = {}
+    for record in records:
+        for name, value in record.values.items():
+            by_name.setdefault(name, []).append((record.step, value))
+    return [
+        {
+            "name": name,
+            "count": len(points),
+            "first_step": points[0][0],
+            "last_step": points[-1][0],
+            "first": points[0][1],
+            "last": points[-1][1],
+            "min": min(v for _, v in points),
+            "max": max(v for _, v in points),
+        }
+        for name, points in by_name.items()
+    ]
+
+
+def _list(args: argparse.Namespace) -> int:
+    async def main() -> Any:
+        async with open_cli_store(args) as store:
+            return await store.list_runs(limit=args.limit, offset=args.offset)
+
+    page = run_async(main)
+    if args.json:
+        print(json.dumps(page.model_dump(mode="json"), indent=2, ensure_ascii=False))
+        return 0
+    if not page.items:
+        print("no runs recorded: `fulmen train` records its run in the store it uses")
+        return 0
+    rows = [
+        [r.run_id, r.name, r.status.value, r.host or "-", _when(r.started_at), _took(r)]
+        for r in page.items
+    ]
+    headers = ["RUN", "NAME", "STATUS", "HOST", "STARTED (UTC)", "TOOK"]
+    print(render_table(headers, rows, right={5}))
+    if page.next_cursor is not None:
+        print(f"\nmore: fulmen runs list --offset {page.next_cursor} --limit {args.limit}")
+    return 0
+
+
+def _show(args: argparse.Namespace) -> int:
+    async def main() -> tuple[Run, list[RunMetrics], list[ModelVersion]]:
+        async with open_cli_store(args) as store:
+            run = await store.get_run(args.run_id)
+            records = await _all_metrics(store, args.run_id)
+            return run, records, await store.list_model_versions(args.run_id)
+
+    run, records, versions = run_async(main)
+    if args.json:
+        data = {
+            "run": run.model_dump(mode="json"),
+            "metrics": [m.model_dump(mode="json") for m in records],
+            "model_versions": [v.model_dump(mode="json") for v in versions],
+        }
+        print(json.dumps(data, indent=2, ensure_ascii=False))
+        return 0
+    print(f"run {run.run_id}  {run.name}  {run.status.value}  on {run.host or '-'}")
+    ended = _when(run.ended_at)
+    print(f"  started {_when(run.started_at)}  ended {ended} (UTC)  took {_took(run)}")
+    summary = metrics_summary(records)
+    if not summary:
+        print("\nno metrics recorded")
+    else:
+        steps = sorted({m.step for m in records})
+        print(f"\nmetrics: {len(records)} records, steps {steps[0]}-{steps[-1]}")
+        rows = [
+            [
+                s["name"],
+                str(s["count"]),
+                f"{s['first_step']}-{s['last_step']}",
+                *(_number(s[k]) for k in ("first", "last", "min", "max")),
+            ]
+            for s in summary
+        ]
+        headers = ["METRIC", "N", "STEPS", "FIRST", "LAST", "MIN", "MAX"]
+        print(render_table(headers, rows, right={1, 2, 3, 4, 5, 6}))
+    if not versions:
+        print("\nno model versions recorded")
+        return 0
+    print(f"\nmodel versions: {len(versions)}")
+    rows = [
+        [
+            str(v.version),
+            str(v.step),
+            v.kind.value,
+            f"v{v.resources_version}" if v.resources_version is not None else "-",
+            " ".join(f"{k}={_number(x)}" for k, x in v.scores.items() if math.isfinite(x)) or "-",
+            v.path,
+        ]
+        for v in versions
+    ]
+    headers = ["VERSION", "STEP", "KIND", "SERVED BY", "SCORES", "PATH"]
+    print(render_table(headers, rows, right={0, 1}))
+    return 0
+
+
+def register(subparsers: Any) -> None:
+    """Add ``fulmen runs`` and its subcommands ``list`` and ``show``."""
+    parser = subparsers.add_parser(
+        "runs",
+        help="list training runs, their metrics and model versions",
+        description="Training runs recorded in a store (by `fulmen train`).",
+    )
+    commands = parser.add_subparsers(dest="runs_command", metavar="SUBCOMMAND", required=True)
+    listing = commands.add_parser(
+        "list", help="list runs, latest started first", description="List the store's runs."
+    )
+    add_store_options(listing)
+    listing.add_argument("--limit", type=int, default=20, help="runs per page (default 20)")
+    listing.add_argument("--offset", type=int, default=0, help="skip this many runs")
+    listing.add_argument("--json", action="store_true", help="print the page as JSON")
+    listing.set_defaults(func=_list)
+    show = commands.add_parser(
+        "show",
+        help="show one run: its metrics summary and model versions",
+        description="Show a run, a summary of its metrics and its model versions.",
+    )
+    add_store_options(show)
+    show.add_argument("run_id", metavar="RUN_ID", help="the run's id (see `fulmen runs list`)")
+    show.add_argument(
+        "--json", action="store_true", help="print the run, its metrics and model versions"
+    )
+    show.set_defaults(func=_show)
