@@ -8,7 +8,15 @@ Prints one JSON line: latency added at concurrency 1 and 32, calls/s at concurre
 paths and their ratio, and CPU per call of the gateway process and of this client (the load
 generator is a process on the same cores: its CPU per call bounds both paths' throughput).
 
+``--production`` measures production capture instead: two gateways, each with a ``capture:``
+section (sessions by ``x-session-id``, 4 calls a session, a 1 s idle timeout so sessions close
+and are written during the run), at ``base_rate`` 0.1 and 1.0, against the direct path in the
+same alternating blocks; the calls go through plain ``/v1`` as a deployed agent's would. The
+tracked route of the 1.0 gateway (a training run's calls, each recorded at once) is measured in
+the same blocks for comparison.
+
     python benchmarks/gateway_overhead.py [--calls-c1 600] [--calls-c32 3200] [--blocks 10]
+    python benchmarks/gateway_overhead.py --production [--calls-c1 ...]
 """
 
 from __future__ import annotations
@@ -22,6 +30,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from itertools import count
 from pathlib import Path
 
 import httpx
@@ -30,6 +39,8 @@ ROOT = Path(__file__).resolve().parent.parent
 UPSTREAM = ROOT / "tests" / "gateway" / "scripted_upstream.py"
 ERROR_KINDS: Counter[str] = Counter()  # what failed, for the JSON line
 BODY = {"model": "tiny-model", "messages": [{"role": "user", "content": "What is 2+2?"}]}
+SESSION_CALLS = 4  # production mode: calls per session
+PRODUCTION_RATES = (0.1, 1.0)
 
 
 def free_port() -> int:
@@ -38,11 +49,15 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-async def serve_gateway(port: int, upstream: str) -> None:
-    """Child mode: a gateway over a memory store with one running attempt (ids on stdout)."""
+async def serve_gateway(port: int, upstream: str, base_rate: float | None) -> None:
+    """Child mode: a gateway over a memory store with one running attempt (ids on stdout).
+
+    With ``base_rate`` the gateway captures production sessions at that rate.
+    """
     import uvicorn
 
-    from fulmen.gateway import create_app
+    from fulmen.gateway import GatewayConfig, create_app
+    from fulmen.gateway.capture_config import CaptureConfig, SessionKeyConfig
     from fulmen.store import open_store
     from fulmen.types import RolloutCreate
 
@@ -51,7 +66,11 @@ async def serve_gateway(port: int, upstream: str) -> None:
     (claim,) = await store.claim("bench-worker")
     print(json.dumps({"rollout_id": rollout.rollout_id, "attempt_id": claim.attempt.attempt_id}))
     sys.stdout.flush()
-    app = create_app(store, [upstream])
+    capture = None
+    if base_rate is not None:
+        session = SessionKeyConfig(header="x-session-id", idle_timeout_s=1.0)
+        capture = CaptureConfig(session=session, base_rate=base_rate)
+    app = create_app(store, [upstream], config=GatewayConfig(capture=capture))
     config = uvicorn.Config(
         app, host="127.0.0.1", port=port, log_level="warning", ws="none", access_log=False
     )
@@ -71,10 +90,15 @@ async def wait_ready(url: str) -> None:
 
 
 async def measure(
-    client: httpx.AsyncClient, url: str, calls: int, concurrency: int
+    client: httpx.AsyncClient, url: str, calls: int, concurrency: int, *, sessions: bool = False
 ) -> tuple[list[float], int, float]:
-    """Latencies (s) of successful calls, error count, and wall time of the run."""
+    """Latencies (s) of successful calls, error count, and wall time of the run.
+
+    With ``sessions`` every call carries an ``x-session-id`` header naming one session per
+    ``SESSION_CALLS`` calls (sent to every path, so the direct path gets the same bytes).
+    """
     latencies: list[float] = []
+    numbers = _CALL_NUMBERS.setdefault(url, count())
     errors = 0
     remaining = calls
 
@@ -83,8 +107,10 @@ async def measure(
         while remaining > 0:
             remaining -= 1
             start = time.perf_counter()
+            number = next(numbers)
+            headers = {"x-session-id": f"s-{number // SESSION_CALLS}"} if sessions else None
             try:
-                r = await client.post(url, json=BODY)
+                r = await client.post(url, json=BODY, headers=headers)
             except httpx.HTTPError as exc:
                 errors += 1
                 ERROR_KINDS[type(exc).__name__] += 1
@@ -100,6 +126,9 @@ async def measure(
     return latencies, errors, time.perf_counter() - started
 
 
+_CALL_NUMBERS: dict[str, count[int]] = {}
+
+
 class PathRun:
     """What one path did over all its blocks: latencies, errors, wall and CPU seconds."""
 
@@ -112,25 +141,39 @@ class PathRun:
 
 
 async def compare(
-    urls: dict[str, str], calls: int, concurrency: int, blocks: int, gateway_pid: int
+    urls: dict[str, str],
+    calls: int,
+    concurrency: int,
+    blocks: int,
+    pids: dict[str, int],
+    *,
+    sessions: bool = False,
 ) -> dict[str, PathRun]:
-    """Run both paths in alternating blocks (machine noise hits both alike)."""
+    """Run the paths in alternating blocks (machine noise hits all alike).
+
+    ``pids`` names the gateway process each path goes through; the gateway CPU of a path is
+    that process's (a path without one, the direct path, gets that of the first gateway).
+    """
+    first_pid = next(iter(pids.values()))
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
     out = {name: PathRun() for name in urls}
     clients = {name: httpx.AsyncClient(limits=limits, timeout=30) for name in urls}
     try:
         for name, url in urls.items():
-            await measure(clients[name], url, 4 * concurrency, concurrency)  # warm up
+            await measure(clients[name], url, 4 * concurrency, concurrency, sessions=sessions)
         for _ in range(blocks):
             for name, url in urls.items():
-                cpu0, gw0 = time.process_time(), cpu_seconds(gateway_pid)
-                lat, err, wall = await measure(clients[name], url, calls // blocks, concurrency)
+                pid = pids.get(name, first_pid)
+                cpu0, gw0 = time.process_time(), cpu_seconds(pid)
+                lat, err, wall = await measure(
+                    clients[name], url, calls // blocks, concurrency, sessions=sessions
+                )
                 run = out[name]
                 run.latencies += lat
                 run.errors += err
                 run.wall_s += wall
                 run.client_cpu_s += time.process_time() - cpu0
-                run.gateway_cpu_s += cpu_seconds(gateway_pid) - gw0
+                run.gateway_cpu_s += cpu_seconds(pid) - gw0
     finally:
         for client in clients.values():
             await client.aclose()
@@ -169,10 +212,11 @@ async def run(args: argparse.Namespace) -> dict[str, float | int]:
         )
         urls = {"direct": direct, "gw": tracked}
         cpu_before = cpu_seconds(gateway.pid), cpu_seconds(upstream.pid)
-        c1 = await compare(urls, args.calls_c1, 1, args.blocks, gateway.pid)
+        pids = {"gw": gateway.pid}
+        c1 = await compare(urls, args.calls_c1, 1, args.blocks, pids)
         gw_cpu = cpu_seconds(gateway.pid) - cpu_before[0]
         up_cpu = cpu_seconds(upstream.pid) - cpu_before[1]
-        c32 = await compare(urls, args.calls_c32, 32, args.blocks, gateway.pid)
+        c32 = await compare(urls, args.calls_c32, 32, args.blocks, pids)
         async with httpx.AsyncClient() as client:
             await client.post(f"http://127.0.0.1:{gw_port}/gateway/flush")
             recorder = (await client.get(f"http://127.0.0.1:{gw_port}/healthz")).json()["recorder"]
@@ -216,12 +260,95 @@ async def run(args: argparse.Namespace) -> dict[str, float | int]:
     }
 
 
+async def run_production(args: argparse.Namespace) -> dict[str, object]:
+    """Production capture at each of ``PRODUCTION_RATES`` against the direct path."""
+    up_port = free_port()
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    upstream = subprocess.Popen([sys.executable, str(UPSTREAM), "--port", str(up_port)], env=env)
+    gateways: dict[str, tuple[int, subprocess.Popen[str]]] = {}
+    try:
+        for rate in PRODUCTION_RATES:
+            port = free_port()
+            gateways[f"rate_{rate}"] = port, subprocess.Popen(
+                [sys.executable, __file__, "--serve-gateway", str(port),
+                 "--upstream", f"http://127.0.0.1:{up_port}/v1", "--base-rate", str(rate)],
+                env=env, stdout=subprocess.PIPE, text=True,
+            )  # fmt: skip
+        await wait_ready(f"http://127.0.0.1:{up_port}/v1/models")
+        for port, _ in gateways.values():
+            await wait_ready(f"http://127.0.0.1:{port}/healthz")
+        urls = {"direct": f"http://127.0.0.1:{up_port}/v1/chat/completions"}
+        urls |= {n: f"http://127.0.0.1:{p}/v1/chat/completions" for n, (p, _) in gateways.items()}
+        pids = {name: proc.pid for name, (_, proc) in gateways.items()}
+        # For comparison: a training run's tracked calls, recorded one by one (no sessions).
+        port, proc = gateways[f"rate_{PRODUCTION_RATES[-1]}"]
+        assert proc.stdout is not None
+        ids = json.loads(proc.stdout.readline())
+        urls["tracked"] = (
+            f"http://127.0.0.1:{port}/rollout/{ids['rollout_id']}"
+            f"/attempt/{ids['attempt_id']}/v1/chat/completions"
+        )
+        pids["tracked"] = proc.pid
+        c1 = await compare(urls, args.calls_c1, 1, args.blocks, pids, sessions=True)
+        c32 = await compare(urls, args.calls_c32, 32, args.blocks, pids, sessions=True)
+        await asyncio.sleep(1.5)  # past the idle timeout: the last sessions close and are written
+        health: dict[str, dict[str, object]] = {}
+        async with httpx.AsyncClient() as client:
+            for name, (port, _) in gateways.items():
+                await client.post(f"http://127.0.0.1:{port}/gateway/flush")
+                health[name] = (await client.get(f"http://127.0.0.1:{port}/healthz")).json()
+    finally:
+        for _, proc in gateways.values():
+            proc.terminate()
+            proc.wait(timeout=20)
+        upstream.terminate()
+        upstream.wait(timeout=20)
+    d1, d32 = c1["direct"].latencies, c32["direct"].latencies
+    out: dict[str, object] = {
+        "benchmark": "gateway_overhead_production",
+        "session_calls": SESSION_CALLS,
+        "p50_direct_ms_c1": round(pct(d1, 0.5), 3),
+        "calls_per_s_direct_c32": round(len(d32) / c32["direct"].wall_s, 1),
+    }
+    for name in [*gateways, "tracked"]:
+        g1, g32 = c1[name].latencies, c32[name]
+        entry: dict[str, object] = {
+            "p50_added_ms_c1": round(pct(g1, 0.5) - pct(d1, 0.5), 3),
+            "p99_added_ms_c1": round(pct(g1, 0.99) - pct(d1, 0.99), 3),
+            "p50_added_ms_c32": round(pct(g32.latencies, 0.5) - pct(d32, 0.5), 3),
+            "throughput_ratio_c32": round(
+                len(g32.latencies) / g32.wall_s / (len(d32) / c32["direct"].wall_s), 3
+            ),
+            "gateway_cpu_ms_per_call_c1": round(1000 * c1[name].gateway_cpu_s / max(len(g1), 1), 3),
+            "gateway_cpu_ms_per_call_c32": round(
+                1000 * g32.gateway_cpu_s / max(len(g32.latencies), 1), 3
+            ),
+            "errors": c1[name].errors + g32.errors,
+        }
+        if name in health:
+            entry |= {"capture": health[name]["capture"], "recorder": health[name]["recorder"]}
+        out[name] = entry
+    out |= {
+        "errors_direct": c1["direct"].errors + c32["direct"].errors,
+        "cpu_count": os.cpu_count() or 0,
+        "load_avg_1m": round(os.getloadavg()[0], 2),
+        "error_kinds": dict(ERROR_KINDS),
+    }
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--calls-c1", type=int, default=600)
     parser.add_argument("--calls-c32", type=int, default=3200)
     parser.add_argument("--blocks", type=int, default=10, help="alternations per figure")
+    parser.add_argument(
+        "--production",
+        action="store_true",
+        help="production capture at base_rate 0.1 and 1.0 against the direct path",
+    )
     parser.add_argument("--serve-gateway", type=int, metavar="PORT", help=argparse.SUPPRESS)
+    parser.add_argument("--base-rate", type=float, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--upstream", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_gateway:
@@ -229,9 +356,9 @@ def main() -> None:
         from fulmen.cli.gateway import loop_factory
 
         with asyncio.Runner(loop_factory=loop_factory()) as runner:
-            runner.run(serve_gateway(args.serve_gateway, args.upstream))
+            runner.run(serve_gateway(args.serve_gateway, args.upstream, args.base_rate))
         return
-    print(json.dumps(asyncio.run(run(args))))
+    print(json.dumps(asyncio.run(run_production(args) if args.production else run(args))))
 
 
 if __name__ == "__main__":
