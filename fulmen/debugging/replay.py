@@ -60,6 +60,9 @@ class ReplayReport:
             differs from ``recorded_reward``.
         reward: the reward the agent reported in the replay (``None``: none, or it failed).
         status: the replayed rollout's final status (``succeeded``, ``failed``, ...).
+        recorded_status: the recorded attempt's status (``succeeded``, ``failed``,
+            ``timeout``, ...), so a run that failed and fails again the same way is a faithful
+            replay too.
         error: the agent's error in the replay, if it failed.
     """
 
@@ -73,6 +76,7 @@ class ReplayReport:
     posted_reward: float | None
     reward: float | None
     status: str
+    recorded_status: str | None
     error: str | None
 
     @property
@@ -88,7 +92,7 @@ class ReplayReport:
         return (
             not self.divergences
             and self.served == self.recorded_calls
-            and self.status == "succeeded"
+            and (self.status == "succeeded") == (self.recorded_status == "succeeded")
             and self.is_reward_same
         )
 
@@ -139,6 +143,9 @@ async def replay_rollout(
     outcome = await _run_replay(rollout, resources, replies, agent, rollouts)
     recorded = latest_reward(records.spans)
     posted = records.final_reward
+    recorded_status = None
+    if records.attempt_id is not None:
+        recorded_status = (await store.get_attempt(records.attempt_id)).status.value
     return ReplayReport(
         rollout_id=rollout_id,
         attempt_id=records.attempt_id,
@@ -150,6 +157,7 @@ async def replay_rollout(
         posted_reward=posted if posted != recorded else None,
         reward=outcome[0],
         status=outcome[1],
+        recorded_status=recorded_status,
         error=outcome[2],
     )
 
@@ -271,7 +279,7 @@ def format_replay(report: ReplayReport) -> str:
         f"recorded replies served, {len(report.divergences)} diverged",
         f"  reward:   recorded {_reward(report.recorded_reward)} -> replay "
         f"{_reward(report.reward)}" + ("" if report.is_reward_same else "  (changed)"),
-        f"  status:   {report.status}",
+        f"  status:   {report.status} (recorded: {report.recorded_status})",
     ]
     if report.posted_reward is not None:
         lines.append(f"  (with rewards posted after the run: {_reward(report.posted_reward)})")

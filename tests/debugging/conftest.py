@@ -69,9 +69,18 @@ class Recorded:
 
 
 async def run_rollouts(
-    url: str, engine_url: str, agent: str, tasks: list[dict[str, Any]], *, prefix: str
+    url: str,
+    engine_url: str,
+    agent: str,
+    tasks: list[dict[str, Any]],
+    *,
+    prefix: str,
+    expect: str = "succeeded",
 ) -> list[str]:
-    """Run ``agent`` once per task, in train mode, through a real stack; return the ids."""
+    """Run ``agent`` once per task, in train mode, through a real stack; return the ids.
+
+    Every rollout must end ``expect`` (``succeeded`` unless a test records failures).
+    """
     stack = TrainingStack(
         store_url=url,
         agent=agent,
@@ -102,5 +111,5 @@ async def run_rollouts(
             stack.check_runner()
             if len(done) == len(ids):
                 break
-        assert [r.status.value for r in done] == ["succeeded"] * len(ids), [r.error for r in done]
+        assert [r.status.value for r in done] == [expect] * len(ids), [r.error for r in done]
         return ids

@@ -98,3 +98,52 @@ def test_a_streaming_agent_replays_from_server_sent_events(tmp_path: Path, engin
     for rid in ids:
         report = replay(url, rid, agent)
         assert report.is_faithful, report
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_tool_calls_are_replayed(tmp_path: Path, stream: bool) -> None:
+    """A tool-calling agent recorded against a scripted engine (the fake at the edge) replays
+    with no engine at all: the tool call, its result and the final answer match."""
+    from collections import deque
+
+    from tests.gateway.scripted_upstream import Reply, Script, create_upstream_app, serve_app
+
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    agent = "tests.debugging.agents:tool_agent"
+    script = Script(
+        model="tiny",
+        replies=deque([Reply(tool_calls=[("add", {"a": 2, "b": 3})]), Reply(content="It is 5.")]),
+    )
+    task = {"id": "t0", "question": "What is 2 + 3?", "a": 2, "b": 3, "stream": stream}
+
+    async def record() -> list[str]:
+        async with serve_app(create_upstream_app(script)) as upstream:
+            return await run_rollouts(url, f"{upstream}/v1", agent, [task], prefix="tool")
+
+    [rid] = asyncio.run(record())
+    assert len(script.requests) == 2 and script.requests[0]["tools"][0]["function"]["name"] == "add"
+    report = replay(url, rid, agent)
+    assert report.recorded_reward == 1.0
+    assert report.is_faithful, report
+
+
+def test_a_run_that_failed_replays_to_the_same_failure(tmp_path: Path, engine_url: str) -> None:
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    agent = "tests.debugging.agents:failing_tool"
+    [rid] = asyncio.run(
+        run_rollouts(url, engine_url, agent, TASKS[:1], prefix="fail", expect="failed")
+    )
+    report = replay(url, rid, agent)
+    assert (report.status, report.recorded_status) == ("failed", "failed")
+
+    async def recorded_error() -> str | None:
+        async with open_store(url, watchdog_interval=None) as store:
+            return (await store.list_attempts(rid))[-1].error
+
+    recorded = asyncio.run(recorded_error())
+    assert recorded is not None and report.error is not None
+    # The same model reply reached the same tool: the same failure, down to its message.
+    last = recorded.strip().splitlines()[-1]
+    assert "tool failed on" in last and last == report.error.strip().splitlines()[-1]
+    assert report.served == report.recorded_calls == 1 and report.divergences == ()
+    assert report.is_faithful
