@@ -113,7 +113,7 @@ async def run_ab(
         id_prefix: rollout ids are ``{id_prefix}-a-t{i}`` and ``{id_prefix}-b-t{i}``.
     """
     from fulmen.prompts import run_tasks
-    from fulmen.types import LLMResource, Mode, ResourcesCreate, RolloutConfig
+    from fulmen.types import LLMResource, Mode, ResourcesCreate, RolloutConfig, RolloutStatus
 
     if len(tasks) < 2:
         raise ConfigError(f"an A/B test needs at least 2 tasks, got {len(tasks)}")
@@ -129,6 +129,9 @@ async def run_ab(
         for p in prompts
     ]
     config = RolloutConfig(timeout_s=rollouts.timeout_s, max_attempts=rollouts.max_attempts)
+    # Every attempt of both sides, run ``concurrency`` at a time, each within its timeout.
+    waves = -(-2 * len(tasks) * rollouts.max_attempts // rollouts.concurrency)
+    wait_s = waves * rollouts.timeout_s + 60
     outcome_a, outcome_b = await asyncio.gather(
         *(
             run_tasks(
@@ -138,7 +141,7 @@ async def run_ab(
                 mode=Mode.VAL,
                 id_prefix=f"{id_prefix}-{side}",
                 config=config,
-                timeout_s=rollouts.timeout_s * 2 + 60,
+                timeout_s=wait_s,
                 on_wait=stack.check_runner,
             )
             for version, side in zip(versions, "ab", strict=True)
@@ -151,8 +154,8 @@ async def run_ab(
         task_ids=tuple(task_id for task_id, _ in tasks),
         rewards_a=rewards_a,
         rewards_b=rewards_b,
-        failed_a=sum(o.rollout.status.value != "succeeded" for o in outcome_a),
-        failed_b=sum(o.rollout.status.value != "succeeded" for o in outcome_b),
+        failed_a=sum(o.rollout.status is not RolloutStatus.SUCCEEDED for o in outcome_a),
+        failed_b=sum(o.rollout.status is not RolloutStatus.SUCCEEDED for o in outcome_b),
         comparison=compare_paired(rewards_a, rewards_b),
     )
 

@@ -84,10 +84,14 @@ class RescoredRollout:
 
 @dataclass(frozen=True)
 class RescoreResult:
-    """Every re-scored rollout, in store order, with the records a write needs."""
+    """Every re-scored rollout, in store order.
+
+    ``primary_names`` keeps each rollout's current primary reward name (``None``: no reward
+    named one), which ``write_rewards`` needs to leave the reward as it is.
+    """
 
     items: tuple[RescoredRollout, ...]
-    records: dict[str, AttemptRecords]
+    primary_names: dict[str, str | None]
 
     @property
     def scored(self) -> list[RescoredRollout]:
@@ -145,18 +149,18 @@ async def rescore(
 
     selection = selection or RescoreFilter()
     items: list[RescoredRollout] = []
-    records: dict[str, AttemptRecords] = {}
+    primary_names: dict[str, str | None] = {}
     async for rollout in _selected(store, selection):
         attempt = await load_attempt(store, rollout.rollout_id)
         view = recorded_rollout(rollout, attempt)
-        records[rollout.rollout_id] = attempt
+        primary_names[rollout.rollout_id] = _primary_name(attempt)
         try:
             value = await _call(reward, view)
         except Exception as exc:  # the user's function: report it, score the rest
             items.append(RescoredRollout(view, view.reward, None, f"{type(exc).__name__}: {exc}"))
             continue
         items.append(RescoredRollout(view, view.reward, value))
-    return RescoreResult(tuple(items), records)
+    return RescoreResult(tuple(items), primary_names)
 
 
 async def _call(reward: RewardFunction, rollout: RecordedRollout) -> float:
@@ -222,7 +226,7 @@ async def write_rewards(
         if item.new is None:
             continue
         values = {name: item.new}
-        current = _primary_name(result.records[item.rollout.rollout_id])
+        current = result.primary_names.get(item.rollout.rollout_id)
         keep = None if primary or current is None or item.old is None else current
         if keep is not None and keep != name:
             values[keep] = item.old if item.old is not None else 0.0
