@@ -47,16 +47,17 @@ from fulmen.dashboard.rollout_detail import rollout_detail
 from fulmen.dashboard.rollout_table import RolloutFilter, RolloutTable
 from fulmen.dashboard.runs_view import RunVersions, list_runs, run_metrics
 from fulmen.errors import ConfigError, FulmenError, InvalidRequest, NotFound
-from fulmen.types import Mode, RolloutStatus
+from fulmen.types import LLMResource, Mode, RolloutStatus
 from fulmen.types.limits import Id
 
 if TYPE_CHECKING:
     from fulmen.store.base import Store
 
-__all__ = ["STATIC_DIR", "create_app"]
+__all__ = ["AUTO_ENGINE", "STATIC_DIR", "create_app"]
 
 logger = logging.getLogger(__name__)
 
+AUTO_ENGINE = "auto"
 STATIC_DIR = Path(str(files("fulmen.dashboard") / "static"))
 _JSON = "application/json"
 Handler = Callable[[Request], Awaitable[Any]]
@@ -139,20 +140,39 @@ class _Api:
     """The API's handlers and the state they share (reward cache, newest position)."""
 
     def __init__(
-        self, store: Store, engine: EngineLink | None, options: TransitionOptions | None
+        self, store: Store, engine_url: str | None, options: TransitionOptions | None
     ) -> None:
         self.store = store
-        self.engine = engine
+        self.engine_url = engine_url
         self.options = options
+        self._links: dict[str, EngineLink] = {}
         self.rewards = RewardReader(store)
         self.table = RolloutTable(store, self.rewards)
         self.run_versions = RunVersions(store)
 
+    async def engine(self) -> EngineLink | None:
+        """Return the linked engine: the one given, or with ``auto`` the latest ``llm``'s.
+
+        ``auto`` follows the engine the latest resources version points agents at (the
+        running trainer's own engine), read when needed so a restarted engine is found.
+        """
+        url = self.engine_url
+        if url == AUTO_ENGINE:
+            latest = await self.store.latest_resources()
+            llm = latest.resources.get("llm") if latest is not None else None
+            url = llm.base_url if isinstance(llm, LLMResource) else None
+        if not url:
+            return None
+        if url not in self._links:
+            self._links[url] = EngineLink(url)
+        return self._links[url]
+
     async def info(self, request: Request) -> Any:
         del request
+        engine = await self.engine()
         return {
             "version": __version__,
-            "engine": self.engine.url if self.engine is not None else None,
+            "engine": engine.url if engine is not None else None,
             "newest": await self.table.newest_position(),
         }
 
@@ -212,10 +232,11 @@ class _Api:
         return await model_versions(self.store, request.query_params.get("run_id") or None)
 
     async def serve(self, request: Request) -> Any:
-        if self.engine is None:
+        engine = await self.engine()
+        if engine is None:
             raise ConfigError(
-                "no engine is linked to this dashboard: start it with --engine URL (fulmen "
-                "train links its own engine)"
+                "no engine is linked to this dashboard: start it with --engine URL or --engine "
+                "auto (fulmen train links its own engine)"
             )
         try:
             body = orjson.loads(await request.body())
@@ -227,12 +248,13 @@ class _Api:
         if match is None:
             raise NotFound(f"run {req.run_id!r} has no model version {req.version}")
         name = req.name or f"{req.run_id}-v{req.version}"
-        served = await self.engine.serve(match, name)
-        logger.info("dashboard: engine %s now serves %s", self.engine.url, served)
+        served = await engine.serve(match, name)
+        logger.info("dashboard: engine %s now serves %s", engine.url, served)
         return served
 
     async def tokens(self, request: Request) -> Any:
-        if self.engine is None:
+        engine = await self.engine()
+        if engine is None:
             return {"texts": {}}
         raw = request.query_params.get("ids", "")
         try:
@@ -240,7 +262,7 @@ class _Api:
         except ValueError:
             message = f"ids must be comma-separated token ids, got {raw[:80]!r}"
             raise InvalidRequest(message) from None
-        texts = await self.engine.token_texts(ids)
+        texts = await engine.token_texts(ids)
         return {"texts": {str(k): v for k, v in texts.items()}}
 
 
@@ -262,11 +284,12 @@ def create_app(
         store: any backend; the app neither closes it nor runs its watchdog.
         token: bearer token every ``/api/`` request must carry (``None``: no auth, which
             ``fulmen dashboard`` allows only on loopback).
-        engine_url: a running engine to serve model versions with and to name tokens; without
-            one the serve action answers 400 and tokens show as ids.
+        engine_url: a running engine to serve model versions with and to name tokens, or
+            ``"auto"`` for the engine of the latest resources' ``llm``; without one the serve
+            action answers 400 and tokens show as ids.
         transition_options: how the trainer builds transitions (which tokens are trained).
     """
-    api = _Api(store, EngineLink(engine_url) if engine_url else None, transition_options)
+    api = _Api(store, engine_url, transition_options)
     routes = [
         Route("/", _index, methods=["GET"]),
         Route("/api/info", _endpoint(api.info), methods=["GET"]),

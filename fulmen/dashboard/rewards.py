@@ -1,9 +1,10 @@
 """The reward of a rollout as the dashboard shows it, read through the ``Store`` interface.
 
 A rollout's reward is the primary reward of its latest attempt, span or posted, exactly as the
-adapter computes it (``fulmen.adapter.signals.latest_reward``). Reading it costs three store
-queries (attempts, that attempt's spans, posted rewards), so the rewards of final rollouts are
-kept for a short time: a reward posted to a finished rollout shows up within ``ttl_s``.
+adapter computes it (``fulmen.adapter.signals.latest_reward``). Reading it costs two store
+queries (spans, posted rewards), three for a retried rollout (its attempts first), so the
+rewards of final rollouts are kept for a short time: a reward posted to a finished rollout
+shows up within ``ttl_s``.
 """
 
 from __future__ import annotations
@@ -28,11 +29,15 @@ async def read_rollout_reward(store: Store, rollout: Rollout) -> float | None:
     """Return the primary reward of the rollout's latest attempt; ``None`` when it has none."""
     if rollout.attempt_count == 0:
         return None
+    if rollout.attempt_count == 1:
+        # Everything recorded for the rollout belongs to its only attempt: two queries, not three.
+        spans, posted = await asyncio.gather(
+            read_spans(store, rollout.rollout_id), store.list_rewards(rollout.rollout_id)
+        )
+        return latest_reward(spans, posted)
     attempts, posted = await asyncio.gather(
         store.list_attempts(rollout.rollout_id), store.list_rewards(rollout.rollout_id)
     )
-    if not attempts:
-        return None
     attempt_id = attempts[-1].attempt_id
     spans = await read_spans(store, rollout.rollout_id, attempt_id=attempt_id)
     return latest_reward(spans, [r for r in posted if r.attempt_id in (None, attempt_id)])

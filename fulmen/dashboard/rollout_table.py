@@ -11,7 +11,7 @@ apply (reward range, agent, run, task text), so this module:
   (``before``) to continue from; ``exhausted`` says the scan reached the oldest rollout.
 
 Cost of what the store cannot filter, per rollout examined: task text and run are free (the
-rollout row is already read); a reward range reads the reward (three queries, kept for final
+rollout row is already read); a reward range reads the reward (two or three queries, kept for final
 rollouts, see ``fulmen.dashboard.rewards``); an agent reads the rollout's LLM calls (one query
 per 1,000 calls, token ids included). Those filters get a smaller ``budget`` per request.
 """
@@ -189,13 +189,14 @@ class RolloutTable:
     ) -> TablePage:
         """Return up to ``limit`` matching rollouts older than ``before`` (``None``: newest).
 
-        ``budget`` caps the rollouts examined (default 20,000, or 400 with a reward range or an
-        agent filter); the page may then hold fewer than ``limit`` rows and ``before`` says
-        where to go on.
+        ``budget`` caps the rollouts examined: by default 100 with a reward range or an agent
+        filter, 4,000 with a task text or run filter, else 50,000 positions (the store filters
+        those, so only matches are read). The page may then hold fewer than ``limit`` rows and
+        ``before`` says where to go on.
         """
         newest = await self.newest_position()
         if budget is None:
-            budget = 400 if where.is_costly else 20_000
+            budget = _budget(where)
         hi = newest if before is None else min(before - 1, newest)
         window = max(_FIRST_WINDOW, 2 * limit)
         found: list[tuple[Rollout, float | None]] = []
@@ -255,6 +256,15 @@ class RolloutTable:
                 if len(kept) == wanted:
                     return kept, seen
         return kept, seen
+
+
+def _budget(where: RolloutFilter) -> int:
+    """Return how many rollouts one request may examine for ``where`` (~250 ms of work here)."""
+    if where.is_costly:
+        return 100
+    if where.text or where.resources_versions is not None:
+        return 4_000
+    return 50_000
 
 
 async def _agents_of(store: Store, rollouts: list[Rollout]) -> list[set[str]]:

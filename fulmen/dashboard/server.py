@@ -1,7 +1,8 @@
 """Serving the dashboard with uvicorn inside the caller's event loop.
 
-``DashboardServer`` is what ``fulmen train`` starts next to its gateway; ``run_dashboard`` is
-``fulmen dashboard``: open the store, serve until SIGTERM/SIGINT, close the store. Like the
+``DashboardServer`` serves it in the running event loop; ``serve_dashboard_while`` is what
+``fulmen train`` wraps its run in; ``run_dashboard`` is ``fulmen dashboard``: open the store,
+serve until SIGTERM/SIGINT, close the store. Like the
 store service, it refuses to listen beyond loopback without a token.
 """
 
@@ -12,7 +13,8 @@ import contextlib
 import logging
 import signal
 import socket
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import uvicorn
 
@@ -23,9 +25,10 @@ if TYPE_CHECKING:
     from fulmen.adapter.transitions import TransitionOptions
     from fulmen.store.base import Store
 
-__all__ = ["DashboardServer", "run_dashboard"]
+__all__ = ["DashboardServer", "run_dashboard", "serve_dashboard_while"]
 
 logger = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 
 class DashboardServer:
@@ -142,3 +145,39 @@ async def run_dashboard(
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(sig)
             await server.aclose()
+
+
+async def serve_dashboard_while(
+    work: Coroutine[Any, Any, _T],
+    *,
+    store_url: str,
+    store_options: dict[str, object],
+    announce: Callable[[str], None],
+    port: int = 0,
+    token: str | None = None,
+    transition_options: TransitionOptions | None = None,
+) -> _T:
+    """Await ``work`` (a training run) with the dashboard served on loopback meanwhile.
+
+    The dashboard opens its own connection to the run's store and links the engine the run's
+    latest resources name (``engine_url="auto"``). ``announce`` gets its URL once it listens.
+    A dashboard that cannot start (the port is taken, say) is logged and the run goes on.
+    """
+    from fulmen.dashboard.app import AUTO_ENGINE
+    from fulmen.store import open_store
+
+    async with contextlib.AsyncExitStack() as stack:
+        try:
+            store = await stack.enter_async_context(open_store(store_url, **store_options))
+            server = DashboardServer(
+                store,
+                port=port,
+                token=token,
+                engine_url=AUTO_ENGINE,
+                transition_options=transition_options,
+            )
+            announce(await server.start())
+            stack.push_async_callback(server.aclose)
+        except Exception as exc:  # the run matters more than its dashboard
+            logger.warning("the dashboard did not start (%s); training goes on without it", exc)
+        return await work
