@@ -59,6 +59,7 @@ def register(subparsers: Any) -> None:
         metavar="URL",
         default=None,
         help="a running engine (fulmen serve or vLLM) that the 'serve this version' action "
-        "loads model versions into, and that names tokens in the token view",
+        "loads model versions into and that names tokens in the token view; 'auto' follows the "
+        "engine of the latest resources' llm (what fulmen train links)",
     )
     parser.set_defaults(func=_dashboard)

@@ -34,6 +34,7 @@ _COMMAND_MODULES: tuple[str, ...] = (
     "replay",
     "rescore",
     "ab",
+    "dashboard",
     "runner",
     "serve",
     "gateway",
