@@ -61,7 +61,7 @@ def register(subparsers: Any) -> None:
         description=(
             "Run the config's agent on the same N tasks with prompt A and with prompt B "
             "(validation sampling) and compare the rewards task by task: both means, the "
-            "paired difference B - A with a 95%% confidence interval, a paired t-test, an "
+            "paired difference B - A with a 95% confidence interval, a paired t-test, an "
             "exact sign test and a sign-flip permutation test. A prompt is a .json/.yaml file "
             "of a PromptTemplate, module:attribute, or a prompt version in --store (NAME, "
             "VERSION or NAME@VERSION)."
@@ -74,7 +74,7 @@ def register(subparsers: Any) -> None:
         default=[],
         required=True,
         metavar="REF",
-        help="a prompt: give it twice, A then B",
+        help="a prompt: give it twice, A then B (a store version is read from --store)",
     )
     parser.add_argument("-n", type=int, default=16, help="tasks to run (default 16)")
     parser.add_argument(
