@@ -11,6 +11,7 @@ import json
 import logging
 import math
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -44,10 +45,18 @@ class MetricsLogger:
         self.path = run_dir / "metrics.jsonl"
         self._file = self.path.open("a", encoding="utf-8")
         self._writer: Any = None
+        self._sinks: list[Callable[[dict[str, Any]], None]] = []
         if tensorboard:
             from tensorboardX import SummaryWriter
 
             self._writer = SummaryWriter(str(run_dir / "tensorboard"))
+
+    def add_sink(self, sink: Callable[[dict[str, Any]], None]) -> None:
+        """Also give every record, as written to the file, to ``sink`` (which must not block).
+
+        The run's record in the store is one (``fulmen.trainer.run_record``).
+        """
+        self._sinks.append(sink)
 
     def log(
         self,
@@ -66,6 +75,8 @@ class MetricsLogger:
         record.update({k: (v if math.isfinite(v) else None) for k, v in metrics.items()})
         self._file.write(json.dumps(record) + "\n")
         self._file.flush()
+        for sink in self._sinks:
+            sink(record)
         if self._writer is not None:
             for key, value in metrics.items():
                 if math.isfinite(value):
