@@ -4,9 +4,10 @@ An algorithm (``grpo``, ``sft``, ``apo``, ``demos``) is a config model plus one 
 ``run(config, context) -> list[dict[str, float]]``. The context is the only way it reaches the
 running services: it publishes resources (the current policy endpoint plus any prompt
 templates), runs tasks through the normal store -> runner -> gateway path and reads back their
-rewards and transitions, validates, logs metrics, serves a new adapter, and records progress so a
-killed run resumes where it stopped. The trainer implements it (``fulmen.trainer.context``);
-algorithms import only this Protocol, so they never touch the store, engine or gateway directly.
+rewards and transitions, validates, logs metrics, serves a new adapter or new full weights, and
+records progress so a killed run resumes where it stopped. The trainer implements it
+(``fulmen.trainer.context``); algorithms import only this Protocol, so they never touch the
+store, engine or gateway directly.
 """
 
 from __future__ import annotations
@@ -41,7 +42,16 @@ class StageProgress(Protocol):
     def adapter(self) -> Path | None:
         """The adapter the engine serves now (from this stage or an earlier one).
 
-        ``None`` while it serves the base model.
+        ``None`` while it serves no adapter.
+        """
+        ...
+
+    @property
+    def weights(self) -> Path | None:
+        """The full-weight model directory the engine serves as its base now.
+
+        Set by a full fine-tune (this stage's or an earlier one's); ``None`` while the engine
+        serves the original base model. A stage's policy starts from it.
         """
         ...
 
@@ -212,10 +222,18 @@ class AlgorithmContext(Protocol):
         """Hot-load ``adapter_dir`` into the engine; later ``publish`` calls name it."""
         ...
 
+    async def serve_weights(self, model_dir: Path, step: int) -> None:
+        """Reload the engine's base weights from the model directory ``model_dir``.
+
+        For a full fine-tune: the engine serves them under the base model's name from now on,
+        a previously served adapter is retired, and later ``publish`` calls name them.
+        """
+        ...
+
     def save_progress(self, step: int, *, checkpoint: Path | None = None) -> None:
         """Record that ``step`` steps of this stage are done; a killed run resumes after it.
 
-        The served adapter and ``checkpoint`` (when given) are saved with it.
+        The served weights, adapter and ``checkpoint`` (when given) are saved with it.
         """
         ...
 

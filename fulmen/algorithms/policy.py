@@ -30,6 +30,8 @@ __all__ = [
     "causal_lm_of",
     "load_adapter_weights",
     "load_causal_lm",
+    "load_stage_policy",
+    "merge_adapter",
     "prepare_policy",
     "token_logprobs",
 ]
@@ -146,6 +148,47 @@ def load_adapter_weights(model: nn.Module, adapter_dir: str | Path) -> None:
             "modules)",
             detail={"missing": missing[:5], "unexpected": list(result.unexpected_keys)[:5]},
         )
+
+
+def merge_adapter(model: nn.Module, adapter_dir: str | Path) -> nn.Module:
+    """Return ``model`` with the saved peft LoRA adapter at ``adapter_dir`` merged into it.
+
+    A full-weight stage that follows a LoRA stage starts here: the engine served the base plus
+    that adapter, so every weight starts from their sum.
+
+    Raises:
+        ConfigError: the directory holds no peft adapter.
+    """
+    from peft import PeftModel
+
+    source = Path(adapter_dir)
+    if not (source / "adapter_config.json").is_file():
+        raise ConfigError(f"cannot merge adapter {adapter_dir}: no adapter_config.json there")
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=FutureWarning)  # as in prepare_policy
+        wrapped = PeftModel.from_pretrained(model, str(source))  # type: ignore[arg-type]
+    return wrapped.merge_and_unload()  # type: ignore[operator]
+
+
+def load_stage_policy(
+    base: str | Path,
+    *,
+    dtype: str,
+    finetune: str,
+    weights: Path | None,
+    adapter: Path | None,
+) -> nn.Module:
+    """Load the causal LM a stage of a run trains, before ``prepare_policy``.
+
+    It starts from ``weights`` (the full-weight model an earlier round or stage published and
+    the engine serves) when set, else from ``base``. With ``finetune="full"`` the ``adapter``
+    the engine serves on top is merged in; a LoRA policy loads it after wrapping instead
+    (``load_adapter_weights``).
+    """
+    model = load_causal_lm(weights or base, dtype=dtype)
+    if finetune == "full" and adapter is not None:
+        model = merge_adapter(model, adapter)
+    return model
 
 
 def causal_lm_of(model: nn.Module) -> Any:

@@ -175,8 +175,9 @@ class TrainConfig(_Strict):
         store_url: an external store to use instead of ``RUN_DIR/store.db``: a ``fulmen store
             serve`` (``http://host:port``, so runners on other machines can claim the rollouts)
             or ``postgresql://...``. Its token is never in the config: ``fulmen train --token``
-            or ``$FULMEN_STORE_TOKEN``. The run owns the store's queue: on resume it cancels the
-            rollouts left unfinished there.
+            or ``$FULMEN_STORE_TOKEN``. Rollout ids start with the run's id (``state.json``),
+            so runs sharing a store never reuse each other's; on resume a run cancels the
+            rollouts its earlier start left unfinished there, and only those.
         seed: seeds task sampling and the trainer.
         data / engine / rollouts / validation: see their classes.
         algorithm: what improves the agent, selected by ``name`` (``grpo`` when omitted; see
@@ -234,6 +235,14 @@ class TrainConfig(_Strict):
                 f"engine.kind 'endpoint' cannot take new weights ({', '.join(weights)}); use it "
                 f"with `fulmen dev` or algorithms that change only prompts ({_PROMPT_ONLY_NAMES})"
             )
+        full = [s.name for s in self.plan() if _trains_full_weights(s)]
+        if self.engine.kind == "vllm" and full:
+            raise ValueError(
+                f"finetune 'full' ({', '.join(full)}) needs an engine that reloads full weights "
+                "between steps; engine.kind 'vllm' serves new weights only as LoRA adapters (its "
+                "full-weight reload exists only in vLLM's dev mode, which fulmen does not use): "
+                "use finetune: lora, or engine.kind: builtin"
+            )
         return self
 
     @model_validator(mode="after")
@@ -272,6 +281,15 @@ class TrainConfig(_Strict):
             if callable(options):
                 return options()
         return TransitionOptions()
+
+
+def _trains_full_weights(stage: AlgorithmConfig) -> bool:
+    """Whether ``stage`` fine-tunes every weight (so the engine must reload full weights)."""
+    if isinstance(stage, SFTAlgorithmConfig):
+        return stage.sft.finetune == "full"
+    if isinstance(stage, GRPOAlgorithmConfig):
+        return stage.engine_config(seed=0).finetune == "full"
+    return False
 
 
 #: Algorithms that can learn from a store's recorded rollouts (``data.from_store``).

@@ -1,26 +1,22 @@
 """``StageContext``: the trainer's implementation of ``fulmen.algorithms.context.AlgorithmContext``.
 
-One ``RunSession`` holds what lives as long as the run (the started stack, the metrics logger,
-the tasks, the saved ``RunState``, the name the engine serves the policy under); a
-``StageContext`` is the view of it one algorithm gets for one stage: rollout ids and metric
-steps carry the stage, its files go to its own directory, and its progress is saved in the
-run's ``state.json``.
+A ``StageContext`` is the view of the run's ``RunSession`` (``fulmen.trainer.session``) one
+algorithm gets for one stage: rollout ids carry the run's id, its start and the stage (so runs
+sharing one store never reuse each other's ids, and a restarted run never reuses its own),
+metric steps are numbered in the run's stream, its files go to its own directory, and its
+progress is saved in the run's ``state.json``.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fulmen.algorithms.rewards import reward_metrics
-from fulmen.settings import Settings
-from fulmen.trainer.data import TaskSampler, task_id_of
-from fulmen.trainer.metrics import MetricsLogger
-from fulmen.trainer.stack import TrainingStack
-from fulmen.trainer.state import RunState
+from fulmen.trainer.data import task_id_of
+from fulmen.trainer.session import RunSession, StageProgressView
 from fulmen.types import (
     LLMResource,
     Mode,
@@ -35,81 +31,10 @@ from fulmen.types import (
 if TYPE_CHECKING:
     from fulmen.adapter.transitions import AttemptRecords, TransitionOptions
     from fulmen.algorithms.source import StoreSource
-    from fulmen.trainer.config import TrainConfig
     from fulmen.types import LLMCallCreate, Trajectory
     from fulmen.types.limits import JsonData
 
-__all__ = ["RunSession", "StageContext", "StageProgressView"]
-
-
-@dataclass
-class RunSession:
-    """What every stage of one run shares (see the module docstring).
-
-    Attributes:
-        config: the run's configuration.
-        stack: the started store, engine, gateway and runner.
-        metrics: the run's metrics stream.
-        state: the run directory's saved progress.
-        model_path: the base model's local directory.
-        train_tasks / val_tasks: the tasks (``val_tasks`` already cut to
-            ``validation.max_tasks``; empty without validation).
-        model_name: the model name the engine serves the policy under now.
-        policy_version: the engine's version of the served adapter (``None``: the base).
-        uses_stages: the config has ``stages:`` (each stage gets its own directory and its
-            metrics are labelled).
-        settings: the environment as the run read it once (API keys named in the config).
-        sampler: draws the training tasks of each step.
-    """
-
-    config: TrainConfig
-    stack: TrainingStack
-    metrics: MetricsLogger
-    state: RunState
-    model_path: Path
-    train_tasks: Sequence[Any]
-    val_tasks: Sequence[Any]
-    model_name: str = ""
-    policy_version: str | None = None
-    uses_stages: bool = False
-    settings: Settings = field(default_factory=Settings)
-    sampler: TaskSampler = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.sampler = TaskSampler(self.train_tasks, seed=self.config.seed)
-
-    async def serve_adapter(self, adapter_dir: Path, name: str) -> None:
-        """Hot-load ``adapter_dir`` as model ``name`` and retire the previously served one."""
-        version = await self.stack.engine.load_adapter(name, str(adapter_dir))
-        previous = self.model_name
-        self.model_name = name
-        self.policy_version = str(version) if version is not None else name
-        if previous.startswith("policy-") and previous != name:
-            await self.stack.engine.unload_adapter(previous)
-
-
-class StageProgressView:
-    """``StageProgress`` over the run's ``RunState`` (paths made absolute)."""
-
-    def __init__(self, state: RunState) -> None:
-        self._state = state
-
-    @property
-    def step(self) -> int:
-        """Steps of the current stage completed and checkpointed."""
-        return self._state.step
-
-    @property
-    def checkpoint(self) -> Path | None:
-        """The stage's last checkpoint directory."""
-        value = self._state.checkpoint
-        return None if value is None else self._state.run_dir / value
-
-    @property
-    def adapter(self) -> Path | None:
-        """The adapter directory the engine serves."""
-        value = self._state.adapter
-        return None if value is None else self._state.run_dir / value
+__all__ = ["StageContext", "rollout_prefix"]
 
 
 class StageContext:
@@ -130,9 +55,7 @@ class StageContext:
         self._run_dir = base / "stages" / f"{index}-{name}" if session.uses_stages else base
         self._run_dir.mkdir(parents=True, exist_ok=True)
         state = session.state
-        # Stage 0 keeps the ids of a run without stages, so older run directories resume.
-        stage = f"-st{index}" if index else ""
-        self._prefix = f"g{state.generation}{stage}"
+        self._prefix = rollout_prefix(state.run_id, state.generation, index)
         self._progress = StageProgressView(state)
 
     # -- what the algorithm reads -------------------------------------------------------------
@@ -367,8 +290,15 @@ class StageContext:
         await self.session.serve_adapter(adapter_dir, f"policy-{self.global_step(step)}")
         self.session.state.adapter = str(adapter_dir.relative_to(self.session.config.run_dir))
 
+    async def serve_weights(self, model_dir: Path, step: int) -> None:
+        """Reload the engine's base weights from ``model_dir``; later ``publish`` calls name it."""
+        await self.session.serve_weights(model_dir, f"weights-{self.global_step(step)}")
+        state = self.session.state
+        state.weights = str(model_dir.relative_to(self.session.config.run_dir))
+        state.adapter = None  # merged into the full weights
+
     def save_progress(self, step: int, *, checkpoint: Path | None = None) -> None:
-        """Record ``step`` steps of this stage as done (and the served adapter)."""
+        """Record ``step`` steps of this stage as done (and the served weights and adapter)."""
         state = self.session.state
         state.step = step
         if checkpoint is not None:
@@ -415,3 +345,11 @@ class StageContext:
                     f"{len(ids) - len(done)} rollouts did not finish in {limit:.0f} s"
                 )
         return done
+
+
+def rollout_prefix(run_id: str, generation: int, stage: int) -> str:
+    """Return the start of the rollout ids of ``stage`` in start ``generation`` of run ``run_id``.
+
+    Stage 0 leaves the stage out (``3f9a1c2e-g1``; stage 2: ``3f9a1c2e-g1-st2``).
+    """
+    return f"{run_id}-g{generation}" + (f"-st{stage}" if stage else "")

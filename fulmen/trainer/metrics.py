@@ -2,7 +2,9 @@
 
 Every step's metrics are a flat ``dict[str, float]``; the JSONL file is the durable record
 (one object per line with ``step``), TensorBoard gets the same scalars, and the console line
-shows the few a person watches (reward, success, step time).
+shows the few a person watches: reward, success and loss of a weight update, the kept share and
+likelihood gain of an SFT round, the best and beam scores of an APO round, a demonstration
+candidate's score, and the step's time.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-__all__ = ["MetricsLogger", "read_metrics"]
+__all__ = ["MetricsLogger", "console_line", "read_metrics"]
 
 logger = logging.getLogger("fulmen.train")
 
@@ -27,7 +29,18 @@ _CONSOLE_KEYS = (
     "loss",
     "kl",
     "clip_fraction",
+    "sft/kept_fraction",
+    "sft/logprob_gain",
+    "apo/best_score",
+    "apo/beam_mean_score",
+    "apo/beam_size",
+    "apo/candidates",
+    "demos/score",
+    "demos/best_score",
+    "demos/pool",
     "time/step_s",
+    "time/round_s",
+    "time/candidate_s",
 )
 
 
@@ -83,8 +96,7 @@ class MetricsLogger:
                     self._writer.add_scalar(key, value, step)
             self._writer.flush()
         if echo:
-            shown = [f"{k}={metrics[k]:.4g}" for k in _CONSOLE_KEYS if k in metrics]
-            logger.info("step %d: %s", step, " ".join(shown))
+            logger.info("%s", console_line(step, metrics, labels=labels))
 
     def close(self) -> None:
         """Flush and close every sink."""
@@ -102,6 +114,19 @@ class MetricsLogger:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+def console_line(
+    step: int, metrics: dict[str, float], *, labels: dict[str, str | int] | None = None
+) -> str:
+    """Return the one-line console summary of a step: the watched figures it has, in order.
+
+    A run with stages names the step's algorithm (``step 3 [apo]: ...``).
+    """
+    algorithm = (labels or {}).get("algorithm")
+    head = f"step {step}" + (f" [{algorithm}]" if algorithm else "")
+    shown = [f"{k}={metrics[k]:.4g}" for k in _CONSOLE_KEYS if k in metrics]
+    return f"{head}: {' '.join(shown)}" if shown else head
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:

@@ -3,7 +3,8 @@
 ``run_function(name)`` maps an algorithm's name to its run function (a plain ``if`` chain, so
 the torch-heavy modules load only for the algorithm that runs). ``run_stages`` runs the plan
 (``stages:``, or ``[algorithm]``) from where ``state.json`` says the run stopped: it serves the
-adapter the run had reached, cancels rollouts a killed run left behind, validates before the
+weights and adapter the run had reached, cancels the rollouts a killed start of this run left
+behind (never another run's in a shared store), validates before the
 first stage and after every stage, and moves to the next stage with the resources and adapter
 the previous one published. The validation after one stage is also the one before the next
 (same resources, same weights): it is run once.
@@ -16,7 +17,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from fulmen.errors import ConfigError
-from fulmen.trainer.context import RunSession, StageContext
+from fulmen.trainer.context import StageContext
+from fulmen.trainer.session import RunSession
 from fulmen.types import RolloutQuery, RolloutStatus
 
 __all__ = ["RunFunction", "run_function", "run_stages"]
@@ -59,10 +61,7 @@ async def run_stages(session: RunSession) -> list[dict[str, float]]:
     if state.stage > len(plan) - 1:
         state.stage = len(plan) - 1  # a finished plan: its last stage has nothing left
     state.generation += 1
-    if state.adapter:
-        await session.serve_adapter(
-            session.config.run_dir / state.adapter, f"policy-{state.step_offset + state.step}"
-        )
+    await session.restore_policy()
     await _cancel_leftovers(session)
     state.save()
     history: list[dict[str, float]] = []
@@ -84,12 +83,20 @@ async def run_stages(session: RunSession) -> list[dict[str, float]]:
 
 
 async def _cancel_leftovers(session: RunSession) -> None:
-    """Cancel rollouts a killed run left unfinished: their step is run again."""
+    """Cancel rollouts an earlier start of this run left unfinished: their step is run again.
+
+    Only this run's (their ids start with its id): another run sharing the store keeps its own.
+    """
     from fulmen.store.reading import iter_rollouts
 
     unfinished = RolloutQuery(statuses=[RolloutStatus.QUEUING, RolloutStatus.RUNNING])
     store = session.stack.store
+    mine = f"{session.state.run_id}-"
     # Collected first: cancelling while paging would shift the pages under the cursor.
-    leftovers = [r.rollout_id async for r in iter_rollouts(store, unfinished)]
+    leftovers = [
+        r.rollout_id
+        async for r in iter_rollouts(store, unfinished)
+        if r.rollout_id.startswith(mine)
+    ]
     for rollout_id in leftovers:
         await store.update_rollout(rollout_id, status=RolloutStatus.CANCELLED)

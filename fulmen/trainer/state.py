@@ -1,18 +1,19 @@
 """``RunState``: what a run directory says about progress, so a killed run resumes exactly.
 
-``state.json`` holds the stage being run (its index in the config's plan), the steps of that
-stage already completed and checkpointed, the steps of the earlier stages (so the metrics
-stream numbers steps across stages), the adapter the engine serves, the resources other than
-``llm`` the latest publish carried (prompt templates), and how often the run was started. It is
-written atomically (temporary file + rename) after each checkpoint, so a crash leaves either
-the previous state or the new one. A ``state.json`` written before stages existed reads as
-stage 0.
+``state.json`` holds the run's id, the stage being run (its index in the config's plan), the
+steps of that stage already completed and checkpointed, the steps of the earlier stages (so the
+metrics stream numbers steps across stages), the full weights and the adapter the engine
+serves, the resources other than ``llm`` the latest publish carried (prompt templates), and how
+often the run was started. It is written atomically (temporary file + rename) after each
+checkpoint, so a crash leaves either the previous state or the new one. A ``state.json``
+written before stages existed reads as stage 0; one written before runs had ids gets a new id.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import secrets
 from pathlib import Path
 from typing import Any
 
@@ -30,12 +31,16 @@ class RunState:
     """The progress record of one run directory (see the module docstring).
 
     Attributes:
+        run_id: made once when the run directory is first used and kept across restarts;
+            rollout ids start with it, so runs sharing one store never reuse each other's.
         stage: index of the stage being run (``len(plan)`` once every stage is done).
         step: steps of ``stage`` completed and checkpointed.
         step_offset: steps of the stages before ``stage`` (metrics number steps after them).
         generation: how many times the run was started (rollout ids carry it).
         checkpoint: the stage's last checkpoint, relative to the run directory.
         adapter: the adapter the engine serves, relative to the run directory.
+        weights: the full-weight model directory the engine serves as its base (a full
+            fine-tune's), relative to the run directory; ``None``: the original base.
         resources: the carried resources other than ``llm`` (prompt templates).
     """
 
@@ -45,24 +50,28 @@ class RunState:
         data: dict[str, Any] = {}
         if self.path.exists():
             data = json.loads(self.path.read_text(encoding="utf-8"))
+        self.run_id: str = str(data.get("run_id") or secrets.token_hex(4))
         self.stage: int = int(data.get("stage", 0))
         self.step: int = int(data.get("step", 0))
         self.step_offset: int = int(data.get("step_offset", 0))
         self.generation: int = int(data.get("generation", 0))
         self.checkpoint: str | None = data.get("checkpoint")
         self.adapter: str | None = data.get("adapter")
+        self.weights: str | None = data.get("weights")
         self.resources: dict[str, Resource] = _RESOURCES.validate_python(data.get("resources", {}))
 
     def save(self) -> None:
         """Write the state atomically."""
         tmp = self.path.with_suffix(".tmp")
         payload = {
+            "run_id": self.run_id,
             "stage": self.stage,
             "step": self.step,
             "step_offset": self.step_offset,
             "generation": self.generation,
             "checkpoint": self.checkpoint,
             "adapter": self.adapter,
+            "weights": self.weights,
             "resources": _RESOURCES.dump_python(self.resources, mode="json"),
         }
         tmp.write_text(json.dumps(payload, indent=2), encoding="utf-8")
@@ -71,8 +80,8 @@ class RunState:
     def finish_stage(self) -> None:
         """Move on to the next stage and save.
 
-        Its steps count after this one's; the adapter and the resources carry over; the
-        checkpoint belongs to the finished stage and is dropped.
+        Its steps count after this one's; the weights, the adapter and the resources carry
+        over; the checkpoint belongs to the finished stage and is dropped.
         """
         self.stage += 1
         self.step_offset += self.step

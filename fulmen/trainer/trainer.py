@@ -74,7 +74,7 @@ class Trainer:
         Resumes at the stage and step where an earlier run in the same directory stopped.
         """
         from fulmen.engines.models import resolve_model
-        from fulmen.trainer.context import RunSession
+        from fulmen.trainer.session import RunSession
         from fulmen.trainer.stages import run_stages
         from fulmen.trainer.state import RunState
 

@@ -46,6 +46,19 @@ def test_overrides_use_dotted_keys(tmp_path: Path) -> None:
         ("engine: {kind: vllm, max_batch: 4}\n", "max_batch has no effect"),
         ("engine: {kind: endpoint, url: 'http://x/v1'}\n", "cannot take new weights"),
         ("algorithm: {grpo: {finetune: full, lora: {r: 4}}}\n", "lora has no effect"),
+        ("algorithm: {name: sft, sft: {finetune: full, lora: {r: 4}}}\n", "lora has no effect"),
+        (
+            "algorithm: {name: sft, sft: {finetune: full, dtype: bfloat16}}\n",
+            "sft.dtype 'bfloat16' with finetune 'full'",
+        ),
+        (
+            "engine: {kind: vllm}\nstages: [grpo, {name: sft, sft: {finetune: full}}]\n",
+            r"finetune 'full' \(sft\) needs an engine that reloads full weights",
+        ),
+        (
+            "engine: {kind: vllm}\nalgorithm: {grpo: {finetune: full}}\n",
+            r"finetune 'full' \(grpo\) needs an engine .* engine.kind 'vllm'",
+        ),
         ("algorithm: {grpo: {kl_estimator: k1}}\n", "kl_estimator has no effect"),
         ("algorithm: {transitions: {gamma: 0.9}}\n", "gamma has effect only"),
         ("algorithm: {grpo: {learning_rate: -1}}\n", "learning_rate"),

@@ -7,7 +7,7 @@ import pytest
 
 from fulmen.errors import ConfigError
 from fulmen.trainer.data import TaskSampler, load_tasks, task_id_of
-from fulmen.trainer.metrics import MetricsLogger, read_metrics
+from fulmen.trainer.metrics import MetricsLogger, console_line, read_metrics
 
 
 def test_load_tasks_from_jsonl_and_callable(tmp_path: Path) -> None:
@@ -55,6 +55,31 @@ def test_metrics_logger_writes_jsonl(tmp_path: Path) -> None:
     records = read_metrics(tmp_path / "metrics.jsonl")
     assert [r["step"] for r in records] == [1, 2]
     assert records[0]["loss"] is None and records[1]["reward/mean"] == 0.75
+
+
+def test_console_line_shows_the_figures_of_every_algorithm() -> None:
+    grpo = {"reward/mean": 0.5, "task/success": 0.25, "loss": 0.125, "time/step_s": 3.0}
+    assert console_line(4, grpo) == (
+        "step 4: reward/mean=0.5 task/success=0.25 loss=0.125 time/step_s=3"
+    )
+    # an APO round: its best validation score, the beam's mean and size, its candidates
+    apo = {
+        "apo/best_score": 0.75,
+        "apo/beam_mean_score": 0.625,
+        "apo/beam_size": 2.0,
+        "apo/candidates": 4.0,
+        "apo/rollouts": 48.0,
+        "time/round_s": 61.5,
+    }
+    assert console_line(2, apo, labels={"stage": 1, "algorithm": "apo"}) == (
+        "step 2 [apo]: apo/best_score=0.75 apo/beam_mean_score=0.625 apo/beam_size=2 "
+        "apo/candidates=4 time/round_s=61.5"
+    )
+    demos = {"demos/candidate": 3.0, "demos/score": 0.5, "demos/best_score": 0.5}
+    assert console_line(3, demos) == "step 3: demos/score=0.5 demos/best_score=0.5"
+    sft = {"sft/kept_fraction": 0.25, "sft/logprob_gain": 0.5, "loss": 1.5}
+    assert console_line(1, sft) == "step 1: loss=1.5 sft/kept_fraction=0.25 sft/logprob_gain=0.5"
+    assert console_line(5, {"unwatched": 1.0}) == "step 5"
 
 
 def test_metrics_logger_writes_tensorboard_events(tmp_path: Path) -> None:

@@ -4,7 +4,6 @@ a run killed in its second stage resumes there without repeating the first."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import signal
@@ -60,7 +59,7 @@ def test_second_stage_starts_from_the_adapter_the_first_published(tmp_path: Path
     assert (run_dir / "stages" / "0-sft" / "adapters" / "round-001").is_dir()
     assert (run_dir / "stages" / "1-grpo" / "adapters" / "step-00002").is_dir()
     # GRPO's first rollouts were sampled from the sft adapter ...
-    assert asyncio.run(models_of(run_dir, "g1-st1-s0-")) == {"policy-1"}
+    assert models_of(run_dir, "g1-st1-s0-") == {"policy-1"}
     # ... and its trainer started from the same weights: its logprobs are the engine's. A GRPO
     # trainer starting from a fresh adapter (the base model) would be off by about the nats
     # the sft round gained.

@@ -11,7 +11,6 @@ transformers and peft are imported here, never by ``import fulmen``.
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ from fulmen.algorithms.batching import MicroBatch, TokenSample, collate, plan_mi
 from fulmen.algorithms.grpo.config import GRPOConfig
 from fulmen.algorithms.grpo.losses import KL_ESTIMATORS, POLICY_LOSSES
 from fulmen.algorithms.grpo.samples import build_samples
+from fulmen.algorithms.optimizer import apply_gradients, build_optimizer
 from fulmen.algorithms.policy import (
     ReferencePolicy,
     causal_lm_of,
@@ -32,7 +32,6 @@ from fulmen.algorithms.policy import (
     prepare_policy,
     token_logprobs,
 )
-from fulmen.errors import ConfigError
 from fulmen.types.transitions import Transition
 
 __all__ = ["GRPOEngine"]
@@ -100,15 +99,7 @@ class GRPOEngine:
             if self.config.kl_coef > 0
             else None
         )
-        trainable = [p for p in self.model.parameters() if p.requires_grad]
-        if not trainable:
-            raise ConfigError("the policy has no trainable parameters")
-        self.optimizer = torch.optim.AdamW(
-            trainable,
-            lr=self.config.learning_rate,
-            betas=self.config.betas,
-            weight_decay=self.config.weight_decay,
-        )
+        self.optimizer = build_optimizer(self.model, self.config)
         config_pad = getattr(causal_lm_of(self.model).config, "pad_token_id", None)
         self.pad_token_id = pad_token_id if pad_token_id is not None else (config_pad or 0)
         self.step = 0
@@ -139,7 +130,7 @@ class GRPOEngine:
         grad_norm = 0.0
         for _ in range(cfg.epochs):
             self._backward(samples, totals)
-            grad_norm = self._apply_gradients()
+            grad_norm = apply_gradients(self.optimizer, max_grad_norm=cfg.max_grad_norm)
         self.step += 1
         elapsed = time.perf_counter() - started
         metrics.update(totals.metrics(cfg.epochs))
@@ -229,14 +220,6 @@ class GRPOEngine:
         totals.input_tokens += int(batch.attention_mask.sum())
         totals.micro_batches += 1
 
-    def _apply_gradients(self) -> float:
-        params = [p for group in self.optimizer.param_groups for p in group["params"]]
-        max_norm = self.config.max_grad_norm
-        norm = torch.nn.utils.clip_grad_norm_(params, max_norm if max_norm else math.inf)
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        return float(norm)
-
     def save_checkpoint(self, directory: str | Path) -> Path:
         """Write trainable weights, optimizer and RNG state, step and config to ``directory``.
 
@@ -254,6 +237,11 @@ class GRPOEngine:
         state = checkpoint.load_checkpoint(self.model, self.optimizer, directory)
         self.step = int(state["step"])
         self.policy_version = state["policy_version"]
+
+    @property
+    def is_full(self) -> bool:
+        """Whether every weight is trained (``finetune: full``) rather than a LoRA adapter."""
+        return self.config.finetune == "full"
 
     def save_adapter(self, directory: str | Path) -> Path:
         """Write the LoRA adapter in peft's format, ready for ``/v1/load_lora_adapter``."""

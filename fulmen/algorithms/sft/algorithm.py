@@ -2,10 +2,12 @@
 
 A round gets its attempts (sampled now with the served policy, or read from ``source.store``),
 keeps those whose reward reaches the threshold, builds the examples (``dataset``), measures the
-mean logprob of the kept completions, fine-tunes (``SFTEngine``), measures it again, saves the
-adapter, hot-loads it into the engine and checkpoints, then logs the round's metrics: kept
-fraction, loss, logprob before/after, retokenized examples. A killed run resumes after its last
-finished round; a stage that follows another starts from the adapter that one published.
+mean logprob of the kept completions, fine-tunes (``SFTEngine``), measures it again, publishes
+the new policy — a LoRA adapter hot-loaded into the engine, or with ``finetune: full`` the whole
+model, which the engine reloads as its weights — and checkpoints, then logs the round's
+metrics: kept fraction, loss, logprob before/after, retokenized examples. A killed run resumes
+after its last finished round; a stage that follows another starts from the weights and
+adapter that one published.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any
 from fulmen.adapter.transitions import AttemptRecords
 from fulmen.algorithms.context import AlgorithmContext
 from fulmen.algorithms.rewards import reward_metrics
+from fulmen.algorithms.serving import keep_newest, serve_policy
 from fulmen.algorithms.sft.config import SFTAlgorithmConfig
 from fulmen.algorithms.sft.dataset import SFTExample, build_dataset
 from fulmen.types import Mode
@@ -61,30 +64,41 @@ async def run_sft(config: SFTAlgorithmConfig, context: AlgorithmContext) -> list
                 stats.examples,
             )
         metrics.update(await asyncio.to_thread(_fit, engine, examples, index))
-        adapter_dir = context.run_dir / "adapters" / f"round-{index + 1:03d}"
-        await asyncio.to_thread(engine.save_adapter, adapter_dir)
-        await context.serve_adapter(adapter_dir, index + 1)
-        directory = context.run_dir / "checkpoints" / f"round-{index + 1:03d}"
+        name = f"round-{index + 1:03d}"
+        await serve_policy(engine, context, name=name, step=index + 1)
+        directory = context.run_dir / "checkpoints" / name
         await asyncio.to_thread(engine.save_checkpoint, directory)
         context.save_progress(index + 1, checkpoint=directory)
+        if engine.is_full:  # a model's size each; LoRA rounds keep every small adapter
+            keep_newest(context.run_dir / "weights", pattern="round-*")
+            keep_newest(context.run_dir / "checkpoints", pattern="round-*")
         context.log(index + 1, metrics)
         history.append(metrics)
     return history
 
 
 def _build_engine(config: SFTAlgorithmConfig, context: AlgorithmContext) -> Any:
-    from fulmen.algorithms.policy import load_adapter_weights
+    from fulmen.algorithms.policy import load_adapter_weights, load_stage_policy
     from fulmen.algorithms.sft.engine import SFTEngine
 
     settings = config.sft
     if settings.seed is None:
         settings = settings.model_copy(update={"seed": context.seed})
-    engine = SFTEngine.from_pretrained(context.model_path, config=settings)
     progress = context.progress
+    if progress.weights is not None:
+        logger.info("sft starts from the full weights %s", progress.weights)
+    model = load_stage_policy(
+        context.model_path,
+        dtype=settings.dtype,
+        finetune=settings.finetune,
+        weights=progress.weights,
+        adapter=progress.adapter,
+    )
+    engine = SFTEngine(model, config=settings)
     if progress.checkpoint is not None:
         logger.info("resuming sft after round %d from %s", progress.step, progress.checkpoint)
         engine.load_checkpoint(progress.checkpoint)
-    elif progress.adapter is not None:
+    elif progress.adapter is not None and settings.finetune == "lora":
         logger.info("sft starts from the adapter %s", progress.adapter)
         load_adapter_weights(engine.model, progress.adapter)
     return engine

@@ -27,9 +27,12 @@ class SFTConfig(_Strict):
     """How the policy is fine-tuned on the selected completions (negative log-likelihood).
 
     Attributes:
-        finetune: ``lora`` trains an adapter, hot-loaded into the engine after each round.
-        lora: adapter shape.
-        dtype: parameter dtype of the policy (logits are always taken in float32).
+        finetune: ``lora`` trains an adapter, hot-loaded into the engine after each round;
+            ``full`` trains every weight in float32 and reloads the engine's weights after each
+            round (an engine that can reload full weights: the built-in one).
+        lora: adapter shape (``finetune: lora`` only).
+        dtype: parameter dtype of the policy (logits are always taken in float32); full
+            fine-tuning keeps float32 weights, so ``bfloat16`` is for LoRA only.
         learning_rate / weight_decay / betas: AdamW settings.
         max_grad_norm: global gradient-norm clip; ``None`` disables clipping.
         batch_size: sequences per optimizer step.
@@ -42,7 +45,7 @@ class SFTConfig(_Strict):
             run's seed).
     """
 
-    finetune: Literal["lora"] = "lora"
+    finetune: Literal["lora", "full"] = "lora"
     lora: LoraSettings = Field(default_factory=LoraSettings)
     dtype: Literal["float32", "bfloat16"] = "float32"
     learning_rate: float = Field(default=1e-4, gt=0)
@@ -56,6 +59,19 @@ class SFTConfig(_Strict):
     logit_chunk_tokens: int = Field(default=256, ge=1)
     gradient_checkpointing: bool = False
     seed: int | None = None
+
+    @model_validator(mode="after")
+    def _full_weights_in_float32(self) -> SFTConfig:
+        if self.finetune == "full":
+            if "lora" in self.model_fields_set:
+                raise ValueError("sft.lora has no effect with finetune 'full'")
+            if self.dtype != "float32":
+                raise ValueError(
+                    f"sft.dtype {self.dtype!r} with finetune 'full': full fine-tuning keeps "
+                    "float32 weights (AdamW steps on bfloat16 weights lose small updates); "
+                    "use dtype float32, or finetune lora"
+                )
+        return self
 
 
 class SFTAlgorithmConfig(_Strict):

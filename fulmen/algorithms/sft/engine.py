@@ -11,7 +11,6 @@ policy loading, the logprobs on recorded ids and the micro-batching are the ones
 
 from __future__ import annotations
 
-import math
 import random
 import time
 from collections.abc import Sequence
@@ -22,10 +21,10 @@ from torch import nn
 
 from fulmen.algorithms import checkpoint
 from fulmen.algorithms.batching import MicroBatch, TokenSample, collate, plan_micro_batches
+from fulmen.algorithms.optimizer import apply_gradients, build_optimizer
 from fulmen.algorithms.policy import causal_lm_of, load_causal_lm, prepare_policy, token_logprobs
 from fulmen.algorithms.sft.config import SFTConfig
 from fulmen.algorithms.sft.dataset import SFTExample
-from fulmen.errors import ConfigError
 
 __all__ = ["SFTEngine"]
 
@@ -34,7 +33,8 @@ class SFTEngine:
     """Owns the policy and its optimizer; fine-tunes on SFT examples.
 
     Args:
-        model: a transformers causal LM.
+        model: a transformers causal LM (with ``finetune: full`` every one of its weights is
+            trained).
         config: the fine-tuning settings (``config.seed`` must be set: the run's seed).
     """
 
@@ -45,12 +45,7 @@ class SFTEngine:
             torch.manual_seed(self.seed)
             self.model = prepare_policy(model, config)
         self.model.eval()  # dropout off; gradients flow regardless
-        trainable = [p for p in self.model.parameters() if p.requires_grad]
-        if not trainable:
-            raise ConfigError("the policy has no trainable parameters")
-        self.optimizer = torch.optim.AdamW(
-            trainable, lr=config.learning_rate, betas=config.betas, weight_decay=config.weight_decay
-        )
+        self.optimizer = build_optimizer(self.model, config)
         self.pad_token_id = getattr(causal_lm_of(self.model).config, "pad_token_id", None) or 0
         self.step = 0
 
@@ -72,7 +67,7 @@ class SFTEngine:
             for start in range(0, len(order), cfg.batch_size):
                 batch = [samples[i] for i in order[start : start + cfg.batch_size]]
                 losses.append(self._accumulate(batch))
-                norms.append(self._apply_gradients())
+                norms.append(apply_gradients(self.optimizer, max_grad_norm=cfg.max_grad_norm))
                 self.step += 1
         return {
             "loss": sum(losses) / len(losses) if losses else float("nan"),
@@ -123,14 +118,6 @@ class SFTEngine:
         )
         return logprobs
 
-    def _apply_gradients(self) -> float:
-        params = [p for group in self.optimizer.param_groups for p in group["params"]]
-        max_norm = self.config.max_grad_norm
-        norm = torch.nn.utils.clip_grad_norm_(params, max_norm if max_norm else math.inf)
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        return float(norm)
-
     def save_checkpoint(self, directory: str | Path) -> Path:
         """Write trainable weights, optimizer and RNG state and the step to ``directory``."""
         state = {"step": self.step, "config": self.config.model_dump(mode="json")}
@@ -141,9 +128,18 @@ class SFTEngine:
         state = checkpoint.load_checkpoint(self.model, self.optimizer, directory)
         self.step = int(state["step"])
 
+    @property
+    def is_full(self) -> bool:
+        """Whether every weight is trained (``finetune: full``) rather than a LoRA adapter."""
+        return self.config.finetune == "full"
+
     def save_adapter(self, directory: str | Path) -> Path:
         """Write the LoRA adapter in peft's format, ready for ``/v1/load_lora_adapter``."""
         return checkpoint.save_adapter(self.model, directory, finetune=self.config.finetune)
+
+    def save_model(self, directory: str | Path) -> Path:
+        """Write the whole policy as a HF directory, ready for ``/v1/reload_weights``."""
+        return checkpoint.save_model(self.model, directory, finetune=self.config.finetune)
 
 
 def _sample(example: SFTExample) -> TokenSample:

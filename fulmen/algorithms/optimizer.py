@@ -1,0 +1,66 @@
+"""The optimizer every weight-training algorithm (GRPO, SFT) uses: AdamW and its clipped step.
+
+``build_optimizer`` makes AdamW over the parameters the policy trains (the LoRA adapter, or
+every weight); ``apply_gradients`` clips the accumulated gradients to a global norm, takes the
+step and clears them. Torch is imported here, never by ``import fulmen``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Protocol
+
+import torch
+from torch import nn
+
+from fulmen.errors import ConfigError
+
+__all__ = ["OptimizerSettings", "apply_gradients", "build_optimizer"]
+
+
+class OptimizerSettings(Protocol):
+    """What ``build_optimizer`` reads from an algorithm's config (``GRPOConfig``, ``SFTConfig``)."""
+
+    @property
+    def learning_rate(self) -> float:
+        """AdamW's learning rate."""
+        ...
+
+    @property
+    def weight_decay(self) -> float:
+        """AdamW's decoupled weight decay."""
+        ...
+
+    @property
+    def betas(self) -> tuple[float, float]:
+        """AdamW's moment coefficients."""
+        ...
+
+
+def build_optimizer(model: nn.Module, settings: OptimizerSettings) -> torch.optim.AdamW:
+    """Return AdamW over the parameters of ``model`` that require grad.
+
+    Raises:
+        ConfigError: nothing in ``model`` requires grad.
+    """
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    if not trainable:
+        raise ConfigError("the policy has no trainable parameters")
+    return torch.optim.AdamW(
+        trainable,
+        lr=settings.learning_rate,
+        betas=settings.betas,
+        weight_decay=settings.weight_decay,
+    )
+
+
+def apply_gradients(optimizer: torch.optim.Optimizer, *, max_grad_norm: float | None) -> float:
+    """Clip the gradients to ``max_grad_norm`` (``None``: no clip), step, and clear them.
+
+    Returns the global gradient norm before clipping.
+    """
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm if max_grad_norm else math.inf)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return float(norm)

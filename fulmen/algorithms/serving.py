@@ -1,0 +1,63 @@
+"""Handing a weight-training algorithm's new policy to the engine (GRPO, SFT).
+
+``serve_policy`` writes what the engine needs and asks the context to serve it: a LoRA
+adapter (``RUN_DIR/adapters/NAME``), hot-loaded under a new name, or with ``finetune: full``
+the whole model (``RUN_DIR/weights/NAME``), which the engine reloads in place of its base
+weights. ``keep_newest`` bounds the disk when every step writes a full model or checkpoint.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from pathlib import Path
+from typing import Protocol
+
+from fulmen.algorithms.context import AlgorithmContext
+
+__all__ = ["PolicyWriter", "keep_newest", "serve_policy"]
+
+
+class PolicyWriter(Protocol):
+    """What ``serve_policy`` needs of a training engine (``GRPOEngine``, ``SFTEngine``)."""
+
+    @property
+    def is_full(self) -> bool:
+        """Whether every weight is trained (``finetune: full``) rather than a LoRA adapter."""
+        ...
+
+    def save_adapter(self, directory: str | Path) -> Path:
+        """Write the LoRA adapter in peft's format."""
+        ...
+
+    def save_model(self, directory: str | Path) -> Path:
+        """Write the whole policy as a Hugging Face model directory."""
+        ...
+
+
+async def serve_policy(
+    engine: PolicyWriter, context: AlgorithmContext, *, name: str, step: int
+) -> None:
+    """Save ``engine``'s policy as ``name`` and make the inference engine serve it from ``step``.
+
+    A LoRA adapter goes to ``RUN_DIR/adapters/NAME`` and is hot-loaded; full weights go to
+    ``RUN_DIR/weights/NAME`` and the engine reloads them as its base weights.
+    """
+    if engine.is_full:
+        model_dir = context.run_dir / "weights" / name
+        await asyncio.to_thread(engine.save_model, model_dir)
+        await context.serve_weights(model_dir, step)
+    else:
+        adapter_dir = context.run_dir / "adapters" / name
+        await asyncio.to_thread(engine.save_adapter, adapter_dir)
+        await context.serve_adapter(adapter_dir, step)
+
+
+def keep_newest(folder: Path, *, pattern: str, keep: int = 2) -> None:
+    """Delete all but the last ``keep`` directories of ``folder`` matching ``pattern`` (by name).
+
+    Names carry zero-padded step numbers, so the last by name are the newest. Call it after
+    ``save_progress``, so the state never names a deleted one (it names the newest).
+    """
+    for old in sorted(folder.glob(pattern))[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
