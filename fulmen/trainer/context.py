@@ -20,6 +20,7 @@ from fulmen.trainer.session import RunSession, StageProgressView
 from fulmen.types import (
     LLMResource,
     Mode,
+    ModelKind,
     Resource,
     ResourcesCreate,
     Rollout,
@@ -173,6 +174,8 @@ class StageContext:
         created = await self.session.stack.store.add_resources(
             ResourcesCreate(resources=carried, metadata={**info, **(metadata or {})})
         )
+        if self.session.recorder is not None:
+            self.session.recorder.resources_published(created)
         return created.version
 
     async def run_tasks(
@@ -288,11 +291,13 @@ class StageContext:
     async def serve_adapter(self, adapter_dir: Path, step: int) -> None:
         """Hot-load ``adapter_dir``; later ``publish`` calls name it."""
         await self.session.serve_adapter(adapter_dir, f"policy-{self.global_step(step)}")
+        self._record_model(ModelKind.ADAPTER, adapter_dir, step)
         self.session.state.adapter = str(adapter_dir.relative_to(self.session.config.run_dir))
 
     async def serve_weights(self, model_dir: Path, step: int) -> None:
         """Reload the engine's base weights from ``model_dir``; later ``publish`` calls name it."""
         await self.session.serve_weights(model_dir, f"weights-{self.global_step(step)}")
+        self._record_model(ModelKind.FULL, model_dir, step)
         state = self.session.state
         state.weights = str(model_dir.relative_to(self.session.config.run_dir))
         state.adapter = None  # merged into the full weights
@@ -310,6 +315,11 @@ class StageContext:
         self.session.stack.check_runner()
 
     # -- plumbing ---------------------------------------------------------------------------
+
+    def _record_model(self, kind: ModelKind, path: Path, step: int) -> None:
+        """Tell the run's record in the store that the engine serves a new model."""
+        if self.session.recorder is not None:
+            self.session.recorder.model_served(kind, path, self.global_step(step))
 
     def _rollout_create(
         self, task: Any, mode: Mode, *, task_id: str, rollout_id: str, version: int

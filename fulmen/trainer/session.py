@@ -23,6 +23,7 @@ from fulmen.trainer.state import RunState
 
 if TYPE_CHECKING:
     from fulmen.trainer.config import TrainConfig
+    from fulmen.trainer.run_record import RunRecorder
 
 __all__ = ["RunSession", "StageProgressView"]
 
@@ -46,6 +47,7 @@ class RunSession:
         uses_stages: the config has ``stages:`` (each stage gets its own directory and its
             metrics are labelled).
         settings: the environment as the run read it once (API keys named in the config).
+        recorder: the run's record in the store (metrics, model versions); ``None``: none.
         sampler: draws the training tasks of each step.
     """
 
@@ -60,6 +62,7 @@ class RunSession:
     policy_version: str | None = None
     uses_stages: bool = False
     settings: Settings = field(default_factory=Settings)
+    recorder: RunRecorder | None = None
     sampler: TaskSampler = field(init=False)
 
     def __post_init__(self) -> None:

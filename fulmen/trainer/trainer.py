@@ -74,9 +74,11 @@ class Trainer:
         Resumes at the stage and step where an earlier run in the same directory stopped.
         """
         from fulmen.engines.models import resolve_model
+        from fulmen.trainer.run_record import RunRecorder, new_run
         from fulmen.trainer.session import RunSession
         from fulmen.trainer.stages import run_stages
         from fulmen.trainer.state import RunState
+        from fulmen.types import RunStatus
 
         config = self.config
         runs_agent = config.data.from_store is None  # offline training runs no agent
@@ -116,11 +118,12 @@ class Trainer:
             val_tasks = val_tasks[: validation.max_tasks]
         with MetricsLogger(run_dir, tensorboard=config.tensorboard) as metrics:
             async with stack:
+                state = RunState(run_dir)
                 session = RunSession(
                     config=config,
                     stack=stack,
                     metrics=metrics,
-                    state=RunState(run_dir),
+                    state=state,
                     model_path=model_path,
                     train_tasks=train_tasks,
                     val_tasks=val_tasks,
@@ -128,7 +131,21 @@ class Trainer:
                     uses_stages=config.stages is not None,
                     settings=self.settings,
                 )
-                return await run_stages(session)
+                state.save()  # the run's id, before the store names a run by it
+                recorder = RunRecorder(stack.store, new_run(config, state.run_id))
+                await recorder.start()
+                metrics.add_sink(recorder.metrics)
+                session.recorder = recorder
+                status = RunStatus.FAILED
+                try:
+                    history = await run_stages(session)
+                    status = RunStatus.SUCCEEDED
+                    return history
+                except (KeyboardInterrupt, asyncio.CancelledError):
+                    status = RunStatus.STOPPED
+                    raise
+                finally:
+                    await recorder.finish(status)
 
     def dev(
         self,
