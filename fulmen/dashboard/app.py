@@ -78,7 +78,7 @@ class TableParams(BaseModel):
     agent: str | None = Field(default=None, max_length=256)
     q: str | None = Field(default=None, max_length=1000)
     before: int | None = Field(default=None, ge=1)
-    limit: int = Field(default=50, ge=1, le=500)
+    limit: int = Field(default=25, ge=1, le=500)
 
 
 class ServeRequest(BaseModel):

@@ -184,13 +184,13 @@ class RolloutTable:
         where: RolloutFilter,
         *,
         before: int | None = None,
-        limit: int = 50,
+        limit: int = 25,
         budget: int | None = None,
     ) -> TablePage:
         """Return up to ``limit`` matching rollouts older than ``before`` (``None``: newest).
 
         ``budget`` caps the rollouts examined: by default 100 with a reward range or an agent
-        filter, 4,000 with a task text or run filter, else 50,000 positions (the store filters
+        filter, 2,000 with a task text or run filter, else 50,000 positions (the store filters
         those, so only matches are read). The page may then hold fewer than ``limit`` rows and
         ``before`` says where to go on.
         """
@@ -202,7 +202,7 @@ class RolloutTable:
         found: list[tuple[Rollout, float | None]] = []
         examined = 0
         while hi > 0 and len(found) < limit and examined < budget:
-            size = min(window, hi, _MAX_WINDOW, budget - examined if where.is_costly else hi)
+            size = min(window, hi, _MAX_WINDOW, budget - examined)
             lo = hi - size
             page = await self._store.query_rollouts(where.store_query(lo, size))
             rows = [r for r in page.items if r.position <= hi and where.matches_row(r)]
@@ -263,7 +263,7 @@ def _budget(where: RolloutFilter) -> int:
     if where.is_costly:
         return 100
     if where.text or where.resources_versions is not None:
-        return 4_000
+        return 2_000
     return 50_000
 
 

@@ -4,7 +4,7 @@ import { clear, el, fmt, seconds, when } from "../dom.js";
 
 const STATUSES = ["queuing", "running", "succeeded", "failed", "cancelled"];
 const MODES = ["", "train", "val", "test", "production"];
-const FIELDS = ["mode", "min_reward", "max_reward", "agent", "resources_version", "run", "q"];
+const FIELDS = ["mode", "min_reward", "max_reward", "agent", "resources_version", "run", "q", "limit"];
 
 function filtersFrom(params) {
   const f = { status: params.getAll("status") };
@@ -23,6 +23,7 @@ function filterForm(filters, runs, onApply) {
     el("label", {}, "resources v", input("resources_version", { type: "number", min: 1, size: 4 })),
     el("label", {}, "run ", el("select", { name: "run" }, el("option", { value: "" }, "any"), runs.map((r) => el("option", { value: r.run_id, selected: filters.run === r.run_id }, r.name)))),
     el("label", {}, "task ", input("q", { type: "search", placeholder: "text in the task", size: 18 })),
+    el("input", { type: "hidden", name: "limit", value: filters.limit }),
     el("button", { type: "submit" }, "Filter"));
   form.addEventListener("submit", (event) => {
     event.preventDefault();

@@ -1,0 +1,95 @@
+"""A store holding a real run of the toy example, plus the cases the dashboard tests look for.
+
+``record_toy_store(dir)`` trains ``examples/toy`` with the ``tiny`` model for two GRPO steps
+(the real built-in engine, gateway, runner and SQLite store; ~20 s here), then adds through the
+store's API what a toy run does not make: two prompt versions (the second derived from the
+first), and a finished rollout whose task and reply hold markup (``<script>``, an ``<img>``
+with ``onerror``), as hostile agent text would. The browser tests and
+``scripts/dashboard_screenshots.py`` both use it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from fulmen.store import open_store
+from fulmen.types import (
+    PromptLineage,
+    PromptTemplate,
+    ResourcesCreate,
+)
+from tests.dashboard.finished import finish_rollout
+
+TOY = Path(__file__).resolve().parents[2] / "examples" / "toy" / "config.yaml"
+HOSTILE_ID = "hostile-markup"
+HOSTILE_TASK = "<script>window.__pwned = 'task'</script> what is 2+2?"
+HOSTILE_REPLY = (
+    "<img src=x onerror=\"window.__pwned='img'\"><script>window.__pwned='reply'</script>4"
+)
+PROMPT_V1 = PromptTemplate(
+    instructions="Answer the question.\nUse the calculator for arithmetic.\nBe brief.",
+    template="Question: {question}",
+)
+PROMPT_V2_INSTRUCTIONS = (
+    "Answer the question.\nAlways use the calculator.\nBe brief.\nEnd with ANSWER: n."
+)
+
+
+@dataclass(frozen=True)
+class ToyStore:
+    """Where the recorded store is and what was added to it."""
+
+    url: str
+    run_dir: Path
+    prompt_refs: tuple[str, str]
+
+
+def record_toy_store(root: Path) -> ToyStore:
+    """Train the toy example into ``root/run`` and add the extra cases (see the module doc)."""
+    from fulmen.trainer.config import load_config
+    from fulmen.trainer.trainer import Trainer
+
+    run_dir = root / "run"
+    config = load_config(
+        TOY,
+        overrides=[
+            f"run_dir={run_dir}",
+            "algorithm.steps=2",
+            "algorithm.tasks_per_step=2",
+            "algorithm.group_size=4",
+            "validation.every=1",
+            "validation.max_tasks=4",
+            "rollouts.concurrency=8",
+        ],
+    )
+    path, modules = list(sys.path), set(sys.modules)
+    try:
+        Trainer(config).fit()
+    finally:  # the toy's ``agent`` module must not leak into other examples' tests
+        sys.path[:] = path
+        for name in set(sys.modules) - modules:
+            if name in ("agent", "tasks"):
+                del sys.modules[name]
+    url = f"sqlite:///{run_dir / 'store.db'}"
+    refs = asyncio.run(_add_cases(url))
+    return ToyStore(url=url, run_dir=run_dir, prompt_refs=refs)
+
+
+async def _add_cases(url: str) -> tuple[str, str]:
+    async with open_store(url, watchdog_interval=None) as store:
+        first = await store.add_resources(ResourcesCreate(resources={"prompt": PROMPT_V1}))
+        v2 = PromptTemplate(
+            instructions=PROMPT_V2_INSTRUCTIONS,
+            template=PROMPT_V1.template,
+            lineage=PromptLineage(
+                parent=first.version, optimizer="apo", step=1, critique="it skipped the tool"
+            ),
+        )
+        second = await store.add_resources(ResourcesCreate(resources={"prompt": v2}))
+        await finish_rollout(
+            store, HOSTILE_ID, task=HOSTILE_TASK, reward=0.5, reply=HOSTILE_REPLY, agent="<b>x</b>"
+        )
+    return f"prompt@{first.version}", f"prompt@{second.version}"
