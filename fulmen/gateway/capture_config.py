@@ -8,13 +8,20 @@ gateway stores. See ``docs/production.md``.
 
 from __future__ import annotations
 
-from typing import Literal, Self
+import hashlib
+from collections.abc import Mapping
+from typing import Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from fulmen.gateway.capture import as_object
+from fulmen.types.limits import MAX_ID_LENGTH
+from fulmen.types.rewards import SESSION_ROLLOUT_PREFIX
 
 __all__ = ["CaptureConfig", "RedactionConfig", "SessionKeyConfig"]
 
 RedactionPattern = Literal["email", "phone", "card"]
+_MAX_SESSION_ID = MAX_ID_LENGTH - len(SESSION_ROLLOUT_PREFIX)  # ``session-<id>`` is an ``Id``
 
 
 class SessionKeyConfig(BaseModel):
@@ -48,6 +55,25 @@ class SessionKeyConfig(BaseModel):
                 f"set exactly one of header, body_field, metadata_key; got {given or 'none'}"
             )
         return self
+
+    def session_id_of(self, headers: Mapping[str, str], body: Mapping[str, Any]) -> str | None:
+        """Return the session id a request names; ``None`` when it names none (or an empty one).
+
+        An id too long for a rollout id (over 120 characters) or holding a NUL is replaced by
+        ``h-`` and a hash of it, so the same id still lands in the same session.
+        """
+        value: Any = None
+        if self.header is not None:
+            value = headers.get(self.header)
+        elif self.body_field is not None:
+            value = body.get(self.body_field)
+        elif self.metadata_key is not None:
+            value = (as_object(body.get("metadata")) or {}).get(self.metadata_key)
+        if not isinstance(value, str) or not value:
+            return None
+        if len(value) > _MAX_SESSION_ID or "\x00" in value:
+            return "h-" + hashlib.blake2b(value.encode(), digest_size=16).hexdigest()
+        return value
 
 
 class CaptureConfig(BaseModel):

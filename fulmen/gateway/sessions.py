@@ -4,7 +4,8 @@
 session id read from the request (``SessionKeyConfig``). Calls of one session collect in
 memory until the session has been idle for ``idle_timeout_s``; the closed session then
 becomes the rollout ``session-<id>`` of mode ``production`` (``Store.record_session``) and its
-calls are recorded on that rollout's new attempt through the gateway's ``CallRecorder``.
+calls are recorded on that rollout's new attempt through the gateway's ``CallRecorder``
+(``SessionWriter``).
 
 Whether a session is kept is decided once, from a seeded hash of its id (``sampling``). A
 session that is not kept is held (bounded by count, bytes and time) when
@@ -20,56 +21,29 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import logging
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import orjson
 
-from fulmen.gateway.capture import Exchange, as_object
+from fulmen.gateway.capture import Exchange
 from fulmen.gateway.capture_config import CaptureConfig
 from fulmen.gateway.rate_limit import TokenBucket
 from fulmen.gateway.recorder import CallRecorder
 from fulmen.gateway.sampling import is_sampled
+from fulmen.gateway.session_writer import ClosedSession, SessionWriter
 from fulmen.store.base import Store
 from fulmen.store.clock import new_id
-from fulmen.tracing.backoff import Backoff, retry_call
 from fulmen.types import RewardCreate
-from fulmen.types.rewards import SESSION_ROLLOUT_PREFIX, session_rollout_id
-from fulmen.types.sessions import SessionCreate
+from fulmen.types.rewards import SESSION_ROLLOUT_PREFIX
 
-__all__ = ["CaptureCounters", "HeldReward", "SessionCapture", "session_key"]
+__all__ = ["CaptureCounters", "HeldReward", "SessionCapture"]
 
 _log = logging.getLogger(__name__)
-_MAX_SESSION_ID = 120  # ``SessionId``: the rollout id ``session-<id>`` must stay an ``Id``
-_WRITE_BACKOFF = Backoff(initial=0.1, maximum=5.0, deadline=300.0)
-
-
-def session_key(
-    config: CaptureConfig, headers: Mapping[str, str], body: Mapping[str, Any]
-) -> str | None:
-    """Return the session id the request names (``None``: it names none).
-
-    An id that is not a valid ``SessionId`` (over 120 characters, or with a NUL) is replaced
-    by a hash of it, so the same id still lands in the same session.
-    """
-    where = config.session
-    value: Any = None
-    if where.header is not None:
-        value = headers.get(where.header)
-    elif where.body_field is not None:
-        value = body.get(where.body_field)
-    elif where.metadata_key is not None:
-        value = (as_object(body.get("metadata")) or {}).get(where.metadata_key)
-    if not isinstance(value, str) or not value:
-        return None
-    if len(value) > _MAX_SESSION_ID or "\x00" in value:
-        return "h-" + hashlib.blake2b(value.encode(), digest_size=16).hexdigest()
-    return value
 
 
 @dataclass
@@ -131,6 +105,7 @@ class _Session:
     is_dropped: bool = False
     response_ids: list[str] = field(default_factory=list)
     rewards: list[RewardCreate] = field(default_factory=list)
+    writing: asyncio.Task[None] | None = None
 
     @property
     def is_kept(self) -> bool:
@@ -164,11 +139,10 @@ class SessionCapture:
     ) -> None:
         self.config = config
         self.counters = CaptureCounters()
-        self._store = store
-        self._recorder = recorder
-        self._worker_id = worker_id
+        self._writer = SessionWriter(
+            store, recorder, worker_id=worker_id, flush_timeout_s=flush_timeout_s
+        )
         self._clock = clock
-        self._flush_timeout_s = flush_timeout_s
         self._close_timeout_s = close_timeout_s
         self._open: dict[str, _Session] = {}
         self._held: OrderedDict[str, _Session] = OrderedDict()  # closed, unsampled; oldest first
@@ -179,14 +153,15 @@ class SessionCapture:
         self._calls = _bucket(config.max_calls_per_minute, clock)
         self._spans = _bucket(config.max_spans_per_minute, clock)
         self._writes: set[asyncio.Task[None]] = set()
+        self._writing: dict[str, _Session] = {}  # by id, until written (rewards wait for it)
         self._task: asyncio.Task[None] | None = None
         self._stop = asyncio.Event()
 
     # -- the request path -----------------------------------------------------------------------
 
     def session_of(self, headers: Mapping[str, str], body: Mapping[str, Any]) -> str | None:
-        """Return the session id a request names (see ``session_key``)."""
-        return session_key(self.config, headers, body)
+        """Return the session id a request names (``SessionKeyConfig.session_id_of``)."""
+        return self.config.session.session_id_of(headers, body)
 
     def add(self, exchange: Exchange, session_id: str | None) -> None:
         """Add an answered call to its session; a call with no session id is one alone."""
@@ -327,6 +302,9 @@ class SessionCapture:
         session = self._named(reward)
         if session is None:
             return None
+        if session.writing is not None:  # being written: the reward follows it to the store
+            await asyncio.shield(session.writing)
+            return None
         threshold = self.config.keep_if_reward_at_least
         value = reward.values.get(reward.primary) if reward.primary is not None else None
         rescues = (
@@ -343,7 +321,8 @@ class SessionCapture:
             self._buffered_bytes -= session.bytes
             session.bytes = 0
             if self._held.pop(session.session_id, None) is not None:
-                await self._write(session)  # closed: written now, then the reward goes on
+                # Closed: written now; the reward goes to the store once it is there.
+                await asyncio.shield(self._write_later(session))
                 return None
         if session.is_dropped:
             return HeldReward("not_kept", session.session_id)
@@ -366,53 +345,39 @@ class SessionCapture:
         sid = _named_session_id(reward)
         if sid is None:
             return None
-        return self._open.get(sid) or self._held.get(sid)
+        return self._open.get(sid) or self._held.get(sid) or self._writing.get(sid)
 
     # -- writing --------------------------------------------------------------------------------
 
-    def _write_later(self, session: _Session) -> None:
+    def _write_later(self, session: _Session) -> asyncio.Task[None]:
         task = asyncio.get_running_loop().create_task(self._write(session))
+        session.writing = task
+        self._writing[session.session_id] = session
         self._writes.add(task)
         task.add_done_callback(self._writes.discard)
+        return task
 
     async def _write(self, session: _Session) -> None:
-        """Store the session's rollout and attempt, queue its calls, then post its rewards."""
-        self._release_index(session)
-        rollout_id = session_rollout_id(session.session_id)
-        request = SessionCreate(
+        """Write a kept session (``SessionWriter``) and count what happened."""
+        closed = ClosedSession(
             session_id=session.session_id,
             attempt_id=session.attempt_id,
-            worker_id=self._worker_id,
-            input={"session_id": session.session_id},
-            metadata={
-                "calls": len(session.exchanges),
-                "shed_calls": session.shed_calls,
-                "kept_by": "reward" if session.is_rescued else "sample",
-                "first_call_at": session.exchanges[0].started_at if session.exchanges else None,
-            },
+            exchanges=tuple(session.exchanges),
+            shed_calls=session.shed_calls,
+            kept_by="reward" if session.is_rescued else "sample",
+            rewards=tuple(session.rewards),
         )
         try:
-            await retry_call(
-                lambda: self._store.record_session(request),
-                backoff=_WRITE_BACKOFF,
-                what=f"record session {session.session_id!r}",
-            )
-        except Exception:
-            _log.exception("session %r not stored; its calls are dropped", session.session_id)
-            self.counters.sessions_failed += 1
-            return
-        for exchange in session.exchanges:
-            self._recorder.record(
-                replace(exchange, rollout_id=rollout_id, attempt_id=session.attempt_id)
-            )
-        self.counters.calls_recorded += len(session.exchanges)
-        if session.rewards:
-            await self._recorder.flush(self._flush_timeout_s)  # a reward by response id
-            for reward in session.rewards:
-                try:
-                    await self._store.add_reward(reward)
-                except Exception:
-                    _log.exception("held reward for session %r not stored", session.session_id)
+            if await self._writer.write(closed):
+                self.counters.calls_recorded += len(closed.exchanges)
+            else:
+                self.counters.sessions_failed += 1
+        finally:
+            # Until now a reward for the session waited for this write; from now on the
+            # store has the session (or never will).
+            self._release_index(session)
+            if self._writing.get(session.session_id) is session:
+                del self._writing[session.session_id]
 
     def _release_index(self, session: _Session) -> None:
         for response_id in session.response_ids:

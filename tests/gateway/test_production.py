@@ -315,3 +315,59 @@ async def test_the_buffer_drops_the_oldest_unsampled_sessions_when_full() -> Non
         small.add(_exchange(f"c{i}"), f"t{i}")
     assert small.status()["buffered_bytes"] == two
     assert small.counters.sessions_dropped_from_buffer == 4
+
+
+class GatedStore:
+    """A real store whose ``record_session`` waits until the test opens the gate."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.gate = asyncio.Event()
+
+    async def record_session(self, session: Any) -> Any:
+        await self.gate.wait()
+        return await self.inner.record_session(session)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+async def test_a_reward_that_arrives_while_its_session_is_being_written_waits_for_it(
+    sqlite: Any,
+) -> None:
+    clock = Clock()
+    store = GatedStore(sqlite)
+    recorder = CallRecorder(sqlite, flush_interval_s=0.01)
+    recorder.start()
+    capture = SessionCapture(
+        CaptureConfig(session=by_header()), store=store, recorder=recorder, clock=clock
+    )  # type: ignore[arg-type]
+    capture.add(_exchange("w1"), "w")
+    capture.add(_exchange("w2"), "w")
+    clock.now += 61
+    await capture.close_idle()  # the write starts and waits at the gate
+    by_response = RewardCreate.scalar(0.5, response_id="chatcmpl-w2")
+    waiting = asyncio.ensure_future(capture.before_reward(by_response))
+    await asyncio.sleep(0.05)
+    assert not waiting.done()
+    store.gate.set()
+    assert await waiting is None  # now in the store: the route posts it there
+    await recorder.flush()
+    stored = await sqlite.add_reward(by_response)
+    assert stored.rollout_id == "session-w"
+    assert (await load_attempt(sqlite, "session-w")).final_reward == 0.5
+    await capture.aclose()
+    await recorder.aclose()
+
+
+def test_the_session_id_is_read_from_the_configured_place() -> None:
+    body = {"user": "u-1", "metadata": {"conversation": "c-9"}, "messages": []}
+    headers = {"x-session-id": "h-7"}
+    assert by_header().session_id_of(headers, body) == "h-7"
+    assert SessionKeyConfig(body_field="user").session_id_of(headers, body) == "u-1"
+    assert SessionKeyConfig(metadata_key="conversation").session_id_of(headers, body) == "c-9"
+    assert SessionKeyConfig(body_field="messages").session_id_of(headers, body) is None
+    assert by_header().session_id_of({"x-session-id": ""}, body) is None
+    long = by_header().session_id_of({"x-session-id": "x" * 500}, body)
+    assert long is not None and long.startswith("h-") and len(long) == 34
+    assert long == by_header().session_id_of({"x-session-id": "x" * 500}, {})
