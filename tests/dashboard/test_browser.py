@@ -185,3 +185,58 @@ def test_without_the_right_token_the_page_gets_no_data(dashboard: Any, browser: 
     page.wait_for_selector("#rollout-rows tr[data-rollout-id]")
     assert page.locator("#token-form").is_hidden()
     context.close()
+
+
+def test_runs_page_plots_the_metrics_the_store_holds(
+    page: Any, dashboard: Any, toy_store: Any
+) -> None:
+    async def read() -> tuple[str, int, int]:
+        async with open_store(toy_store.url, watchdog_interval=None) as store:
+            (run,) = (await store.list_runs()).items
+            metrics = (await store.query_run_metrics(run.run_id)).items
+            train = sum("reward/mean" in m.values for m in metrics)
+            val = sum("val/reward_mean" in m.values for m in metrics)
+            return run.run_id, train, val
+
+    run_id, train, val = run_coroutine(read)
+    assert train == 2 and val == 3  # two steps, validation before and after each
+    page.goto(f"{dashboard.url}#/runs")
+    page.wait_for_selector(f'tr[data-run-id="{run_id}"]')
+    assert page.locator('figure[data-chart="train reward (mean)"] circle').count() == train
+    assert page.locator('figure[data-chart="validation reward"] circle').count() == val
+    assert page.locator('figure[data-chart^="time split"] .seg').count() == 4
+
+
+def test_serve_this_version_loads_it_into_the_engine(
+    browser: Any, toy_store: Any, tmp_path: Any
+) -> None:
+    """The action posts the version's adapter to a real built-in engine, which then serves it."""
+    import httpx
+
+    from fulmen.engines.launcher import BuiltinLauncher
+    from tests.dashboard.conftest import ServedDashboard
+
+    async def first_version() -> Any:
+        async with open_store(toy_store.url, watchdog_interval=None) as store:
+            return (await store.list_model_versions())[0]
+
+    version = run_coroutine(first_version)
+    engine = BuiltinLauncher("tiny", log_path=tmp_path / "engine.log")
+    engine.start()
+    try:
+        with ServedDashboard(toy_store.url, token=None, engine_url=engine.root_url) as served:
+            context = browser.new_context(bypass_csp=True)
+            page = context.new_page()
+            page.goto(f"{served.url}#/resources")
+            key = f"{version.run_id}:{version.version}"
+            page.click(f'tr[data-version="{key}"] button')
+            page.wait_for_function(
+                "document.querySelector('#serve-result').textContent.startsWith('engine now')"
+            )
+            name = f"{version.run_id}-v{version.version}"
+            assert f"as model {name}" in page.text_content("#serve-result")
+            context.close()
+        models = httpx.get(f"{engine.root_url}/v1/models", timeout=10).json()
+        assert name in {m["id"] for m in models["data"]}
+    finally:
+        engine.stop()
