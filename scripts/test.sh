@@ -12,9 +12,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# Under CI=true a missing PostgreSQL or vLLM is a failure, not a skip: the fixtures read these.
+# Under CI=true a missing PostgreSQL, vLLM or Chromium is a failure, not a skip: the fixtures
+# read these.
 if [ "${CI:-}" = true ]; then
-  export FULMEN_REQUIRE_POSTGRES=1 FULMEN_REQUIRE_VLLM=1
+  export FULMEN_REQUIRE_POSTGRES=1 FULMEN_REQUIRE_VLLM=1 FULMEN_REQUIRE_CHROMIUM=1
   if [ "${FULMEN_SKIP_VLLM:-0}" = 1 ]; then
     echo "FULMEN_SKIP_VLLM=1 is refused under CI=true: CI runs the vLLM engine tests" >&2
     exit 1
@@ -46,6 +47,22 @@ if ! command -v initdb >/dev/null && ! ls /usr/lib/postgresql/*/bin/initdb >/dev
     $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null
   else
     echo "PostgreSQL server binaries missing: install the 'postgresql' package" >&2
+    [ "${CI:-}" != true ] || exit 1
+  fi
+fi
+
+# Debian's Chromium for the dashboard's browser tests (Playwright drives /usr/bin/chromium; its
+# own browser download is never used). chromium-driver is the WebDriver route to the same browser.
+if [ ! -x /usr/bin/chromium ]; then
+  echo "== installing Chromium"
+  SUDO=""
+  [ "$(id -u)" = 0 ] || ! command -v sudo >/dev/null || SUDO="sudo -n"
+  if [ "$(id -u)" = 0 ] || [ -n "$SUDO" ]; then
+    $SUDO apt-get update -qq
+    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver \
+      >/dev/null
+  else
+    echo "Chromium missing: install the 'chromium' and 'chromium-driver' packages" >&2
     [ "${CI:-}" != true ] || exit 1
   fi
 fi
