@@ -289,7 +289,9 @@ class Store(Protocol):
         """Return a run's metrics with ``step > after_step``, by step then time.
 
         A page never splits a step (it may exceed ``limit`` to finish one); ``next_cursor`` is
-        the last step of the page when more follow. ``NotFound`` for an unknown run.
+        the last step of the page when more follow. A live run's last step may still get
+        records (its validation comes after its training metrics): a reader that follows it
+        asks again from the step before. ``NotFound`` for an unknown run.
         """
         ...
 
