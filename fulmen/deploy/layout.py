@@ -196,11 +196,6 @@ def plan_services(
     store_token = {"FULMEN_STORE_TOKEN": "store-token"}
     cache = {"FULMEN_CACHE_DIR": str(CACHE_DIR)}
     is_vllm = engine_kind == "vllm"
-    serve = ["serve", "--model", model, "--engine", engine_kind]
-    serve += ["--host", "0.0.0.0", "--port", str(options.engine_port), "--allow-remote"]
-    serve += ["--max-lora-rank", str(config.engine.max_lora_rank)]
-    if not is_vllm:
-        serve += ["--max-batch", str(config.engine.max_batch)]
     runner = ["runner", "--store", store_url, "--agent", config.agent, "--gateway", gateway_url]
     runner += ["--concurrency", str(config.rollouts.concurrency)]
     runner += ["--sync-isolation", config.rollouts.sync_isolation]
@@ -210,11 +205,7 @@ def plan_services(
     train += [arg for override in overrides for arg in ("--set", override)]
     if model != config.model:
         train += ["--set", f"model={model}"]
-    paths = [in_image(p, "python_path entry") for p in config.python_path]
-    for source in (config.data.train, config.data.val):
-        if source is not None and source.endswith(".jsonl"):
-            in_image(Path(source), "data file")
-    python_path = {"PYTHONPATH": ":".join(str(p) for p in paths or [config_path.parent])}
+    python_path = {"PYTHONPATH": _python_path(config, in_image, config_path)}
     return [
         ServiceSpec(
             name="store",
@@ -226,7 +217,7 @@ def plan_services(
         ),
         ServiceSpec(
             name="engine",
-            args=tuple(serve),
+            args=_serve_args(config, options, model, engine_kind),
             port=options.engine_port,
             health_path="/health",
             env=cache,
@@ -259,6 +250,27 @@ def plan_services(
             volume=RUN_DIR,
         ),
     ]
+
+
+def _serve_args(
+    config: TrainConfig, options: DeployOptions, model: str, engine_kind: str
+) -> tuple[str, ...]:
+    """``fulmen serve`` for the engine service, listening on every address of its pod."""
+    serve = ["serve", "--model", model, "--engine", engine_kind]
+    serve += ["--host", "0.0.0.0", "--port", str(options.engine_port), "--allow-remote"]
+    serve += ["--max-lora-rank", str(config.engine.max_lora_rank)]
+    if engine_kind == "builtin":
+        serve += ["--max-batch", str(config.engine.max_batch)]
+    return tuple(serve)
+
+
+def _python_path(config: TrainConfig, in_image: _ImagePaths, config_path: PurePosixPath) -> str:
+    """``$PYTHONPATH`` in the image; also checks the config's data files are in the context."""
+    for source in (config.data.train, config.data.val):
+        if source is not None and source.endswith(".jsonl"):
+            in_image(Path(source), "data file")
+    paths = [in_image(p, "python_path entry") for p in config.python_path]
+    return ":".join(str(p) for p in paths or [config_path.parent])
 
 
 def _engine_kind(config: TrainConfig) -> Literal["builtin", "vllm"]:
