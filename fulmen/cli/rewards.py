@@ -5,6 +5,10 @@ responses) or ``--session`` (a production session). The reward is one number (``
 stored as ``reward``) or named numbers (``--named k=v ...``, with ``--primary`` naming the one
 that is the rollout's reward). ``--key`` makes the post idempotent: run it again and the reward
 is stored once; the same key with another value is refused. Prints the stored reward as JSON.
+
+``--gateway URL`` posts through a gateway's ``POST /v1/rewards`` instead of the store: with
+production capture, a reward for a session the gateway still holds waits with it (printed as
+``{"status": "held", ...}``) and can get an unsampled session kept (``docs/production.md``).
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ import json
 import math
 from typing import Any
 
-from fulmen.cli.store import add_store_options, open_cli_store, run_async
+from fulmen.cli.store import add_store_options, cli_settings, open_cli_store, run_async
 from fulmen.errors import ConfigError
 
 __all__ = ["register"]
@@ -57,12 +61,20 @@ def _add(args: argparse.Namespace) -> int:
         where = ".".join(str(p) for p in first["loc"])
         raise ConfigError(f"invalid reward{f' {where}' if where else ''}: {first['msg']}") from None
 
-    async def main() -> Any:
-        async with open_cli_store(args) as store:
-            return await store.add_reward(request)
+    async def main() -> dict[str, Any]:
+        if args.gateway is not None:
+            from fulmen.gateway.reward_client import post_reward
+            from fulmen.gateway.sessions import HeldReward
 
-    reward = run_async(main)
-    print(json.dumps(reward.model_dump(mode="json"), indent=2))
+            token = args.gateway_token or cli_settings(args).gateway_token
+            answer = await post_reward(args.gateway, request, token=token)
+            return (
+                answer.body() if isinstance(answer, HeldReward) else answer.model_dump(mode="json")
+            )
+        async with open_cli_store(args) as store:
+            return (await store.add_reward(request)).model_dump(mode="json")
+
+    print(json.dumps(run_async(main), indent=2))
     return 0
 
 
@@ -80,6 +92,17 @@ def register(subparsers: Any) -> None:
         description="Post a reward; the adapter and exports use a rollout's latest reward.",
     )
     add_store_options(add)
+    add.add_argument(
+        "--gateway",
+        metavar="URL",
+        help="post through this gateway's POST /v1/rewards instead of the store (production "
+        "sessions the gateway still holds)",
+    )
+    add.add_argument(
+        "--gateway-token",
+        metavar="TOKEN",
+        help="the gateway's bearer token (default: $FULMEN_GATEWAY_TOKEN, else $FULMEN_TOKEN)",
+    )
     target = add.add_mutually_exclusive_group(required=True)
     target.add_argument("--rollout", metavar="ID", help="the rollout's id")
     target.add_argument("--response", metavar="ID", help="the id of an LLM call's response")
