@@ -122,3 +122,27 @@ def test_phone_numbers_need_a_separator_or_a_plus() -> None:
 def test_a_hook_that_cannot_be_loaded_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="no_such_module"):
         Redactor(RedactionConfig(hook="no_such_module:f"))
+
+
+def test_scanning_number_runs_only_redacts_what_the_patterns_find_in_the_whole_text() -> None:
+    import random
+    import re
+
+    from fulmen.gateway import redaction
+
+    def reference(text: str) -> str:  # the exact patterns over the whole text
+        text = redaction._CARD.sub(redaction._card, text)  # pyright: ignore[reportPrivateUsage]
+        return redaction._PHONE.sub("[PHONE]", text)  # pyright: ignore[reportPrivateUsage]
+
+    redactor = Redactor(RedactionConfig(patterns=("card", "phone")))
+    pieces = ["4111", "1111", "5555", "4444", "415", "555", "2671", "+44", "(", ")", " ", "-",
+              ".", "+", "x", "ab", "7", "0", "12", "\n"]  # fmt: skip
+    rng = random.Random(14)
+    changed = 0
+    for _ in range(3000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(1, 24)))
+        expected = reference(text)
+        assert redactor.text(text) == expected, text
+        changed += expected != text
+    assert changed > 100  # the generated texts did exercise the patterns
+    assert re.search(r"\d", redactor.text("call +44 20 7946 0958 now")) is None
