@@ -40,8 +40,8 @@ class GatewayConfig(BaseModel):
         policy_version_headers: response headers that name the weights' version, first wins
             (a top-level ``policy_version`` field of the body is read as well).
         capture: production sessions, sampling and rate limits for untracked calls
-            (``CaptureConfig``); ``None`` records each untracked call alone, as
-            ``record_untracked`` says.
+            (``CaptureConfig``; ``record_untracked`` is then not consulted); ``None`` records
+            each untracked call alone, as ``record_untracked`` says.
         redaction: personal data removed from every record before it is stored
             (``RedactionConfig``); ``None`` stores records as they are.
     """
