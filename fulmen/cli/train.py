@@ -43,6 +43,19 @@ def register(subparsers: Any) -> None:
         "--token",
         help="bearer token of a protected http:// store (default: $FULMEN_STORE_TOKEN)",
     )
+    train.add_argument(
+        "--no-dashboard",
+        dest="dashboard",
+        action="store_false",
+        help="do not serve the dashboard (served by default on 127.0.0.1 while training)",
+    )
+    train.add_argument(
+        "--dashboard-port",
+        type=int,
+        default=0,
+        metavar="PORT",
+        help="port of the dashboard (default: any free one; the URL is printed)",
+    )
     train.set_defaults(func=_train)
 
     dev = subparsers.add_parser(
@@ -72,10 +85,11 @@ def _train(args: argparse.Namespace) -> int:
     config = load_config(args.config, overrides=overrides)
     settings = cli_settings(args)
     token = args.token or settings.store_token
+    work = Trainer(config, store_token=token, settings=settings).afit()
+    if args.dashboard:
+        work = _with_dashboard(work, config, token)
     try:
-        history = asyncio.run(
-            _until_signal(Trainer(config, store_token=token, settings=settings).afit())
-        )
+        history = asyncio.run(_until_signal(work))
     except asyncio.CancelledError:
         print(f"stopped; run the same command again to resume from {config.run_dir}")
         return 143
@@ -89,6 +103,27 @@ def _train(args: argparse.Namespace) -> int:
         print(f"validation reward: before {val[0]:.3f} -> after {val[-1]:.3f}")
     print(f"metrics: {config.run_dir / 'metrics.jsonl'}")
     return 0
+
+
+def _with_dashboard(
+    work: Coroutine[Any, Any, _T], config: Any, token: str | None
+) -> Coroutine[Any, Any, _T]:
+    """Wrap the run so the dashboard over its store is served (and its URL printed) meanwhile."""
+    from fulmen.cli.store import store_options
+    from fulmen.dashboard.server import serve_dashboard_while
+
+    # The run's store: the same default as the trainer's (RUN_DIR/store.db).
+    config.run_dir.mkdir(parents=True, exist_ok=True)
+    url = config.store_url or f"sqlite:///{config.run_dir / 'store.db'}"
+    return serve_dashboard_while(
+        work,
+        store_url=url,
+        # read-only: the run's own store runs the watchdog
+        store_options=store_options(url, token) or {"watchdog_interval": None},
+        announce=lambda address: print(f"dashboard: {address}", flush=True),
+        token=token,
+        transition_options=config.transition_options(),
+    )
 
 
 async def _until_signal(work: Coroutine[Any, Any, _T]) -> _T:

@@ -98,8 +98,10 @@ def dashboard(toy_store: Any) -> Iterator[ServedDashboard]:
         yield served
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
+    """Chromium for one test module: Playwright's sync API keeps an event loop running in this
+    thread while it lives, which would stop the async tests of later modules."""
     if not CHROMIUM.exists():
         if os.environ.get("FULMEN_REQUIRE_CHROMIUM") == "1":
             pytest.fail(f"FULMEN_REQUIRE_CHROMIUM is set but {CHROMIUM} does not exist")

@@ -5,6 +5,7 @@ gets no data."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -185,6 +186,10 @@ def test_without_the_right_token_the_page_gets_no_data(dashboard: Any, browser: 
     page.wait_for_selector("#rollout-rows tr[data-rollout-id]")
     assert page.locator("#token-form").is_hidden()
     context.close()
+
+
+def test_fulmen_train_printed_the_dashboard_url(toy_store: Any) -> None:
+    assert re.search(r"^dashboard: http://127\.0\.0\.1:\d+/$", toy_store.train_output, re.M)
 
 
 def test_runs_page_plots_the_metrics_the_store_holds(

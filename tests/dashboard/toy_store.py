@@ -1,7 +1,8 @@
 """A store holding a real run of the toy example, plus the cases the dashboard tests look for.
 
 ``record_toy_store(dir)`` trains ``examples/toy`` with the ``tiny`` model for two GRPO steps
-(the real built-in engine, gateway, runner and SQLite store; ~20 s here), then adds through the
+through ``fulmen train`` (the real built-in engine, gateway, runner, SQLite store and the
+dashboard it serves meanwhile; ~20 s on an idle machine), then adds through the
 store's API what a toy run does not make: two prompt versions (the second derived from the
 first), and a finished rollout whose task and reply hold markup (``<script>``, an ``<img>``
 with ``onerror``), as hostile agent text would. The browser tests and
@@ -11,6 +12,8 @@ with ``onerror``), as hostile agent text would. The browser tests and
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import io
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,34 +43,35 @@ PROMPT_V2_INSTRUCTIONS = (
 
 @dataclass(frozen=True)
 class ToyStore:
-    """Where the recorded store is and what was added to it."""
+    """Where the recorded store is, what was added to it, and what ``fulmen train`` printed."""
 
     url: str
     run_dir: Path
     prompt_refs: tuple[str, str]
+    train_output: str
 
 
 def record_toy_store(root: Path) -> ToyStore:
-    """Train the toy example into ``root/run`` and add the extra cases (see the module doc)."""
-    from fulmen.trainer.config import load_config
-    from fulmen.trainer.trainer import Trainer
+    """Train the toy example into ``root/run`` with ``fulmen train`` and add the extra cases."""
+    from fulmen.cli.main import main
 
     run_dir = root / "run"
-    config = load_config(
-        TOY,
-        overrides=[
-            f"run_dir={run_dir}",
-            "algorithm.steps=2",
-            "algorithm.tasks_per_step=2",
-            "algorithm.group_size=4",
-            "validation.every=1",
-            "validation.max_tasks=4",
-            "rollouts.concurrency=8",
-        ],
-    )
+    overrides = [
+        f"run_dir={run_dir}",
+        "algorithm.steps=2",
+        "algorithm.tasks_per_step=2",
+        "algorithm.group_size=4",
+        "validation.every=1",
+        "validation.max_tasks=4",
+        "rollouts.concurrency=8",
+    ]
     path, modules = list(sys.path), set(sys.modules)
+    output = io.StringIO()
     try:
-        Trainer(config).fit()
+        with contextlib.redirect_stdout(output):
+            code = main(["train", str(TOY), *(a for o in overrides for a in ("--set", o))])
+        if code != 0:
+            raise RuntimeError(f"fulmen train exited with {code}: {output.getvalue()}")
     finally:  # the toy's ``agent`` module must not leak into other examples' tests
         sys.path[:] = path
         for name in set(sys.modules) - modules:
@@ -75,7 +79,7 @@ def record_toy_store(root: Path) -> ToyStore:
                 del sys.modules[name]
     url = f"sqlite:///{run_dir / 'store.db'}"
     refs = asyncio.run(_add_cases(url))
-    return ToyStore(url=url, run_dir=run_dir, prompt_refs=refs)
+    return ToyStore(url=url, run_dir=run_dir, prompt_refs=refs, train_output=output.getvalue())
 
 
 async def _add_cases(url: str) -> tuple[str, str]:
