@@ -91,7 +91,7 @@ async def test_an_idle_session_becomes_a_finished_production_rollout_with_all_it
 ) -> None:
     clock = Clock()
     capture = CaptureConfig(session=by_header(idle_timeout_s=60))
-    async with production(sqlite, capture, clock) as gw, httpx.AsyncClient() as client:
+    async with production(sqlite, capture, clock) as gw, httpx.AsyncClient(timeout=60) as client:
         ids = []
         for i in range(3):
             reply = await client.post(
@@ -136,7 +136,7 @@ async def test_an_idle_session_becomes_a_finished_production_rollout_with_all_it
 async def test_open_sessions_are_written_when_the_gateway_stops(sqlite: Any) -> None:
     clock = Clock()
     capture = CaptureConfig(session=SessionKeyConfig(body_field="user", idle_timeout_s=600))
-    async with production(sqlite, capture, clock) as gw, httpx.AsyncClient() as client:
+    async with production(sqlite, capture, clock) as gw, httpx.AsyncClient(timeout=60) as client:
         for text in ("a", "b"):
             reply = await client.post(
                 f"{gw.url}/v1/chat/completions", json=chat(text, user="user-9")
@@ -201,7 +201,7 @@ async def test_every_unsampled_session_whose_reward_crosses_the_threshold_is_kep
         keep_if_reward_at_least=0.5,
         buffer_ttl_s=3600,
     )
-    async with production(sqlite, capture, clock) as gw, httpx.AsyncClient() as client:
+    async with production(sqlite, capture, clock) as gw, httpx.AsyncClient(timeout=60) as client:
         response_ids: dict[int, str] = {}
         for i in range(10):
             for turn in range(2):
@@ -256,7 +256,7 @@ async def test_a_burst_over_the_rate_limit_is_proxied_in_full_and_only_recording
 ) -> None:
     clock = Clock()  # frozen during the burst: the bucket does not refill
     capture = CaptureConfig(session=by_header(), max_calls_per_minute=5)
-    async with production(sqlite, capture, clock) as gw, httpx.AsyncClient() as client:
+    async with production(sqlite, capture, clock) as gw, httpx.AsyncClient(timeout=60) as client:
         replies = await asyncio.gather(
             *(
                 client.post(

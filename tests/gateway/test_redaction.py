@@ -71,7 +71,7 @@ async def test_every_stored_field_is_redacted_and_token_ids_are_dropped(gw: Runn
         {"role": "tool", "tool_call_id": "call_1", "content": f"paid with {CARD}; {ORDER}"},
     ]
     base = gw.base_url(rid, aid)
-    async with httpx.AsyncClient() as client:
+    async with httpx.AsyncClient(timeout=60) as client:
         for _ in range(2):
             reply = await client.post(
                 f"{base}/chat/completions", json={"model": "m", "messages": messages}
@@ -99,7 +99,7 @@ async def test_every_stored_field_is_redacted_and_token_ids_are_dropped(gw: Runn
     # The adapter trains on token ids only: the redacted calls give no transitions.
     trajectory = await load_trajectory(gw.store, rid, options=TransitionOptions(missing_reward=0.0))
     assert [t.call_ids for t in trajectory.transitions] == [[calls[2].call_id]]
-    async with httpx.AsyncClient() as client:
+    async with httpx.AsyncClient(timeout=60) as client:
         health = (await client.get(f"{gw.url}/healthz")).json()
     assert health["redacted_calls"] == 2
 
