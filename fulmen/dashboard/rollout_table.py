@@ -45,7 +45,9 @@ class RolloutFilter:
 
     Attributes:
         statuses / mode / task_id / resources_version: applied by the store.
-        resources_versions: the versions a run published (the ``run`` filter), applied here.
+        run_id / resources_versions: the ``run`` filter, applied here: a rollout is a run's
+            when its id starts with ``RUN_ID-`` (how ``fulmen train`` names its rollouts) or
+            it used a resources version the run published.
         min_reward / max_reward: an inclusive reward range, applied here (rollouts without a
             reward never match a range).
         agent: an agent name that made at least one of the rollout's LLM calls, applied here.
@@ -56,7 +58,8 @@ class RolloutFilter:
     mode: Mode | None = None
     task_id: str | None = None
     resources_version: int | None = None
-    resources_versions: frozenset[int] | None = None
+    run_id: str | None = None
+    resources_versions: frozenset[int] = frozenset()
     min_reward: float | None = None
     max_reward: float | None = None
     agent: str | None = None
@@ -85,8 +88,9 @@ class RolloutFilter:
 
     def matches_row(self, rollout: Rollout) -> bool:
         """Apply the free filters (run, task text) to a rollout already read."""
-        if self.resources_versions is not None and (
-            rollout.resources_version not in self.resources_versions
+        if self.run_id is not None and not (
+            rollout.rollout_id.startswith(f"{self.run_id}-")
+            or rollout.resources_version in self.resources_versions
         ):
             return False
         if self.text:
@@ -262,7 +266,7 @@ def _budget(where: RolloutFilter) -> int:
     """Return how many rollouts one request may examine for ``where`` (~250 ms of work here)."""
     if where.is_costly:
         return 100
-    if where.text or where.resources_versions is not None:
+    if where.text or where.run_id is not None:
         return 2_000
     return 50_000
 

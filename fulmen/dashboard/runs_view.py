@@ -1,9 +1,10 @@
 """Training runs for the dashboard: the list, one run's metrics, and which rollouts are a run's.
 
-A rollout names a resources version, not a run; the rollouts of a run are those whose
-resources version the run published. A version belongs to a run when one of the run's model
-versions names it, or when the snapshot's metadata carries the run's id (``run_id``).
-Snapshots never change, so each is read once and remembered.
+A rollout names a resources version, not a run. ``fulmen train`` names its rollouts
+``RUN_ID-g...`` (the table's ``run`` filter matches that prefix); rollouts enqueued otherwise
+belong to a run when their resources version is one the run published: one of the run's model
+versions names it, or the snapshot's metadata carries the run's id (``run_id``). Snapshots
+never change, so each is read once and remembered.
 """
 
 from __future__ import annotations

@@ -91,3 +91,12 @@ async def test_a_costly_filter_stops_at_its_budget_and_resumes(table) -> None:  
     assert await all_pages(t, where, limit=50, budget=10) == [
         f"r{i:03d}" for i in reversed(range(N)) if reward_of(i) == 1.0
     ]
+
+
+async def test_the_run_filter_matches_the_run_prefix_or_its_resources_versions() -> None:
+    async with open_store("memory://", watchdog_interval=None) as store:
+        for rollout_id in ("run1-g1-s0-t0-r0", "run1-g1-val0-t0", "run10-g1-s0-t0-r0", "other"):
+            await finish_rollout(store, rollout_id, task="t", reward=1.0)
+        t = RolloutTable(store, RewardReader(store))
+        ids = await all_pages(t, RolloutFilter(run_id="run1"), limit=10)
+        assert ids == ["run1-g1-val0-t0", "run1-g1-s0-t0-r0"]
