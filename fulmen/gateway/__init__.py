@@ -11,13 +11,26 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__all__ = ["CallRecorder", "Gateway", "GatewayConfig", "Upstream", "UpstreamPool", "create_app"]
+__all__ = [
+    "CallRecorder",
+    "CaptureConfig",
+    "Gateway",
+    "GatewayConfig",
+    "RedactionConfig",
+    "SessionKeyConfig",
+    "Upstream",
+    "UpstreamPool",
+    "create_app",
+]
 
 # public name → module that defines it
 _LAZY: dict[str, str] = {
     "CallRecorder": "fulmen.gateway.recorder",
+    "CaptureConfig": "fulmen.gateway.capture_config",
     "Gateway": "fulmen.gateway.proxy",
     "GatewayConfig": "fulmen.gateway.config",
+    "RedactionConfig": "fulmen.gateway.capture_config",
+    "SessionKeyConfig": "fulmen.gateway.capture_config",
     "Upstream": "fulmen.gateway.upstreams",
     "UpstreamPool": "fulmen.gateway.upstreams",
     "create_app": "fulmen.gateway.app",
@@ -25,6 +38,7 @@ _LAZY: dict[str, str] = {
 
 if TYPE_CHECKING:
     from fulmen.gateway.app import create_app
+    from fulmen.gateway.capture_config import CaptureConfig, RedactionConfig, SessionKeyConfig
     from fulmen.gateway.config import GatewayConfig
     from fulmen.gateway.proxy import Gateway
     from fulmen.gateway.recorder import CallRecorder
