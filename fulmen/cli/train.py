@@ -79,6 +79,7 @@ def _train(args: argparse.Namespace) -> int:
     from fulmen.cli.store import cli_settings
     from fulmen.trainer.config import load_config
     from fulmen.trainer.metrics import read_metrics
+    from fulmen.trainer.state import RunState
     from fulmen.trainer.trainer import Trainer
 
     overrides = [*args.set, f"store_url={args.store}"] if args.store else args.set
@@ -102,6 +103,9 @@ def _train(args: argparse.Namespace) -> int:
     if val:
         print(f"validation reward: before {val[0]:.3f} -> after {val[-1]:.3f}")
     print(f"metrics: {config.run_dir / 'metrics.jsonl'}")
+    run_id = RunState(config.run_dir).run_id
+    store = config.store_url or f"sqlite:///{config.run_dir / 'store.db'}"
+    print(f"run: {run_id} in the store (fulmen runs show {run_id} --store {store})")
     return 0
 
 

@@ -18,7 +18,7 @@ from fulmen.errors import Unauthorized
 from fulmen.store import open_store
 from fulmen.store.reading import read_llm_calls
 from fulmen.trainer.metrics import read_metrics
-from fulmen.types import RolloutQuery, RolloutStatus
+from fulmen.types import RolloutQuery, RolloutStatus, RunStatus
 
 pytest.importorskip("torch")
 pytest.importorskip("openai")
@@ -53,6 +53,10 @@ async def test_train_with_a_token_protected_store(tmp_path: Path) -> None:
             async with open_store(url) as anonymous:
                 await anonymous.query_rollouts(RolloutQuery())
         async with open_store(url, token=TOKEN) as store:
+            (run,) = (await store.list_runs()).items  # the run is recorded in the store it used
+            assert f"run: {run.run_id} in the store" in result.stdout
+            assert run.status is RunStatus.SUCCEEDED
+            assert [v.step for v in await store.list_model_versions(run.run_id)] == [1, 2]
             done = (await store.query_rollouts(RolloutQuery(limit=100))).items
             succeeded = [r for r in done if r.status is RolloutStatus.SUCCEEDED]
             assert len(succeeded) >= 4  # at least 2 steps x 2 tasks x 2 rollouts
