@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 from torch import nn
 
 from fulmen.algorithms.grpo import GRPOConfig
-from fulmen.algorithms.policy import prepare_policy, token_logprobs
+from fulmen.algorithms.policy import (
+    load_stage_policy,
+    merge_adapter,
+    prepare_policy,
+    token_logprobs,
+)
+from fulmen.errors import ConfigError
 
 from .models import tiny_gemma3, tiny_llama
 
@@ -101,3 +109,47 @@ def test_position_zero_is_refused() -> None:
             rows=rows[:1],
             positions=torch.tensor([0]),
         )
+
+
+def test_a_full_stage_after_a_lora_stage_starts_from_base_plus_adapter(tmp_path: Path) -> None:
+    lora = prepare_policy(tiny_llama(), GRPOConfig(finetune="lora"))
+    with torch.no_grad():  # a trained adapter: peft initializes B to zero, a no-op
+        for name, param in lora.named_parameters():
+            if "lora_B" in name:
+                param.normal_(0.0, 0.5)
+    lora.save_pretrained(str(tmp_path / "adapter"))
+    tiny_llama().save_pretrained(str(tmp_path / "base"))
+    ids, mask, rows, positions = _batch()
+    with torch.no_grad():
+        served = _full_forward(lora, ids, mask, rows, positions)
+        base = _full_forward(tiny_llama(), ids, mask, rows, positions)
+    assert (served - base).abs().max() > 1e-2  # the adapter matters
+
+    full = load_stage_policy(
+        tmp_path / "base",
+        dtype="float32",
+        finetune="full",
+        weights=None,
+        adapter=tmp_path / "adapter",
+    )
+    assert not any("lora_" in name for name, _ in full.named_parameters())
+    with torch.no_grad():
+        merged = _full_forward(
+            prepare_policy(full, GRPOConfig(finetune="full")), ids, mask, rows, positions
+        )
+    torch.testing.assert_close(merged, served, atol=1e-5, rtol=1e-5)
+    # a LoRA stage loads the adapter after wrapping instead: its start is the base weights
+    kept = load_stage_policy(
+        tmp_path / "base",
+        dtype="float32",
+        finetune="lora",
+        weights=None,
+        adapter=tmp_path / "adapter",
+    )
+    with torch.no_grad():
+        torch.testing.assert_close(_full_forward(kept, ids, mask, rows, positions), base)
+
+
+def test_merging_a_folder_without_an_adapter_names_it(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"cannot merge adapter .*no adapter_config.json"):
+        merge_adapter(tiny_llama(), tmp_path)
