@@ -193,7 +193,7 @@ class RolloutTable:
     ) -> TablePage:
         """Return up to ``limit`` matching rollouts older than ``before`` (``None``: newest).
 
-        ``budget`` caps the rollouts examined: by default 100 with a reward range or an agent
+        ``budget`` caps the rollouts examined: by default 64 with a reward range or an agent
         filter, 2,000 with a task text or run filter, else 50,000 positions (the store filters
         those, so only matches are read). The page may then hold fewer than ``limit`` rows and
         ``before`` says where to go on.
@@ -265,7 +265,7 @@ class RolloutTable:
 def _budget(where: RolloutFilter) -> int:
     """Return how many rollouts one request may examine for ``where`` (~250 ms of work here)."""
     if where.is_costly:
-        return 100
+        return 64
     if where.text or where.run_id is not None:
         return 2_000
     return 50_000
