@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Final
 
 import orjson
 
+from fulmen.store.service import is_loopback
+
 if TYPE_CHECKING:
     from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -32,11 +34,16 @@ SECURITY_HEADERS: Final[tuple[tuple[bytes, bytes], ...]] = (
 
 
 class TokenGate:
-    """Refuse ``/api/`` requests without the right bearer token with 401.
+    """Guard ``/api/``: 401 without the right bearer token, 403 for what a web page could forge.
+
+    Without a token (loopback only) the API still refuses two things another web site could
+    make a browser send to 127.0.0.1: a ``Host`` that is not a loopback name (DNS rebinding),
+    and a ``POST`` whose body is not ``application/json`` (a cross-site form; a JSON body from
+    another origin needs a CORS preflight this server never grants).
 
     Args:
         app: the application behind the gate.
-        token: the token to require; ``None`` lets every request through (loopback only).
+        token: the token to require; ``None`` for none (loopback only).
     """
 
     def __init__(self, app: ASGIApp, *, token: str | None) -> None:
@@ -44,31 +51,40 @@ class TokenGate:
         self.expected = f"Bearer {token}".encode() if token else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """Pass the request on, or answer 401 to an API request with a wrong token."""
+        """Pass the request on, or answer 401/403 to an API request that may not pass."""
         is_api = scope["type"] == "http" and str(scope["path"]).startswith("/api/")
-        if not is_api or self.expected is None:
+        if not is_api:
             await self.app(scope, receive, send)
             return
-        given = next((v for k, v in scope["headers"] if k == b"authorization"), None)
+        headers = dict(scope["headers"])
+        if scope["method"] == "POST" and not headers.get(b"content-type", b"").startswith(
+            b"application/json"
+        ):
+            await _refuse(send, 403, "forbidden", "POST bodies must be application/json")
+            return
+        if self.expected is None:
+            host = headers.get(b"host", b"").decode("latin-1")
+            name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
+            if not is_loopback(name.strip("[]")):
+                await _refuse(send, 403, "forbidden", f"host {host!r} is not this machine")
+                return
+            await self.app(scope, receive, send)
+            return
+        given = headers.get(b"authorization")
         if given is not None and hmac.compare_digest(given, self.expected):
             await self.app(scope, receive, send)
             return
         reason = "missing bearer token" if given is None else "wrong bearer token"
-        body = orjson.dumps(
-            {"error": f"{reason}: send 'Authorization: Bearer <token>'", "code": "unauthorized"}
-        )
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 401,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(body)).encode()),
-                    (b"www-authenticate", b"Bearer"),
-                ],
-            }
-        )
-        await send({"type": "http.response.body", "body": body})
+        await _refuse(send, 401, "unauthorized", f"{reason}: send 'Authorization: Bearer <token>'")
+
+
+async def _refuse(send: Send, status: int, code: str, message: str) -> None:
+    body = orjson.dumps({"error": message, "code": code})
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    if status == 401:
+        headers.append((b"www-authenticate", b"Bearer"))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
 
 
 class SecurityHeaders:

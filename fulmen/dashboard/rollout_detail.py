@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from fulmen.adapter.signals import read_signals
 from fulmen.adapter.transitions import AttemptRecords, TransitionOptions, load_attempt
+from fulmen.errors import NotFound
 from fulmen.tracing import semconv
 
 if TYPE_CHECKING:
@@ -41,8 +42,8 @@ async def rollout_detail(
     rollout, attempts = await asyncio.gather(
         store.get_rollout(rollout_id), store.list_attempts(rollout_id)
     )
-    if attempt_id is not None:
-        await store.get_attempt(attempt_id)  # NotFound names it
+    if attempt_id is not None and (await store.get_attempt(attempt_id)).rollout_id != rollout_id:
+        raise NotFound(f"attempt {attempt_id!r} is not an attempt of rollout {rollout_id!r}")
     records = await load_attempt(store, rollout_id, attempt_id=attempt_id)
     trajectory = records.trajectory(options=options)
     return {
