@@ -50,15 +50,16 @@ def _state_step(run_dir: Path) -> int:
     return int(json.loads(path.read_text())["step"])
 
 
-def _engine_pids() -> list[int]:
-    out = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
-    return [int(line.split()[0]) for line in out.splitlines() if "fulmen.cli.serve" in line]
+def _engines() -> dict[int, int]:
+    """Engine processes on the machine: pid -> parent pid (zombies no longer name the module)."""
+    out = subprocess.run(["ps", "-eo", "pid,ppid,args"], capture_output=True, text=True).stdout
+    rows = (line.split(maxsplit=2) for line in out.splitlines()[1:])
+    return {int(r[0]): int(r[1]) for r in rows if len(r) == 3 and "fulmen.cli.serve" in r[2]}
 
 
 @pytest.mark.slow
 def test_killed_training_resumes_from_last_checkpoint(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
-    engines_before = set(_engine_pids())
     first_log, second_log = tmp_path / "first.log", tmp_path / "second.log"
     first = _train(run_dir, steps=5, log=first_log)
     deadline = time.monotonic() + 300
@@ -66,6 +67,9 @@ def test_killed_training_resumes_from_last_checkpoint(tmp_path: Path) -> None:
         assert first.poll() is None, first_log.read_text()
         assert time.monotonic() < deadline, "training made no progress"
         time.sleep(0.2)
+    # Only this trainer's engines: other tests on the machine may run their own.
+    engines = {pid for pid, parent in _engines().items() if parent == first.pid}
+    assert engines, "the trainer started no engine of its own"
     os.kill(first.pid, signal.SIGKILL)
     first.wait()
     crashed_at = _state_step(run_dir)
@@ -73,7 +77,7 @@ def test_killed_training_resumes_from_last_checkpoint(tmp_path: Path) -> None:
 
     # The engine notices its launcher is gone and stops.
     deadline = time.monotonic() + 30
-    while set(_engine_pids()) - engines_before:
+    while engines & _engines().keys():
         assert time.monotonic() < deadline, "the engine outlived the killed trainer"
         time.sleep(0.2)
 
