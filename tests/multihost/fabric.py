@@ -50,8 +50,12 @@ class Fabric:
         self.addresses: dict[str, str] = {}
         self._processes: list[subprocess.Popen[bytes]] = []
         _ip("netns", "add", self.switch)
-        _ip("-n", self.switch, "link", "add", "br0", "type", "bridge")
-        _ip("-n", self.switch, "link", "set", "br0", "up")
+        try:
+            _ip("-n", self.switch, "link", "add", "br0", "type", "bridge")
+            _ip("-n", self.switch, "link", "set", "br0", "up")
+        except BaseException:
+            self.close()
+            raise
 
     def namespace(self, host: str) -> str:
         """The namespace name of ``host``."""
@@ -62,6 +66,7 @@ class Fabric:
         ns = self.namespace(host)
         address = f"10.77.0.{len(self.addresses) + 1}"
         _ip("netns", "add", ns)
+        self.addresses[host] = address  # from here on, close() deletes it
         _ip("-n", ns, "link", "set", "lo", "up")
         port = f"p-{host}"
         _ip("-n", self.switch, "link", "add", port, "type", "veth", "peer", "name", "eth0",
@@ -70,7 +75,6 @@ class Fabric:
         _ip("-n", self.switch, "link", "set", port, "up")
         _ip("-n", ns, "addr", "add", f"{address}/24", "dev", "eth0")
         _ip("-n", ns, "link", "set", "eth0", "up")
-        self.addresses[host] = address
         return address
 
     def start(

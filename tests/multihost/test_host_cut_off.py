@@ -118,8 +118,8 @@ def _train(
         "--set", f"run_dir={run_dir}", "--set", f"algorithm.steps={steps}",
         "--set", f"algorithm.tasks_per_step={TASKS}", "--set", f"algorithm.group_size={GROUP}",
         "--set", "validation=null", "--set", "data.val=null", "--set", "rollouts.concurrency=1",
-        # Faster than the example's 0.01: the reward climbs within 10 steps (0.17 -> 1.0 in 8
-        # steps measured in one run on one host).
+        # Faster than the example's 0.01: the reward takes off within 12 steps (0.17 -> 1.0 in
+        # 8 steps in one run on one host; over these hosts it took off at step 5 to 9).
         "--set", "algorithm.grpo.learning_rate=0.05",
     ], log=logs / "trainer.log", env=_env(tmp_path, "eng"), cwd=REPO)  # fmt: skip
     started = [store, trainer]
@@ -202,7 +202,7 @@ def test_training_across_hosts_survives_a_runner_host_cut_off(
     assert {"r1", "r2"} <= workers, workers  # the runner hosts ran rollouts
     assert all(a["status"] == "succeeded" for a in attempts)
 
-    steps = 10
+    steps = 12
     cut = _train(fabric, tmp_path, f"{postgres}/phase_b", steps=steps, cut=True)
     attempts = _check_counted_once(cut, steps=steps)
     lost = [a for a in attempts if a["status"] == "lost"]
@@ -227,4 +227,4 @@ def test_training_across_hosts_survives_a_runner_host_cut_off(
         "multihost_retried_attempts": retried,
         "multihost_reward_first_last": [round(rewards[0], 3), round(rewards[-1], 3)],
     }))  # fmt: skip
-    assert sum(rewards[-3:]) / 3 > sum(rewards[:3]) / 3 + 0.15, rewards
+    assert sum(rewards[-2:]) / 2 > sum(rewards[:3]) / 3 + 0.25, rewards
