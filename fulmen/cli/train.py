@@ -117,7 +117,6 @@ def _with_dashboard(
     from fulmen.dashboard.server import serve_dashboard_while
 
     # The run's store: the same default as the trainer's (RUN_DIR/store.db).
-    config.run_dir.mkdir(parents=True, exist_ok=True)
     url = config.store_url or f"sqlite:///{config.run_dir / 'store.db'}"
     return serve_dashboard_while(
         work,

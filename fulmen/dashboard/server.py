@@ -14,6 +14,7 @@ import logging
 import signal
 import socket
 from collections.abc import Callable, Coroutine
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import uvicorn
@@ -29,6 +30,7 @@ __all__ = ["DashboardServer", "run_dashboard", "serve_dashboard_while"]
 
 logger = logging.getLogger(__name__)
 _T = TypeVar("_T")
+_WATCH_S = 0.25  # how often serve_dashboard_while looks for the run's start
 
 
 class DashboardServer:
@@ -157,27 +159,73 @@ async def serve_dashboard_while(
     token: str | None = None,
     transition_options: TransitionOptions | None = None,
 ) -> _T:
-    """Await ``work`` (a training run) with the dashboard served on loopback meanwhile.
+    """Await ``work`` (a training run) with the dashboard served on loopback once it started.
 
-    The dashboard opens its own connection to the run's store and links the engine the run's
-    latest resources name (``engine_url="auto"``). ``announce`` gets its URL once it listens.
-    A dashboard that cannot start (the port is taken, say) is logged and the run goes on.
+    The dashboard starts when the run shows in its store (a run record or a resources version
+    appears or changes; a SQLite file is never created here), so a config error still stops
+    ``fulmen train`` before anything starts. It opens its own connection to the store and links
+    the engine the run's latest resources name (``engine_url="auto"``); ``announce`` gets its
+    URL. A dashboard that cannot start (the port is taken, say) is logged and the run goes on.
     """
+    task = asyncio.ensure_future(work)
+    options = {"port": port, "token": token, "transition_options": transition_options}
+    watcher = asyncio.create_task(
+        _serve_once_started(store_url, store_options, announce, options), name="fulmen-dashboard"
+    )
+    try:
+        return await task
+    finally:
+        watcher.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watcher
+
+
+async def _serve_once_started(
+    store_url: str,
+    store_options: dict[str, object],
+    announce: Callable[[str], None],
+    options: dict[str, Any],
+) -> None:
     from fulmen.dashboard.app import AUTO_ENGINE
     from fulmen.store import open_store
 
-    async with contextlib.AsyncExitStack() as stack:
-        try:
-            store = await stack.enter_async_context(open_store(store_url, **store_options))
-            server = DashboardServer(
-                store,
-                port=port,
-                token=token,
-                engine_url=AUTO_ENGINE,
-                transition_options=transition_options,
-            )
+    try:
+        path = _sqlite_path(store_url)
+        while path is not None and not path.exists():
+            await asyncio.sleep(_WATCH_S)
+        async with open_store(store_url, **store_options) as store:
+            before = await _progress(store)
+            while await _progress(store) == before:
+                await asyncio.sleep(_WATCH_S)
+            server = DashboardServer(store, engine_url=AUTO_ENGINE, **options)
             announce(await server.start())
-            stack.push_async_callback(server.aclose)
-        except Exception as exc:  # the run matters more than its dashboard
-            logger.warning("the dashboard did not start (%s); training goes on without it", exc)
-        return await work
+            try:
+                await asyncio.Event().wait()  # until the run ends and cancels this task
+            finally:
+                await server.aclose()
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:  # the run matters more than its dashboard
+        logger.warning("the dashboard did not start (%s); training goes on without it", exc)
+
+
+async def _progress(store: Store) -> tuple[object, ...]:
+    """Return what changes when a run starts: its run record, or the resources it publishes."""
+    runs = (await store.list_runs(limit=20)).items
+    latest = await store.latest_resources()
+    return (
+        tuple((r.run_id, r.status, r.updated_at) for r in runs),
+        latest.version if latest is not None else 0,
+    )
+
+
+def _sqlite_path(url: str) -> Path | None:
+    """Return the file of a SQLite store URL (a bare path included), else ``None``."""
+    if "://" not in url:
+        return Path(url).expanduser()
+    if not url.lower().startswith("sqlite"):
+        return None
+    from sqlalchemy.engine import make_url
+
+    database = make_url(url).database
+    return Path(database).expanduser() if database and database != ":memory:" else None
