@@ -77,14 +77,23 @@ def draw_customers(n: int, *, seed: int) -> list[Customer]:
 
 
 def held_out_customers(n: int, *, seed: int, traffic: list[Customer]) -> list[Customer]:
-    """Draw ``n`` evaluation customers whose messages do not occur in ``traffic``."""
+    """Draw ``n`` evaluation customers whose messages do not occur in ``traffic``.
+
+    Departments keep equal shares (a model that always answers one team scores 25%): a
+    message seen in the traffic is replaced by another one of the same department.
+    """
+    rng = random.Random(seed)
     seen = {text for text, _ in traffic}
+    wanted = [d for _ in range(n // len(_PHRASINGS) + 1) for d in _PHRASINGS][:n]
     out: list[Customer] = []
-    draw = seed
-    while len(out) < n:
-        for customer in draw_customers(n, seed=draw):
-            if customer[0] not in seen and len(out) < n:
-                seen.add(customer[0])
-                out.append(customer)
-        draw += 1000
+    for department in wanted:
+        for _ in range(1000):
+            text = _message(rng, department)
+            if text not in seen:
+                break
+        else:
+            raise ValueError(f"no new {department} message left to draw (n={n} is too many)")
+        seen.add(text)
+        out.append((text, department))
+    rng.shuffle(out)
     return out

@@ -4,7 +4,8 @@ Starts the built-in engine, hot-loads the adapter ``fulmen train offline.yaml`` 
 routes the same held-out customers (messages that never occurred in the traffic) with each,
 greedily, straight to the engine. The reward is the one the feedback job gives: 1.0 for the
 right department. Reports both accuracies with their standard errors and the paired
-difference with its standard error (the same messages are scored twice).
+difference with its standard error (the same messages are scored twice); every answer goes to
+``OUT/eval.jsonl``.
 
     python examples/support/evaluate.py --adapter runs/support/train/adapters/round-001
 """
@@ -20,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bot import route
+from bot import parse_route, route
 from customers import draw_customers, held_out_customers
 from openai import AsyncOpenAI
 from traffic import TRAFFIC_SEED
@@ -50,12 +51,19 @@ def paired_summary(base: list[float], tuned: list[float]) -> dict[str, float]:
     }
 
 
-async def _score(client: AsyncOpenAI, model: str, customers: list[tuple[str, str]]) -> list[float]:
-    async def one(text: str, department: str) -> float:
-        team, _ = await route(client, model, text, temperature=0.0)
-        return 1.0 if team == department else 0.0
+async def _answers(client: AsyncOpenAI, model: str, customers: list[tuple[str, str]]) -> list[str]:
+    async def one(text: str) -> str:
+        _, output = await route(client, model, text, temperature=0.0)
+        return output
 
-    return list(await asyncio.gather(*(one(t, d) for t, d in customers)))
+    return list(await asyncio.gather(*(one(t) for t, _ in customers)))
+
+
+def _scores(outputs: list[str], customers: list[tuple[str, str]]) -> list[float]:
+    """The feedback job's reward of each answer: 1.0 for the right department."""
+    return [
+        1.0 if parse_route(o) == d else 0.0 for o, (_, d) in zip(outputs, customers, strict=True)
+    ]
 
 
 async def evaluate(
@@ -70,11 +78,18 @@ async def evaluate(
     client = AsyncOpenAI(base_url=engine.base_url, api_key="unused", max_retries=0, timeout=600)
     try:
         await engine.load_adapter("support-offline", str(adapter.resolve()))
-        base = await _score(client, model, customers)
-        tuned = await _score(client, "support-offline", customers)
+        base_outputs = await _answers(client, model, customers)
+        tuned_outputs = await _answers(client, "support-offline", customers)
     finally:
         await client.close()
         await asyncio.to_thread(engine.stop)
+    with (out / "eval.jsonl").open("w", encoding="utf-8") as file:
+        for (text, department), before, after in zip(
+            customers, base_outputs, tuned_outputs, strict=True
+        ):
+            row = {"message": text, "department": department, "base": before, "tuned": after}
+            file.write(json.dumps(row) + "\n")
+    base, tuned = _scores(base_outputs, customers), _scores(tuned_outputs, customers)
     summary: dict[str, Any] = paired_summary(base, tuned)
     summary["eval_s"] = time.perf_counter() - started
     return summary

@@ -56,12 +56,15 @@ def run_pipeline(
     sessions: int,
     held_out: int,
     out: Path,
+    temperature: float = 0.5,
     train_overrides: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Run the four parts; returns their figures and timings."""
     figures: dict[str, Any] = {"model": model}
     started = time.perf_counter()
-    figures.update(asyncio.run(serve_traffic(model=model, sessions=sessions, out=out)))
+    figures["temperature"] = temperature
+    traffic = serve_traffic(model=model, sessions=sessions, out=out, temperature=temperature)
+    figures.update(asyncio.run(traffic))
     served = time.perf_counter()
     figures.update(asyncio.run(post_feedback(out)))
     figures.update(_train(model, out, train_overrides))
@@ -89,6 +92,7 @@ def main() -> None:
     parser.add_argument("--sessions", type=int, default=128)
     parser.add_argument("--held-out", type=int, default=80)
     parser.add_argument("--out", type=Path, default=Path("runs/support"))
+    parser.add_argument("--temperature", type=float, default=0.5, help="the bot's sampling")
     parser.add_argument("--set", dest="overrides", action="append", default=[],
                         help="extra key=value for fulmen train (repeatable)")  # fmt: skip
     args = parser.parse_args()
@@ -97,6 +101,7 @@ def main() -> None:
         sessions=args.sessions,
         held_out=args.held_out,
         out=args.out,
+        temperature=args.temperature,
         train_overrides=args.overrides,
     )
     print(json.dumps(figures))
