@@ -32,11 +32,13 @@ if TYPE_CHECKING:
     from fulmen.store.base import Store
     from fulmen.types import Rollout
 
-__all__ = ["RolloutFilter", "RolloutTable", "TablePage"]
+__all__ = ["TIME_BUDGET_S", "RolloutFilter", "RolloutTable", "TablePage"]
 
 _FIRST_WINDOW = 64
 _MAX_WINDOW = 5000  # positions per store query (RolloutQuery allows 10,000 rows)
 _TASK_PREVIEW = 160
+TIME_BUDGET_S = 0.15
+"""How long one table request scans before it answers with what it found (seconds)."""
 
 
 @dataclass(frozen=True)
@@ -190,14 +192,19 @@ class RolloutTable:
         before: int | None = None,
         limit: int = 25,
         budget: int | None = None,
+        time_budget_s: float | None = TIME_BUDGET_S,
     ) -> TablePage:
         """Return up to ``limit`` matching rollouts older than ``before`` (``None``: newest).
 
         ``budget`` caps the rollouts examined: by default 64 with a reward range or an agent
         filter, 2,000 with a task text or run filter, else 50,000 positions (the store filters
-        those, so only matches are read). The page may then hold fewer than ``limit`` rows and
-        ``before`` says where to go on.
+        those, so only matches are read). ``time_budget_s`` stops the scan between two store
+        reads once that much time went by (after at least one read; ``None``: no limit), so a
+        slow backend answers on time with fewer rows. The page may then hold fewer than
+        ``limit`` rows and ``before`` says where to go on.
         """
+        clock = asyncio.get_running_loop().time
+        deadline = None if time_budget_s is None else clock() + time_budget_s
         newest = await self.newest_position()
         if budget is None:
             budget = _budget(where)
@@ -206,12 +213,14 @@ class RolloutTable:
         found: list[tuple[Rollout, float | None]] = []
         examined = 0
         while hi > 0 and len(found) < limit and examined < budget:
+            if examined and deadline is not None and clock() >= deadline:
+                break
             size = min(window, hi, _MAX_WINDOW, budget - examined)
             lo = hi - size
             page = await self._store.query_rollouts(where.store_query(lo, size))
             rows = [r for r in page.items if r.position <= hi and where.matches_row(r)]
             rows.reverse()  # newest first
-            kept, seen = await self._filter_costly(where, rows, limit - len(found))
+            kept, seen = await self._filter_costly(where, rows, limit - len(found), deadline)
             found += kept
             examined += seen if where.is_costly else size
             # resume below the last row looked at, or below the window when all were seen
@@ -232,20 +241,24 @@ class RolloutTable:
         )
 
     async def _filter_costly(
-        self, where: RolloutFilter, rows: list[Rollout], wanted: int
+        self, where: RolloutFilter, rows: list[Rollout], wanted: int, deadline: float | None
     ) -> tuple[list[tuple[Rollout, float | None]], int]:
         """Apply the reward and agent filters in chunks; return matches and rows examined.
 
         Stops as soon as ``wanted`` matches are found, so a page reads no more rewards than
-        it needs. A reward read here is returned with its row (``None`` when not read).
+        it needs, or between chunks past ``deadline`` (loop time). A reward read here is
+        returned with its row (``None`` when not read).
         """
+        clock = asyncio.get_running_loop().time
         if not where.is_costly:
             picked = rows[:wanted]
             return [(r, None) for r in picked], len(picked)
         kept: list[tuple[Rollout, float | None]] = []
         seen = 0
-        chunk = 25
+        chunk = 16
         while seen < len(rows) and len(kept) < wanted:
+            if seen and deadline is not None and clock() >= deadline:
+                break
             batch = rows[seen : seen + chunk]
             rewards = await self._rewards.rewards(batch) if where.needs_reward else None
             agents = await _agents_of(self._store, batch) if where.agent is not None else None

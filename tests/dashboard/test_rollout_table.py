@@ -40,7 +40,7 @@ async def all_pages(table: RolloutTable, where: RolloutFilter, **kw: int) -> lis
     ids: list[str] = []
     before = None
     while True:
-        page = await table.page(where, before=before, **kw)
+        page = await table.page(where, before=before, time_budget_s=None, **kw)
         ids += [item["rollout_id"] for item in page.items]
         if page.before is None:
             assert page.exhausted
@@ -85,7 +85,7 @@ async def test_rows_carry_the_reward_in_the_store(table) -> None:  # type: ignor
 async def test_a_costly_filter_stops_at_its_budget_and_resumes(table) -> None:  # type: ignore[no-untyped-def]
     _, t = table
     where = RolloutFilter(min_reward=1.0)
-    first = await t.page(where, limit=50, budget=10)
+    first = await t.page(where, limit=50, budget=10, time_budget_s=None)
     assert first.examined == 10 and not first.exhausted and first.before == N - 10 + 1
     assert [item["rollout_id"] for item in first.items] == ["r059", "r054"]
     assert await all_pages(t, where, limit=50, budget=10) == [
@@ -100,3 +100,13 @@ async def test_the_run_filter_matches_the_run_prefix_or_its_resources_versions()
         t = RolloutTable(store, RewardReader(store))
         ids = await all_pages(t, RolloutFilter(run_id="run1"), limit=10)
         assert ids == ["run1-g1-val0-t0", "run1-g1-s0-t0-r0"]
+
+
+async def test_a_request_past_its_time_budget_answers_with_what_it_has(table) -> None:  # type: ignore[no-untyped-def]
+    _, t = table
+    where = RolloutFilter(min_reward=1.0)
+    page = await t.page(where, limit=50, time_budget_s=0.0)
+    assert page.examined == 16 and not page.exhausted  # one chunk of rewards, then it stops
+    assert page.before == N - 16 + 1
+    text = await t.page(RolloutFilter(text="needle"), limit=50, time_budget_s=0.0)
+    assert text.examined == N and text.exhausted  # the first window already held them all
