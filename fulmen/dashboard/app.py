@@ -244,7 +244,7 @@ class _Api:
         except orjson.JSONDecodeError as exc:
             raise InvalidRequest(f"the body is not JSON: {exc}") from None
         req: ServeRequest = _validated(ServeRequest, body)
-        found = [v for v in await self.store.list_model_versions(req.run_id)]
+        found = await self.store.list_model_versions(req.run_id)
         match = next((v for v in found if v.version == req.version), None)
         if match is None:
             raise NotFound(f"run {req.run_id!r} has no model version {req.version}")
