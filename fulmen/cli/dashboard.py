@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fulmen.cli.store import add_store_options, run_async, store_address, store_options
+
+if TYPE_CHECKING:
+    from fulmen.dashboard.debug_api import DebugTools
 
 __all__ = ["register"]
 
@@ -19,6 +22,7 @@ def _dashboard(args: argparse.Namespace) -> int:
     # A missing SQLite file is an error, not an empty dashboard (open_cli_store checks it).
     open_cli_store(args)
     options: dict[str, Any] = with_token or {"watchdog_interval": None}
+    debug = _debug_tools(args)
     run_async(
         lambda: run_dashboard(
             url,
@@ -27,9 +31,31 @@ def _dashboard(args: argparse.Namespace) -> int:
             port=args.port,
             token=token,
             engine_url=args.engine,
+            debug=debug,
         )
     )
     return 0
+
+
+def _debug_tools(args: argparse.Namespace) -> DebugTools:
+    """Load ``--config`` and ``--reward`` now: a bad one stops the command before it serves."""
+    import sys
+    from pathlib import Path
+
+    from fulmen.dashboard.debug_api import DebugTools
+    from fulmen.debugging.rescore import load_reward_function
+    from fulmen.trainer.config import load_config
+    from fulmen.trainer.preflight import check_before_start
+
+    config = load_config(args.config) if args.config else None
+    python_path = [*(config.python_path if config else []), Path(".")]
+    if config is not None:
+        for entry in python_path:  # the agent and its tasks import from here in replay and A/B
+            if str(entry) not in sys.path:
+                sys.path.insert(0, str(entry))
+        check_before_start(config.agent, python_path)
+    reward = load_reward_function(args.reward, python_path=python_path) if args.reward else None
+    return DebugTools(config=config, reward=reward, reward_spec=args.reward)
 
 
 def register(subparsers: Any) -> None:
@@ -43,6 +69,8 @@ def register(subparsers: Any) -> None:
         "anything but loopback requires one. Stops on SIGTERM or Ctrl-C.",
         epilog="examples:\n"
         "  fulmen dashboard --store runs/toy/store.db\n"
+        "  fulmen dashboard --store runs/toy/store.db --config examples/toy/config.yaml "
+        "--reward my_rewards:strict\n"
         "  fulmen dashboard --store http://HOST:4747 --token $TOKEN --engine "
         "http://127.0.0.1:8000",
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -61,5 +89,19 @@ def register(subparsers: Any) -> None:
         help="a running engine (fulmen serve or vLLM) that the 'serve this version' action "
         "loads model versions into and that names tokens in the token view; 'auto' follows the "
         "engine of the latest resources' llm (what fulmen train links)",
+    )
+    parser.add_argument(
+        "--config",
+        metavar="CONFIG",
+        default=None,
+        help="the training config (agent, tasks, engine): enables the page's replay and A/B "
+        "actions (fulmen train passes its own)",
+    )
+    parser.add_argument(
+        "--reward",
+        metavar="MODULE:FN",
+        default=None,
+        help="a reward function (as for fulmen rescore) the rollouts page can re-score with; "
+        "chosen here, never by the page, and never written to the store",
     )
     parser.set_defaults(func=_dashboard)

@@ -114,6 +114,7 @@ def _with_dashboard(
 ) -> Coroutine[Any, Any, _T]:
     """Wrap the run so the dashboard over its store is served (and its URL printed) meanwhile."""
     from fulmen.cli.store import store_options
+    from fulmen.dashboard.debug_api import DebugTools
     from fulmen.dashboard.server import serve_dashboard_while
 
     # The run's store: the same default as the trainer's (RUN_DIR/store.db).
@@ -126,6 +127,7 @@ def _with_dashboard(
         announce=lambda address: print(f"dashboard: {address}", flush=True),
         token=token,
         transition_options=config.transition_options(),
+        debug=DebugTools(config=config),  # replay and A/B with the run's own agent and tasks
     )
 
 

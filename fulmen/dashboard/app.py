@@ -17,6 +17,8 @@ the ``FulmenError`` raised.
 ``GET /api/model_versions``            model versions (``run_id`` for one run)
 ``POST /api/model_versions/serve``     ask the linked engine to serve a version
 ``GET /api/tokens?ids=``               token texts from the linked engine
+``GET|POST /api/debug/*``              replay, re-score, A/B (``fulmen.dashboard.debug_api``)
+``GET /api/jobs/{id}``                 a debugging job's state and result
 =====================================  ======================================================
 """
 
@@ -29,7 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
@@ -39,8 +41,11 @@ from starlette.staticfiles import StaticFiles
 
 from fulmen import __version__
 from fulmen.adapter.transitions import TransitionOptions
+from fulmen.dashboard.bodies import json_body, validated
+from fulmen.dashboard.debug_api import DebugActions, DebugTools
 from fulmen.dashboard.engine_link import EngineLink
 from fulmen.dashboard.gate import SecurityHeaders, TokenGate
+from fulmen.dashboard.jobs import Jobs
 from fulmen.dashboard.resources_view import model_versions, prompt_diff, prompt_versions
 from fulmen.dashboard.rewards import RewardReader
 from fulmen.dashboard.rollout_detail import rollout_detail
@@ -100,19 +105,7 @@ def _params(model: type[BaseModel], request: Request) -> Any:
             raw.setdefault(key, []).append(value)
         else:
             raw[key] = value
-    return _validated(model, raw)
-
-
-def _validated(model: type[BaseModel], raw: Any) -> Any:
-    try:
-        return model.model_validate(raw)
-    except ValidationError as exc:
-        first = exc.errors(include_url=False)[0]
-        where = ".".join(str(p) for p in first["loc"]) or "body"
-        raise InvalidRequest(
-            f"invalid {where}: {first['msg']} (got {str(first.get('input'))[:80]!r})",
-            detail={"loc": list(first["loc"]), "msg": first["msg"]},
-        ) from None
+    return validated(model, raw)
 
 
 def _json(payload: Any, status: int = 200) -> Response:
@@ -239,11 +232,7 @@ class _Api:
                 "no engine is linked to this dashboard: start it with --engine URL or --engine "
                 "auto (fulmen train links its own engine)"
             )
-        try:
-            body = orjson.loads(await request.body())
-        except orjson.JSONDecodeError as exc:
-            raise InvalidRequest(f"the body is not JSON: {exc}") from None
-        req: ServeRequest = _validated(ServeRequest, body)
+        req: ServeRequest = await json_body(ServeRequest, request)
         found = await self.store.list_model_versions(req.run_id)
         match = next((v for v in found if v.version == req.version), None)
         if match is None:
@@ -278,6 +267,7 @@ def create_app(
     token: str | None = None,
     engine_url: str | None = None,
     transition_options: TransitionOptions | None = None,
+    debug: DebugTools | None = None,
 ) -> Starlette:
     """Build the dashboard app over ``store``.
 
@@ -289,8 +279,13 @@ def create_app(
             ``"auto"`` for the engine of the latest resources' ``llm``; without one the serve
             action answers 400 and tokens show as ids.
         transition_options: how the trainer builds transitions (which tokens are trained).
+        debug: the training config and reward function the debugging actions use; without
+            them those actions answer 400 saying which launch option they need. The app's
+            background jobs are ``app.state.jobs`` (``Jobs.aclose`` stops them).
     """
     api = _Api(store, engine_url, transition_options)
+    jobs = Jobs()
+    tools = DebugActions(store, debug or DebugTools(), jobs)
     routes = [
         Route("/", _index, methods=["GET"]),
         Route("/api/info", _endpoint(api.info), methods=["GET"]),
@@ -303,9 +298,16 @@ def create_app(
         Route("/api/model_versions", _endpoint(api.model_versions), methods=["GET"]),
         Route("/api/model_versions/serve", _endpoint(api.serve), methods=["POST"]),
         Route("/api/tokens", _endpoint(api.tokens), methods=["GET"]),
+        Route("/api/debug", _endpoint(tools.capabilities), methods=["GET"]),
+        Route("/api/debug/replay", _endpoint(tools.replay), methods=["POST"]),
+        Route("/api/debug/rescore", _endpoint(tools.rescore), methods=["POST"]),
+        Route("/api/debug/ab", _endpoint(tools.ab), methods=["POST"]),
+        Route("/api/jobs/{job_id}", _endpoint(tools.job), methods=["GET"]),
         Mount("/static", StaticFiles(directory=STATIC_DIR), name="static"),
     ]
-    return Starlette(
+    app = Starlette(
         routes=routes,
         middleware=[Middleware(SecurityHeaders), Middleware(TokenGate, token=token)],
     )
+    app.state.jobs = jobs
+    return app

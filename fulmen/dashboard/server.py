@@ -23,7 +23,10 @@ from fulmen.errors import ConfigError
 from fulmen.store.service import is_loopback, service_url
 
 if TYPE_CHECKING:
+    from starlette.applications import Starlette
+
     from fulmen.adapter.transitions import TransitionOptions
+    from fulmen.dashboard.debug_api import DebugTools
     from fulmen.store.base import Store
 
 __all__ = ["DashboardServer", "run_dashboard", "serve_dashboard_while"]
@@ -43,6 +46,7 @@ class DashboardServer:
         token: bearer token the API requires.
         engine_url: a running engine for the serve action and token texts.
         transition_options: how the trainer builds transitions.
+        debug: the training config and reward function of the debugging actions.
     """
 
     def __init__(
@@ -54,6 +58,7 @@ class DashboardServer:
         token: str | None = None,
         engine_url: str | None = None,
         transition_options: TransitionOptions | None = None,
+        debug: DebugTools | None = None,
     ) -> None:
         if not token and not is_loopback(host):
             raise ConfigError(
@@ -67,6 +72,8 @@ class DashboardServer:
         self._token = token
         self._engine_url = engine_url
         self._options = transition_options
+        self._debug = debug
+        self._app: Starlette | None = None
         self._server: uvicorn.Server | None = None
         self._task: asyncio.Task[None] | None = None
         self.url = ""
@@ -90,7 +97,9 @@ class DashboardServer:
             token=self._token,
             engine_url=self._engine_url,
             transition_options=self._options,
+            debug=self._debug,
         )
+        self._app = app
         config = uvicorn.Config(
             app, lifespan="off", ws="none", log_config=None, access_log=False, log_level="warning"
         )
@@ -108,7 +117,10 @@ class DashboardServer:
         return self.url
 
     async def aclose(self) -> None:
-        """Stop serving (running requests get a few seconds to finish)."""
+        """Stop serving (running requests get a few seconds to finish; jobs are cancelled)."""
+        if self._app is not None:
+            await self._app.state.jobs.aclose()
+            self._app = None
         if self._server is not None and self._task is not None:
             self._server.should_exit = True
             with contextlib.suppress(Exception):
@@ -124,12 +136,15 @@ async def run_dashboard(
     port: int = 4780,
     token: str | None = None,
     engine_url: str | None = None,
+    debug: DebugTools | None = None,
 ) -> None:
     """Serve the dashboard over the store at ``store_url`` until SIGTERM or SIGINT."""
     from fulmen.store import open_store
 
     async with open_store(store_url, **store_options) as store:
-        server = DashboardServer(store, host=host, port=port, token=token, engine_url=engine_url)
+        server = DashboardServer(
+            store, host=host, port=port, token=token, engine_url=engine_url, debug=debug
+        )
         url = await server.start()
         logger.info(
             "fulmen dashboard of %s at %s (auth: %s)",
@@ -158,6 +173,7 @@ async def serve_dashboard_while(
     port: int = 0,
     token: str | None = None,
     transition_options: TransitionOptions | None = None,
+    debug: DebugTools | None = None,
 ) -> _T:
     """Await ``work`` (a training run) with the dashboard served on loopback once it started.
 
@@ -165,10 +181,16 @@ async def serve_dashboard_while(
     appears or changes; a SQLite file is never created here), so a config error still stops
     ``fulmen train`` before anything starts. It opens its own connection to the store and links
     the engine the run's latest resources name (``engine_url="auto"``); ``announce`` gets its
-    URL. A dashboard that cannot start (the port is taken, say) is logged and the run goes on.
+    URL; ``debug`` (the run's config) enables replay and A/B on its pages. A dashboard that
+    cannot start (the port is taken, say) is logged and the run goes on.
     """
     task = asyncio.ensure_future(work)
-    options = {"port": port, "token": token, "transition_options": transition_options}
+    options = {
+        "port": port,
+        "token": token,
+        "transition_options": transition_options,
+        "debug": debug,
+    }
     watcher = asyncio.create_task(
         _serve_once_started(store_url, store_options, announce, options), name="fulmen-dashboard"
     )

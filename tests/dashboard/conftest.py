@@ -36,10 +36,18 @@ T = TypeVar("T")
 class ServedDashboard:
     """The dashboard over a store URL, served from a thread with its own event loop."""
 
-    def __init__(self, store_url: str, *, token: str | None, engine_url: str | None = None):
+    def __init__(
+        self,
+        store_url: str,
+        *,
+        token: str | None,
+        engine_url: str | None = None,
+        debug: Any = None,
+    ):
         self._store_url = store_url
         self._token = token
         self._engine_url = engine_url
+        self._debug = debug
         self._ready = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
@@ -50,7 +58,9 @@ class ServedDashboard:
     async def _serve(self) -> None:
         try:
             async with open_store(self._store_url, watchdog_interval=None) as store:
-                server = DashboardServer(store, token=self._token, engine_url=self._engine_url)
+                server = DashboardServer(
+                    store, token=self._token, engine_url=self._engine_url, debug=self._debug
+                )
                 self.url = await server.start()
                 self._loop, self._stop = asyncio.get_running_loop(), asyncio.Event()
                 self._ready.set()

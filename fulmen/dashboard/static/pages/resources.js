@@ -1,6 +1,7 @@
 // Resources: prompt versions with lineage and a side-by-side diff; model versions with their
 // scores and a "serve" action that asks the linked engine to load one.
 import { AuthError, get, post, query } from "../api.js";
+import { abReport, debugCapabilities, runJob } from "../debug.js";
 import { append, clear, el, fmt, when } from "../dom.js";
 
 function lineage(prompts) {
@@ -26,6 +27,31 @@ function diffTable(diff) {
     el("thead", {}, el("tr", {}, el("th", {}, diff.a), el("th", {}, diff.b))),
     el("tbody", {}, diff.rows.map((r) => el("tr", { class: `diff-row ${r.kind}` },
       el("td", { class: "left" }, r.left ?? ""), el("td", { class: "right" }, r.right ?? "")))));
+}
+
+/** A/B two prompt versions on the config's tasks: both means, the paired difference, tests. */
+async function abSection(refs, a, b) {
+  const caps = await debugCapabilities();
+  const box = el("div", { id: "ab-box" });
+  const pickA = el("select", { name: "ab_a" }, refs.map((r) => el("option", { value: r, selected: r === a }, r)));
+  const pickB = el("select", { name: "ab_b" }, refs.map((r) => el("option", { value: r, selected: r === b }, r)));
+  const n = el("input", { type: "number", name: "ab_n", min: 2, max: caps.max_ab_tasks, value: 8, size: 4 });
+  const button = el("button", { type: "submit", id: "ab-button", disabled: !caps.ab.enabled, title: caps.ab.enabled ? "" : caps.ab.why_not }, "Run A/B");
+  const form = el("form", { class: "ab-form", id: "ab-form" }, "A ", pickA, " B ", pickB, " on ", n, ` tasks (2–${caps.max_ab_tasks}) `, button);
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    button.disabled = true;
+    try {
+      await runJob("/api/debug/ab", { a: pickA.value, b: pickB.value, n: Number(n.value) }, box, abReport);
+    } finally {
+      button.disabled = false;
+    }
+  });
+  return el("section", { class: "ab" }, el("h2", {}, "A/B test two prompt versions"),
+    el("p", { class: "muted", id: "ab-why" }, caps.ab.enabled
+      ? "runs the config's agent on its first N validation tasks once with each prompt (validation sampling, a private store) and compares the rewards task by task"
+      : `disabled: ${caps.ab.why_not}`),
+    form, box);
 }
 
 export async function resourcesPage(main, { params, poller }) {
@@ -57,6 +83,7 @@ export async function resourcesPage(main, { params, poller }) {
     prompts.length > 1 ? el("form", { class: "diff-form", onsubmit: (e) => { e.preventDefault(); showDiff(); } },
       "diff ", a, " → ", b, " ", el("button", { type: "submit" }, "Compare")) : null,
     diffBox,
+    prompts.length > 1 ? await abSection(refs, a.value, b.value) : null,
     el("h2", {}, "Model versions"),
     el("p", { class: "muted" }, info.engine ? `serving through the engine at ${info.engine}` : "no engine linked: start the dashboard with --engine URL (fulmen train links its own) to serve a version"),
     el("table", { class: "models" },

@@ -1,6 +1,7 @@
 // One rollout: attempts timeline, span tree, calls with messages and tool calls, token view,
 // reward breakdown and the transitions the adapter builds from it.
 import { get, query } from "../api.js";
+import { debugCapabilities, replayReport, runJob } from "../debug.js";
 import { append, clear, el, fmt, jsonBlock, seconds, svg, when } from "../dom.js";
 
 const FINAL = new Set(["succeeded", "failed", "cancelled"]);
@@ -109,6 +110,29 @@ function transitionsView(transitions, texts) {
     tokenStrip(t.completion_ids, t.logprobs, t.loss_mask, texts))));
 }
 
+/** The "Replay" action: run the agent again with this attempt's recorded replies. */
+async function replaySection(rolloutId, attempt) {
+  const can = (await debugCapabilities()).replay;
+  const box = el("div", { id: "replay-box" });
+  const button = el("button", {
+    type: "button", id: "replay-button", disabled: !can.enabled,
+    title: can.enabled ? "run the agent again on this task, every model reply served from the recorded calls" : can.why_not,
+    onclick: async () => {
+      button.disabled = true;
+      try {
+        await runJob("/api/debug/replay", attempt ? { rollout_id: rolloutId, attempt_id: attempt } : { rollout_id: rolloutId }, box, replayReport);
+      } finally {
+        button.disabled = false;
+      }
+    },
+  }, "Replay");
+  return el("section", { class: "replay" }, el("h2", {}, "Replay"),
+    el("p", {}, button, " ", el("span", { class: "muted", id: "replay-why" }, can.enabled
+      ? "re-runs the agent with the recorded model replies (no model needed) and reports where its requests diverge and the reward it computes now"
+      : `disabled: ${can.why_not}`)),
+    box);
+}
+
 export async function rolloutPage(main, { arg, params, poller }) {
   const attempt = params.get("attempt");
   const body = el("div");
@@ -140,6 +164,7 @@ export async function rolloutPage(main, { arg, params, poller }) {
     return d;
   }
   const first = await load();
+  main.append(await replaySection(arg, attempt));
   let done = FINAL.has(first.rollout.status);
   const stop = poller(async () => {
     if (done) return;

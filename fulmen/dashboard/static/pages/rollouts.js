@@ -1,5 +1,6 @@
 // The rollouts table: filters, newest first, older/newer pages, live while on the first page.
 import { get, query } from "../api.js";
+import { debugCapabilities, rescoreReport, runJob } from "../debug.js";
 import { clear, el, fmt, seconds, when } from "../dom.js";
 
 const STATUSES = ["queuing", "running", "succeeded", "failed", "cancelled"];
@@ -49,6 +50,32 @@ function row(item) {
     el("td", { class: "num" }, seconds(item.duration_s)));
 }
 
+/** Re-score the succeeded rollouts the filters select with the --reward function (read-only). */
+async function rescoreSection(filters) {
+  const can = (await debugCapabilities()).rescore;
+  const box = el("div", { id: "rescore-box" });
+  const limit = el("input", { type: "number", name: "rescore_limit", min: 1, max: (await debugCapabilities()).max_rescored, value: 200, size: 5 });
+  const selection = { mode: filters.mode || null, resources_version: filters.resources_version ? Number(filters.resources_version) : null };
+  const applied = [filters.mode ? `mode ${filters.mode}` : null, filters.resources_version ? `resources v${filters.resources_version}` : null].filter(Boolean);
+  const button = el("button", {
+    type: "button", id: "rescore-button", disabled: !can.enabled, title: can.enabled ? `re-score with ${can.reward}` : can.why_not,
+    onclick: async () => {
+      button.disabled = true;
+      try {
+        await runJob("/api/debug/rescore", { ...selection, limit: Number(limit.value) || 200 }, box, rescoreReport);
+      } finally {
+        button.disabled = false;
+      }
+    },
+  }, "Re-score");
+  return el("section", { class: "rescore" }, el("h2", {}, "Re-score with a new reward"),
+    can.enabled
+      ? el("p", {}, button, " the first ", limit, ` succeeded rollouts${applied.length ? ` of ${applied.join(", ")}` : ""} with `, el("code", {}, can.reward),
+        el("span", { class: "muted" }, " (the mode and resources-version filters apply; nothing is written to the store)"))
+      : el("p", {}, button, " ", el("span", { class: "muted", id: "rescore-why" }, `disabled: ${can.why_not}`)),
+    box);
+}
+
 export async function rolloutsPage(main, { params, poller }) {
   const filters = filtersFrom(params);
   const befores = []; // the `before` of each page above the one shown (for "newer")
@@ -66,7 +93,8 @@ export async function rolloutsPage(main, { params, poller }) {
     el("table", { class: "rollouts" },
       el("thead", {}, el("tr", {}, ["rollout", "status", "mode", "reward", "res", "attempts", "task", "enqueued (UTC)", "took"].map((h) => el("th", {}, h)))),
       body),
-    nav);
+    nav,
+    await rescoreSection(filters));
 
   async function load() {
     const limit = Number(filters.limit) || 25;
