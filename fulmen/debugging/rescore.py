@@ -12,7 +12,6 @@ same name and value for a rollout is stored once.
 from __future__ import annotations
 
 import hashlib
-import importlib
 import inspect
 import math
 import sys
@@ -23,6 +22,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias, cast
 
 from fulmen.debugging.recorded import RecordedRollout, recorded_rollout
 from fulmen.errors import ConfigError
+from fulmen.importing import import_object
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -119,18 +119,10 @@ def load_reward_function(spec: str, *, python_path: Sequence[Path] = ()) -> Rewa
     ``python_path`` directories go on ``sys.path`` first. Raises ``ConfigError`` naming
     ``spec`` when it cannot be imported or is not callable.
     """
-    module_name, _, attr_path = spec.partition(":")
-    if not module_name or not attr_path:
-        raise ConfigError(f"--reward must look like 'module:function', got {spec!r}")
     for entry in python_path:
         if str(entry) not in sys.path:
             sys.path.insert(0, str(entry))
-    try:
-        value: Any = importlib.import_module(module_name)
-        for part in attr_path.split("."):
-            value = getattr(value, part)
-    except (ImportError, AttributeError) as exc:
-        raise ConfigError(f"cannot import reward function {spec!r}: {exc}") from exc
+    value = import_object(spec, what="reward function")
     if not callable(value):
         raise ConfigError(f"reward function {spec!r} is a {type(value).__name__}, not callable")
     return cast("RewardFunction", value)

@@ -11,13 +11,13 @@ token-level training (text-level uses such as SFT exports still see the redacted
 
 from __future__ import annotations
 
-import importlib
 import re
 from collections.abc import Callable
 from typing import Any, Final, cast
 
 from fulmen.errors import ConfigError
 from fulmen.gateway.capture_config import RedactionConfig
+from fulmen.importing import import_object
 from fulmen.types import LLMCallCreate, LLMChoice
 
 __all__ = ["Redactor", "is_luhn_valid", "load_hook"]
@@ -71,13 +71,7 @@ def _card(match: re.Match[str]) -> str:
 
 def load_hook(spec: str) -> Callable[[str], str]:
     """Import the ``module:function`` redaction hook, or raise ``ConfigError`` naming it."""
-    module_name, _, attribute = spec.partition(":")
-    try:
-        target: Any = importlib.import_module(module_name)
-        for part in attribute.split("."):
-            target = getattr(target, part)
-    except (ImportError, AttributeError) as exc:
-        raise ConfigError(f"redaction hook {spec!r} cannot be loaded: {exc}") from exc
+    target = import_object(spec, what="redaction hook")
     if not callable(target):
         raise ConfigError(f"redaction hook {spec!r} is not callable")
     return cast("Callable[[str], str]", target)

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
-from typing import Any, Literal, cast
+from typing import Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from fulmen.errors import ConfigError
+from fulmen.importing import import_object
 from fulmen.types import PromptTemplate
 
 __all__ = ["DemosConfig"]
@@ -85,19 +85,7 @@ class DemosConfig(BaseModel):
         """Import the ``tidy`` function (``None`` when unset); ``ConfigError`` if it fails."""
         if self.tidy is None:
             return None
-        value = _import("tidy", self.tidy)
+        value = import_object(self.tidy, what="algorithm.tidy")
         if not callable(value):
             raise ConfigError(f"algorithm.tidy {self.tidy!r} is not callable")
         return cast("Callable[[str], str]", value)
-
-
-def _import(key: str, spec: str) -> Any:
-    """Import ``"module:attribute"`` given as ``algorithm.<key>``, naming it in errors."""
-    module_name, _, attr_path = spec.partition(":")
-    try:
-        value: Any = importlib.import_module(module_name)
-        for part in attr_path.split("."):
-            value = getattr(value, part)
-    except (ImportError, AttributeError) as exc:
-        raise ConfigError(f"cannot import algorithm.{key} {spec!r}: {exc}") from exc
-    return value
