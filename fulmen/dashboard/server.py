@@ -17,8 +17,7 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-import uvicorn
-
+from fulmen.asgi_task import AppTask
 from fulmen.errors import ConfigError
 from fulmen.store.service import is_loopback, service_url
 
@@ -74,8 +73,7 @@ class DashboardServer:
         self._options = transition_options
         self._debug = debug
         self._app: Starlette | None = None
-        self._server: uvicorn.Server | None = None
-        self._task: asyncio.Task[None] | None = None
+        self._serving: AppTask | None = None
         self.url = ""
 
     async def start(self) -> str:
@@ -100,20 +98,9 @@ class DashboardServer:
             debug=self._debug,
         )
         self._app = app
-        config = uvicorn.Config(
-            app, lifespan="off", ws="none", log_config=None, access_log=False, log_level="warning"
-        )
-        server = uvicorn.Server(config)
-        server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
-        self._server = server
-        self._task = asyncio.create_task(server.serve(sockets=[sock]), name="fulmen-dashboard")
-        while not server.started:
-            if self._task.done():
-                sock.close()
-                self._task.result()
-                raise ConfigError("the dashboard stopped during startup")
-            await asyncio.sleep(0.01)
-        self.url = service_url(self._host, sock.getsockname()[1]) + "/"
+        self._serving = AppTask(app, name="fulmen-dashboard")
+        port = await self._serving.start(sock)
+        self.url = service_url(self._host, port) + "/"
         return self.url
 
     async def aclose(self) -> None:
@@ -121,11 +108,9 @@ class DashboardServer:
         if self._app is not None:
             await self._app.state.jobs.aclose()
             self._app = None
-        if self._server is not None and self._task is not None:
-            self._server.should_exit = True
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._task, 10)
-        self._server = self._task = None
+        if self._serving is not None:
+            await self._serving.stop(10)
+            self._serving = None
 
 
 async def run_dashboard(

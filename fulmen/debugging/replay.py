@@ -12,15 +12,14 @@ written to.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import socket
 import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from fulmen.asgi_task import AppTask, loopback_socket
 from fulmen.debugging.divergence import Divergence
 from fulmen.debugging.replay_upstream import DivergencePolicy, RecordedReplies, create_replay_app
 from fulmen.errors import ConfigError
@@ -245,29 +244,12 @@ def _model_of(resources: Resources | None) -> str:
 @contextlib.asynccontextmanager
 async def _serving(app: Starlette) -> AsyncIterator[str]:
     """Serve ``app`` on a free 127.0.0.1 port inside this event loop; yield its root URL."""
-    import uvicorn
-
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    config = uvicorn.Config(
-        app, lifespan="off", ws="none", log_config=None, access_log=False, log_level="warning"
-    )
-    server = uvicorn.Server(config)
-    server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
-    task = asyncio.create_task(server.serve(sockets=[sock]), name="fulmen-replay-upstream")
+    serving = AppTask(app, name="fulmen-replay-upstream")
+    port = await serving.start(loopback_socket())
     try:
-        while not server.started:
-            if task.done():
-                task.result()
-                raise RuntimeError("the replay upstream stopped during startup")
-            await asyncio.sleep(0.01)
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+        yield f"http://127.0.0.1:{port}"
     finally:
-        server.should_exit = True
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(task, 10)
-        sock.close()
+        await serving.stop(10)
 
 
 def format_replay(report: ReplayReport) -> str:

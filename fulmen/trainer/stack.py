@@ -11,10 +11,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import socket
 from pathlib import Path
 from typing import Any
 
+from fulmen.asgi_task import AppTask, loopback_socket
 from fulmen.errors import EngineError
 from fulmen.store import Store, open_store
 from fulmen.trainer.config import EngineConfig, RolloutSettings
@@ -22,12 +22,6 @@ from fulmen.trainer.config import EngineConfig, RolloutSettings
 __all__ = ["TrainingStack"]
 
 logger = logging.getLogger(__name__)
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class TrainingStack:
@@ -66,8 +60,7 @@ class TrainingStack:
         self._store: Store | None = None
         self.engine: Any = None
         self.gateway_url = ""
-        self._gateway_server: Any = None
-        self._gateway_task: asyncio.Task[None] | None = None
+        self._gateway: AppTask | None = None
         self._runner: Any = None
         self._runner_task: asyncio.Task[Any] | None = None
 
@@ -132,24 +125,11 @@ class TrainingStack:
             raise EngineError(f"{exc.message}; see {log_path}") from exc
 
     async def _start_gateway(self) -> None:
-        import uvicorn
-
         from fulmen.gateway.app import create_app
 
-        port = _free_port()
         app = create_app(self.store, [self.engine_url])
-        config = uvicorn.Config(
-            app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"
-        )
-        server = uvicorn.Server(config)
-        server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
-        self._gateway_server = server
-        self._gateway_task = asyncio.create_task(server.serve(), name="fulmen-gateway")
-        while not server.started:
-            if self._gateway_task.done():
-                self._gateway_task.result()  # raises the startup error
-                raise RuntimeError("the gateway stopped during startup")
-            await asyncio.sleep(0.02)
+        self._gateway = AppTask(app, name="fulmen-gateway", lifespan="on")
+        port = await self._gateway.start(loopback_socket())
         self.gateway_url = f"http://127.0.0.1:{port}"
         logger.info("gateway on %s -> %s", self.gateway_url, self.engine_url)
 
@@ -179,10 +159,9 @@ class TrainingStack:
             self._runner.stop()
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._runner_task, 30)
-        if self._gateway_server is not None and self._gateway_task is not None:
-            self._gateway_server.should_exit = True
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._gateway_task, 30)
+        if self._gateway is not None:
+            await self._gateway.stop(30)
+            self._gateway = None
         if self.engine is not None:
             with contextlib.suppress(Exception):
                 await asyncio.to_thread(self.engine.stop)
