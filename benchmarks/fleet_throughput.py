@@ -1,0 +1,523 @@
+"""Fleet throughput: rollouts/s through the store service with 1, 2, 4, 8 ``fulmen runner``s.
+
+Everything runs as the user would run it, each piece a real subprocess on 127.0.0.1: a fresh
+``fulmen store serve`` per configuration (over a new SQLite file, or a new database on a
+throwaway PostgreSQL server started by ``tests/pg_server.py``) and N ``fulmen runner --store URL
+--agent ... --concurrency C`` processes. Once every runner has sent its first heartbeat, K
+rollouts are enqueued in one request and the clock runs until the store reports all K final
+(``wait_for_rollouts``, the call the trainer waits with); then everything is stopped.
+
+Agents:
+  noop  ``noop_agent`` below: returns a reward at once, no LLM call. Measures the runner <->
+        store path alone (claim, heartbeats, root and reward spans, final report).
+  toy   ``examples/toy/agent.py:toy_agent`` (the agent of ``scripts/train-example.sh``): one chat
+        call of at most 8 tokens through a real ``fulmen gateway`` (which records the call with
+        token ids in the store, and which the runner flushes before each report), reward from
+        the answer. The gateway's upstream is ``--llm builtin`` (default: ``fulmen serve --model
+        tiny``, the built-in engine with the tests' tiny random model, 1 torch thread) or
+        ``--llm scripted`` (``tests/gateway/scripted_upstream.py``, a vLLM-shaped server with
+        canned replies: no model cost, so the figure is the store/gateway/runner path).
+
+Figures per configuration: rollouts/s, rollouts/s per core (``/ os.cpu_count()``), the ratio to
+the 1-runner figure of the same backend and agent in the same run (the baseline), CPU seconds
+per rollout spent by the fleet's own processes (store service, runners, gateway, upstream; read
+from /proc, PostgreSQL's server processes not included) and the 1-minute load average just
+before the timed part (the machine may be shared). Progress and a markdown table go to stderr,
+ONE JSON line to stdout.
+
+    python benchmarks/fleet_throughput.py                       # both back-ends, both agents
+    python benchmarks/fleet_throughput.py --backends sqlite --agents noop --runners 1 2
+    python benchmarks/fleet_throughput.py --llm scripted         # toy agent without a model
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import fulmen
+
+ROOT = Path(__file__).resolve().parents[1]
+NOOP_SPEC = "benchmarks.fleet_throughput:noop_agent"  # runners import it by name
+TOY_SPEC = "agent:toy_agent"  # with examples/toy on PYTHONPATH, as its config.yaml does
+RUN_MARK = "FLEET_BENCH_RUN"  # environment variable of every process the run starts
+_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+_ports = itertools.count()
+
+
+@fulmen.rollout
+async def noop_agent(task: Any) -> float:
+    """Return a reward at once: no LLM call, no work."""
+    return 1.0
+
+
+def log(message: str) -> None:
+    """Progress line on stderr (stdout carries the JSON result only)."""
+    print(f"[fleet {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` (all its threads) so far; 0 off Linux."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / _TICK  # utime, stime
+
+
+class Process:
+    """One fleet member: a subprocess in its own process group, logging to a file.
+
+    Stopping sends SIGTERM to the group (the runner then reports and exits), waits, and kills
+    the group if it lingers; ``stop`` is safe to call twice.
+    """
+
+    def __init__(self, name: str, argv: list[str], *, env: dict[str, str], logs: Path) -> None:
+        self.name = name
+        self.stdout_path = logs / f"{name}.out"
+        self.stderr_path = logs / f"{name}.err"
+        with self.stdout_path.open("wb") as out, self.stderr_path.open("wb") as err:
+            self.popen = subprocess.Popen(
+                argv, cwd=ROOT, env=env, stdout=out, stderr=err, start_new_session=True
+            )
+
+    def check_alive(self) -> None:
+        """Raise with the end of its log when the process has exited."""
+        if self.popen.poll() is not None:
+            tail = self.stderr_path.read_text(errors="replace")[-2000:]
+            raise RuntimeError(f"{self.name} exited with {self.popen.returncode}:\n{tail}")
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """SIGTERM the process group, then SIGKILL it after ``timeout`` seconds."""
+        if self.popen.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.popen.pid, signal.SIGTERM)
+            try:
+                self.popen.wait(timeout)
+            except subprocess.TimeoutExpired:
+                log(f"{self.name} did not stop in {timeout:.0f} s; killing it")
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.popen.pid, signal.SIGKILL)  # leftovers of the group, if any
+        self.popen.wait()
+
+
+def wait_http(url: str, process: Process, timeout: float) -> None:
+    """Wait until ``url`` answers 200 (the process must stay alive meanwhile)."""
+    import httpx
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        process.check_alive()
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(url, timeout=2.0).status_code == 200:
+                return
+        time.sleep(0.1)
+    raise TimeoutError(f"{process.name}: {url} did not answer within {timeout:.0f} s")
+
+
+@dataclass
+class Fleet:
+    """The processes of one configuration, stopped in reverse order of start."""
+
+    env: dict[str, str]
+    logs: Path
+    members: list[Process] = field(default_factory=list)
+
+    def start(self, name: str, argv: list[str]) -> Process:
+        """Start ``argv`` as fleet member ``name``."""
+        process = Process(name, argv, env=self.env, logs=self.logs)
+        self.members.append(process)
+        return process
+
+    def cpu_seconds(self) -> dict[str, float]:
+        """CPU seconds used so far by each kind of member (store, runner, gateway, ...)."""
+        used: dict[str, float] = {}
+        for p in self.members:
+            kind = p.name.split("-")[0]
+            used[kind] = used.get(kind, 0.0) + cpu_seconds(p.popen.pid)
+        return used
+
+    def stop(self) -> None:
+        """Stop every member, the last started first."""
+        for process in reversed(self.members):
+            process.stop()
+
+
+@dataclass
+class Config:
+    """One measured point."""
+
+    backend: str  # sqlite | postgresql
+    agent: str  # noop | toy
+    runners: int
+    concurrency: int
+    rollouts: int
+
+
+@dataclass
+class Result:
+    """The figures of one configuration."""
+
+    backend: str
+    agent: str
+    runners: int
+    concurrency: int
+    rollouts: int
+    succeeded: int
+    llm_calls: int
+    seconds: float
+    rollouts_per_s: float
+    rollouts_per_s_per_core: float
+    ratio_to_1_runner: float | None
+    cpu_ms_per_rollout: float
+    cpu_ms_per_rollout_by_process: dict[str, float]
+    load1_before: float
+    per_runner_succeeded: list[int]
+
+
+def fulmen_argv(*args: str) -> list[str]:
+    """``python -m fulmen ARGS`` with this interpreter (the venv's ``fulmen`` command)."""
+    return [sys.executable, "-m", "fulmen", *args]
+
+
+def start_store(fleet: Fleet, db_url: str) -> str:
+    """Start ``fulmen store serve`` over ``db_url``; return its http:// URL once healthy."""
+    port = free_port()
+    process = fleet.start(
+        "store", fulmen_argv("store", "serve", "--db", db_url, "--port", str(port))
+    )
+    url = f"http://127.0.0.1:{port}"
+    wait_http(f"{url}/health", process, timeout=60)
+    return url
+
+
+def start_gateway(fleet: Fleet, store_url: str, upstream_v1: str) -> str:
+    """Start ``fulmen gateway`` between the runners' agents and the upstream."""
+    port = free_port()
+    spill = str(fleet.logs / "gateway-spill")
+    argv = f"gateway --store {store_url} --upstream {upstream_v1} --port {port}".split()
+    process = fleet.start("gateway", fulmen_argv(*argv, "--spill-dir", spill))
+    url = f"http://127.0.0.1:{port}"
+    wait_http(f"{url}/healthz", process, timeout=60)
+    return url
+
+
+def start_upstream(fleet: Fleet, kind: str) -> tuple[str, str]:
+    """Start the toy agent's model server; return its /v1 URL and the model name to ask for."""
+    port = free_port()
+    if kind == "builtin":
+        argv = fulmen_argv("serve", "--model", "tiny", "--port", str(port), "--threads", "1")
+        process = fleet.start("engine", argv)
+        wait_http(f"http://127.0.0.1:{port}/health", process, timeout=300)
+        return f"http://127.0.0.1:{port}/v1", "tiny"
+    script = str(ROOT / "tests" / "gateway" / "scripted_upstream.py")
+    process = fleet.start(
+        "upstream", [sys.executable, script, "--port", str(port), "--content", "aaaa"]
+    )
+    wait_http(f"http://127.0.0.1:{port}/v1/models", process, timeout=60)
+    return f"http://127.0.0.1:{port}/v1", "scripted"
+
+
+def start_runners(
+    fleet: Fleet, config: Config, store_url: str, gateway_url: str | None, tag: str
+) -> list[Process]:
+    """Start ``config.runners`` ``fulmen runner`` processes with known worker ids."""
+    spec = NOOP_SPEC if config.agent == "noop" else TOY_SPEC
+    runners = []
+    for i in range(config.runners):
+        # A first heartbeat within a second tells the benchmark the runner is up; a short idle
+        # poll keeps the start of the timed part from waiting on a sleeping runner.
+        argv = fulmen_argv(
+            *f"runner --store {store_url} --agent {spec}".split(),
+            *f"--concurrency {config.concurrency} --worker-id {tag}-{i}".split(),
+            *["--heartbeat-interval", "1", "--poll-interval", "0.05", "--no-instrument"],
+        )
+        if gateway_url is not None:
+            argv += ["--gateway", gateway_url]
+        runners.append(fleet.start(f"runner-{i}", argv))
+    return runners
+
+
+async def wait_for_workers(
+    store: Any, ids: set[str], runners: list[Process], timeout: float
+) -> None:
+    """Wait until every runner in ``ids`` has heartbeated (it is then in its claim loop)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for runner in runners:
+            runner.check_alive()
+        if ids <= {w.worker_id for w in await store.list_workers()}:
+            return
+        await asyncio.sleep(0.2)
+    raise TimeoutError(f"runners {sorted(ids)} did not all heartbeat within {timeout:.0f} s")
+
+
+def toy_inputs(count: int) -> list[dict[str, Any]]:
+    """The toy example's training prompts, repeated up to ``count``."""
+    sys.path.insert(0, str(ROOT / "examples" / "toy"))
+    try:
+        from agent import train_tasks  # type: ignore[import-not-found]
+    finally:
+        sys.path.pop(0)
+    tasks = train_tasks()
+    return [tasks[i % len(tasks)] for i in range(count)]
+
+
+@dataclass
+class Timing:
+    """What one timed run measured."""
+
+    succeeded: int
+    llm_calls: int
+    seconds: float
+    cpu_s: dict[str, float]  # by kind of process
+    load1: float
+
+
+def _cpu_delta(after: dict[str, float], before: dict[str, float]) -> dict[str, float]:
+    return {kind: after[kind] - before.get(kind, 0.0) for kind in after}
+
+
+async def timed_run(
+    config: Config, store_url: str, runners: list[Process], fleets: list[Fleet], tag: str,
+    llm: tuple[str, str] | None,
+) -> Timing:  # fmt: skip
+    """Enqueue K rollouts once all runners are up and time them until all are final."""
+    from fulmen.store import open_store
+    from fulmen.types import LLMResource, ResourcesCreate, RolloutCreate, RolloutStatus
+
+    async with open_store(store_url) as store:
+        await wait_for_workers(store, {f"{tag}-{i}" for i in range(config.runners)}, runners, 300)
+        version = None
+        inputs: list[Any] = list(range(config.rollouts))
+        if llm is not None:
+            base_url, model = llm
+            resource = LLMResource(
+                base_url=base_url,
+                model=model,
+                sampling={"default": {"temperature": 1.0, "max_tokens": 8}},
+            )
+            published = await store.add_resources(ResourcesCreate(resources={"llm": resource}))
+            version = published.version
+            inputs = toy_inputs(config.rollouts)
+        creates = [RolloutCreate(input=x, resources_version=version) for x in inputs]
+        load1 = os.getloadavg()[0]
+        cpu_before = [fleet.cpu_seconds() for fleet in fleets]
+        start = time.perf_counter()
+        created = await store.enqueue(creates)
+        final = await store.wait_for_rollouts([r.rollout_id for r in created], timeout=1800)
+        seconds = time.perf_counter() - start
+        cpu: dict[str, float] = {}
+        for fleet, before in zip(fleets, cpu_before, strict=True):
+            cpu.update(_cpu_delta(fleet.cpu_seconds(), before))
+        stats = await store.stats()
+    succeeded = sum(r.status == RolloutStatus.SUCCEEDED for r in final)
+    return Timing(succeeded, stats.llm_calls, seconds, cpu, load1)
+
+
+def runner_counts(runners: list[Process]) -> list[int]:
+    """The ``succeeded`` count each runner printed on exit (its last stdout line)."""
+    counts = []
+    for runner in runners:
+        lines = runner.stdout_path.read_text().strip().splitlines()
+        counts.append(int(json.loads(lines[-1])["succeeded"]) if lines else -1)
+    return counts
+
+
+async def db_url_for(backend: str, workdir: Path, pg_server: str | None, tag: str) -> str:
+    """A new, empty store for one configuration."""
+    if backend == "sqlite":
+        return f"sqlite:///{workdir / f'{tag}.db'}"
+    from tests.pg_server import fresh_pg_database
+
+    assert pg_server is not None
+    return await fresh_pg_database(pg_server)
+
+
+def measure(
+    config: Config, workdir: Path, pg_server: str | None, env: dict[str, str],
+    upstream: tuple[str, str] | None, shared: Fleet,
+) -> Result:  # fmt: skip
+    """Start a fleet for ``config``, time K rollouts through it, stop it."""
+    tag = f"{config.backend}-{config.agent}-{config.runners}r-{next(_ports)}"
+    logs = workdir / tag
+    logs.mkdir()
+    fleet = Fleet(env, logs)
+    try:
+        db_url = asyncio.run(db_url_for(config.backend, workdir, pg_server, tag))
+        store_url = start_store(fleet, db_url)
+        gateway_url = None
+        if config.agent == "toy":
+            assert upstream is not None
+            gateway_url = start_gateway(fleet, store_url, upstream[0])
+        runners = start_runners(fleet, config, store_url, gateway_url, tag)
+        timing = asyncio.run(timed_run(config, store_url, runners, [fleet, shared], tag, upstream))
+    finally:
+        fleet.stop()
+    rate = config.rollouts / timing.seconds
+    per_rollout = {k: round(v / config.rollouts * 1000, 2) for k, v in timing.cpu_s.items()}
+    return Result(
+        backend=config.backend,
+        agent=config.agent,
+        runners=config.runners,
+        concurrency=config.concurrency,
+        rollouts=config.rollouts,
+        succeeded=timing.succeeded,
+        llm_calls=timing.llm_calls,
+        seconds=round(timing.seconds, 3),
+        rollouts_per_s=round(rate, 2),
+        rollouts_per_s_per_core=round(rate / (os.cpu_count() or 1), 2),
+        ratio_to_1_runner=None,
+        cpu_ms_per_rollout=round(sum(per_rollout.values()), 2),
+        cpu_ms_per_rollout_by_process=per_rollout,
+        load1_before=round(timing.load1, 2),
+        per_runner_succeeded=runner_counts(runners),
+    )
+
+
+def markdown(results: list[Result]) -> str:
+    """The results as a markdown table."""
+    lines = [
+        "| backend | agent | runners | K | rollouts/s | per core | vs 1 runner | CPU s/rollout "
+        "| load1 |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        ratio = "" if r.ratio_to_1_runner is None else f"{r.ratio_to_1_runner:.2f}x"
+        lines.append(
+            f"| {r.backend} | {r.agent} | {r.runners} | {r.rollouts} | {r.rollouts_per_s:.1f} "
+            f"| {r.rollouts_per_s_per_core:.1f} | {ratio} | {r.cpu_ms_per_rollout:.1f} ms "
+            f"| {r.load1_before:.2f} |"
+        )
+    return "\n".join(lines)
+
+
+@contextlib.contextmanager
+def postgres(wanted: bool) -> Iterator[str | None]:
+    """A throwaway PostgreSQL server when ``wanted`` (tests/pg_server.py), else ``None``."""
+    if not wanted:
+        yield None
+        return
+    from tests.pg_server import postgres_server
+
+    with postgres_server() as url:
+        yield url
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The benchmark's options."""
+    parser = argparse.ArgumentParser(
+        description=(__doc__ or "").split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--runners", type=int, nargs="+", default=[1, 2, 4, 8])
+    parser.add_argument(
+        "--backends", nargs="+", default=["sqlite", "postgresql"], choices=["sqlite", "postgresql"]
+    )
+    parser.add_argument("--agents", nargs="+", default=["noop", "toy"], choices=["noop", "toy"])
+    parser.add_argument("--rollouts", type=int, default=600, help="K for the noop agent")
+    parser.add_argument("--toy-rollouts", type=int, default=128, help="K for the toy agent")
+    parser.add_argument("--concurrency", type=int, default=8, help="rollouts per runner at once")
+    parser.add_argument(
+        "--llm",
+        choices=["builtin", "scripted"],
+        default="builtin",
+        help="the toy agent's model: the built-in engine with the tiny test model, or a "
+        "scripted vLLM-shaped upstream (no model cost)",
+    )
+    parser.add_argument("--keep-logs", action="store_true", help="print and keep the log dir")
+    parser.add_argument(
+        "--workdir", type=Path, help="put stores and logs here and keep them (default: a temp dir)"
+    )
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run every configuration and print the JSON line."""
+    args = parse_args(argv)
+    sys.path.insert(0, str(ROOT))  # for tests.pg_server
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(ROOT), str(ROOT / "examples" / "toy"), env.get("PYTHONPATH", "")]
+    ).rstrip(os.pathsep)
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="fulmen-fleet-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    # Every process of the fleet carries this, so a leftover can be found (the CI test does).
+    env[RUN_MARK] = str(workdir)
+    results: list[Result] = []
+    started = time.monotonic()
+    with contextlib.ExitStack() as stack:
+        if args.workdir is None and not args.keep_logs:
+            import shutil
+
+            stack.callback(shutil.rmtree, workdir, ignore_errors=True)
+        else:
+            log(f"logs in {workdir}")
+        pg_server = stack.enter_context(postgres("postgresql" in args.backends))
+        upstream = None
+        shared = Fleet(env, workdir)  # the toy agent's model server, for the whole run
+        stack.callback(shared.stop)
+        if "toy" in args.agents:
+            upstream = start_upstream(shared, args.llm)
+        for backend, agent in itertools.product(args.backends, args.agents):
+            k = args.rollouts if agent == "noop" else args.toy_rollouts
+            for n in args.runners:
+                config = Config(backend, agent, n, args.concurrency, k)
+                log(f"{backend} {agent}: {n} runner(s) x concurrency {args.concurrency}, K={k}")
+                result = measure(config, workdir, pg_server, env, upstream, shared)
+                base = next(
+                    (r for r in results if (r.backend, r.agent, r.runners) == (backend, agent, 1)),
+                    None,
+                )
+                if base is not None:
+                    result.ratio_to_1_runner = round(result.rollouts_per_s / base.rollouts_per_s, 2)
+                elif n == 1:
+                    result.ratio_to_1_runner = 1.0
+                results.append(result)
+                log(
+                    f"  {result.rollouts_per_s:.1f} rollouts/s ({result.succeeded}/{k} succeeded "
+                    f"in {result.seconds:.2f} s; CPU ms per rollout "
+                    f"{result.cpu_ms_per_rollout_by_process}; load1 {result.load1_before:.2f}; "
+                    f"per runner {result.per_runner_succeeded})"
+                )
+    print(markdown(results), file=sys.stderr)
+    out = {
+        "cpu_count": os.cpu_count(),
+        "llm": None if upstream is None else args.llm,
+        "toy_llm_path": None
+        if upstream is None
+        else (
+            "fulmen gateway -> fulmen serve --model tiny (built-in engine, 1 thread)"
+            if args.llm == "builtin"
+            else "fulmen gateway -> tests/gateway/scripted_upstream.py (canned replies)"
+        ),
+        "wall_s": round(time.monotonic() - started, 1),
+        "results": [asdict(r) for r in results],
+    }
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
