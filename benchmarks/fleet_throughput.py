@@ -1,11 +1,15 @@
-"""Fleet throughput: rollouts/s through the store service with 1, 2, 4, 8 ``fulmen runner``s.
+"""Fleet throughput: rollouts/s through the store service with 1, 2, 4, 8 runner processes.
 
-Everything runs as the user would run it, each piece a real subprocess on 127.0.0.1: a fresh
+Everything runs as a user would run it, each piece a real subprocess on 127.0.0.1: a fresh
 ``fulmen store serve`` per configuration (over a new SQLite file, or a new database on a
-throwaway PostgreSQL server started by ``tests/pg_server.py``) and N ``fulmen runner --store URL
---agent ... --concurrency C`` processes. Once every runner has sent its first heartbeat, K
-rollouts are enqueued in one request and the clock runs until the store reports all K final
-(``wait_for_rollouts``, the call the trainer waits with); then everything is stopped.
+throwaway PostgreSQL server started by ``tests/pg_server.py``) and N runners. ``--backend
+local`` starts N ``fulmen runner --store URL --agent ... --concurrency C`` processes; ``--backend
+ray`` starts a local Ray head (``ray start --head --num-cpus 8``, its own port and temp dir) and
+one ``fulmen runner --ray N ...``, which places the N runners as Ray actors. Once N runners have
+sent a heartbeat, K rollouts are enqueued in one request and the clock runs until the store
+reports all K final (``wait_for_rollouts``, the call the trainer waits with); then everything
+is stopped (the Ray head by the pids of its own processes: ``ray stop`` would stop every Ray
+cluster on the machine).
 
 Agents:
   noop  ``noop_agent`` below: returns a reward at once, no LLM call. Measures the runner <->
@@ -19,15 +23,16 @@ Agents:
         canned replies: no model cost, so the figure is the store/gateway/runner path).
 
 Figures per configuration: rollouts/s, rollouts/s per core (``/ os.cpu_count()``), the ratio to
-the 1-runner figure of the same backend and agent in the same run (the baseline), CPU seconds
-per rollout spent by the fleet's own processes (store service, runners, gateway, upstream; read
-from /proc, PostgreSQL's server processes not included) and the 1-minute load average just
-before the timed part (the machine may be shared). Progress and a markdown table go to stderr,
-ONE JSON line to stdout.
+the 1-runner figure of the same back-end, store and agent in the same run (the baseline), CPU
+milliseconds per rollout by kind of process (store service, runners, gateway, upstream,
+PostgreSQL's server, the Ray head's processes; read from /proc over the timed part) and the
+1-minute load average just before it (the machine may be shared). Progress and a markdown
+table go to stderr, ONE JSON line to stdout.
 
-    python benchmarks/fleet_throughput.py                       # both back-ends, both agents
-    python benchmarks/fleet_throughput.py --backends sqlite --agents noop --runners 1 2
+    python benchmarks/fleet_throughput.py                       # both stores, both agents
+    python benchmarks/fleet_throughput.py --stores sqlite --agents noop --runners 1 2
     python benchmarks/fleet_throughput.py --llm scripted         # toy agent without a model
+    python benchmarks/fleet_throughput.py --backend local ray    # also N runners on Ray
 """
 
 from __future__ import annotations
@@ -54,8 +59,9 @@ ROOT = Path(__file__).resolve().parents[1]
 NOOP_SPEC = "benchmarks.fleet_throughput:noop_agent"  # runners import it by name
 TOY_SPEC = "agent:toy_agent"  # with examples/toy on PYTHONPATH, as its config.yaml does
 RUN_MARK = "FLEET_BENCH_RUN"  # environment variable of every process the run starts
+RAY_TEMP_DIR = Path("/tmp/ray-fleet-bench")
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-_ports = itertools.count()
+_tags = itertools.count()
 
 
 @fulmen.rollout
@@ -78,19 +84,77 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of process ``pid`` (all its threads) so far; 0 off Linux."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / _TICK  # utime, stime
+# -- processes ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ProcInfo:
+    """One line of /proc: what a process is and how much CPU it has used."""
+
+    pid: int
+    ppid: int
+    cpu_s: float
+    argv: list[str]
+    mark: str | None  # the RUN_MARK value in its environment
+
+
+def scan_processes() -> list[ProcInfo]:
+    """Every process this user can read in /proc (empty off Linux)."""
+    found = []
+    needle = RUN_MARK.encode() + b"="
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+            argv = (proc / "cmdline").read_bytes().decode(errors="replace").split("\0")
+            environ = (proc / "environ").read_bytes().split(b"\0")
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+        mark = next((e[len(needle) :].decode() for e in environ if e.startswith(needle)), None)
+        cpu = (int(fields[11]) + int(fields[12])) / _TICK  # utime + stime, all threads
+        found.append(ProcInfo(int(proc.name), int(fields[1]), cpu, argv, mark))
+    return found
+
+
+def kind_of(argv: list[str]) -> str:
+    """Which part of the fleet a command line is."""
+    line = " ".join(argv)
+    for needle, kind in (
+        ("fulmen store serve", "store"),
+        ("fulmen runner", "runner"),
+        ("fulmen gateway", "gateway"),
+        ("fulmen serve", "upstream"),
+        ("fulmen.cli.serve", "upstream"),
+        ("scripted_upstream", "upstream"),
+        (str(RAY_TEMP_DIR), "ray"),
+        ("ray::", "ray"),
+    ):
+        if needle in line:
+            return kind
+    return "other"
+
+
+def fleet_cpu(mark: str, pg_server: str | None) -> dict[str, float]:
+    """CPU seconds used so far by the run's processes, by kind, plus PostgreSQL's server."""
+    procs = scan_processes()
+    used: dict[str, float] = {}
+    for p in procs:
+        if p.mark == mark:
+            kind = kind_of(p.argv)
+            used[kind] = used.get(kind, 0.0) + p.cpu_s
+    if pg_server is not None:  # started by pg_ctl as another user: its postmaster's tree
+        port = pg_server.rsplit(":", 1)[1].split("/", 1)[0]
+        master = next(
+            (p.pid for p in procs if p.argv[0].endswith("postgres") and port in p.argv), None
+        )
+        pg = [p.cpu_s for p in procs if master is not None and master in (p.pid, p.ppid)]
+        used["postgresql"] = sum(pg)
+    return used
 
 
 class Process:
-    """One fleet member: a subprocess in its own process group, logging to a file.
+    """One fleet member: a subprocess in its own process group, logging to files.
 
-    Stopping sends SIGTERM to the group (the runner then reports and exits), waits, and kills
+    Stopping sends SIGTERM to the group (a runner then reports and exits), waits, and kills
     the group if it lingers; ``stop`` is safe to call twice.
     """
 
@@ -106,7 +170,7 @@ class Process:
     def check_alive(self) -> None:
         """Raise with the end of its log when the process has exited."""
         if self.popen.poll() is not None:
-            tail = self.stderr_path.read_text(errors="replace")[-2000:]
+            tail = self.stderr_path.read_text(errors="replace")[-3000:]
             raise RuntimeError(f"{self.name} exited with {self.popen.returncode}:\n{tail}")
 
     def stop(self, timeout: float = 30.0) -> None:
@@ -123,6 +187,26 @@ class Process:
         self.popen.wait()
 
 
+@dataclass
+class Fleet:
+    """Processes started together, stopped in reverse order of start."""
+
+    env: dict[str, str]
+    logs: Path
+    members: list[Process] = field(default_factory=list)
+
+    def start(self, name: str, argv: list[str]) -> Process:
+        """Start ``argv`` as member ``name``."""
+        process = Process(name, argv, env=self.env, logs=self.logs)
+        self.members.append(process)
+        return process
+
+    def stop(self) -> None:
+        """Stop every member, the last started first."""
+        for process in reversed(self.members):
+            process.stop()
+
+
 def wait_http(url: str, process: Process, timeout: float) -> None:
     """Wait until ``url`` answers 200 (the process must stay alive meanwhile)."""
     import httpx
@@ -137,69 +221,12 @@ def wait_http(url: str, process: Process, timeout: float) -> None:
     raise TimeoutError(f"{process.name}: {url} did not answer within {timeout:.0f} s")
 
 
-@dataclass
-class Fleet:
-    """The processes of one configuration, stopped in reverse order of start."""
-
-    env: dict[str, str]
-    logs: Path
-    members: list[Process] = field(default_factory=list)
-
-    def start(self, name: str, argv: list[str]) -> Process:
-        """Start ``argv`` as fleet member ``name``."""
-        process = Process(name, argv, env=self.env, logs=self.logs)
-        self.members.append(process)
-        return process
-
-    def cpu_seconds(self) -> dict[str, float]:
-        """CPU seconds used so far by each kind of member (store, runner, gateway, ...)."""
-        used: dict[str, float] = {}
-        for p in self.members:
-            kind = p.name.split("-")[0]
-            used[kind] = used.get(kind, 0.0) + cpu_seconds(p.popen.pid)
-        return used
-
-    def stop(self) -> None:
-        """Stop every member, the last started first."""
-        for process in reversed(self.members):
-            process.stop()
-
-
-@dataclass
-class Config:
-    """One measured point."""
-
-    backend: str  # sqlite | postgresql
-    agent: str  # noop | toy
-    runners: int
-    concurrency: int
-    rollouts: int
-
-
-@dataclass
-class Result:
-    """The figures of one configuration."""
-
-    backend: str
-    agent: str
-    runners: int
-    concurrency: int
-    rollouts: int
-    succeeded: int
-    llm_calls: int
-    seconds: float
-    rollouts_per_s: float
-    rollouts_per_s_per_core: float
-    ratio_to_1_runner: float | None
-    cpu_ms_per_rollout: float
-    cpu_ms_per_rollout_by_process: dict[str, float]
-    load1_before: float
-    per_runner_succeeded: list[int]
-
-
 def fulmen_argv(*args: str) -> list[str]:
     """``python -m fulmen ARGS`` with this interpreter (the venv's ``fulmen`` command)."""
     return [sys.executable, "-m", "fulmen", *args]
+
+
+# -- the pieces -----------------------------------------------------------------------------
 
 
 def start_store(fleet: Fleet, db_url: str) -> str:
@@ -233,45 +260,131 @@ def start_upstream(fleet: Fleet, kind: str) -> tuple[str, str]:
         wait_http(f"http://127.0.0.1:{port}/health", process, timeout=300)
         return f"http://127.0.0.1:{port}/v1", "tiny"
     script = str(ROOT / "tests" / "gateway" / "scripted_upstream.py")
-    process = fleet.start(
-        "upstream", [sys.executable, script, "--port", str(port), "--content", "aaaa"]
-    )
+    argv = [sys.executable, script, "--port", str(port), "--content", "aaaa"]
+    process = fleet.start("upstream", argv)
     wait_http(f"http://127.0.0.1:{port}/v1/models", process, timeout=60)
     return f"http://127.0.0.1:{port}/v1", "scripted"
+
+
+@contextlib.contextmanager
+def ray_head(env: dict[str, str]) -> Iterator[str]:
+    """A local Ray head of 8 logical CPUs on its own port; yield its address, then stop it.
+
+    ``ray stop`` ends every Ray process on the machine, other people's clusters included, so
+    the head is stopped through the pids of the processes under its own temp dir.
+    """
+    port = free_port()
+    ray = str(Path(sys.executable).with_name("ray"))
+    argv = [
+        *(ray, "start", "--head", f"--port={port}", "--node-ip-address=127.0.0.1"),
+        *("--num-cpus", "8", "--include-dashboard=false", "--disable-usage-stats"),
+        *("--object-store-memory", "200000000", "--temp-dir", str(RAY_TEMP_DIR)),
+    ]
+    log(f"starting a Ray head at 127.0.0.1:{port} (temp dir {RAY_TEMP_DIR})")
+    try:
+        subprocess.run(argv, env=env, check=True, capture_output=True, timeout=180)
+        yield f"127.0.0.1:{port}"
+    finally:
+        stop_ray_head(env[RUN_MARK])
+
+
+def stop_ray_head(mark: str, grace_s: float = 15.0) -> None:
+    """SIGTERM, then SIGKILL, the Ray processes of this run (they carry its ``RUN_MARK``)."""
+
+    def ours() -> list[int]:
+        return [p.pid for p in scan_processes() if p.mark == mark and kind_of(p.argv) == "ray"]
+
+    for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
+        for pid in ours():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+        deadline = time.monotonic() + wait
+        while ours() and time.monotonic() < deadline:
+            time.sleep(0.2)
+
+
+@dataclass
+class Config:
+    """One measured point."""
+
+    backend: str  # local | ray
+    store: str  # sqlite | postgresql
+    agent: str  # noop | toy
+    runners: int
+    concurrency: int
+    rollouts: int
 
 
 def start_runners(
     fleet: Fleet, config: Config, store_url: str, gateway_url: str | None, tag: str
 ) -> list[Process]:
-    """Start ``config.runners`` ``fulmen runner`` processes with known worker ids."""
+    """Start the configuration's runners: N processes, or one ``fulmen runner --ray N``."""
     spec = NOOP_SPEC if config.agent == "noop" else TOY_SPEC
-    runners = []
-    for i in range(config.runners):
-        # A first heartbeat within a second tells the benchmark the runner is up; a short idle
-        # poll keeps the start of the timed part from waiting on a sleeping runner.
-        argv = fulmen_argv(
-            *f"runner --store {store_url} --agent {spec}".split(),
-            *f"--concurrency {config.concurrency} --worker-id {tag}-{i}".split(),
-            *["--heartbeat-interval", "1", "--poll-interval", "0.05", "--no-instrument"],
-        )
-        if gateway_url is not None:
-            argv += ["--gateway", gateway_url]
-        runners.append(fleet.start(f"runner-{i}", argv))
-    return runners
+    # A first heartbeat within a second tells the benchmark a runner is up; a short idle poll
+    # keeps the start of the timed part from waiting on a sleeping runner.
+    common = [
+        *f"--store {store_url} --agent {spec} --concurrency {config.concurrency}".split(),
+        *["--heartbeat-interval", "1", "--poll-interval", "0.05", "--no-instrument"],
+        *(["--gateway", gateway_url] if gateway_url is not None else []),
+    ]
+    if config.backend == "ray":
+        argv = fulmen_argv("runner", "--ray", str(config.runners), "--worker-id", tag, *common)
+        return [fleet.start("runner-ray", argv)]
+    return [
+        fleet.start(f"runner-{i}", fulmen_argv("runner", "--worker-id", f"{tag}-{i}", *common))
+        for i in range(config.runners)
+    ]
 
 
-async def wait_for_workers(
-    store: Any, ids: set[str], runners: list[Process], timeout: float
-) -> None:
-    """Wait until every runner in ``ids`` has heartbeated (it is then in its claim loop)."""
+# -- one configuration ----------------------------------------------------------------------
+
+
+@dataclass
+class Result:
+    """The figures of one configuration."""
+
+    backend: str
+    store: str
+    agent: str
+    runners: int
+    concurrency: int
+    rollouts: int
+    succeeded: int
+    llm_calls: int
+    seconds: float
+    rollouts_per_s: float
+    rollouts_per_s_per_core: float
+    ratio_to_1_runner: float | None
+    cpu_ms_per_rollout: float
+    cpu_ms_per_rollout_by_process: dict[str, float]
+    load1_before: float
+    workers_seen: int
+    per_runner_succeeded: list[int]
+
+
+@dataclass
+class Timing:
+    """What one timed run measured."""
+
+    succeeded: int
+    llm_calls: int
+    workers: int
+    seconds: float
+    cpu_s: dict[str, float]  # by kind of process
+    load1: float
+
+
+async def wait_for_workers(store: Any, count: int, runners: list[Process], timeout: float) -> int:
+    """Wait until ``count`` runners have heartbeated (they are then claiming); return how many."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         for runner in runners:
             runner.check_alive()
-        if ids <= {w.worker_id for w in await store.list_workers()}:
-            return
+        workers = await store.list_workers()
+        if len(workers) >= count:
+            return len(workers)
         await asyncio.sleep(0.2)
-    raise TimeoutError(f"runners {sorted(ids)} did not all heartbeat within {timeout:.0f} s")
+    raise TimeoutError(f"{count} runners did not all heartbeat within {timeout:.0f} s")
 
 
 def toy_inputs(count: int) -> list[dict[str, Any]]:
@@ -285,38 +398,25 @@ def toy_inputs(count: int) -> list[dict[str, Any]]:
     return [tasks[i % len(tasks)] for i in range(count)]
 
 
-@dataclass
-class Timing:
-    """What one timed run measured."""
-
-    succeeded: int
-    llm_calls: int
-    seconds: float
-    cpu_s: dict[str, float]  # by kind of process
-    load1: float
-
-
-def _cpu_delta(after: dict[str, float], before: dict[str, float]) -> dict[str, float]:
-    return {kind: after[kind] - before.get(kind, 0.0) for kind in after}
-
-
 async def timed_run(
-    config: Config, store_url: str, runners: list[Process], fleets: list[Fleet], tag: str,
+    config: Config,
+    store_url: str,
+    runners: list[Process],
     llm: tuple[str, str] | None,
-) -> Timing:  # fmt: skip
+    cpu: Any,
+) -> Timing:
     """Enqueue K rollouts once all runners are up and time them until all are final."""
     from fulmen.store import open_store
     from fulmen.types import LLMResource, ResourcesCreate, RolloutCreate, RolloutStatus
 
     async with open_store(store_url) as store:
-        await wait_for_workers(store, {f"{tag}-{i}" for i in range(config.runners)}, runners, 300)
+        workers = await wait_for_workers(store, config.runners, runners, 300)
         version = None
         inputs: list[Any] = list(range(config.rollouts))
         if llm is not None:
-            base_url, model = llm
             resource = LLMResource(
-                base_url=base_url,
-                model=model,
+                base_url=llm[0],
+                model=llm[1],
                 sampling={"default": {"temperature": 1.0, "max_tokens": 8}},
             )
             published = await store.add_resources(ResourcesCreate(resources={"llm": resource}))
@@ -324,31 +424,31 @@ async def timed_run(
             inputs = toy_inputs(config.rollouts)
         creates = [RolloutCreate(input=x, resources_version=version) for x in inputs]
         load1 = os.getloadavg()[0]
-        cpu_before = [fleet.cpu_seconds() for fleet in fleets]
+        cpu_before = cpu()
         start = time.perf_counter()
         created = await store.enqueue(creates)
         final = await store.wait_for_rollouts([r.rollout_id for r in created], timeout=1800)
         seconds = time.perf_counter() - start
-        cpu: dict[str, float] = {}
-        for fleet, before in zip(fleets, cpu_before, strict=True):
-            cpu.update(_cpu_delta(fleet.cpu_seconds(), before))
+        cpu_after = cpu()
         stats = await store.stats()
+    used = {k: v - cpu_before.get(k, 0.0) for k, v in cpu_after.items()}
     succeeded = sum(r.status == RolloutStatus.SUCCEEDED for r in final)
-    return Timing(succeeded, stats.llm_calls, seconds, cpu, load1)
+    return Timing(succeeded, stats.llm_calls, workers, seconds, used, load1)
 
 
 def runner_counts(runners: list[Process]) -> list[int]:
-    """The ``succeeded`` count each runner printed on exit (its last stdout line)."""
+    """The ``succeeded`` counts the runners printed on exit (one JSON line each)."""
     counts = []
     for runner in runners:
-        lines = runner.stdout_path.read_text().strip().splitlines()
-        counts.append(int(json.loads(lines[-1])["succeeded"]) if lines else -1)
+        for line in runner.stdout_path.read_text().splitlines():
+            with contextlib.suppress(ValueError, TypeError, KeyError):
+                counts.append(int(json.loads(line)["succeeded"]))
     return counts
 
 
-async def db_url_for(backend: str, workdir: Path, pg_server: str | None, tag: str) -> str:
+async def db_url_for(store: str, workdir: Path, pg_server: str | None, tag: str) -> str:
     """A new, empty store for one configuration."""
-    if backend == "sqlite":
+    if store == "sqlite":
         return f"sqlite:///{workdir / f'{tag}.db'}"
     from tests.pg_server import fresh_pg_database
 
@@ -357,29 +457,44 @@ async def db_url_for(backend: str, workdir: Path, pg_server: str | None, tag: st
 
 
 def measure(
-    config: Config, workdir: Path, pg_server: str | None, env: dict[str, str],
-    upstream: tuple[str, str] | None, shared: Fleet,
-) -> Result:  # fmt: skip
+    config: Config,
+    workdir: Path,
+    env: dict[str, str],
+    pg_server: str | None,
+    upstream: tuple[str, str] | None,
+) -> Result:
     """Start a fleet for ``config``, time K rollouts through it, stop it."""
-    tag = f"{config.backend}-{config.agent}-{config.runners}r-{next(_ports)}"
+    tag = f"{config.backend}-{config.store}-{config.agent}-{config.runners}r-{next(_tags)}"
     logs = workdir / tag
     logs.mkdir()
     fleet = Fleet(env, logs)
+    pg = pg_server if config.store == "postgresql" else None
     try:
-        db_url = asyncio.run(db_url_for(config.backend, workdir, pg_server, tag))
+        db_url = asyncio.run(db_url_for(config.store, workdir, pg_server, tag))
         store_url = start_store(fleet, db_url)
         gateway_url = None
         if config.agent == "toy":
             assert upstream is not None
             gateway_url = start_gateway(fleet, store_url, upstream[0])
         runners = start_runners(fleet, config, store_url, gateway_url, tag)
-        timing = asyncio.run(timed_run(config, store_url, runners, [fleet, shared], tag, upstream))
+        timing = asyncio.run(
+            timed_run(
+                config,
+                store_url,
+                runners,
+                upstream if config.agent == "toy" else None,
+                lambda: fleet_cpu(env[RUN_MARK], pg),
+            )
+        )
     finally:
         fleet.stop()
     rate = config.rollouts / timing.seconds
-    per_rollout = {k: round(v / config.rollouts * 1000, 2) for k, v in timing.cpu_s.items()}
+    per_rollout = {
+        k: round(v / config.rollouts * 1000, 2) for k, v in sorted(timing.cpu_s.items()) if v > 0
+    }
     return Result(
         backend=config.backend,
+        store=config.store,
         agent=config.agent,
         runners=config.runners,
         concurrency=config.concurrency,
@@ -393,23 +508,27 @@ def measure(
         cpu_ms_per_rollout=round(sum(per_rollout.values()), 2),
         cpu_ms_per_rollout_by_process=per_rollout,
         load1_before=round(timing.load1, 2),
+        workers_seen=timing.workers,
         per_runner_succeeded=runner_counts(runners),
     )
+
+
+# -- the run --------------------------------------------------------------------------------
 
 
 def markdown(results: list[Result]) -> str:
     """The results as a markdown table."""
     lines = [
-        "| backend | agent | runners | K | rollouts/s | per core | vs 1 runner | CPU s/rollout "
-        "| load1 |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| backend | store | agent | runners | K | rollouts/s | per core | vs 1 runner "
+        "| CPU ms/rollout | load1 |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         ratio = "" if r.ratio_to_1_runner is None else f"{r.ratio_to_1_runner:.2f}x"
         lines.append(
-            f"| {r.backend} | {r.agent} | {r.runners} | {r.rollouts} | {r.rollouts_per_s:.1f} "
-            f"| {r.rollouts_per_s_per_core:.1f} | {ratio} | {r.cpu_ms_per_rollout:.1f} ms "
-            f"| {r.load1_before:.2f} |"
+            f"| {r.backend} | {r.store} | {r.agent} | {r.runners} | {r.rollouts} "
+            f"| {r.rollouts_per_s:.1f} | {r.rollouts_per_s_per_core:.1f} | {ratio} "
+            f"| {r.cpu_ms_per_rollout:.1f} | {r.load1_before:.2f} |"
         )
     return "\n".join(lines)
 
@@ -434,7 +553,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--runners", type=int, nargs="+", default=[1, 2, 4, 8])
     parser.add_argument(
-        "--backends", nargs="+", default=["sqlite", "postgresql"], choices=["sqlite", "postgresql"]
+        "--backend",
+        nargs="+",
+        default=["local"],
+        choices=["local", "ray"],
+        help="local: N `fulmen runner` processes; ray: one `fulmen runner --ray N` on a local "
+        "Ray head started by the benchmark (default: local)",
+    )
+    parser.add_argument(
+        "--stores", nargs="+", default=["sqlite", "postgresql"], choices=["sqlite", "postgresql"]
     )
     parser.add_argument("--agents", nargs="+", default=["noop", "toy"], choices=["noop", "toy"])
     parser.add_argument("--rollouts", type=int, default=600, help="K for the noop agent")
@@ -454,6 +581,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def with_ratios(results: list[Result]) -> None:
+    """Fill ``ratio_to_1_runner`` from the 1-runner result of the same series."""
+    for r in results:
+        base = next(
+            (
+                b
+                for b in results
+                if (b.backend, b.store, b.agent, b.runners) == (r.backend, r.store, r.agent, 1)
+            ),
+            None,
+        )
+        if base is not None:
+            r.ratio_to_1_runner = round(r.rollouts_per_s / base.rollouts_per_s, 2)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Run every configuration and print the JSON line."""
     args = parse_args(argv)
@@ -464,8 +606,9 @@ def main(argv: list[str] | None = None) -> None:
     ).rstrip(os.pathsep)
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="fulmen-fleet-"))
     workdir.mkdir(parents=True, exist_ok=True)
-    # Every process of the fleet carries this, so a leftover can be found (the CI test does).
-    env[RUN_MARK] = str(workdir)
+    # Every process of the run carries this: its CPU is counted by it, and a leftover can be
+    # found (the CI test does).
+    env[RUN_MARK] = str(workdir.resolve())
     results: list[Result] = []
     started = time.monotonic()
     with contextlib.ExitStack() as stack:
@@ -475,33 +618,31 @@ def main(argv: list[str] | None = None) -> None:
             stack.callback(shutil.rmtree, workdir, ignore_errors=True)
         else:
             log(f"logs in {workdir}")
-        pg_server = stack.enter_context(postgres("postgresql" in args.backends))
+        pg_server = stack.enter_context(postgres("postgresql" in args.stores))
         upstream = None
         shared = Fleet(env, workdir)  # the toy agent's model server, for the whole run
         stack.callback(shared.stop)
         if "toy" in args.agents:
             upstream = start_upstream(shared, args.llm)
-        for backend, agent in itertools.product(args.backends, args.agents):
-            k = args.rollouts if agent == "noop" else args.toy_rollouts
-            for n in args.runners:
-                config = Config(backend, agent, n, args.concurrency, k)
-                log(f"{backend} {agent}: {n} runner(s) x concurrency {args.concurrency}, K={k}")
-                result = measure(config, workdir, pg_server, env, upstream, shared)
-                base = next(
-                    (r for r in results if (r.backend, r.agent, r.runners) == (backend, agent, 1)),
-                    None,
-                )
-                if base is not None:
-                    result.ratio_to_1_runner = round(result.rollouts_per_s / base.rollouts_per_s, 2)
-                elif n == 1:
-                    result.ratio_to_1_runner = 1.0
-                results.append(result)
-                log(
-                    f"  {result.rollouts_per_s:.1f} rollouts/s ({result.succeeded}/{k} succeeded "
-                    f"in {result.seconds:.2f} s; CPU ms per rollout "
-                    f"{result.cpu_ms_per_rollout_by_process}; load1 {result.load1_before:.2f}; "
-                    f"per runner {result.per_runner_succeeded})"
-                )
+        for backend in args.backend:
+            with ray_head(env) if backend == "ray" else contextlib.nullcontext() as address:
+                if address is not None:
+                    env["RAY_ADDRESS"] = address
+                for store, agent in itertools.product(args.stores, args.agents):
+                    k = args.rollouts if agent == "noop" else args.toy_rollouts
+                    for n in args.runners:
+                        config = Config(backend, store, agent, n, args.concurrency, k)
+                        log(f"{backend} {store} {agent}: {n} runner(s) x {args.concurrency}, K={k}")
+                        result = measure(config, workdir, env, pg_server, upstream)
+                        results.append(result)
+                        log(
+                            f"  {result.rollouts_per_s:.1f} rollouts/s ({result.succeeded}/{k} "
+                            f"succeeded in {result.seconds:.2f} s; CPU ms per rollout "
+                            f"{result.cpu_ms_per_rollout_by_process}; load1 "
+                            f"{result.load1_before:.2f}; per runner {result.per_runner_succeeded})"
+                        )
+            env.pop("RAY_ADDRESS", None)
+    with_ratios(results)
     print(markdown(results), file=sys.stderr)
     out = {
         "cpu_count": os.cpu_count(),

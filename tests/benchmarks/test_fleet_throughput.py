@@ -38,7 +38,7 @@ def test_smallest_fleet_runs_and_stops_everything(tmp_path: Path) -> None:
         [
             sys.executable,
             str(ROOT / "benchmarks" / "fleet_throughput.py"),
-            *("--backends", "sqlite", "--agents", "noop", "toy", "--runners", "1"),
+            *("--stores", "sqlite", "--agents", "noop", "toy", "--runners", "1"),
             *("--rollouts", "6", "--toy-rollouts", "4", "--llm", "scripted"),
             *("--workdir", str(workdir)),
         ],
@@ -52,7 +52,8 @@ def test_smallest_fleet_runs_and_stops_everything(tmp_path: Path) -> None:
     report = json.loads(done.stdout.strip().splitlines()[-1])
     assert report["cpu_count"] >= 1 and report["llm"] == "scripted"
     noop, toy = report["results"]
-    assert (noop["agent"], noop["backend"], noop["runners"]) == ("noop", "sqlite", 1)
+    assert (noop["agent"], noop["store"], noop["runners"]) == ("noop", "sqlite", 1)
+    assert noop["backend"] == "local" and noop["workers_seen"] == 1
     assert noop["succeeded"] == noop["rollouts"] == 6 and noop["llm_calls"] == 0
     assert toy["succeeded"] == toy["rollouts"] == 4 and toy["llm_calls"] == 4
     for result in (noop, toy):
@@ -61,5 +62,5 @@ def test_smallest_fleet_runs_and_stops_everything(tmp_path: Path) -> None:
         assert result["rollouts_per_s_per_core"] * report["cpu_count"] == pytest.approx(
             result["rollouts_per_s"], rel=0.02
         )
-    assert "| sqlite | toy | 1 | 4 |" in done.stderr  # the markdown table
+    assert "| local | sqlite | toy | 1 | 4 |" in done.stderr  # the markdown table
     assert not leftover_processes(str(workdir))
