@@ -30,6 +30,8 @@ class TokenSample:
             ``p`` is predicted from the hidden state at ``p - 1``).
         old_logprobs / advantages / norm: one value per position.
         rollout: index of the sample's rollout in the step batch.
+        is_stale: an older policy than the one being trained sampled it (asynchronous
+            training corrects its tokens by truncated importance sampling).
     """
 
     input_ids: list[int]
@@ -38,6 +40,7 @@ class TokenSample:
     advantages: list[float]
     norm: list[float]
     rollout: int
+    is_stale: bool = False
 
     def __post_init__(self) -> None:
         n = len(self.positions)
@@ -53,7 +56,10 @@ class TokenSample:
 
 @dataclass(frozen=True)
 class MicroBatch:
-    """Padded tensors of a group of samples; per-token tensors are flat ``[N]``."""
+    """Padded tensors of a group of samples; per-token tensors are flat ``[N]``.
+
+    ``is_stale`` marks the tokens of stale samples (bool), ``None`` when no sample is stale.
+    """
 
     input_ids: Tensor
     attention_mask: Tensor
@@ -63,6 +69,7 @@ class MicroBatch:
     advantages: Tensor
     norm: Tensor
     token_rollout: Tensor
+    is_stale: Tensor | None = None
 
     @property
     def num_tokens(self) -> int:
@@ -114,4 +121,9 @@ def collate(samples: Sequence[TokenSample], *, pad_id: int = 0) -> MicroBatch:
         advantages=torch.tensor([v for s in samples for v in s.advantages]),
         norm=torch.tensor([v for s in samples for v in s.norm]),
         token_rollout=torch.tensor([s.rollout for s in samples for _ in s.positions]),
+        is_stale=(
+            torch.tensor([s.is_stale for s in samples for _ in s.positions], dtype=torch.bool)
+            if any(s.is_stale for s in samples)
+            else None
+        ),
     )

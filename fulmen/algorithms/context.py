@@ -218,8 +218,12 @@ class AlgorithmContext(Protocol):
         """Record ``metrics`` of ``step`` in the run's metrics stream."""
         ...
 
-    async def serve_adapter(self, adapter_dir: Path, step: int) -> None:
-        """Hot-load ``adapter_dir`` into the engine; later ``publish`` calls name it."""
+    async def serve_adapter(self, adapter_dir: Path, step: int, *, keep_loaded: int = 1) -> None:
+        """Hot-load ``adapter_dir`` into the engine; later ``publish`` calls name it.
+
+        The newest ``keep_loaded`` adapters served stay loaded (older policies that running
+        rollouts still use); the rest are retired.
+        """
         ...
 
     async def serve_weights(self, model_dir: Path, step: int) -> None:

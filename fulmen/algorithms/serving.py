@@ -36,12 +36,18 @@ class PolicyWriter(Protocol):
 
 
 async def serve_policy(
-    engine: PolicyWriter, context: AlgorithmContext, *, name: str, step: int
+    engine: PolicyWriter,
+    context: AlgorithmContext,
+    *,
+    name: str,
+    step: int,
+    keep_loaded: int = 1,
 ) -> None:
     """Save ``engine``'s policy as ``name`` and make the inference engine serve it from ``step``.
 
-    A LoRA adapter goes to ``RUN_DIR/adapters/NAME`` and is hot-loaded; full weights go to
-    ``RUN_DIR/weights/NAME`` and the engine reloads them as its base weights.
+    A LoRA adapter goes to ``RUN_DIR/adapters/NAME`` and is hot-loaded (the newest
+    ``keep_loaded`` stay loaded); full weights go to ``RUN_DIR/weights/NAME`` and the engine
+    reloads them as its base weights.
     """
     if engine.is_full:
         model_dir = context.run_dir / "weights" / name
@@ -50,7 +56,7 @@ async def serve_policy(
     else:
         adapter_dir = context.run_dir / "adapters" / name
         await asyncio.to_thread(engine.save_adapter, adapter_dir)
-        await context.serve_adapter(adapter_dir, step)
+        await context.serve_adapter(adapter_dir, step, keep_loaded=keep_loaded)
 
 
 def keep_newest(folder: Path, *, pattern: str, keep: int = 2) -> None:

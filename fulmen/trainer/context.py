@@ -288,9 +288,10 @@ class StageContext:
         labels = {"stage": self.index, "algorithm": self.name} if self.session.uses_stages else {}
         self.session.metrics.log(self.global_step(step), metrics, labels=labels)
 
-    async def serve_adapter(self, adapter_dir: Path, step: int) -> None:
+    async def serve_adapter(self, adapter_dir: Path, step: int, *, keep_loaded: int = 1) -> None:
         """Hot-load ``adapter_dir``; later ``publish`` calls name it."""
-        await self.session.serve_adapter(adapter_dir, f"policy-{self.global_step(step)}")
+        name = f"policy-{self.global_step(step)}"
+        await self.session.serve_adapter(adapter_dir, name, keep_loaded=keep_loaded)
         self._record_model(ModelKind.ADAPTER, adapter_dir, step)
         self.session.state.adapter = str(adapter_dir.relative_to(self.session.config.run_dir))
 

@@ -39,12 +39,17 @@ async def run_grpo(
     """Run ``config.steps`` GRPO steps, resuming the stage's progress.
 
     Returns the metrics of each step run now. With ``config.source`` the steps learn
-    off-policy from that store's recorded rollouts (``fulmen.trainer.offline``).
+    off-policy from that store's recorded rollouts (``fulmen.trainer.offline``); with
+    ``config.async_`` the rollouts run while the trainer updates (``fulmen.trainer.async_loop``).
     """
     if config.source is not None:
         from fulmen.trainer.offline import OfflineGRPOLoop
 
         return await OfflineGRPOLoop(config, context).run()
+    if config.async_ is not None:
+        from fulmen.trainer.async_loop import AsyncGRPOLoop
+
+        return await AsyncGRPOLoop(config, context).run()
     return await GRPOLoop(config, context).run()
 
 

@@ -64,18 +64,28 @@ class RunSession:
     settings: Settings = field(default_factory=Settings)
     recorder: RunRecorder | None = None
     sampler: TaskSampler = field(init=False)
+    #: the policy adapters the engine has loaded, oldest first
+    loaded_adapters: list[str] = field(default_factory=list[str], init=False)
 
     def __post_init__(self) -> None:
         self.sampler = TaskSampler(self.train_tasks, seed=self.config.seed)
 
-    async def serve_adapter(self, adapter_dir: Path, name: str) -> None:
-        """Hot-load ``adapter_dir`` as model ``name`` and retire the previously served one."""
+    async def serve_adapter(self, adapter_dir: Path, name: str, *, keep_loaded: int = 1) -> None:
+        """Hot-load ``adapter_dir`` as model ``name`` and retire the previously served ones.
+
+        The newest ``keep_loaded`` policy adapters stay loaded (more than 1: rollouts still
+        running with an older policy keep it, as asynchronous training needs).
+        """
         version = await self.stack.engine.load_adapter(name, str(adapter_dir))
         previous = self.model_name
         self.model_name = name
         self.policy_version = str(version) if version is not None else name
-        if previous.startswith(_ADAPTER_PREFIX) and previous != name:
-            await self.stack.engine.unload_adapter(previous)
+        loaded = self.loaded_adapters
+        if previous.startswith(_ADAPTER_PREFIX) and previous not in loaded:
+            loaded.append(previous)
+        loaded[:] = [*(n for n in loaded if n != name), name]
+        while len(loaded) > max(keep_loaded, 1):
+            await self.stack.engine.unload_adapter(loaded.pop(0))
 
     async def serve_weights(self, model_dir: Path, name: str) -> None:
         """Reload the engine's base weights from ``model_dir`` (a full fine-tune's model).
@@ -97,8 +107,10 @@ class RunSession:
         previous = self.model_name
         self.model_name = self.config.model
         self.policy_version = str(version) if version is not None else name
-        if previous.startswith(_ADAPTER_PREFIX):
-            await engine.unload_adapter(previous)
+        retired = {*self.loaded_adapters, previous}
+        self.loaded_adapters.clear()
+        for adapter in sorted(n for n in retired if n.startswith(_ADAPTER_PREFIX)):
+            await engine.unload_adapter(adapter)
 
     async def restore_policy(self) -> None:
         """Serve what the saved state says the engine served when the run stopped.

@@ -15,7 +15,7 @@ from fulmen.algorithms.source import StoreSource
 if TYPE_CHECKING:
     from fulmen.adapter.transitions import TransitionOptions
 
-__all__ = ["GRPOAlgorithmConfig", "GRPOConfig", "LoraSettings"]
+__all__ = ["AsyncSettings", "GRPOAlgorithmConfig", "GRPOConfig", "LoraSettings"]
 
 
 class GRPOConfig(BaseModel):
@@ -51,6 +51,12 @@ class GRPOConfig(BaseModel):
         logit_chunk_tokens: LM-head rows computed at once (bounds the vocab-sized activations).
         gradient_checkpointing: recompute decoder activations in backward to save memory.
         seed: seed of the adapter's initialization (the global torch RNG is left alone).
+        is_cap: truncated importance sampling of *stale* tokens (sampled by an older policy
+            than the one being trained): their ratio is taken against the current policy's
+            logprobs before the update and the loss is weighted by
+            ``min(exp(logp_current - logp_behaviour), is_cap)``; fresh tokens keep the plain
+            ratio against the behaviour logprobs (weight exactly 1). ``None``: stale tokens
+            get the plain ratio too. Needs ``epochs: 1``. ``algorithm.async.is_cap`` sets it.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -79,6 +85,7 @@ class GRPOConfig(BaseModel):
     logit_chunk_tokens: int = Field(default=256, ge=1)
     gradient_checkpointing: bool = False
     seed: int = 0
+    is_cap: float | None = Field(default=None, gt=0)
 
     @model_validator(mode="after")
     def _known_names(self) -> GRPOConfig:
@@ -91,6 +98,38 @@ class GRPOConfig(BaseModel):
         if self.kl_estimator not in KL_ESTIMATORS:
             raise ValueError(
                 f"unknown kl_estimator {self.kl_estimator!r}; allowed: {sorted(KL_ESTIMATORS)}"
+            )
+        if self.is_cap is not None and self.epochs != 1:
+            # the current policy's logprobs before the update are taken from the one pass
+            raise ValueError(f"is_cap (stale-token correction) needs epochs 1; got {self.epochs}")
+        return self
+
+
+class AsyncSettings(BaseModel):
+    """``algorithm.async``: collect the next steps' rollouts while the current update runs.
+
+    Attributes:
+        max_staleness: a transition sampled by a policy more than this many updates older
+            than the one being trained is dropped (and counted); ``1`` lets the rollouts
+            collected during an update train the next step.
+        is_cap: truncation ``C`` of the importance weight of stale-but-allowed tokens,
+            ``min(exp(logp_current - logp_behaviour), C)`` (``GRPOConfig.is_cap``).
+        prefetch_steps: steps of rollouts kept running or waiting beyond the one being
+            trained (``tasks_per_step`` groups each); at most ``max_staleness``.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_staleness: int = Field(default=1, ge=1)
+    is_cap: float = Field(default=2.0, gt=0)
+    prefetch_steps: int = Field(default=1, ge=1)
+
+    @model_validator(mode="after")
+    def _no_wasted_rollouts(self) -> AsyncSettings:
+        if self.prefetch_steps > self.max_staleness:
+            raise ValueError(
+                f"algorithm.async.prefetch_steps={self.prefetch_steps} exceeds max_staleness="
+                f"{self.max_staleness}: the extra rollouts would be too stale to train"
             )
         return self
 
@@ -114,9 +153,14 @@ class GRPOAlgorithmConfig(BaseModel):
             token-level call the source keeps, its importance ratio taken against the
             logprobs recorded when the call was served (clipped); ``fulmen train`` fills it
             from ``data.from_store`` (``docs/offline.md``).
+        async: (``async_`` in Python) train asynchronously with bounded staleness
+            (``AsyncSettings``, ``docs/async.md``); ``None``: each step waits for its own
+            rollouts, which its policy sampled.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, validate_by_name=True, serialize_by_alias=True
+    )
 
     name: Literal["grpo"] = "grpo"
     steps: int = Field(default=20, ge=1)
@@ -127,6 +171,7 @@ class GRPOAlgorithmConfig(BaseModel):
     checkpoint_every: int = Field(default=1, ge=1)
     max_minutes: float | None = Field(default=None, gt=0)
     source: StoreSource | None = None
+    async_: AsyncSettings | None = Field(default=None, alias="async")
 
     @model_validator(mode="after")
     def _no_dead_options(self) -> GRPOAlgorithmConfig:
@@ -137,7 +182,12 @@ class GRPOAlgorithmConfig(BaseModel):
                     f"algorithm {', '.join(sorted(dead))} has no effect with a source store "
                     "(offline steps train on the rollouts it holds, grouped by their task)"
                 )
+        if self.async_ is not None and self.source is not None:
+            raise ValueError("algorithm.async has no effect with a source store (no sampling)")
         grpo = self.engine_config(seed=0)  # validates the nested settings now, not at step 1
+        if self.async_ is not None and grpo.finetune != "lora":
+            # full weights reload in place: a running rollout would mix two policies
+            raise ValueError("algorithm.async needs grpo.finetune 'lora'")
         options = self.transition_options()
         if options.credit == "per_call" and grpo.advantage == "rollout":
             raise ValueError(
@@ -153,6 +203,12 @@ class GRPOAlgorithmConfig(BaseModel):
         """
         settings = dict(self.grpo)
         settings.setdefault("seed", seed)
+        if "is_cap" in settings:
+            raise ValueError("algorithm.grpo.is_cap is set by algorithm.async.is_cap")
+        if self.async_ is not None:
+            if settings.get("epochs", 1) != 1:
+                raise ValueError("algorithm.async needs grpo.epochs 1 (one pass per step)")
+            settings["is_cap"] = self.async_.is_cap
         config = GRPOConfig.model_validate(settings)
         given = set(self.grpo)
         if config.finetune == "full" and "lora" in given:

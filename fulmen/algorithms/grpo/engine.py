@@ -22,7 +22,7 @@ from torch import nn
 from fulmen.algorithms import checkpoint
 from fulmen.algorithms.batching import MicroBatch, TokenSample, collate, plan_micro_batches
 from fulmen.algorithms.grpo.config import GRPOConfig
-from fulmen.algorithms.grpo.losses import KL_ESTIMATORS, POLICY_LOSSES
+from fulmen.algorithms.grpo.losses import KL_ESTIMATORS, POLICY_LOSSES, correct_stale_tokens
 from fulmen.algorithms.grpo.samples import build_samples
 from fulmen.algorithms.optimizer import apply_gradients, build_optimizer
 from fulmen.algorithms.policy import (
@@ -52,6 +52,9 @@ class _Totals:
     tokens: int = 0
     input_tokens: int = 0
     micro_batches: int = 0
+    stale_tokens: int = 0  # is_weight / is_truncated: over these (``is_cap`` only)
+    is_weight: float = 0.0
+    is_truncated: int = 0
 
     def metrics(self, epochs: int) -> dict[str, float]:
         n = max(self.tokens, 1)
@@ -66,6 +69,16 @@ class _Totals:
             "ratio_mean": self.ratio / n,
             "logprob_gap": self.logprob_gap / n,
             "micro_batches": float(self.micro_batches),
+            **self._stale_metrics(),
+        }
+
+    def _stale_metrics(self) -> dict[str, float]:
+        if not self.stale_tokens:
+            return {}
+        return {
+            "stale_tokens": float(self.stale_tokens),
+            "is_weight_mean": self.is_weight / self.stale_tokens,
+            "is_truncated_fraction": self.is_truncated / self.stale_tokens,
         }
 
 
@@ -192,14 +205,28 @@ class GRPOEngine:
             logprobs, entropy = token_logprobs(self.model, with_entropy=True, **coordinates)
         finally:
             self.model.eval()
+        old_logprobs, is_weights = batch.old_logprobs, None
+        if cfg.is_cap is not None and batch.is_stale is not None:
+            # epochs is 1 (checked by the config): logprobs are the policy before this update
+            fix = correct_stale_tokens(
+                current_logprobs=logprobs,
+                behaviour_logprobs=batch.old_logprobs,
+                is_stale=batch.is_stale,
+                cap=cfg.is_cap,
+            )
+            old_logprobs, is_weights = fix.old_logprobs, fix.weights
+            totals.stale_tokens += int(batch.is_stale.sum())
+            totals.is_weight += float(fix.weights[batch.is_stale].sum())
+            totals.is_truncated += int((fix.weights[batch.is_stale] >= cfg.is_cap).sum())
         terms = POLICY_LOSSES[cfg.policy_loss](
             logprobs=logprobs,
-            old_logprobs=batch.old_logprobs,
+            old_logprobs=old_logprobs,
             advantages=batch.advantages,
             clip_low=cfg.clip_low,
             clip_high=cfg.clip_high,
         )
-        per_token = terms.loss
+        policy = terms.loss if is_weights is None else terms.loss * is_weights
+        per_token = policy
         if self._reference is not None:
             with torch.no_grad(), self._reference.active() as reference:
                 ref_logprobs, _ = token_logprobs(reference, **coordinates)
@@ -209,7 +236,7 @@ class GRPOEngine:
         loss = (batch.norm * per_token).sum()
         loss.backward()
         totals.loss += float(loss.detach())
-        totals.policy_loss += float((batch.norm * terms.loss.detach()).sum())
+        totals.policy_loss += float((batch.norm * policy.detach()).sum())
         if entropy is not None:
             totals.entropy += float(entropy.sum())
         totals.clipped_low += int(terms.is_clipped_low.sum())

@@ -23,7 +23,9 @@ __all__ = [
     "LOSS_NORMALIZERS",
     "POLICY_LOSSES",
     "PolicyLossTerms",
+    "StaleCorrection",
     "clipped_policy_loss",
+    "correct_stale_tokens",
     "k1_kl",
     "k3_kl",
     "rollout_normalizer",
@@ -94,6 +96,47 @@ def unclipped_policy_loss(
     ratio = (logprobs - old_logprobs).clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO).exp()
     never = ratio.detach() != ratio.detach()  # all False, right shape and device
     return PolicyLossTerms(-advantages * ratio, ratio.detach(), never, never)
+
+
+@dataclass(frozen=True)
+class StaleCorrection:
+    """What truncated importance sampling does to a batch's tokens (``[N]`` each).
+
+    Attributes:
+        old_logprobs: the ratio's denominator per token: the current policy's logprob before
+            the update on stale tokens, the behaviour logprob on fresh ones.
+        weights: the loss weight per token: ``min(exp(current - behaviour), cap)`` on stale
+            tokens, exactly 1 on fresh ones.
+    """
+
+    old_logprobs: Tensor
+    weights: Tensor
+
+
+def correct_stale_tokens(
+    *,
+    current_logprobs: Tensor,
+    behaviour_logprobs: Tensor,
+    is_stale: Tensor,
+    cap: float,
+) -> StaleCorrection:
+    """Correct tokens an older policy sampled by truncated importance sampling (decoupled PPO).
+
+    A stale token's clipped ratio is taken against ``current_logprobs`` (the policy being
+    trained, before this update: detached), so the trust region is around the current policy;
+    the gap from the behaviour policy that sampled it is corrected by the truncated weight
+    ``min(exp(current - behaviour), cap)`` on its loss. Fresh tokens are left as they were:
+    ratio against the behaviour logprobs, weight exactly 1.
+    """
+    _check_same_shape(
+        current_logprobs=current_logprobs, behaviour_logprobs=behaviour_logprobs, is_stale=is_stale
+    )
+    if not cap > 0:
+        raise ConfigError(f"cap must be > 0; got {cap}")
+    current = current_logprobs.detach()
+    log_gap = (current - behaviour_logprobs).clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO)
+    weights = log_gap.exp().clamp(max=cap).where(is_stale, 1.0)
+    return StaleCorrection(current.where(is_stale, behaviour_logprobs), weights)
 
 
 def k3_kl(*, logprobs: Tensor, ref_logprobs: Tensor) -> Tensor:

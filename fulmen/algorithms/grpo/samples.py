@@ -16,6 +16,7 @@ trained and stays out of the group statistics.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -122,6 +123,8 @@ def build_samples(
         sample = _sample(
             t, rollout, pos, [advantage * w for w in weight], norm[offset : offset + len(pos)]
         )
+        if _is_stale(t, policy_version):
+            sample = dataclasses.replace(sample, is_stale=True)
         offset += len(pos)
         if config.skip_zero_advantage and config.kl_coef == 0 and not any(sample.advantages):
             stats.skipped_zero_advantage += 1
@@ -139,11 +142,7 @@ def _keep(
     kept: list[Transition] = []
     for t in transitions:
         stats.truncated += t.is_truncated
-        stats.stale += (
-            policy_version is not None
-            and t.policy_version is not None
-            and t.policy_version != policy_version
-        )
+        stats.stale += _is_stale(t, policy_version)
         if t.is_truncated and config.skip_truncated:
             stats.dropped_truncated += 1
         elif len(t.prompt_token_ids) + len(t.completion_token_ids) > config.max_seq_len:
@@ -174,6 +173,15 @@ def _credited_advantages(
     for i, value in zip(credited, values, strict=True):
         advantages[i] = value
     return advantages
+
+
+def _is_stale(t: Transition, policy_version: str | None) -> bool:
+    """Whether another policy than ``policy_version`` sampled ``t`` (unknown: not stale)."""
+    return (
+        policy_version is not None
+        and t.policy_version is not None
+        and t.policy_version != policy_version
+    )
 
 
 def _weight(t: Transition, position: int) -> float:

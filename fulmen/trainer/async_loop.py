@@ -1,0 +1,183 @@
+"""Asynchronous GRPO with bounded staleness (``algorithm.async``, ``docs/async.md``).
+
+``AsyncGRPOLoop`` is ``GRPOLoop`` with the rollouts decoupled from the update: before each
+update it keeps ``tasks_per_step * (1 + prefetch_steps)`` groups running or waiting
+(``GroupPool``), sampled with the newest published policy, so the engine samples the next
+steps' rollouts while the trainer updates. A step trains on the oldest ``tasks_per_step``
+finished groups; a group sampled by a policy more than ``max_staleness`` updates behind the
+one being trained is dropped, and a group still running is carried to a later step. Policies
+are numbered by update count (``policy-<n>`` labels each transition, replacing the engine's
+counter, which also moves on every adapter load and unload): a transition from an older
+policy is *stale*, and the engine corrects its tokens by truncated importance sampling
+(``GRPOConfig.is_cap``). The older adapters stay loaded in the engine (``max_staleness + 2``
+of them) so rollouts still running with them finish.
+
+Beside the synchronous loop's metrics a step logs ``async/staleness/<s>`` (trained transitions
+per staleness ``0..max_staleness``), ``async/dropped_transitions`` (and ``_rollouts``,
+``_groups``), ``async/carried_groups`` (groups left running or waiting for later steps),
+``time/wait_data_s`` (the trainer waited for finished groups) and ``time/wait_weights_s``
+(no group was running: the engine waited for new weights).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from fulmen.algorithms.context import AlgorithmContext
+from fulmen.algorithms.grpo.config import AsyncSettings, GRPOAlgorithmConfig
+from fulmen.algorithms.serving import serve_policy
+from fulmen.trainer.diagnose import no_update_reason
+from fulmen.trainer.group_pool import FinishedGroup, GroupPool, group_rollouts
+from fulmen.trainer.loop import GRPOLoop
+from fulmen.types import Transition
+
+logger = logging.getLogger("fulmen.train")
+
+__all__ = ["AsyncGRPOLoop", "labelled_transitions", "policy_label", "staleness_metrics"]
+
+
+def policy_label(policy: int) -> str:
+    """Return the ``policy_version`` label of the weights after ``policy`` updates."""
+    return f"policy-{policy}"
+
+
+def staleness_metrics(stalenesses: Sequence[int], *, max_staleness: int) -> dict[str, float]:
+    """Count trained transitions per staleness ``0..max_staleness`` (``async/staleness/<s>``).
+
+    Raises:
+        ValueError: a staleness is negative or above ``max_staleness`` (it should have been
+            dropped).
+    """
+    counts = [0] * (max_staleness + 1)
+    for s in stalenesses:
+        if not 0 <= s <= max_staleness:
+            raise ValueError(f"staleness {s} outside 0..{max_staleness}")
+        counts[s] += 1
+    metrics = {f"async/staleness/{s}": float(c) for s, c in enumerate(counts)}
+    metrics["async/staleness_mean"] = sum(stalenesses) / len(stalenesses) if stalenesses else 0.0
+    return metrics
+
+
+class AsyncGRPOLoop(GRPOLoop):
+    """Runs a stage's GRPO steps asynchronously with bounded staleness (module docstring)."""
+
+    def __init__(self, config: GRPOAlgorithmConfig, context: AlgorithmContext) -> None:
+        super().__init__(config, context)
+        if config.async_ is None:
+            raise ValueError("AsyncGRPOLoop needs algorithm.async")
+        self.settings: AsyncSettings = config.async_
+        start = context.progress.step
+        self._policy = start  # updates applied to the weights the engine serves
+        self._pool = GroupPool(
+            context,
+            group_size=config.group_size,
+            max_staleness=self.settings.max_staleness,
+            first_round=start * (1 + self.settings.prefetch_steps),
+        )
+
+    async def run(self) -> list[dict[str, float]]:
+        """Train to the configured number of steps; returns the metrics of each step run."""
+        try:
+            history = await super().run()
+            await self._pool.drain()  # carried groups: let their rollouts end before validation
+            return history
+        finally:
+            await self._pool.aclose()
+
+    async def _step(self, step: int) -> dict[str, float]:
+        context, settings = self.context, self.settings
+        per_step = self.config.tasks_per_step
+        started = time.perf_counter()
+        version = await context.publish(metadata={"step": step})
+        self._top_up(step, version)
+        harvest = await self._pool.take(per_step, policy=self._policy)
+        if len(harvest.groups) < per_step:  # too many dropped: sample again with this policy
+            self._pool.launch_round(per_step, version=version, policy=self._policy)
+            more = await self._pool.take(per_step - len(harvest.groups), policy=self._policy)
+            harvest = type(harvest)(
+                [*harvest.groups, *more.groups],
+                [*harvest.dropped, *more.dropped],
+                harvest.waited_s + more.waited_s,
+            )
+        finished = group_rollouts(harvest.groups)
+        trajectories = await context.trajectories(finished, self.options)
+        self._attribution.check(step + 1, [tr.diagnostics for tr in trajectories])
+        transitions = labelled_transitions(harvest.groups, trajectories)
+        dropped = await context.trajectories(group_rollouts(harvest.dropped), self.options)
+        rolled = time.perf_counter()
+        train_metrics = await asyncio.to_thread(
+            self._trainer.train_step, transitions, policy_version=policy_label(self._policy)
+        )
+        trained = time.perf_counter()
+        await serve_policy(
+            self._trainer,
+            context,
+            name=f"step-{step + 1:05d}",
+            step=step + 1,
+            keep_loaded=settings.max_staleness + 2,
+        )
+        self._policy += 1
+        self._trainer.policy_version = context.policy_version
+        synced = time.perf_counter()
+        await self._checkpoint(step + 1)
+        metrics = self._metrics(finished, trajectories, transitions, train_metrics)
+        metrics.update(
+            staleness_metrics(
+                [self._policy - 1 - _policy_of(t) for t in transitions],
+                max_staleness=settings.max_staleness,
+            )
+        )
+        metrics.update(
+            {
+                "async/dropped_groups": float(len(harvest.dropped)),
+                "async/dropped_rollouts": float(len(group_rollouts(harvest.dropped))),
+                "async/dropped_transitions": float(sum(len(tr.transitions) for tr in dropped)),
+                "async/carried_groups": float(self._pool.pending),
+                "time/rollout_s": rolled - started,
+                "time/wait_data_s": harvest.waited_s,
+                "time/wait_weights_s": self._pool.idle_seconds(),
+                "time/train_s": trained - rolled,
+                "time/sync_s": synced - trained,
+                "time/step_s": time.perf_counter() - started,
+            }
+        )
+        context.log(step + 1, metrics)
+        if metrics.get("updated") == 0.0:
+            logger.warning("step %d made no update: %s", step + 1, no_update_reason(metrics))
+        return metrics
+
+    def _top_up(self, step: int, version: int) -> None:
+        """Launch rounds until this step's and the next ``prefetch_steps`` steps' are pending.
+
+        Never more than the steps left need, so the last step leaves nothing behind.
+        """
+        per_step = self.config.tasks_per_step
+        ahead = min(self.settings.prefetch_steps, self.config.steps - step - 1)
+        while self._pool.pending < per_step * (1 + ahead):
+            self._pool.launch_round(per_step, version=version, policy=self._policy)
+
+
+def labelled_transitions(
+    groups: Sequence[FinishedGroup], trajectories: Sequence[Any]
+) -> list[Transition]:
+    """Return the groups' transitions, each labelled with the policy that sampled its group.
+
+    The engine's own counter moves on every adapter load and unload, so it cannot say how many
+    updates old a transition is; the resources version a group ran with (it names the adapter
+    of one policy) can.
+    """
+    policy_of = {r.rollout_id: g.policy for g in groups for r in g.rollouts}
+    return [
+        t.model_copy(update={"policy_version": policy_label(policy_of[t.rollout_id])})
+        for tr in trajectories
+        for t in tr.transitions
+    ]
+
+
+def _policy_of(transition: Transition) -> int:
+    """Return the update count in a transition's ``policy-<n>`` label."""
+    return int(str(transition.policy_version).rsplit("-", 1)[1])
