@@ -7,6 +7,9 @@ r"""``fulmen runner``: claim rollouts from a store and run an agent on them.
 
 SIGTERM or Ctrl-C stops claiming, lets running rollouts finish for ``--shutdown-grace``
 seconds and releases the rest to the queue. On exit it prints one JSON line of counts.
+
+``--ray N`` starts N such runners as actors on a running Ray cluster (``--ray-address``,
+default ``auto``) and stops them on SIGTERM or Ctrl-C; see docs/cluster.md.
 """
 
 from __future__ import annotations
@@ -16,8 +19,9 @@ import json
 import os
 import sys
 from dataclasses import asdict
-from typing import Any
+from typing import Any, cast
 
+from fulmen.errors import ConfigError
 from fulmen.types import Mode
 
 __all__ = ["register"]
@@ -54,7 +58,32 @@ def register(subparsers: Any) -> None:
         "--mode", action="append", choices=[m.value for m in Mode], help="claim only these modes"
     )
     _add_tuning_options(parser, default)
-    parser.set_defaults(func=_run)
+    _add_ray_options(parser)
+    parser.set_defaults(func=_run, runner_parser=parser)
+
+
+def _add_ray_options(parser: argparse.ArgumentParser) -> None:
+    ray = parser.add_argument_group("Ray (docs/cluster.md)")
+    ray.add_argument(
+        "--ray",
+        type=int,
+        metavar="N",
+        help="start N runners as actors on a running Ray cluster instead of one here; each "
+        "gets these options and a worker id ending in its number",
+    )
+    ray.add_argument(
+        "--ray-address",
+        default=None,
+        metavar="ADDRESS",
+        help="the Ray cluster: auto (the one on this machine) or HOST:PORT (default: auto)",
+    )
+    ray.add_argument(
+        "--ray-cpus",
+        type=float,
+        default=None,
+        metavar="CPUS",
+        help="CPUs each runner actor asks Ray for (default: 1)",
+    )
 
 
 def _add_tuning_options(parser: argparse.ArgumentParser, default: Any) -> None:
@@ -125,12 +154,65 @@ def _add_tuning_options(parser: argparse.ArgumentParser, default: Any) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    if args.ray is not None:
+        return _run_on_ray(args)
+    if args.ray_address is not None or args.ray_cpus is not None:
+        raise ConfigError("--ray-address and --ray-cpus have no effect without --ray N")
     # Like ``python -m``: agents in the current directory are importable.
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     from fulmen.cli.store import run_async
 
     return run_async(lambda: _main(args))
+
+
+#: Options not handed on to the runners of ``--ray`` as they are: the store and tokens are
+#: resolved here, each runner gets its own worker id.
+_NOT_FORWARDED = frozenset(
+    {"help", "store", "token", "gateway_api_key", "worker_id", "ray", "ray_address", "ray_cpus"}
+)
+
+
+def _run_on_ray(args: argparse.Namespace) -> int:
+    from fulmen.cli.store import cli_settings, store_address
+    from fulmen.cluster.runners import run_ray_runners
+
+    if args.ray < 1:
+        raise ConfigError(f"--ray needs at least 1 runner, got {args.ray}")
+    url, token = store_address(args)
+    if url.startswith("memory:"):
+        raise ConfigError("--ray: an in-memory store cannot be shared with runners on Ray")
+    return run_ray_runners(
+        count=args.ray,
+        address=args.ray_address or "auto",
+        cpus=args.ray_cpus if args.ray_cpus is not None else 1.0,
+        args=["--store", url, *_forwarded(args.runner_parser, args)],
+        store_token=token,
+        gateway_token=args.gateway_api_key or cli_settings(args).gateway_token,
+        worker_id=args.worker_id,
+        exits_when_done=args.until_idle or args.max_rollouts is not None,
+        grace_s=args.shutdown_grace + 15.0,
+    )
+
+
+def _forwarded(parser: argparse.ArgumentParser, args: argparse.Namespace) -> list[str]:
+    """Rebuild the command-line options of ``args`` that differ from their defaults."""
+    out: list[str] = []
+    for action in parser._actions:  # the parser's own options, in the order they were added
+        if not action.option_strings or action.dest in _NOT_FORWARDED:
+            continue
+        value = getattr(args, action.dest, None)
+        if value is None or value == action.default:
+            continue
+        flag = next((o for o in action.option_strings if o.startswith("--")), action.dest)
+        if action.nargs == 0:  # a flag (store_true)
+            out.append(flag)
+        elif isinstance(value, list):  # an appended option, once per value
+            for item in cast("list[Any]", value):
+                out += [flag, str(item)]
+        else:
+            out += [flag, str(value)]
+    return out
 
 
 async def _main(args: argparse.Namespace) -> int:

@@ -18,6 +18,7 @@ from fulmen.algorithms.demos.config import DemosConfig
 from fulmen.algorithms.grpo.config import GRPOAlgorithmConfig
 from fulmen.algorithms.sft.config import SFTAlgorithmConfig
 from fulmen.algorithms.source import StoreFilter
+from fulmen.cluster.config import ClusterConfig
 from fulmen.errors import ConfigError
 
 __all__ = [
@@ -187,6 +188,9 @@ class TrainConfig(_Strict):
             published (``docs/stages.md``).
         success_threshold: a rollout whose reward reaches this counts as a task success.
         tensorboard: also write TensorBoard event files.
+        cluster: run the store service, runners and engine replicas as actors on a Ray
+            cluster (``fulmen.cluster.config.ClusterConfig``, ``docs/cluster.md``); left out,
+            everything runs on this machine.
         python_path: directories put on ``sys.path`` before importing the agent and data
             (relative to the config file).
     """
@@ -205,6 +209,7 @@ class TrainConfig(_Strict):
     success_threshold: float = 1.0
     tensorboard: bool = False
     python_path: list[Path] = Field(default_factory=list)
+    cluster: ClusterConfig | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -242,6 +247,29 @@ class TrainConfig(_Strict):
                 "between steps; engine.kind 'vllm' serves new weights only as LoRA adapters (its "
                 "full-weight reload exists only in vLLM's dev mode, which fulmen does not use): "
                 "use finetune: lora, or engine.kind: builtin"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _cluster_options_take_effect(self) -> TrainConfig:
+        cluster = self.cluster
+        if cluster is None:
+            return self
+        if self.data.from_store is not None:
+            raise ValueError(
+                "cluster has no effect with data.from_store: offline training runs no runners"
+            )
+        dead = cluster.engine_options_set()
+        if self.engine.kind == "endpoint" and dead:
+            raise ValueError(
+                f"cluster.{', cluster.'.join(dead)} has no effect with engine.kind 'endpoint' "
+                "(no engine is started)"
+            )
+        is_service = (self.store_url or "").split("://", 1)[0].lower() in ("http", "https")
+        if is_service and "store_cpus" in cluster.model_fields_set:
+            raise ValueError(
+                "cluster.store_cpus has no effect with an http:// store_url (that store "
+                "service is used as it is; none is started on Ray)"
             )
         return self
 

@@ -3,7 +3,9 @@
 ``TrainingStack`` owns: the store (SQLite in the run directory, or in memory for ``dev``), the
 inference engine (a child process, or an endpoint that is already running), the gateway (served
 by uvicorn on 127.0.0.1 inside this event loop) and a runner executing the agent. Stopping is
-in reverse order, and every part is stopped even when another fails to stop.
+in reverse order, and every part is stopped even when another fails to stop. With a ``cluster``
+the store service, engine replicas and runners are Ray actors instead
+(``fulmen.cluster.services``) and the gateway spreads rollouts over the replicas.
 """
 
 from __future__ import annotations
@@ -11,13 +13,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fulmen.asgi_task import AppTask, loopback_socket
 from fulmen.errors import EngineError
 from fulmen.store import Store, open_store
 from fulmen.trainer.config import EngineConfig, RolloutSettings
+
+if TYPE_CHECKING:
+    from fulmen.cluster.config import ClusterConfig
+    from fulmen.cluster.services import RayServices
 
 __all__ = ["TrainingStack"]
 
@@ -37,6 +44,9 @@ class TrainingStack:
         engine: which engine and how to start it.
         rollouts: runner concurrency and isolation.
         log_dir: where the engine's log file goes.
+        cluster: run the store service, engine replicas and runners on Ray (``None``: all
+            here, as child processes and tasks of this loop).
+        python_path: directories runner actors put on ``sys.path`` (the agent's code).
     """
 
     def __init__(
@@ -49,6 +59,8 @@ class TrainingStack:
         engine: EngineConfig,
         rollouts: RolloutSettings,
         log_dir: Path,
+        cluster: ClusterConfig | None = None,
+        python_path: Sequence[Path] = (),
     ) -> None:
         self._store_url = store_url
         self._store_token = store_token
@@ -63,6 +75,9 @@ class TrainingStack:
         self._gateway: AppTask | None = None
         self._runner: Any = None
         self._runner_task: asyncio.Task[Any] | None = None
+        self._cluster = cluster
+        self._python_path = python_path
+        self._ray: RayServices | None = None
 
     @property
     def store(self) -> Store:
@@ -80,6 +95,9 @@ class TrainingStack:
 
     async def __aenter__(self) -> TrainingStack:
         try:
+            if self._cluster is not None:
+                await self._start_on_ray(self._cluster)
+                return self
             self._store = await open_store(self._store_url, **self._store_options())
             await self._start_engine()
             await self._start_gateway()
@@ -124,14 +142,47 @@ class TrainingStack:
         except EngineError as exc:
             raise EngineError(f"{exc.message}; see {log_path}") from exc
 
-    async def _start_gateway(self) -> None:
+    async def _start_on_ray(self, cluster: ClusterConfig) -> None:
+        """Store service, engine replicas and runners as Ray actors; the gateway here."""
+        from fulmen.cluster.services import RayServices
+
+        self._ray = RayServices(cluster, log_dir=self._log_dir, python_path=self._python_path)
+        url, token = await self._ray.start_store(self._store_url, self._store_token)
+        self._store = await open_store(url, **({"token": token} if token else {}))
+        upstreams = [self.engine_url]
+        if self._engine_config.kind != "endpoint":
+            self.engine = await self._ray.start_engines(self._model, self._engine_config)
+            upstreams = list(self.engine.urls)
+        # Runners on other nodes call the gateway: it listens on this node's address, with a
+        # token (a non-loopback listener is never open).
+        await self._start_gateway(upstreams, host=self._ray.node_ip, token=self._ray.gateway_token)
+        if self._agent is not None:
+            await self._ray.start_runners(self._agent, self.gateway_url, self._rollouts)
+
+    async def _start_gateway(
+        self,
+        upstreams: list[str] | None = None,
+        *,
+        host: str = "127.0.0.1",
+        token: str | None = None,
+    ) -> None:
+        import socket
+
         from fulmen.gateway.app import create_app
 
-        app = create_app(self.store, [self.engine_url])
+        app = create_app(self.store, upstreams or [self.engine_url], token=token)
         self._gateway = AppTask(app, name="fulmen-gateway", lifespan="on")
-        port = await self._gateway.start(loopback_socket())
-        self.gateway_url = f"http://127.0.0.1:{port}"
-        logger.info("gateway on %s -> %s", self.gateway_url, self.engine_url)
+        if host == "127.0.0.1":
+            sock = loopback_socket()
+        else:
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((host, 0))
+        port = await self._gateway.start(sock)
+        self.gateway_url = f"http://{host}:{port}"
+        logger.info(
+            "gateway on %s -> %s", self.gateway_url, ", ".join(upstreams or [self.engine_url])
+        )
 
     def _start_runner(self) -> None:
         from fulmen.agent.config import RunnerConfig
@@ -148,13 +199,18 @@ class TrainingStack:
         self._runner_task = asyncio.create_task(self._runner.run(), name="fulmen-runner")
 
     def check_runner(self) -> None:
-        """Raise the runner's error if it stopped on its own."""
+        """Raise the runner's error if it stopped on its own (or a Ray service failed)."""
+        if self._ray is not None:
+            self._ray.check()
         if self._runner_task is not None and self._runner_task.done():
             self._runner_task.result()
             raise RuntimeError("the runner stopped unexpectedly")
 
     async def aclose(self) -> None:
         """Stop the runner, gateway, engine and store, in that order."""
+        if self._ray is not None:
+            with contextlib.suppress(Exception):
+                await self._ray.stop_runners()
         if self._runner is not None and self._runner_task is not None:
             self._runner.stop()
             with contextlib.suppress(Exception):
@@ -162,9 +218,12 @@ class TrainingStack:
         if self._gateway is not None:
             await self._gateway.stop(30)
             self._gateway = None
-        if self.engine is not None:
+        if self.engine is not None and self._ray is None:  # Ray's replicas end with the fleet
             with contextlib.suppress(Exception):
                 await asyncio.to_thread(self.engine.stop)
         if self._store is not None:
             await self._store.aclose()
             self._store = None
+        if self._ray is not None:
+            ray, self._ray, self.engine = self._ray, None, None
+            await ray.aclose()

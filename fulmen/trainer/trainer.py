@@ -110,6 +110,8 @@ class Trainer:
             engine=config.engine,
             rollouts=config.rollouts,
             log_dir=run_dir,
+            cluster=config.cluster,
+            python_path=config.python_path,
         )
         validation = config.validation
         if validation is None or not val_tasks:

@@ -1,0 +1,148 @@
+"""A throwaway multi-node Ray cluster on this machine: a head and worker nodes, each its own
+``ray start --block`` with its own temporary directory and ports.
+
+Each node runs in its own session, and stopping kills every process of those sessions (never
+``ray stop``, which would stop any other Ray on the machine too).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+RAY = str(Path(sys.executable).with_name("ray"))
+#: Small object stores: the fleet ships only adapters through them.
+OBJECT_STORE_BYTES = 200 * 1024 * 1024
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _port_block(size: int = 40) -> int:
+    """A start port of ``size`` consecutive ports that were free a moment ago."""
+    for _ in range(50):
+        start = free_port()
+        if start + size >= 65535:
+            continue
+        taken = False
+        for port in range(start, start + size):
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:
+                    taken = True
+                    break
+        if not taken:
+            return start
+    raise RuntimeError("no block of free ports")
+
+
+class LocalRayCluster:
+    """``ray start`` a head and ``workers`` worker nodes with ``cpus`` CPUs each."""
+
+    def __init__(self, *, workers: int = 2, cpus: int = 2) -> None:
+        self.root = Path(tempfile.mkdtemp(prefix="fr-", dir="/tmp"))  # short: unix sockets
+        self.port = free_port()
+        self.address = f"127.0.0.1:{self.port}"
+        self._nodes: list[subprocess.Popen[bytes]] = []
+        self._workers, self._cpus = workers, cpus
+
+    def start(self, timeout: float = 120.0) -> None:
+        self._start_node("head", ["--head", "--port", str(self.port)])
+        self._wait_nodes(1, timeout)
+        for i in range(self._workers):
+            self._start_node(f"w{i}", ["--address", self.address])
+        self._wait_nodes(1 + self._workers, timeout)
+
+    def _start_node(self, name: str, role: list[str]) -> None:
+        base = _port_block()
+        command = [
+            RAY, "start", "--block", *role,
+            "--num-cpus", str(self._cpus),
+            "--object-store-memory", str(OBJECT_STORE_BYTES),
+            "--temp-dir", str(self.root / name),
+            "--node-ip-address", "127.0.0.1",
+            "--disable-usage-stats",
+            "--node-manager-port", str(base),
+            "--object-manager-port", str(base + 1),
+            "--min-worker-port", str(base + 10),
+            "--max-worker-port", str(base + 39),
+        ]  # fmt: skip
+        if "--head" in role:
+            command += ["--include-dashboard=false", "--ray-client-server-port", str(base + 2)]
+        with open(self.root / f"{name}.log", "wb") as log:  # the child keeps its own copy
+            node = subprocess.Popen(
+                command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        self._nodes.append(node)
+
+    def _wait_nodes(self, count: int, timeout: float) -> None:
+        probe = (
+            "import ray, sys; ray.init(address=sys.argv[1], logging_level='ERROR', "
+            "log_to_driver=False); print(sum(n['Alive'] for n in ray.nodes()))"
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for node in self._nodes:
+                if node.poll() is not None:
+                    raise RuntimeError(f"a ray node exited: {self.logs()}")
+            result = subprocess.run(
+                [sys.executable, "-c", probe, self.address],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=False,
+            )
+            lines = result.stdout.strip().splitlines()
+            if result.returncode == 0 and lines and int(lines[-1]) >= count:
+                return
+            time.sleep(1.0)
+        raise RuntimeError(f"{count} ray nodes not up in {timeout} s: {self.logs()}")
+
+    def logs(self) -> str:
+        return "\n".join(
+            f"--- {p.name}\n{p.read_text(errors='replace')[-2000:]}"
+            for p in sorted(self.root.glob("*.log"))
+        )
+
+    def stop(self) -> None:
+        """SIGTERM each node's session, then SIGKILL what is left of it."""
+        sessions = {node.pid for node in self._nodes}
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            for pid in _session_members(sessions):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, sig)
+            deadline = time.monotonic() + 15
+            while _session_members(sessions) and time.monotonic() < deadline:
+                time.sleep(0.2)
+        for node in self._nodes:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                node.wait(5)
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _session_members(sessions: set[int]) -> list[int]:
+    """Live processes whose session id is one of ``sessions``."""
+    members: list[int] = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()
+        if fields[0] != "Z" and int(fields[3]) in sessions:  # state, ppid, pgrp, session
+            members.append(int(entry.name))
+    return members
