@@ -28,9 +28,10 @@ Agents:
 Figures per configuration: rollouts/s, rollouts/s per core (``/ os.cpu_count()``), the ratio to
 the 1-runner figure of the same back-end, store and agent in the same run (the baseline), CPU
 milliseconds per rollout by kind of process (store service, runners, gateway, upstream,
-PostgreSQL's server, the Ray head's processes; read from /proc over the timed part) and the
-1-minute load average just before it (the machine may be shared). Progress and a markdown
-table go to stderr, ONE JSON line to stdout.
+PostgreSQL's server, the Ray head's processes; read from /proc over the timed part), their sum
+as rollouts per CPU-second (a per-core figure that holds when other jobs share the machine,
+which rollouts/s does not) and the 1-minute load average just before the timed part. Progress
+and a markdown table go to stderr, ONE JSON line to stdout.
 
     python benchmarks/fleet_throughput.py                       # both stores, both agents
     python benchmarks/fleet_throughput.py --stores sqlite --agents noop --runners 1 2
@@ -365,6 +366,7 @@ class Result:
     rollouts_per_s_per_core: float
     ratio_to_1_runner: float | None
     cpu_ms_per_rollout: float
+    rollouts_per_cpu_s: float
     cpu_ms_per_rollout_by_process: dict[str, float]
     load1_before: float
     workers_seen: int
@@ -544,6 +546,7 @@ def measure(
         rollouts_per_s_per_core=round(rate / (os.cpu_count() or 1), 2),
         ratio_to_1_runner=None,
         cpu_ms_per_rollout=round(sum(per_rollout.values()), 2),
+        rollouts_per_cpu_s=round(1000 / max(sum(per_rollout.values()), 1e-9), 1),
         cpu_ms_per_rollout_by_process=per_rollout,
         load1_before=round(timing.load1, 2),
         workers_seen=timing.workers,
@@ -558,15 +561,15 @@ def markdown(results: list[Result]) -> str:
     """The results as a markdown table."""
     lines = [
         "| backend | store | agent | runners | K | rollouts/s | per core | vs 1 runner "
-        "| CPU ms/rollout | load1 |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| CPU ms/rollout | rollouts/CPU-s | load1 |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         ratio = "" if r.ratio_to_1_runner is None else f"{r.ratio_to_1_runner:.2f}x"
         lines.append(
             f"| {r.backend} | {r.store} | {r.agent} | {r.runners} | {r.rollouts} "
             f"| {r.rollouts_per_s:.1f} | {r.rollouts_per_s_per_core:.1f} | {ratio} "
-            f"| {r.cpu_ms_per_rollout:.1f} | {r.load1_before:.2f} |"
+            f"| {r.cpu_ms_per_rollout:.1f} | {r.rollouts_per_cpu_s:.0f} | {r.load1_before:.2f} |"
         )
     return "\n".join(lines)
 
