@@ -116,6 +116,7 @@ class ServiceActor:
 
         self._spec = spec
         self._node_ip = str(ray.util.get_node_ip_address())
+        self._node_id = str(ray.get_runtime_context().get_node_id())
         self._restarted = bool(ray.get_runtime_context().was_current_actor_reconstructed)
         self._state: Literal["running", "finished", "failed"] = "running"
         self._exit_code: int | None = None
@@ -152,6 +153,7 @@ class ServiceActor:
         return {
             "name": self._spec.name,
             "node_ip": self._node_ip,
+            "node_id": self._node_id,
             "pid": os.getpid(),
             "child_pid": self._child.pid,
             "url": self.url,

@@ -216,7 +216,13 @@ class RayFleet:
             placed.info = info
             if info["state"] == "failed":
                 raise FulmenError(f"{info['name']} failed to start:\n{info['log_tail']}")
-            logger.info("%s ready on %s (%s)", info["name"], info["node_ip"], info["url"] or "")
+            logger.info(
+                "%s ready on node %s at %s%s",
+                info["name"],
+                info["node_id"][:12],
+                info["node_ip"],
+                f" ({info['url']})" if info["url"] else "",
+            )
         self._start_watcher()
         return infos
 

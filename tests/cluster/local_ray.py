@@ -60,7 +60,7 @@ class LocalRayCluster:
 
     def start(self, timeout: float = 120.0) -> None:
         self._start_node("head", ["--head", "--port", str(self.port)])
-        self._wait_nodes(1, timeout)
+        self._wait_port(self.port, timeout)  # the head's GCS: worker nodes can join
         for i in range(self._workers):
             self._start_node(f"w{i}", ["--address", self.address])
         self._wait_nodes(1 + self._workers, timeout)
@@ -86,6 +86,16 @@ class LocalRayCluster:
                 command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
             )
         self._nodes.append(node)
+
+    def _wait_port(self, port: int, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1):
+                return
+            if self._nodes[0].poll() is not None:
+                raise RuntimeError(f"the ray head exited: {self.logs()}")
+            time.sleep(0.2)
+        raise RuntimeError(f"the ray head did not listen in {timeout} s: {self.logs()}")
 
     def _wait_nodes(self, count: int, timeout: float) -> None:
         probe = (
@@ -123,7 +133,7 @@ class LocalRayCluster:
             for pid in _session_members(sessions):
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(pid, sig)
-            deadline = time.monotonic() + 15
+            deadline = time.monotonic() + 5
             while _session_members(sessions) and time.monotonic() < deadline:
                 time.sleep(0.2)
         for node in self._nodes:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -170,6 +171,13 @@ def test_toy_training_on_ray_learns_and_survives_a_killed_runner(
             trainer.wait()
     assert trainer.returncode == 0, log.read_text()[-5000:]
     wall_s = time.monotonic() - started
+    # Placed as actors over the nodes: "NAME ready on node ID at IP".
+    placed = dict(re.findall(rf"({NAMESPACE}-[a-z]+-?\d*) ready on node (\w+)", log.read_text()))
+    assert sorted(placed) == sorted(
+        [f"{NAMESPACE}-store"]
+        + [f"{NAMESPACE}-{kind}-{i}" for kind in ("engine", "runner") for i in (0, 1)]
+    ), placed
+    assert len(set(placed.values())) >= 2, placed  # spread over more than one node
 
     rollouts = asyncio.run(_report(run_dir / "store.db"))
     metrics = [r for r in read_metrics(run_dir / "metrics.jsonl") if "reward/mean" in r]
@@ -229,6 +237,7 @@ def test_toy_training_on_ray_learns_and_survives_a_killed_runner(
         "ray_lost_attempts": len(lost),
         "ray_retried_attempts": retried,
         "ray_calls_per_replica": sorted(Counter(c["upstream"] for c in calls).values()),
+        "ray_nodes_used": len(set(placed.values())),
         "ray_reward_first_last": [round(rewards[0], 3), round(rewards[-1], 3)],
     }))  # fmt: skip
     assert sum(rewards[-2:]) / 2 > sum(rewards[:3]) / 3 + 0.25, rewards
