@@ -323,6 +323,7 @@ class Config:
     runners: int
     concurrency: int
     rollouts: int
+    ray_address: str | None = None  # the Ray cluster of --backend ray
 
 
 def start_runners(
@@ -338,7 +339,9 @@ def start_runners(
         *(["--gateway", gateway_url] if gateway_url is not None else []),
     ]
     if config.backend == "ray":
-        argv = fulmen_argv("runner", "--ray", str(config.runners), "--worker-id", tag, *common)
+        assert config.ray_address is not None
+        ray = ["--ray", str(config.runners), "--ray-address", config.ray_address]
+        argv = fulmen_argv("runner", *ray, "--worker-id", tag, *common)
         return [fleet.start("runner-ray", argv)]
     return [
         fleet.start(f"runner-{i}", fulmen_argv("runner", "--worker-id", f"{tag}-{i}", *common))
@@ -477,12 +480,18 @@ async def all_rollouts(store: Any) -> list[Any]:
 
 
 def runner_counts(runners: list[Process]) -> list[int]:
-    """The ``succeeded`` counts the runners printed on exit (one JSON line each)."""
+    """The ``succeeded`` counts the runners printed on exit.
+
+    A ``fulmen runner`` prints one JSON line of counts; ``fulmen runner --ray N`` prints one
+    with each runner's counts under ``workers``.
+    """
     counts = []
     for runner in runners:
         for line in runner.stdout_path.read_text().splitlines():
-            with contextlib.suppress(ValueError, TypeError, KeyError):
-                counts.append(int(json.loads(line)["succeeded"]))
+            with contextlib.suppress(ValueError, TypeError, KeyError, AttributeError):
+                printed = json.loads(line)
+                workers = printed.get("workers", [printed])
+                counts += [int(w["succeeded"]) for w in workers]
     return counts
 
 
@@ -667,12 +676,10 @@ def main(argv: list[str] | None = None) -> None:
             upstream = start_upstream(shared, args.llm)
         for backend in args.backend:
             with ray_head(env) if backend == "ray" else contextlib.nullcontext() as address:
-                if address is not None:
-                    env["RAY_ADDRESS"] = address
                 for store, agent in itertools.product(args.stores, args.agents):
                     k = args.rollouts if agent == "noop" else args.toy_rollouts
                     for n in args.runners:
-                        config = Config(backend, store, agent, n, args.concurrency, k)
+                        config = Config(backend, store, agent, n, args.concurrency, k, address)
                         log(f"{backend} {store} {agent}: {n} runner(s) x {args.concurrency}, K={k}")
                         result = measure(config, workdir, env, pg_server, upstream)
                         results.append(result)
@@ -682,7 +689,6 @@ def main(argv: list[str] | None = None) -> None:
                             f"{result.cpu_ms_per_rollout_by_process}; load1 "
                             f"{result.load1_before:.2f}; per runner {result.per_runner_succeeded})"
                         )
-            env.pop("RAY_ADDRESS", None)
     with_ratios(results)
     print(markdown(results), file=sys.stderr)
     out = {
