@@ -1,4 +1,5 @@
-"""``fulmen train`` with ``cluster: {backend: ray}`` on a local three-node Ray cluster.
+"""``fulmen train`` with ``cluster: {backend: ray}``, and ``fulmen runner --ray N``, on a local
+three-node Ray cluster.
 
 The test starts a head and two worker nodes on this machine, then trains the toy example with
 the store service, 2 runners and 2 engine replicas as Ray actors. Mid-run it SIGKILLs the
@@ -8,6 +9,9 @@ rises; every rollout succeeded exactly once with one reward; each step trained o
 rollouts once; both replicas served calls and, within each step, every call was served by the
 step's adapter (every replica had it before the step's rollouts started). Prints the time to
 replace the killed runner and the counts of lost and retried attempts.
+
+``fulmen runner --ray 2`` runs a no-op agent's rollouts from a token-protected store service
+until SIGTERM stops it, then prints the runners' summed counts and leaves no runner behind.
 """
 
 from __future__ import annotations
@@ -46,7 +50,7 @@ NAMESPACE = f"fulmen-test-{os.getpid()}"
 HEARTBEAT_TIMEOUT_S = 30.0  # what the trainer gives each rollout (fulmen.trainer.context)
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def ray_cluster() -> Iterator[LocalRayCluster]:
     cluster = LocalRayCluster(workers=2, cpus=2)
     try:
@@ -241,3 +245,76 @@ def test_toy_training_on_ray_learns_and_survives_a_killed_runner(
         "ray_reward_first_last": [round(rewards[0], 3), round(rewards[-1], 3)],
     }))  # fmt: skip
     assert sum(rewards[-2:]) / 2 > sum(rewards[:3]) / 3 + 0.25, rewards
+
+
+NOOP_AGENT = """
+import fulmen
+
+@fulmen.rollout
+async def noop(task):
+    return 1.0
+"""
+
+
+def _wait_until(predicate: Any, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.2)
+
+
+def test_runner_ray_runs_rollouts_from_a_store_and_stops_on_sigterm(
+    ray_cluster: LocalRayCluster, tmp_path: Path
+) -> None:
+    from tests.cluster.local_ray import free_port
+
+    (tmp_path / "noop_agent.py").write_text(NOOP_AGENT)
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text("".join(json.dumps({"id": f"t{i}"}) + "\n" for i in range(40)))
+    port = free_port()
+    store_url = f"http://127.0.0.1:{port}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FULMEN_")}
+    env["FULMEN_STORE_TOKEN"] = "ray-runner-secret"
+    fulmen = [sys.executable, "-m", "fulmen"]
+    with (tmp_path / "store.log").open("wb") as out:
+        store = subprocess.Popen(
+            [*fulmen, "store", "serve", "--db", str(tmp_path / "s.db"), "--port", str(port)],
+            stdout=out, stderr=subprocess.STDOUT, env=env,
+        )  # fmt: skip
+    runners: subprocess.Popen[bytes] | None = None
+    try:
+        enqueue = [*fulmen, "rollouts", "enqueue", "--store", store_url, "--tasks", str(tasks)]
+        _wait_until(
+            lambda: subprocess.run(enqueue, env=env, capture_output=True).returncode == 0,
+            60,
+            "the store service did not start",
+        )
+        with (tmp_path / "runners.log").open("wb") as err:
+            runners = subprocess.Popen(
+                [*fulmen, "runner", "--ray", "2", "--ray-address", ray_cluster.address,
+                 "--store", store_url, "--agent", "noop_agent:noop", "--concurrency", "4",
+                 "--worker-id", "rr"],
+                stdout=subprocess.PIPE, stderr=err, env=env, cwd=tmp_path,
+            )  # fmt: skip
+        stats = [*fulmen, "store", "stats", "--store", store_url, "--json"]
+
+        def all_done() -> bool:
+            out = subprocess.run(stats, env=env, capture_output=True, text=True).stdout
+            return bool(out) and json.loads(out)["rollouts"]["succeeded"] == 40
+
+        _wait_until(all_done, 120, (tmp_path / "runners.log").read_text()[-3000:])
+        assert _runner_children("rr"), "no runner processes while the rollouts ran"
+        runners.send_signal(signal.SIGTERM)
+        out, _ = runners.communicate(timeout=90)
+        assert runners.returncode == 0, (tmp_path / "runners.log").read_text()[-3000:]
+    finally:
+        if runners is not None and runners.poll() is None:
+            runners.kill()
+            runners.wait()
+        store.terminate()
+        store.wait(30)
+    summary = json.loads(out.decode().strip().splitlines()[-1])
+    assert summary["runners"] == 2 and summary["restarts"] == 0, summary
+    assert summary["claimed"] == summary["succeeded"] == 40, summary
+    assert {w["worker_id"].rsplit("-", 1)[0] for w in summary["workers"]} == {"rr-0", "rr-1"}
+    _wait_until(lambda: not _runner_children("rr"), 30, "runner processes left behind")
