@@ -84,6 +84,8 @@ def _train(args: argparse.Namespace) -> int:
 
     overrides = [*args.set, f"store_url={args.store}"] if args.store else args.set
     config = load_config(args.config, overrides=overrides)
+    if _is_torchrun_update_rank():
+        return _update_rank(config)
     settings = cli_settings(args)
     token = args.token or settings.store_token
     work = Trainer(config, store_token=token, settings=settings).afit()
@@ -106,6 +108,23 @@ def _train(args: argparse.Namespace) -> int:
     run_id = RunState(config.run_dir).run_id
     store = config.store_url or f"sqlite:///{config.run_dir / 'store.db'}"
     print(f"run: {run_id} in the store (fulmen runs show {run_id} --store {store})")
+    return 0
+
+
+def _is_torchrun_update_rank() -> bool:
+    from fulmen.algorithms.data_parallel import torchrun_rank
+
+    launched = torchrun_rank()
+    return launched is not None and launched[0] != 0
+
+
+def _update_rank(config: Any) -> int:
+    """Under ``torchrun``, ranks other than 0 only take updates (``docs/data-parallel.md``)."""
+    from fulmen.algorithms.update_workers import run_torchrun_rank
+
+    stages = config.stages or [config.algorithm]
+    settings = next((s.data_parallel for s in stages if getattr(s, "data_parallel", None)), None)
+    run_torchrun_rank(settings)
     return 0
 
 

@@ -22,6 +22,7 @@ from typing import Any
 
 from fulmen.adapter.attribution import AttributionCheck
 from fulmen.algorithms.context import AlgorithmContext
+from fulmen.algorithms.data_parallel import data_parallel
 from fulmen.algorithms.grpo.config import GRPOAlgorithmConfig
 from fulmen.algorithms.rewards import reward_metrics
 from fulmen.algorithms.serving import keep_newest, serve_policy
@@ -65,8 +66,24 @@ class GRPOLoop:
         self._trainer: Any = None
 
     async def run(self) -> list[dict[str, float]]:
-        """Train to the configured number of steps; returns the metrics of each step run."""
+        """Train to the configured number of steps; returns the metrics of each step run.
+
+        With ``algorithm.data_parallel`` (or under ``torchrun``) every update is shared with
+        the other ranks (``docs/data-parallel.md``); this process still checkpoints and serves.
+        """
         await asyncio.to_thread(self._build_trainer)
+        progress = self.context.progress
+        async with data_parallel(
+            self._trainer,
+            self.config.data_parallel,
+            kind="grpo",
+            model_path=self.context.model_path,
+            weights=progress.weights,
+            adapter=progress.adapter,
+        ):
+            return await self._run_steps()
+
+    async def _run_steps(self) -> list[dict[str, float]]:
         total = self.config.steps
         budget = self.config.max_minutes
         deadline = time.monotonic() + budget * 60 if budget else float("inf")

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, model_validator
 
+from fulmen.algorithms.data_parallel import DataParallelConfig
 from fulmen.algorithms.lora import LoraSettings
 from fulmen.algorithms.source import StoreSource
 
@@ -153,6 +154,8 @@ class GRPOAlgorithmConfig(BaseModel):
             token-level call the source keeps, its importance ratio taken against the
             logprobs recorded when the call was served (clipped); ``fulmen train`` fills it
             from ``data.from_store`` (``docs/offline.md``).
+        data_parallel: take each update on ``world_size`` processes (``DataParallelConfig``,
+            ``docs/data-parallel.md``); ``None``: this process alone (unless under ``torchrun``).
         async: (``async_`` in Python) train asynchronously with bounded staleness
             (``AsyncSettings``, ``docs/async.md``); ``None``: each step waits for its own
             rollouts, which its policy sampled.
@@ -171,6 +174,7 @@ class GRPOAlgorithmConfig(BaseModel):
     checkpoint_every: int = Field(default=1, ge=1)
     max_minutes: float | None = Field(default=None, gt=0)
     source: StoreSource | None = None
+    data_parallel: DataParallelConfig | None = None
     async_: AsyncSettings | None = Field(default=None, alias="async")
 
     @model_validator(mode="after")

@@ -3,10 +3,12 @@
 ``GRPOEngine.train_step(transitions)`` computes group-relative advantages over the batch,
 splits it into micro-batches by a padded-token budget, accumulates the gradient of the clipped
 importance-ratio loss (plus the optional KL to the reference) over them, and takes one
-optimizer step per epoch. The model stays in eval mode (dropout off) so its logprobs match the
-sampler's; gradients flow regardless. It switches to train mode for the policy forward only when
-that has an effect the config asked for (activation checkpointing, LoRA dropout). Torch,
-transformers and peft are imported here, never by ``import fulmen``.
+optimizer step per epoch. With a ``collective`` (``docs/data-parallel.md``) this rank trains
+only its share of the batch's rollouts, with the batch's loss weights, and the gradients are
+summed over the ranks before each step. The model stays in eval mode (dropout off) so its
+logprobs match the sampler's; gradients flow regardless. It switches to train mode for the
+policy forward only when that has an effect the config asked for (activation checkpointing,
+LoRA dropout). Torch, transformers and peft are imported here, never by ``import fulmen``.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from torch import nn
 
 from fulmen.algorithms import checkpoint
 from fulmen.algorithms.batching import MicroBatch, TokenSample, collate, plan_micro_batches
+from fulmen.algorithms.distributed import Collective, split_samples
 from fulmen.algorithms.grpo.config import GRPOConfig
 from fulmen.algorithms.grpo.losses import KL_ESTIMATORS, POLICY_LOSSES, correct_stale_tokens
 from fulmen.algorithms.grpo.samples import build_samples
@@ -55,6 +58,12 @@ class _Totals:
     stale_tokens: int = 0  # is_weight / is_truncated: over these (``is_cap`` only)
     is_weight: float = 0.0
     is_truncated: int = 0
+
+    def summed(self, collective: Collective) -> _Totals:
+        """Return these totals summed over the ranks of a data-parallel update."""
+        names = list(vars(self))
+        values = collective.sum_values([float(getattr(self, n)) for n in names])
+        return _Totals(**{n: type(getattr(self, n))(v) for n, v in zip(names, values, strict=True)})
 
     def metrics(self, epochs: int) -> dict[str, float]:
         n = max(self.tokens, 1)
@@ -117,6 +126,8 @@ class GRPOEngine:
         self.pad_token_id = pad_token_id if pad_token_id is not None else (config_pad or 0)
         self.step = 0
         self.policy_version: str | None = None
+        #: The data-parallel group this engine updates with (``None``: this process alone).
+        self.collective: Collective | None = None
 
     @classmethod
     def from_pretrained(cls, path: str | Path, *, config: GRPOConfig | None = None) -> GRPOEngine:
@@ -139,12 +150,9 @@ class GRPOEngine:
         if not samples:
             metrics.update(updated=0.0, step_time_s=time.perf_counter() - started)
             return metrics
-        totals = _Totals()
-        grad_norm = 0.0
-        for _ in range(cfg.epochs):
-            self._backward(samples, totals)
-            grad_norm = apply_gradients(self.optimizer, max_grad_norm=cfg.max_grad_norm)
-        self.step += 1
+        if self.collective is not None:  # rank 0: send the other ranks their rollouts
+            samples = self.collective.share(split_samples(samples, self.collective.world_size))
+        totals, grad_norm = self.train_samples(samples)
         elapsed = time.perf_counter() - started
         metrics.update(totals.metrics(cfg.epochs))
         metrics.update(
@@ -155,6 +163,26 @@ class GRPOEngine:
             learning_rate=cfg.learning_rate,
         )
         return metrics
+
+    def train_samples(self, samples: Sequence[TokenSample]) -> tuple[_Totals, float]:
+        """Take the step's ``epochs`` optimizer steps from built samples; return totals, norm.
+
+        With a ``collective`` the samples are this rank's share and the gradients (and the
+        totals) are summed over the ranks, so every rank takes the batch's step.
+        """
+        totals = _Totals()
+        grad_norm = 0.0
+        for _ in range(self.config.epochs):
+            self._backward(samples, totals)
+            if self.collective is not None:
+                self.collective.sum_gradients(self._trainable)
+            grad_norm = apply_gradients(self.optimizer, max_grad_norm=self.config.max_grad_norm)
+        self.step += 1
+        return (totals.summed(self.collective) if self.collective else totals), grad_norm
+
+    @property
+    def _trainable(self) -> list[torch.Tensor]:
+        return [p for group in self.optimizer.param_groups for p in group["params"]]
 
     def compute_gradients(
         self, transitions: Sequence[Transition], *, policy_version: str | None = None

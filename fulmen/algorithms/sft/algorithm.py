@@ -18,6 +18,7 @@ from typing import Any
 
 from fulmen.adapter.transitions import AttemptRecords
 from fulmen.algorithms.context import AlgorithmContext
+from fulmen.algorithms.data_parallel import data_parallel
 from fulmen.algorithms.rewards import reward_metrics
 from fulmen.algorithms.serving import keep_newest, serve_policy
 from fulmen.algorithms.sft.config import SFTAlgorithmConfig
@@ -35,6 +36,21 @@ async def run_sft(config: SFTAlgorithmConfig, context: AlgorithmContext) -> list
     Returns the metrics of each round run now.
     """
     engine = await asyncio.to_thread(_build_engine, config, context)
+    progress = context.progress
+    async with data_parallel(  # with algorithm.data_parallel: the steps run on every rank
+        engine,
+        config.data_parallel,
+        kind="sft",
+        model_path=context.model_path,
+        weights=progress.weights,
+        adapter=progress.adapter,
+    ):
+        return await _rounds(config, context, engine)
+
+
+async def _rounds(
+    config: SFTAlgorithmConfig, context: AlgorithmContext, engine: Any
+) -> list[dict[str, float]]:
     tokenizer = await asyncio.to_thread(_load_tokenizer, context)
     rounds = 1 if config.source is not None else config.rounds
     threshold = config.kept_reward(context.success_threshold)

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, model_validator
 
+from fulmen.algorithms.data_parallel import DataParallelConfig
 from fulmen.algorithms.lora import LoraSettings
 from fulmen.algorithms.source import StoreFilter, StoreSource
 
@@ -96,6 +97,8 @@ class SFTAlgorithmConfig(_Strict):
         transitions: how call records become examples (``fulmen.adapter``'s options; ``agents``
             selects whose calls are trained; ``merge`` chains token-exact calls).
         sft: the fine-tuning settings (``SFTConfig``).
+        data_parallel: take each optimizer step on ``world_size`` processes, each on some of
+            the step's sequences (``DataParallelConfig``, ``docs/data-parallel.md``).
     """
 
     name: Literal["sft"] = "sft"
@@ -106,6 +109,7 @@ class SFTAlgorithmConfig(_Strict):
     source: StoreSource | None = None
     transitions: dict[str, JsonValue] = Field(default_factory=dict)
     sft: SFTConfig = Field(default_factory=SFTConfig)
+    data_parallel: DataParallelConfig | None = None
 
     @model_validator(mode="after")
     def _no_dead_options(self) -> SFTAlgorithmConfig:

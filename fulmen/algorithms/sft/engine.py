@@ -6,7 +6,9 @@ of each step; gradients of a step are accumulated over micro-batches planned by 
 budget, so the split does not change the update. ``mean_logprob`` measures the policy's mean
 token logprob of a set of examples (the metric that shows SFT raised their likelihood). The
 policy loading, the logprobs on recorded ids and the micro-batching are the ones GRPO uses
-(``fulmen.algorithms.policy``, ``fulmen.algorithms.batching``).
+(``fulmen.algorithms.policy``, ``fulmen.algorithms.batching``). With a ``collective``
+(``docs/data-parallel.md``) each step's sequences are split over the ranks, the loss is still
+divided by the step's whole token count, and the gradients are summed before the step.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from torch import nn
 
 from fulmen.algorithms import checkpoint
 from fulmen.algorithms.batching import MicroBatch, TokenSample, collate, plan_micro_batches
+from fulmen.algorithms.distributed import Collective, split_samples
 from fulmen.algorithms.optimizer import apply_gradients, build_optimizer
 from fulmen.algorithms.policy import causal_lm_of, load_causal_lm, prepare_policy, token_logprobs
 from fulmen.algorithms.sft.config import SFTConfig
@@ -48,6 +51,8 @@ class SFTEngine:
         self.optimizer = build_optimizer(self.model, config)
         self.pad_token_id = getattr(causal_lm_of(self.model).config, "pad_token_id", None) or 0
         self.step = 0
+        #: The data-parallel group this engine updates with (``None``: this process alone).
+        self.collective: Collective | None = None
 
     @classmethod
     def from_pretrained(cls, path: str | Path, *, config: SFTConfig) -> SFTEngine:
@@ -66,9 +71,13 @@ class SFTEngine:
             random.Random(f"{self.seed}:{round_index}:{epoch}").shuffle(order)
             for start in range(0, len(order), cfg.batch_size):
                 batch = [samples[i] for i in order[start : start + cfg.batch_size]]
-                losses.append(self._accumulate(batch))
-                norms.append(apply_gradients(self.optimizer, max_grad_norm=cfg.max_grad_norm))
-                self.step += 1
+                tokens = sum(len(s.positions) for s in batch)
+                if self.collective is not None:  # rank 0: each rank gets some sequences
+                    parts = split_samples(batch, self.collective.world_size, key=lambda i, _: i)
+                    batch = self.collective.share([(part, tokens) for part in parts])[0]
+                loss, norm = self.train_batch(batch, tokens=tokens)
+                losses.append(loss)
+                norms.append(norm)
         return {
             "loss": sum(losses) / len(losses) if losses else float("nan"),
             "grad_norm": sum(norms) / len(norms) if norms else float("nan"),
@@ -90,9 +99,23 @@ class SFTEngine:
             count += batch.num_tokens
         return total / count if count else float("nan")
 
-    def _accumulate(self, samples: Sequence[TokenSample]) -> float:
-        """Add the gradient of the step's mean token NLL; return that loss."""
-        tokens = sum(len(s.positions) for s in samples)
+    def train_batch(self, samples: Sequence[TokenSample], *, tokens: int) -> tuple[float, float]:
+        """Take one optimizer step on the mean NLL over ``tokens``; return loss and grad norm.
+
+        ``tokens`` is the step's trained-token count: with a ``collective`` ``samples`` is this
+        rank's share of the step, and the gradients and the loss are summed over the ranks.
+        """
+        loss = self._accumulate(samples, tokens)
+        if self.collective is not None:
+            params = [p for group in self.optimizer.param_groups for p in group["params"]]
+            self.collective.sum_gradients(params)
+            loss = self.collective.sum_values([loss])[0]
+        norm = apply_gradients(self.optimizer, max_grad_norm=self.config.max_grad_norm)
+        self.step += 1
+        return loss, norm
+
+    def _accumulate(self, samples: Sequence[TokenSample], tokens: int) -> float:
+        """Add the gradient of the samples' token NLL over ``tokens``; return that loss."""
         loss_total = 0.0
         for group in plan_micro_batches(
             lengths=[len(s) for s in samples], token_budget=self.config.micro_batch_tokens

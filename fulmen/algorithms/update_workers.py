@@ -1,0 +1,310 @@
+"""The processes of a data-parallel update: rank 0's handle on them, and what they run.
+
+Rank 0 runs the whole training stack; every other rank runs ``run_update_worker``, which only
+takes updates. It waits for rank 0's messages (``Collective.share``): ``build`` (an
+``EngineSpec`` and rank 0's trainable weights, optimizer state and step, so a resumed run or a
+stage that starts from an adapter starts every rank alike), ``step`` (its share of a step,
+trained with the batch's loss weights and summed gradients), ``release`` (the stage is over;
+wait for the next ``build``) and ``stop``.
+
+``open_update_workers`` gives rank 0 its ``UpdateWorkers``: under ``torchrun`` the other ranks
+are already running (``fulmen train`` on them calls ``run_update_worker``); otherwise it spawns
+``world_size - 1`` local processes itself. ``run_update_worker`` is a plain importable
+function, so another launcher (a Ray actor, say) can start ranks with it.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import logging
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+import torch
+from torch import nn
+
+from fulmen.algorithms.data_parallel import DataParallelConfig, torchrun_rank
+from fulmen.algorithms.distributed import Collective, resolve_backend
+from fulmen.errors import ConfigError, FulmenError
+
+__all__ = [
+    "EngineSpec",
+    "UpdateWorkers",
+    "open_update_workers",
+    "run_torchrun_rank",
+    "run_update_worker",
+]
+
+logger = logging.getLogger("fulmen.train")
+
+#: Seconds a spawned worker gets to exit after ``stop`` before it is killed.
+_JOIN_TIMEOUT_S = 30.0
+
+
+class _Engine(Protocol):
+    """What the workers need of ``GRPOEngine`` and ``SFTEngine``."""
+
+    model: nn.Module
+    optimizer: torch.optim.AdamW
+    step: int
+    collective: Collective | None
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    """How a worker builds the same engine as rank 0 (the paths must be readable by it).
+
+    Attributes:
+        kind: ``grpo`` or ``sft``.
+        model_path: the base model directory.
+        config: the engine's config (``GRPOConfig`` / ``SFTConfig``) as JSON.
+        weights / adapter: what the stage starts from (``policy.load_stage_policy``).
+    """
+
+    kind: Literal["grpo", "sft"]
+    model_path: str
+    config: dict[str, Any] = field(default_factory=dict[str, Any])
+    weights: str | None = None
+    adapter: str | None = None
+
+    def build(self) -> _Engine:
+        """Load the policy and build the engine, as rank 0 did before restoring its state."""
+        from fulmen.algorithms.policy import load_stage_policy
+
+        kind = self.kind
+        settings: Any
+        if kind == "grpo":
+            from fulmen.algorithms.grpo.config import GRPOConfig
+            from fulmen.algorithms.grpo.engine import GRPOEngine as engine_class
+
+            settings = GRPOConfig.model_validate(self.config)
+        else:
+            from fulmen.algorithms.sft.config import SFTConfig
+            from fulmen.algorithms.sft.engine import SFTEngine as engine_class
+
+            settings = SFTConfig.model_validate(self.config)
+        model = load_stage_policy(
+            self.model_path,
+            dtype=settings.dtype,
+            finetune=settings.finetune,
+            weights=Path(self.weights) if self.weights else None,
+            adapter=Path(self.adapter) if self.adapter else None,
+        )
+        return engine_class(model, config=settings)
+
+
+def _state(engine: _Engine) -> dict[str, Any]:
+    trainable = {
+        n: p.detach().clone() for n, p in engine.model.named_parameters() if p.requires_grad
+    }
+    return {"params": trainable, "optimizer": engine.optimizer.state_dict(), "step": engine.step}
+
+
+def _load_state(engine: _Engine, state: dict[str, Any]) -> None:
+    params = dict(engine.model.named_parameters())
+    with torch.no_grad():
+        for name, value in state["params"].items():
+            params[name].copy_(value)
+    engine.optimizer.load_state_dict(state["optimizer"])
+    engine.step = int(state["step"])
+
+
+def _train_part(engine: _Engine, part: Any) -> None:
+    """Train on this rank's share of a step, the way its engine's rank 0 does."""
+    from fulmen.algorithms.grpo.engine import GRPOEngine
+    from fulmen.algorithms.sft.engine import SFTEngine
+
+    if isinstance(engine, GRPOEngine):
+        engine.train_samples(part)
+    elif isinstance(engine, SFTEngine):
+        samples, tokens = part
+        engine.train_batch(samples, tokens=tokens)
+    else:
+        raise FulmenError(f"no update for an engine of type {type(engine).__name__}")
+
+
+def run_update_worker(
+    rank: int,
+    world_size: int,
+    init_method: str,
+    *,
+    backend: str | None = None,
+    timeout_s: float = 600.0,
+) -> None:
+    """Join the group as ``rank`` and take rank 0's updates until it says ``stop``.
+
+    Args:
+        rank: this process's rank (1 .. ``world_size - 1``; rank 0 runs the training).
+        world_size: processes in the group.
+        init_method: where the ranks meet (``env://`` under ``torchrun``).
+        backend: ``gloo``, ``nccl`` or ``None`` (``nccl`` when CUDA is available).
+        timeout_s: the longest wait in one collective (rank 0 may take a while between steps:
+            rollouts run meanwhile).
+    """
+    if rank == 0:
+        raise ConfigError("rank 0 runs the training loop, not an update worker")
+    collective = Collective(
+        rank=rank,
+        world_size=world_size,
+        init_method=init_method,
+        backend=resolve_backend(backend),
+        timeout_s=timeout_s,
+    )
+    engine: _Engine | None = None
+    try:
+        while True:
+            op, part = collective.receive()
+            if op == "stop":
+                return
+            if op == "release":
+                engine = None
+            elif op == "build":
+                built = part["spec"].build()
+                _load_state(built, part["state"])
+                built.collective = collective
+                engine = built
+            elif op == "step" and engine is not None:
+                _train_part(engine, part)
+            else:
+                raise FulmenError(f"update worker {rank}: unexpected message {op!r}")
+    finally:
+        collective.close()
+
+
+def run_torchrun_rank(config: DataParallelConfig | None) -> None:
+    """Serve as one of ``torchrun``'s ranks other than 0 (what ``fulmen train`` does there).
+
+    Raises:
+        ConfigError: not under ``torchrun``, on rank 0, or ``config.world_size`` differs from
+            ``WORLD_SIZE``.
+    """
+    launched = torchrun_rank()
+    if launched is None or launched[0] == 0:
+        raise ConfigError("run_torchrun_rank is for torchrun's ranks other than 0")
+    rank, world = launched
+    _check_world(config, world)
+    run_update_worker(
+        rank,
+        world,
+        "env://",
+        backend=config.backend if config else None,
+        timeout_s=config.timeout_s if config else 600.0,
+    )
+
+
+def _check_world(config: DataParallelConfig | None, world: int) -> None:
+    if config is not None and config.world_size != world:
+        raise ConfigError(
+            f"algorithm.data_parallel.world_size={config.world_size} but torchrun started "
+            f"{world} processes (WORLD_SIZE); leave world_size out or make them equal"
+        )
+
+
+class UpdateWorkers:
+    """Rank 0's handle on the other ranks: hand them an engine, then release or stop them.
+
+    ``spawned`` are processes this one started (stopped on ``close``); under ``torchrun`` it
+    is empty and ``close`` only releases the ranks, which wait for the next stage.
+    """
+
+    def __init__(
+        self,
+        collective: Collective,
+        *,
+        spawned: list[subprocess.Popen[bytes]] | None = None,
+        scratch: Path | None = None,
+    ) -> None:
+        self.collective = collective
+        self.spawned = spawned or []
+        self._scratch = scratch
+        self._engine: _Engine | None = None
+
+    @property
+    def world_size(self) -> int:
+        """Processes taking each update, this one included."""
+        return self.collective.world_size
+
+    def attach(self, engine: _Engine, spec: EngineSpec) -> None:
+        """Give every rank a copy of ``engine`` (weights and optimizer state as they are now).
+
+        From then on the engine's updates run on every rank.
+        """
+        message = {"spec": spec, "state": _state(engine)}
+        self.collective.share([message] * self.world_size, op="build")
+        engine.collective = self.collective
+        self._engine = engine
+
+    def close(self, *, failed: bool = False) -> None:
+        """Release (``torchrun``) or stop and join (spawned) the other ranks.
+
+        After a failure mid-step the others may be stuck in a collective: spawned workers are
+        then killed rather than told to stop.
+        """
+        if self._engine is not None:
+            self._engine.collective = None
+            self._engine = None
+        if not self.spawned:
+            if not failed:
+                self.collective.share([None] * self.world_size, op="release")
+            return
+        if not failed:
+            with contextlib.suppress(Exception):
+                self.collective.share([None] * self.world_size, op="stop")
+        deadline = time.monotonic() + (0 if failed else _JOIN_TIMEOUT_S)
+        for process in self.spawned:
+            try:
+                process.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(5)
+        self.collective.close()
+        if self._scratch is not None:
+            shutil.rmtree(self._scratch, ignore_errors=True)
+
+
+_torchrun_leader: UpdateWorkers | None = None
+
+
+def open_update_workers(config: DataParallelConfig | None) -> UpdateWorkers | None:
+    """Rank 0's ``UpdateWorkers``, or ``None`` when the update runs in this process alone.
+
+    Under ``torchrun`` (``WORLD_SIZE`` > 1) the group is the torchrun ranks, joined once per
+    process; otherwise ``config`` (``algorithm.data_parallel``) makes this process spawn the
+    other ranks on this machine.
+
+    Raises:
+        ConfigError: ``config.world_size`` differs from ``torchrun``'s, or this is not rank 0.
+    """
+    global _torchrun_leader
+    launched = torchrun_rank()
+    if launched is not None:
+        rank, world = launched
+        if rank != 0:
+            raise ConfigError(f"only rank 0 runs the training loop; this is rank {rank}")
+        _check_world(config, world)
+        if _torchrun_leader is None:
+            backend = resolve_backend(config.backend if config else None)
+            timeout = config.timeout_s if config else 600.0
+            collective = Collective(
+                rank=0, world_size=world, init_method="env://", backend=backend, timeout_s=timeout
+            )
+            _torchrun_leader = UpdateWorkers(collective)
+            atexit.register(_stop_torchrun_ranks, _torchrun_leader)
+        return _torchrun_leader
+    if config is None:
+        return None
+    from fulmen.algorithms.local_ranks import spawn_local_ranks
+
+    collective, spawned, scratch = spawn_local_ranks(config)
+    return UpdateWorkers(collective, spawned=spawned, scratch=scratch)
+
+
+def _stop_torchrun_ranks(leader: UpdateWorkers) -> None:
+    with contextlib.suppress(Exception):
+        leader.collective.share([None] * leader.world_size, op="stop")
+    leader.collective.close()

@@ -1,0 +1,289 @@
+"""Data-parallel updates: W gloo processes on CPU take the same step as one process.
+
+The ranks are real processes (spawned by ``open_update_workers``, joined over gloo); each
+test stops them itself. Two steps are compared, so a worker whose weights drifted after the
+first would change the second step's summed gradient too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from fulmen.algorithms.batching import TokenSample  # noqa: E402
+from fulmen.algorithms.data_parallel import DataParallelConfig  # noqa: E402
+from fulmen.algorithms.distributed import split_samples  # noqa: E402
+from fulmen.algorithms.grpo.config import GRPOConfig  # noqa: E402
+from fulmen.algorithms.grpo.engine import GRPOEngine  # noqa: E402
+from fulmen.algorithms.policy import load_causal_lm  # noqa: E402
+from fulmen.algorithms.sft.config import SFTConfig  # noqa: E402
+from fulmen.algorithms.sft.dataset import SFTExample  # noqa: E402
+from fulmen.algorithms.sft.engine import SFTEngine  # noqa: E402
+from fulmen.algorithms.update_workers import (  # noqa: E402
+    EngineSpec,
+    UpdateWorkers,
+    open_update_workers,
+)
+from fulmen.errors import ConfigError  # noqa: E402
+from fulmen.types.transitions import Transition  # noqa: E402
+from tests.algorithms.builders import transition  # noqa: E402
+from tests.algorithms.models import tiny_llama  # noqa: E402
+
+#: Largest |single - parallel| weight difference accepted (updates here are ~1e-2): the ranks
+#: sum float32 gradients in another order, and Adam's step divides by sqrt(v), so a gradient
+#: near zero turns that rounding into a visible (still tiny) weight difference.
+TOLERANCE = 1e-5
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("tiny")
+    tiny_llama(seed=3, vocab=64, hidden=32).save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="class")
+def workers() -> Iterator[UpdateWorkers]:
+    """One spawned rank 1 per class: each test attaches its own engine to it.
+
+    Class-scoped: a process holds one default process group, and the training tests below
+    open their own.
+    """
+    opened = open_update_workers(DataParallelConfig(world_size=2, backend="gloo", timeout_s=60))
+    assert opened is not None
+    try:
+        yield opened
+    finally:
+        opened.close()
+    assert all(p.poll() is not None for p in opened.spawned)
+
+
+def _batch(model: torch.nn.Module) -> list[Transition]:
+    """Three groups of four rollouts, of different lengths; one rollout has two calls."""
+    rng = random.Random(7)
+    batch: list[Transition] = []
+    for group in range(3):
+        for member in range(4):
+            rollout = f"g{group}r{member}"
+            reward = float(rng.random() < 0.5) + 0.1 * member
+            prompt = [rng.randrange(3, 64) for _ in range(rng.randint(3, 9))]
+            completion = [rng.randrange(3, 64) for _ in range(rng.randint(2, 12))]
+            batch.append(transition(model, rollout, prompt, completion, reward, task=f"t{group}"))
+            if member == 0:
+                more = [rng.randrange(3, 64) for _ in range(5)]
+                batch.append(
+                    transition(
+                        model,
+                        rollout,
+                        prompt + completion,
+                        more,
+                        reward,
+                        task=f"t{group}",
+                        call_index=1,
+                    )
+                )
+    return batch
+
+
+def _max_difference(a: torch.nn.Module, b: torch.nn.Module) -> float:
+    pairs = zip(a.named_parameters(), b.named_parameters(), strict=True)
+    return max(float((pa - pb).detach().abs().max()) for (_, pa), (_, pb) in pairs)
+
+
+class TestOneStepOnTwoRanks:
+    """Two gloo ranks give the weights one process gives, to float rounding."""
+
+    @pytest.mark.parametrize("finetune", ["lora", "full"])
+    def test_two_gloo_ranks_take_the_same_grpo_step_as_one_process(
+        self, model_dir: Path, workers: UpdateWorkers, finetune: str
+    ) -> None:
+        settings = {"lora": {"r": 4, "alpha": 8}} if finetune == "lora" else {}
+        config = GRPOConfig(
+            finetune=finetune,  # type: ignore[arg-type]
+            learning_rate=1e-2,
+            micro_batch_tokens=48,  # several micro-batches per rank
+            loss_normalization="token",
+            **settings,  # type: ignore[arg-type]
+        )
+        single = GRPOEngine(load_causal_lm(model_dir), config=config)
+        parallel = GRPOEngine(load_causal_lm(model_dir), config=config)
+        batch = _batch(single.model)
+        workers.attach(parallel, EngineSpec("grpo", str(model_dir), config.model_dump(mode="json")))
+        for _ in range(2):
+            expected = single.train_step(batch)
+            got = parallel.train_step(batch)
+            assert got["updated"] == expected["updated"] == 1.0
+            for key in ("loss", "grad_norm", "entropy", "clip_fraction"):
+                assert got[key] == pytest.approx(expected[key], rel=1e-5, abs=1e-7), key
+            assert got["micro_batches"] > expected["micro_batches"] / 2  # rank 1 did its share
+        difference = _max_difference(single.model, parallel.model)
+        print(f"grpo {finetune}: max |w_single - w_parallel| = {difference:.3g}")
+        assert difference <= TOLERANCE
+        assert (
+            _max_difference(
+                single.model, GRPOEngine(load_causal_lm(model_dir), config=config).model
+            )
+            > 1e-4
+        )
+
+    def test_rollout_normalization_is_global_across_ranks(
+        self, model_dir: Path, workers: UpdateWorkers
+    ) -> None:
+        config = GRPOConfig(
+            loss_normalization="rollout", learning_rate=1e-2, lora={"r": 4, "alpha": 8}
+        )  # type: ignore[arg-type]
+        single = GRPOEngine(load_causal_lm(model_dir), config=config)
+        parallel = GRPOEngine(load_causal_lm(model_dir), config=config)
+        batch = _batch(single.model)
+        workers.attach(parallel, EngineSpec("grpo", str(model_dir), config.model_dump(mode="json")))
+        single.train_step(batch)
+        parallel.train_step(batch)
+        assert _max_difference(single.model, parallel.model) <= TOLERANCE
+
+    def test_two_gloo_ranks_take_the_same_sft_steps_as_one_process(
+        self, model_dir: Path, workers: UpdateWorkers
+    ) -> None:
+        config = SFTConfig(
+            seed=0, learning_rate=1e-2, batch_size=4, epochs=2, lora={"r": 4, "alpha": 8}
+        )  # type: ignore[arg-type]
+        rng = random.Random(11)
+        examples = []
+        for i in range(10):
+            ids = [rng.randrange(3, 64) for _ in range(rng.randint(6, 16))]
+            examples.append(
+                SFTExample(
+                    input_ids=ids,
+                    positions=list(range(3, len(ids))),
+                    rollout_id=f"r{i}",
+                    call_ids=[f"c{i}"],
+                )
+            )
+        single = SFTEngine(load_causal_lm(model_dir), config=config)
+        parallel = SFTEngine(load_causal_lm(model_dir), config=config)
+        workers.attach(parallel, EngineSpec("sft", str(model_dir), config.model_dump(mode="json")))
+        expected = single.train(examples)
+        got = parallel.train(examples)
+        assert got["sft/steps"] == expected["sft/steps"] == 6
+        assert got["loss"] == pytest.approx(expected["loss"], rel=1e-5)
+        difference = _max_difference(single.model, parallel.model)
+        print(f"sft: max |w_single - w_parallel| = {difference:.3g}")
+        assert difference <= TOLERANCE
+
+
+def _sample(rollout: int, length: int) -> TokenSample:
+    return TokenSample(
+        input_ids=[5] * length,
+        positions=[length - 1],
+        old_logprobs=[0.0],
+        advantages=[1.0],
+        norm=[1.0],
+        rollout=rollout,
+    )
+
+
+def test_split_keeps_rollouts_whole_and_balances_tokens() -> None:
+    samples = [_sample(r, n) for r, n in [(0, 10), (0, 10), (1, 8), (2, 7), (3, 3), (4, 2)]]
+    parts = split_samples(samples, 2)
+    assert sorted(id(s) for p in parts for s in p) == sorted(id(s) for s in samples)
+    for rollout in range(5):
+        assert sum(any(s.rollout == rollout for s in p) for p in parts) == 1
+    loads = [sum(len(s) for s in p) for p in parts]
+    assert loads == [20, 20]
+    assert split_samples(samples[:1], 3)[1:] == [[], []]  # fewer rollouts than ranks
+
+
+def test_world_size_must_match_torchrun(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WORLD_SIZE", "3")
+    monkeypatch.setenv("RANK", "0")
+    with pytest.raises(ConfigError, match="WORLD_SIZE"):
+        open_update_workers(DataParallelConfig(world_size=2))
+    monkeypatch.setenv("RANK", "1")
+    with pytest.raises(ConfigError, match="only rank 0"):
+        open_update_workers(None)
+
+
+TOY = Path(__file__).resolve().parents[2] / "examples" / "toy"
+
+
+def _local_ranks_alive() -> list[int]:
+    """Pids of this process's children that are local update ranks."""
+    children: list[int] = []
+    for task in Path(f"/proc/{os.getpid()}/task").iterdir():
+        children += [int(pid) for pid in (task / "children").read_text().split()]
+    ranks = []
+    for pid in children:
+        with contextlib.suppress(OSError):
+            if b"fulmen.algorithms.local_ranks" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                ranks.append(pid)
+    return ranks
+
+
+@pytest.mark.slow
+def test_toy_agent_learns_with_two_update_processes(tmp_path: Path) -> None:
+    from fulmen.trainer.config import load_config
+    from fulmen.trainer.metrics import read_metrics
+    from fulmen.trainer.trainer import Trainer
+
+    pytest.importorskip("openai")
+    steps = 20
+    config = load_config(
+        TOY / "config.yaml",
+        overrides=[
+            f"run_dir={tmp_path / 'run'}",
+            f"algorithm.steps={steps}",
+            f"validation.every={steps}",
+            "algorithm.grpo.learning_rate=0.03",  # fewer steps than the one-process test
+            "algorithm.data_parallel={world_size: 2, backend: gloo, timeout_s: 120}",
+        ],
+    )
+    history = Trainer(config).fit()
+    assert len(history) == steps
+    trained = [h for h in history if h["updated"] == 1.0]
+    assert all(h["micro_batches"] >= 2 for h in trained)  # both ranks ran their rollouts
+    assert all(h["logprob_gap"] < 1e-4 for h in trained)  # rank 0's weights are the served ones
+    val = [
+        r["val/reward_mean"]
+        for r in read_metrics(config.run_dir / "metrics.jsonl")
+        if "val/reward_mean" in r
+    ]
+    before, after = val
+    assert after >= 0.8 > 0.3 > before, f"validation reward {before:.3f} -> {after:.3f}"
+    first, last = [h["reward/mean"] for h in history[:3]], [h["reward/mean"] for h in history[-3:]]
+    assert min(last) > max(first) + 0.4
+    assert _local_ranks_alive() == []
+
+
+@pytest.mark.slow
+def test_fulmen_train_under_torchrun_updates_on_both_ranks(tmp_path: Path) -> None:
+    pytest.importorskip("openai")
+    run_dir = tmp_path / "run"
+    command = [
+        *(sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"),
+        *("-m", "fulmen", "train", str(TOY / "config.yaml"), "--no-dashboard"),
+        *("--set", f"run_dir={run_dir}", "--set", "algorithm.steps=2"),
+        *("--set", "validation=null", "--set", "data.val=null"),
+        *("--set", "algorithm.data_parallel={world_size: 2, backend: gloo, timeout_s: 120}"),
+    ]
+    process = subprocess.Popen(command, cwd=TOY, start_new_session=True)
+    try:
+        assert process.wait(timeout=240) == 0
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in records if "micro_batches" in r]
+    assert [r["step"] for r in steps] == [1, 2]
+    assert all(r["micro_batches"] >= 2 for r in steps if r["updated"] == 1.0)
+    assert (run_dir / "checkpoints" / "step-00002").is_dir()  # rank 0 checkpoints
