@@ -31,7 +31,7 @@ from fulmen.algorithms.context import AlgorithmContext
 from fulmen.algorithms.grpo.config import AsyncSettings, GRPOAlgorithmConfig
 from fulmen.algorithms.serving import serve_policy
 from fulmen.trainer.diagnose import no_update_reason
-from fulmen.trainer.group_pool import FinishedGroup, GroupPool, group_rollouts
+from fulmen.trainer.group_pool import FinishedGroup, GroupPool, Harvest, group_rollouts
 from fulmen.trainer.loop import GRPOLoop
 from fulmen.types import Transition
 
@@ -90,19 +90,10 @@ class AsyncGRPOLoop(GRPOLoop):
 
     async def _step(self, step: int) -> dict[str, float]:
         context, settings = self.context, self.settings
-        per_step = self.config.tasks_per_step
         started = time.perf_counter()
         version = await context.publish(metadata={"step": step})
         self._top_up(step, version)
-        harvest = await self._pool.take(per_step, policy=self._policy)
-        if len(harvest.groups) < per_step:  # too many dropped: sample again with this policy
-            self._pool.launch_round(per_step, version=version, policy=self._policy)
-            more = await self._pool.take(per_step - len(harvest.groups), policy=self._policy)
-            harvest = type(harvest)(
-                [*harvest.groups, *more.groups],
-                [*harvest.dropped, *more.dropped],
-                harvest.waited_s + more.waited_s,
-            )
+        harvest = await self._harvest(version)
         finished = group_rollouts(harvest.groups)
         trajectories = await context.trajectories(finished, self.options)
         self._attribution.check(step + 1, [tr.diagnostics for tr in trajectories])
@@ -125,18 +116,9 @@ class AsyncGRPOLoop(GRPOLoop):
         synced = time.perf_counter()
         await self._checkpoint(step + 1)
         metrics = self._metrics(finished, trajectories, transitions, train_metrics)
-        metrics.update(
-            staleness_metrics(
-                [self._policy - 1 - _policy_of(t) for t in transitions],
-                max_staleness=settings.max_staleness,
-            )
-        )
+        metrics.update(self._async_metrics(harvest, dropped, transitions))
         metrics.update(
             {
-                "async/dropped_groups": float(len(harvest.dropped)),
-                "async/dropped_rollouts": float(len(group_rollouts(harvest.dropped))),
-                "async/dropped_transitions": float(sum(len(tr.transitions) for tr in dropped)),
-                "async/carried_groups": float(self._pool.pending),
                 "time/rollout_s": rolled - started,
                 "time/wait_data_s": harvest.waited_s,
                 "time/wait_weights_s": self._pool.idle_seconds(),
@@ -148,6 +130,39 @@ class AsyncGRPOLoop(GRPOLoop):
         context.log(step + 1, metrics)
         if metrics.get("updated") == 0.0:
             logger.warning("step %d made no update: %s", step + 1, no_update_reason(metrics))
+        return metrics
+
+    async def _harvest(self, version: int) -> Harvest:
+        """Take the step's groups; when drops left too few, sample more with this policy."""
+        per_step = self.config.tasks_per_step
+        harvest = await self._pool.take(per_step, policy=self._policy)
+        if len(harvest.groups) < per_step:  # nothing is running any more
+            self._pool.launch_round(per_step, version=version, policy=self._policy)
+            more = await self._pool.take(per_step - len(harvest.groups), policy=self._policy)
+            harvest = Harvest(
+                [*harvest.groups, *more.groups],
+                [*harvest.dropped, *more.dropped],
+                harvest.waited_s + more.waited_s,
+            )
+        return harvest
+
+    def _async_metrics(
+        self, harvest: Harvest, dropped: Sequence[Any], transitions: Sequence[Transition]
+    ) -> dict[str, float]:
+        """Staleness histogram (against the policy just trained), drops and carried groups."""
+        trained = self._policy - 1
+        metrics = staleness_metrics(
+            [trained - _policy_of(t) for t in transitions],
+            max_staleness=self.settings.max_staleness,
+        )
+        metrics.update(
+            {
+                "async/dropped_groups": float(len(harvest.dropped)),
+                "async/dropped_rollouts": float(len(group_rollouts(harvest.dropped))),
+                "async/dropped_transitions": float(sum(len(tr.transitions) for tr in dropped)),
+                "async/carried_groups": float(self._pool.pending),
+            }
+        )
         return metrics
 
     def _top_up(self, step: int, version: int) -> None:
