@@ -13,6 +13,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import signal
+import socket
 import sys
 import tempfile
 import time
@@ -53,6 +55,8 @@ class ServiceSpec:
         allow_remote_flag: pass ``--allow-remote`` when binding a non-loopback address (the
             engine server refuses such a bind without it).
         ready_timeout_s: how long a service may take to answer its health check.
+        death_signal: what the child gets when the actor's process dies (SIGKILL; SIGTERM
+            for an engine server, so it stops a vLLM server it started).
         board: the name of the ``PolicyBoard`` actor an engine replica loads its policy from
             when it (re)starts (a name, not a handle: Ray keeps restart arguments only while
             they are in scope).
@@ -71,6 +75,7 @@ class ServiceSpec:
     exits_when_done: bool = False
     allow_remote_flag: bool = False
     ready_timeout_s: float = 600.0
+    death_signal: int = signal.SIGKILL
     board: str | None = None
 
 
@@ -131,7 +136,10 @@ class ServiceActor:
             log_path=log_dir / f"{spec.name}.log",
             out_path=log_dir / f"{spec.name}.out",
             on_exit=self._child_exited,
+            death_signal=spec.death_signal,
         )
+        if spec.port is not None:
+            self._wait_port_free()  # a previous incarnation's server may still be stopping
         self._child.start()
         if spec.port is not None:
             self._wait_ready()
@@ -194,8 +202,17 @@ class ServiceActor:
         return self._post("/v1/load_lora_adapter", body)
 
     def unload_adapter(self, name: str) -> int | None:
-        """Stop serving adapter ``name`` and delete its files on this node."""
-        version = self._post("/v1/unload_lora_adapter", {"lora_name": name})
+        """Stop serving adapter ``name`` and delete its files on this node.
+
+        An adapter this replica does not have is not an error: a replica that Ray restarted
+        loaded only the adapters served when it came back.
+        """
+        try:
+            version = self._post("/v1/unload_lora_adapter", {"lora_name": name})
+        except EngineError as exc:
+            if not (isinstance(exc.detail, dict) and exc.detail.get("status") == 404):
+                raise
+            version = None
         directory = Path(tempfile.gettempdir()) / "fulmen-ray" / self._spec.name / name
         import shutil
 
@@ -231,6 +248,19 @@ class ServiceActor:
             return
         logger.error("%s exited with %s; ending this actor so Ray restarts it", self._spec, code)
         os._exit(1)  # the actor's process dies with its child: Ray starts a new one
+
+    def _wait_port_free(self, timeout_s: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            with socket.socket() as probe:
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                try:
+                    probe.bind((self._node_ip, self._spec.port or 0))
+                    return
+                except OSError:
+                    if time.monotonic() > deadline:
+                        return  # the child reports the bind error itself
+            time.sleep(0.2)
 
     def _wait_ready(self) -> None:
         import httpx

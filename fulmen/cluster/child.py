@@ -1,11 +1,12 @@
 """One service process owned by a Ray actor: started, watched, stopped, and never orphaned.
 
 Each actor of the fleet runs one fulmen command (``fulmen store serve``, ``fulmen serve``,
-``fulmen runner``) as a child process. The child asks the kernel to SIGKILL it when the actor's
-process dies (``PR_SET_PDEATHSIG``), so a killed actor never leaves a runner heartbeating or an
-engine holding its port. A watcher thread notices a child that exits on its own: a service
-that should run forever then takes its actor down with it, and Ray restarts the actor (the
-actor's ``max_restarts``), which starts a new child.
+``fulmen runner``) as a child process. The child asks the kernel to signal it when the actor's
+process dies (``PR_SET_PDEATHSIG``): SIGKILL by default, so a killed actor never leaves a runner
+heartbeating; SIGTERM for an engine server, which then stops the vLLM server it started. A
+watcher thread notices a child that exits on its own: a service that should run forever then
+takes its actor down with it, and Ray restarts the actor (the actor's ``max_restarts``), which
+starts a new child.
 """
 
 from __future__ import annotations
@@ -28,10 +29,14 @@ logger = logging.getLogger(__name__)
 _PR_SET_PDEATHSIG = 1
 
 
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
-    """Ask Linux to SIGKILL this process when the thread that forked it exits."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+def _die_with_parent(signum: int) -> Callable[[], None]:
+    """Return a pre-exec hook asking Linux to send ``signum`` when the forking thread exits."""
+
+    def hook() -> None:  # pragma: no cover - runs in the child between fork and exec
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signum)
+
+    return hook
 
 
 class ChildProcess:
@@ -45,6 +50,7 @@ class ChildProcess:
         out_path: file receiving its stdout (truncated); ``last_line`` reads it.
         on_exit: called from the watcher thread with the exit code when the child exits
             without ``stop`` having been called.
+        death_signal: what the child gets when its parent dies.
     """
 
     def __init__(
@@ -56,11 +62,13 @@ class ChildProcess:
         log_path: Path,
         out_path: Path,
         on_exit: Callable[[int], None],
+        death_signal: int = signal.SIGKILL,
     ) -> None:
         self.command = command
         self._env, self._cwd = env, cwd
         self.log_path, self.out_path = log_path, out_path
         self._on_exit = on_exit
+        self._death_signal = death_signal
         self._proc: subprocess.Popen[bytes] | None = None
         self._files: list[IO[bytes]] = []
         self._stopping = threading.Event()
@@ -92,7 +100,7 @@ class ChildProcess:
             stdout=out,
             stderr=log,
             start_new_session=True,
-            preexec_fn=_die_with_parent,  # only prctl: no locks taken
+            preexec_fn=_die_with_parent(self._death_signal),  # only prctl: no locks taken
         )
         threading.Thread(target=self._watch, name="fulmen-child-watch", daemon=True).start()
 

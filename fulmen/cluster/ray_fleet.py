@@ -203,6 +203,9 @@ class RayFleet:
                 num_cpus=num_cpus,
                 num_gpus=num_gpus,
                 max_restarts=self.config.max_restarts,
+                # Calls made while Ray restarts an actor wait for the new one, in order (they
+                # are idempotent: loading an adapter twice, stopping twice, asking for info).
+                max_task_retries=-1 if self.config.max_restarts != 0 else 0,
                 max_concurrency=4,  # info() answers while an adapter loads
                 scheduling_strategy=strategy,
             ).remote(spec)

@@ -112,8 +112,9 @@ class EngineReplicas:
     async def _everywhere(self, method: str, *args: Any) -> int | None:
         """Call ``method`` on every replica at once; return the first replica's version.
 
-        A replica whose process died meanwhile is being restarted by Ray and loads the board's
-        policy before it serves; any other failure is raised.
+        A call to a replica that Ray is restarting waits for the new process (the actors'
+        ``max_task_retries``), which has loaded the board's policy by then; a replica Ray gave
+        up on is skipped (the fleet reports it); any other failure is raised.
         """
         from ray.exceptions import RayActorError
 
@@ -122,7 +123,7 @@ class EngineReplicas:
         versions: list[int | None] = []
         for url, result in zip(self.urls, results, strict=True):
             if isinstance(result, RayActorError):
-                logger.warning("engine replica %s restarting; it loads the policy itself", url)
+                logger.warning("engine replica %s is gone: %s", url, result)
                 versions.append(None)
             elif isinstance(result, BaseException):
                 raise result

@@ -9,6 +9,7 @@ never on a command line that ``ps`` shows.
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -61,6 +62,7 @@ def engine_spec(
         health_path="/health",
         allow_remote_flag=True,
         ready_timeout_s=ready_timeout_s,
+        death_signal=signal.SIGTERM,  # `fulmen serve` then stops a vLLM server it started
         board=board,
     )
 
