@@ -292,11 +292,14 @@ class RayFleet:
                 )
                 self.restarts.append(restart)
                 logger.warning(
-                    "%s was restarted on %s (worker %s -> %s)",
+                    "%s was restarted on %s (process %s -> %s%s)",
                     placed.spec.name,
                     info["node_ip"],
-                    restart.old_worker_id,
-                    restart.new_worker_id,
+                    old.get("pid"),
+                    info["pid"],
+                    f"; worker {restart.old_worker_id} -> {restart.new_worker_id}"
+                    if restart.new_worker_id
+                    else "",
                 )
             if info["state"] == "failed":
                 self._problem = f"{placed.spec.name} failed:\n{info['log_tail']}"
