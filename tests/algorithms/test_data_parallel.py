@@ -287,3 +287,24 @@ def test_fulmen_train_under_torchrun_updates_on_both_ranks(tmp_path: Path) -> No
     assert [r["step"] for r in steps] == [1, 2]
     assert all(r["micro_batches"] >= 2 for r in steps if r["updated"] == 1.0)
     assert (run_dir / "checkpoints" / "step-00002").is_dir()  # rank 0 checkpoints
+
+
+def test_data_parallel_options_are_checked() -> None:
+    from pydantic import ValidationError
+
+    from fulmen.algorithms.grpo.config import GRPOAlgorithmConfig
+    from fulmen.algorithms.sft.config import SFTAlgorithmConfig
+
+    config = GRPOAlgorithmConfig.model_validate({"data_parallel": {"world_size": 2}})
+    assert config.data_parallel == DataParallelConfig(world_size=2, backend=None)
+    for wrong in ({"world_size": 1}, {"world_size": 2, "threads": 1}, {"backend": "gloo"}):
+        with pytest.raises(ValidationError):
+            GRPOAlgorithmConfig.model_validate({"data_parallel": wrong})
+    with pytest.raises(ValidationError):
+        SFTAlgorithmConfig.model_validate({"data_parallel": {"world_size": 2, "backend": "mpi"}})
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="refused only without CUDA")
+def test_nccl_without_cuda_is_refused_before_any_process_starts() -> None:
+    with pytest.raises(ConfigError, match="nccl"):
+        open_update_workers(DataParallelConfig(world_size=2, backend="nccl"))
