@@ -88,3 +88,13 @@ def _check_nothing_left_running(db: Path) -> None:
             assert page.items == []
 
     asyncio.run(check())
+
+
+def test_staleness_histogram_refuses_a_transition_past_the_bound() -> None:
+    from fulmen.trainer.async_loop import staleness_metrics
+
+    metrics = staleness_metrics([0, 1, 1, 2], max_staleness=2)
+    assert [metrics[f"async/staleness/{s}"] for s in range(3)] == [1.0, 2.0, 1.0]
+    assert metrics["async/staleness_mean"] == 1.0
+    with pytest.raises(ValueError, match=r"staleness 3 outside 0\.\.2"):
+        staleness_metrics([0, 3], max_staleness=2)
