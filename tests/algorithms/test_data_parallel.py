@@ -14,6 +14,7 @@ import random
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -308,3 +309,43 @@ def test_data_parallel_options_are_checked() -> None:
 def test_nccl_without_cuda_is_refused_before_any_process_starts() -> None:
     with pytest.raises(ConfigError, match="nccl"):
         open_update_workers(DataParallelConfig(world_size=2, backend="nccl"))
+
+
+_LEADER = """
+import sys, time
+from fulmen.algorithms.data_parallel import DataParallelConfig
+from fulmen.algorithms.update_workers import open_update_workers
+workers = open_update_workers(DataParallelConfig(world_size=2, backend="gloo"))
+print(workers.spawned[0].pid, flush=True)
+time.sleep(600)
+"""
+
+
+def _is_running(pid: int) -> bool:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    return "\nState:\tZ" not in status  # a zombie has exited
+
+
+def test_a_killed_trainer_leaves_no_rank_behind() -> None:
+    leader = subprocess.Popen(
+        [sys.executable, "-c", _LEADER], stdout=subprocess.PIPE, start_new_session=True
+    )
+    try:
+        assert leader.stdout is not None
+        rank = int(leader.stdout.readline())
+        assert _is_running(rank)
+        leader.kill()  # no clean-up code runs in the trainer
+        leader.wait(10)
+        deadline = time.monotonic() + 10
+        while _is_running(rank) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not _is_running(rank)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(leader.pid, signal.SIGKILL)
+        leader.wait()
+        if leader.stdout is not None:
+            leader.stdout.close()
