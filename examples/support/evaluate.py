@@ -91,18 +91,22 @@ async def evaluate(
             file.write(json.dumps(row) + "\n")
     base, tuned = _scores(base_outputs, customers), _scores(tuned_outputs, customers)
     summary: dict[str, Any] = paired_summary(base, tuned)
+    for department in sorted({d for _, d in customers}):
+        rows = [i for i, (_, d) in enumerate(customers) if d == department]
+        summary[f"base_{department}"] = statistics.fmean(base[i] for i in rows)
+        summary[f"tuned_{department}"] = statistics.fmean(tuned[i] for i in rows)
     summary["eval_s"] = time.perf_counter() - started
     return summary
 
 
 def main() -> None:
     """Command line: see the module docstring."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--model", default="gemma-3-270m")
     parser.add_argument(
         "--adapter", type=Path, default=Path("runs/support/train/adapters/round-001")
     )
-    parser.add_argument("--held-out", type=int, default=80)
+    parser.add_argument("--held-out", type=int, default=64)
     parser.add_argument("--traffic-sessions", type=int, default=128)
     parser.add_argument("--out", type=Path, default=Path("runs/support"))
     args = parser.parse_args()

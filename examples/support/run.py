@@ -2,13 +2,15 @@
 
 1. ``traffic.py``: the bot serves ``--sessions`` simulated customers through the gateway in
    production capture mode (sessions by ``x-session-id``), recorded into ``OUT/traffic.db``;
-2. ``feedback.py``: the tickets close and their rewards are posted by session id;
+2. ``feedback.py``: the tickets close and their rewards are posted by session id; with
+   ``--corrections`` (the default) each misrouted ticket's re-route by a reviewer is stored as
+   a rewarded corrected session;
 3. ``fulmen train offline.yaml``: offline SFT on the rewarded sessions (no agent runs);
 4. ``evaluate.py``: held-out customers routed by the base model and by the trained adapter.
 
 Prints one JSON line with every figure and the seconds each part took.
 
-    python examples/support/run.py --model gemma-3-270m --sessions 128 --held-out 80
+    python examples/support/run.py --model gemma-3-270m --sessions 64 --held-out 64
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ def run_pipeline(
     held_out: int,
     out: Path,
     temperature: float = 0.5,
+    corrections: bool = True,
     train_overrides: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Run the four parts; returns their figures and timings."""
@@ -66,7 +69,7 @@ def run_pipeline(
     traffic = serve_traffic(model=model, sessions=sessions, out=out, temperature=temperature)
     figures.update(asyncio.run(traffic))
     served = time.perf_counter()
-    figures.update(asyncio.run(post_feedback(out)))
+    figures.update(asyncio.run(post_feedback(out, corrections=corrections)))
     figures.update(_train(model, out, train_overrides))
     trained = time.perf_counter()
     adapter = out / "train" / "adapters" / "round-001"
@@ -87,12 +90,14 @@ def run_pipeline(
 
 def main() -> None:
     """Command line: see the module docstring."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--model", default="gemma-3-270m")
-    parser.add_argument("--sessions", type=int, default=128)
-    parser.add_argument("--held-out", type=int, default=80)
+    parser.add_argument("--sessions", type=int, default=64)
+    parser.add_argument("--held-out", type=int, default=64)
     parser.add_argument("--out", type=Path, default=Path("runs/support"))
     parser.add_argument("--temperature", type=float, default=0.5, help="the bot's sampling")
+    parser.add_argument("--corrections", action=argparse.BooleanOptionalAction, default=True,
+                        help="store reviewers' re-routes of misrouted tickets")  # fmt: skip
     parser.add_argument("--set", dest="overrides", action="append", default=[],
                         help="extra key=value for fulmen train (repeatable)")  # fmt: skip
     args = parser.parse_args()
@@ -102,6 +107,7 @@ def main() -> None:
         held_out=args.held_out,
         out=args.out,
         temperature=args.temperature,
+        corrections=args.corrections,
         train_overrides=args.overrides,
     )
     print(json.dumps(figures))

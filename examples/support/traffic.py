@@ -145,7 +145,7 @@ async def serve_traffic(
 
 def main() -> None:
     """Command line: see the module docstring."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--model", default="gemma-3-270m")
     parser.add_argument("--sessions", type=int, default=128)
     parser.add_argument("--concurrency", type=int, default=8)
