@@ -10,7 +10,7 @@ that rows x longest row stays within the budget; ``collate`` pads one group into
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import torch
 from torch import Tensor
@@ -75,6 +75,16 @@ class MicroBatch:
     def num_tokens(self) -> int:
         """Trained tokens in this micro-batch."""
         return int(self.positions.shape[0])
+
+    def to(self, device: torch.device) -> MicroBatch:
+        """Return this micro-batch with every tensor on ``device`` (itself when already there)."""
+        if self.input_ids.device == device:
+            return self
+        moved = {
+            f.name: (v.to(device) if isinstance(v := getattr(self, f.name), Tensor) else v)
+            for f in fields(self)
+        }
+        return MicroBatch(**moved)
 
 
 def plan_micro_batches(*, lengths: Sequence[int], token_budget: int) -> list[list[int]]:

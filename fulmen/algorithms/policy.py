@@ -13,7 +13,7 @@ from __future__ import annotations
 import copy
 import warnings
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
@@ -27,11 +27,13 @@ from fulmen.errors import ConfigError
 __all__ = [
     "PolicySettings",
     "ReferencePolicy",
+    "autocast_context",
     "causal_lm_of",
     "load_adapter_weights",
     "load_causal_lm",
     "load_stage_policy",
     "merge_adapter",
+    "policy_device",
     "prepare_policy",
     "token_logprobs",
 ]
@@ -62,6 +64,46 @@ class PolicySettings(Protocol):
         """Recompute decoder activations in backward to save memory."""
         ...
 
+    @property
+    def device(self) -> str:
+        """Where the policy trains: ``cpu``, ``cuda`` or ``cuda:N``."""
+        ...
+
+    @property
+    def autocast(self) -> Literal["bfloat16"] | None:
+        """Run the forward's matmuls in this dtype (weights stay in ``dtype``); ``None``: off."""
+        ...
+
+
+def policy_device(config: PolicySettings) -> torch.device:
+    """Return the torch device ``config.device`` names, checked to exist on this machine.
+
+    Raises:
+        ConfigError: a CUDA device is asked for where torch sees no such GPU.
+    """
+    device = torch.device(config.device)
+    if device.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        index = device.index or 0
+        if index >= count:
+            raise ConfigError(
+                f"device {config.device!r}: torch sees {count} CUDA device(s) here "
+                f"(torch {torch.__version__}); use device: cpu"
+            )
+    return device
+
+
+def autocast_context(config: PolicySettings) -> AbstractContextManager[Any]:
+    """``torch.autocast`` for the policy's forward when ``config.autocast`` is set.
+
+    The parameters (LoRA's included: they are the master weights the optimizer updates) stay
+    in ``config.dtype``; matmuls run in bfloat16, which CPUs with AMX or AVX512-BF16 and GPUs
+    run faster. Logits are still taken in float32 by ``token_logprobs``.
+    """
+    if config.autocast is None:
+        return nullcontext()
+    return torch.autocast(policy_device(config).type, dtype=_DTYPES[config.autocast])
+
 
 def load_causal_lm(path: str | Path, *, dtype: str = "float32") -> nn.Module:
     """Load a Hugging Face causal LM from a local directory (nothing is downloaded)."""
@@ -73,12 +115,12 @@ def load_causal_lm(path: str | Path, *, dtype: str = "float32") -> nn.Module:
 
 
 def prepare_policy(model: nn.Module, config: PolicySettings) -> nn.Module:
-    """Cast ``model`` and make only the parameters the config trains require grad.
+    """Cast ``model``, move it to the config's device, make only trained parameters need grad.
 
     LoRA wraps the model with a peft adapter (an already wrapped model is kept as is); full
     fine-tuning trains every parameter.
     """
-    model = model.to(_DTYPES[config.dtype])
+    model = model.to(device=policy_device(config), dtype=_DTYPES[config.dtype])
     if config.finetune == "lora":
         from peft import LoraConfig, PeftModel, get_peft_model
 

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, model_validator
 
+from fulmen.algorithms.compute import ComputeSettings
 from fulmen.algorithms.data_parallel import DataParallelConfig
 from fulmen.algorithms.lora import LoraSettings
 from fulmen.algorithms.source import StoreSource
@@ -19,7 +20,7 @@ if TYPE_CHECKING:
 __all__ = ["AsyncSettings", "GRPOAlgorithmConfig", "GRPOConfig", "LoraSettings"]
 
 
-class GRPOConfig(BaseModel):
+class GRPOConfig(ComputeSettings):
     """How the engine turns transitions into one policy update.
 
     Attributes:
@@ -58,6 +59,8 @@ class GRPOConfig(BaseModel):
             ``min(exp(logp_current - logp_behaviour), is_cap)``; fresh tokens keep the plain
             ratio against the behaviour logprobs (weight exactly 1). ``None``: stale tokens
             get the plain ratio too. Needs ``epochs: 1``. ``algorithm.async.is_cap`` sets it.
+        device / autocast: where the update runs and in which precision its matmuls
+            (``ComputeSettings``).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)

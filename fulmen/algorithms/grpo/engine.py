@@ -30,8 +30,10 @@ from fulmen.algorithms.grpo.samples import build_samples
 from fulmen.algorithms.optimizer import apply_gradients, build_optimizer
 from fulmen.algorithms.policy import (
     ReferencePolicy,
+    autocast_context,
     causal_lm_of,
     load_causal_lm,
+    policy_device,
     prepare_policy,
     token_logprobs,
 )
@@ -113,6 +115,7 @@ class GRPOEngine:
             torch.manual_seed(self.config.seed)
             self.model = prepare_policy(model, self.config)
         self.model.eval()
+        self.device = policy_device(self.config)
         self._train_mode = self.config.gradient_checkpointing or (
             self.config.finetune == "lora" and self.config.lora.dropout > 0
         )
@@ -160,6 +163,7 @@ class GRPOEngine:
             grad_norm=grad_norm,
             step_time_s=elapsed,
             tokens_per_s=totals.input_tokens / elapsed,
+            trained_tokens_per_s=totals.tokens / elapsed,
             learning_rate=cfg.learning_rate,
         )
         return metrics
@@ -214,7 +218,7 @@ class GRPOEngine:
         )
         for group in plan:
             batch = collate([samples[i] for i in group], pad_id=self.pad_token_id)
-            self._accumulate(batch, totals)
+            self._accumulate(batch.to(self.device), totals)
 
     def _accumulate(self, batch: MicroBatch, totals: _Totals) -> None:
         cfg = self.config
@@ -230,7 +234,8 @@ class GRPOEngine:
         # activation checkpointing only to modules in train mode.
         self.model.train(self._train_mode)
         try:
-            logprobs, entropy = token_logprobs(self.model, with_entropy=True, **coordinates)
+            with autocast_context(cfg):
+                logprobs, entropy = token_logprobs(self.model, with_entropy=True, **coordinates)
         finally:
             self.model.eval()
         old_logprobs, is_weights = batch.old_logprobs, None
@@ -256,7 +261,7 @@ class GRPOEngine:
         policy = terms.loss if is_weights is None else terms.loss * is_weights
         per_token = policy
         if self._reference is not None:
-            with torch.no_grad(), self._reference.active() as reference:
+            with torch.no_grad(), autocast_context(cfg), self._reference.active() as reference:
                 ref_logprobs, _ = token_logprobs(reference, **coordinates)
             kl = KL_ESTIMATORS[cfg.kl_estimator](logprobs=logprobs, ref_logprobs=ref_logprobs)
             per_token = per_token + cfg.kl_coef * kl

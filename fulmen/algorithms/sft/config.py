@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, model_validator
 
+from fulmen.algorithms.compute import ComputeSettings
 from fulmen.algorithms.data_parallel import DataParallelConfig
 from fulmen.algorithms.lora import LoraSettings
 from fulmen.algorithms.source import StoreFilter, StoreSource
@@ -24,7 +25,7 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class SFTConfig(_Strict):
+class SFTConfig(_Strict, ComputeSettings):
     """How the policy is fine-tuned on the selected completions (negative log-likelihood).
 
     Attributes:
@@ -44,6 +45,8 @@ class SFTConfig(_Strict):
         gradient_checkpointing: recompute decoder activations in backward to save memory.
         seed: seed of the adapter's initialization and of the example order (default: the
             run's seed).
+        device / autocast: where the update runs and in which precision its matmuls
+            (``ComputeSettings``).
     """
 
     finetune: Literal["lora", "full"] = "lora"

@@ -25,7 +25,14 @@ from fulmen.algorithms import checkpoint
 from fulmen.algorithms.batching import MicroBatch, TokenSample, collate, plan_micro_batches
 from fulmen.algorithms.distributed import Collective, split_samples
 from fulmen.algorithms.optimizer import apply_gradients, build_optimizer
-from fulmen.algorithms.policy import causal_lm_of, load_causal_lm, prepare_policy, token_logprobs
+from fulmen.algorithms.policy import (
+    autocast_context,
+    causal_lm_of,
+    load_causal_lm,
+    policy_device,
+    prepare_policy,
+    token_logprobs,
+)
 from fulmen.algorithms.sft.config import SFTConfig
 from fulmen.algorithms.sft.dataset import SFTExample
 
@@ -48,6 +55,7 @@ class SFTEngine:
             torch.manual_seed(self.seed)
             self.model = prepare_policy(model, config)
         self.model.eval()  # dropout off; gradients flow regardless
+        self.device = policy_device(config)
         self.optimizer = build_optimizer(self.model, config)
         self.pad_token_id = getattr(causal_lm_of(self.model).config, "pad_token_id", None) or 0
         self.step = 0
@@ -93,7 +101,7 @@ class SFTEngine:
         for group in plan_micro_batches(
             lengths=[len(s) for s in samples], token_budget=self.config.micro_batch_tokens
         ):
-            batch = collate([samples[i] for i in group], pad_id=self.pad_token_id)
+            batch = collate([samples[i] for i in group], pad_id=self.pad_token_id).to(self.device)
             logprobs = self._logprobs(batch)
             total += float(logprobs.sum())
             count += batch.num_tokens
@@ -120,7 +128,7 @@ class SFTEngine:
         for group in plan_micro_batches(
             lengths=[len(s) for s in samples], token_budget=self.config.micro_batch_tokens
         ):
-            batch = collate([samples[i] for i in group], pad_id=self.pad_token_id)
+            batch = collate([samples[i] for i in group], pad_id=self.pad_token_id).to(self.device)
             self.model.train(self.config.gradient_checkpointing)
             try:
                 loss = -self._logprobs(batch).sum() / tokens
@@ -131,14 +139,15 @@ class SFTEngine:
         return loss_total
 
     def _logprobs(self, batch: MicroBatch) -> torch.Tensor:
-        logprobs, _ = token_logprobs(
-            self.model,
-            input_ids=batch.input_ids,
-            attention_mask=batch.attention_mask,
-            rows=batch.rows,
-            positions=batch.positions,
-            chunk_tokens=self.config.logit_chunk_tokens,
-        )
+        with autocast_context(self.config):
+            logprobs, _ = token_logprobs(
+                self.model,
+                input_ids=batch.input_ids,
+                attention_mask=batch.attention_mask,
+                rows=batch.rows,
+                positions=batch.positions,
+                chunk_tokens=self.config.logit_chunk_tokens,
+            )
         return logprobs
 
     def save_checkpoint(self, directory: str | Path) -> Path:
