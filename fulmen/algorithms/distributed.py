@@ -117,13 +117,13 @@ class Collective:
         parameter) contributes zeros, so every rank ends with the same gradients.
         """
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in parameters]
-        flat = torch.cat([g.reshape(-1) for g in grads]).to(self.device)
+        flat = torch.cat([g.reshape(-1).to(self.device) for g in grads])
         dist.all_reduce(flat, op=dist.ReduceOp.SUM)
-        flat = flat.cpu() if self.device.type != "cpu" else flat
         offset = 0
         for param, grad in zip(parameters, grads, strict=True):
             n = grad.numel()
-            param.grad = flat[offset : offset + n].view_as(param).to(param.dtype).clone()
+            summed = flat[offset : offset + n].view_as(param)
+            param.grad = summed.to(device=param.device, dtype=param.dtype, copy=True)
             offset += n
 
     def sum_values(self, values: Sequence[float]) -> list[float]:

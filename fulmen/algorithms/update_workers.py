@@ -18,6 +18,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import logging
+import os
 import shutil
 import subprocess
 import time
@@ -72,22 +73,30 @@ class EngineSpec:
     weights: str | None = None
     adapter: str | None = None
 
-    def build(self) -> _Engine:
-        """Load the policy and build the engine, as rank 0 did before restoring its state."""
+    def build(self, *, rank: int = 0) -> _Engine:
+        """Load the policy and build the engine, as rank 0 did before restoring its state.
+
+        A policy on a GPU goes to this rank's own (``cuda:LOCAL_RANK``, else ``cuda:rank``,
+        modulo the GPUs torch sees here).
+        """
         from fulmen.algorithms.policy import load_stage_policy
 
         kind = self.kind
+        config = dict(self.config)
+        if str(config.get("device", "cpu")).startswith("cuda"):
+            local = int(os.environ.get("LOCAL_RANK", rank))
+            config["device"] = f"cuda:{local % max(torch.cuda.device_count(), 1)}"
         settings: Any
         if kind == "grpo":
             from fulmen.algorithms.grpo.config import GRPOConfig
             from fulmen.algorithms.grpo.engine import GRPOEngine as engine_class
 
-            settings = GRPOConfig.model_validate(self.config)
+            settings = GRPOConfig.model_validate(config)
         else:
             from fulmen.algorithms.sft.config import SFTConfig
             from fulmen.algorithms.sft.engine import SFTEngine as engine_class
 
-            settings = SFTConfig.model_validate(self.config)
+            settings = SFTConfig.model_validate(config)
         model = load_stage_policy(
             self.model_path,
             dtype=settings.dtype,
@@ -99,10 +108,14 @@ class EngineSpec:
 
 
 def _state(engine: _Engine) -> dict[str, Any]:
-    trainable = {
-        n: p.detach().clone() for n, p in engine.model.named_parameters() if p.requires_grad
+    """Trainable weights, optimizer state and step, on the CPU (ranks may use other GPUs)."""
+    trainable = {n: p.detach().cpu() for n, p in engine.model.named_parameters() if p.requires_grad}
+    optimizer = engine.optimizer.state_dict()
+    optimizer["state"] = {
+        index: {k: v.cpu() if isinstance(v, torch.Tensor) else v for k, v in values.items()}
+        for index, values in optimizer["state"].items()
     }
-    return {"params": trainable, "optimizer": engine.optimizer.state_dict(), "step": engine.step}
+    return {"params": trainable, "optimizer": optimizer, "step": engine.step}
 
 
 def _load_state(engine: _Engine, state: dict[str, Any]) -> None:
@@ -164,7 +177,7 @@ def run_update_worker(
             if op == "release":
                 engine = None
             elif op == "build":
-                built = part["spec"].build()
+                built = part["spec"].build(rank=rank)
                 _load_state(built, part["state"])
                 built.collective = collective
                 engine = built
