@@ -235,4 +235,5 @@ def test_cuda_step_matches_the_cpu_step() -> None:
         assert metrics["updated"] == 1.0
         assert next(engine.model.parameters()).device.type == device
         params.append(_params(engine).cpu())
-    torch.testing.assert_close(params[0], params[1], atol=1e-5, rtol=1e-4)
+    # one AdamW step of lr 1e-2 moves each weight ~1e-2; GPU summation order moves it ~1e-5
+    torch.testing.assert_close(params[0], params[1], atol=1e-4, rtol=1e-3)
