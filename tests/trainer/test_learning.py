@@ -80,6 +80,9 @@ def _check_on_policy(history: list[dict[str, Any]]) -> None:
     for h in trained:
         assert h["logprob_gap"] < 1e-4, h
         assert h["ratio_mean"] == pytest.approx(1.0, abs=1e-4), h
+        # the engine reports the version of the weights that served each call, so retiring
+        # the previous adapter does not make the current policy's calls look stale
+        assert h["stale"] == 0, h
 
 
 def _check_agent_attribution(db: Path) -> None:

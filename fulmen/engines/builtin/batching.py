@@ -202,7 +202,7 @@ class Scheduler:
                     job.sink(JobFailed(not_found(f"The model `{job.adapter}` does not exist.")))
                     continue
                 job.sequences = [Sequence(job, i) for i in range(job.n)]
-                job.sink(JobStarted(self.model.version))
+                job.sink(JobStarted(self.model.served_version(job.adapter)))
                 new.extend(job.sequences)
         return new
 

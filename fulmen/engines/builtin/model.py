@@ -77,6 +77,8 @@ class ServedModel:
         self._peft: Any = None
         self.adapters: dict[str, AdapterInfo] = {}
         self.version = 0
+        #: the version at which the base weights were last replaced (0: as loaded)
+        self.weights_version = 0
         self._lock = threading.Lock()  # guards adapters/version for readers on other threads
         config = self.base.config.get_text_config()
         limit = int(getattr(config, "max_position_embeddings", 4096))
@@ -188,6 +190,20 @@ class ServedModel:
             self.version += 1
             return self.version
 
+    def served_version(self, adapter: str | None) -> int:
+        """Return the policy version of calls served with ``adapter`` (``None``: the base).
+
+        It is the version at which those weights last changed (the adapter's load or the base
+        weights' reload, whichever came later), not the engine's counter, which also moves
+        when an unrelated adapter is loaded or unloaded: a trainer that retires the previous
+        adapter after loading a new one must not see its own policy's calls as stale.
+        """
+        with self._lock:
+            info = self.adapters.get(adapter) if adapter is not None else None
+            if info is None:
+                return self.weights_version
+            return max(info.version, self.weights_version)
+
     def _drop(self, name: str) -> None:
         with self._lock:
             del self.adapters[name]
@@ -226,4 +242,5 @@ class ServedModel:
                 param.copy_(tensor)
         with self._lock:
             self.version += 1
+            self.weights_version = self.version
             return self.version
