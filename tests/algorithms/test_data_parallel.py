@@ -339,7 +339,7 @@ def test_a_killed_trainer_leaves_no_rank_behind() -> None:
         assert _is_running(rank)
         leader.kill()  # no clean-up code runs in the trainer
         leader.wait(10)
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 30  # the rank checks every second; CI may be loaded
         while _is_running(rank) and time.monotonic() < deadline:
             time.sleep(0.2)
         assert not _is_running(rank)
