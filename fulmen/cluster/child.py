@@ -14,13 +14,14 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import logging
-import os
 import signal
 import subprocess
 import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO
+
+from fulmen.process_group import stop_process_group
 
 __all__ = ["ChildProcess"]
 
@@ -118,15 +119,7 @@ class ChildProcess:
         proc = self._proc
         if proc is None:
             return None
-        if proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(grace_s)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+        stop_process_group(proc, grace_s)
         for file in self._files:
             file.close()
         self._files = []

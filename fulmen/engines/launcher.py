@@ -23,6 +23,7 @@ import httpx
 
 from fulmen.engines.base import Capabilities
 from fulmen.errors import EngineError
+from fulmen.process_group import stop_process_group
 
 __all__ = ["BuiltinLauncher", "EngineProcess", "free_port"]
 
@@ -117,15 +118,8 @@ class EngineProcess:
     def stop(self, timeout: float = 20.0) -> None:
         """SIGTERM the process group, then SIGKILL it if still alive after ``timeout``."""
         proc, self._proc = self._proc, None
-        if proc is not None and proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+        if proc is not None:
+            stop_process_group(proc, timeout)
         if self._log is not None:
             self._log.close()
             self._log = None
