@@ -27,12 +27,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 
-__all__ = ["Settings"]
+__all__ = ["Settings", "launcher_variable"]
 
 
 def _get(environ: Mapping[str, str], name: str) -> str | None:
     value = environ.get(name, "").strip()
     return value or None
+
+
+def launcher_variable(name: str) -> str | None:
+    """Return a variable another program's launcher sets for this process, read now.
+
+    ``torchrun`` tells a rank who it is (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``) and a
+    parent hands its children ``PYTHONPATH``; these are not fulmen settings, but they are read
+    here so that this module stays the only reader of the environment.
+    """
+    return _get(os.environ, name)
 
 
 def _default_cache_root() -> Path:

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from fulmen.settings import launcher_variable
 
 if TYPE_CHECKING:
     from fulmen.algorithms.update_workers import UpdateWorkers
@@ -29,12 +30,13 @@ def torchrun_rank() -> tuple[int, int] | None:
     """``(RANK, WORLD_SIZE)`` when this process is one of several started by ``torchrun``.
 
     These are torch's launcher conventions (``torch.distributed``'s ``env://`` reads them
-    too), not fulmen settings, so they are read here rather than in ``fulmen.settings``.
+    too), not fulmen settings (``fulmen.settings.launcher_variable``).
     """
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world < 2 or "RANK" not in os.environ:
+    world = int(launcher_variable("WORLD_SIZE") or "1")
+    rank = launcher_variable("RANK")
+    if world < 2 or rank is None:
         return None
-    return int(os.environ["RANK"]), world
+    return int(rank), world
 
 
 class DataParallelConfig(BaseModel):

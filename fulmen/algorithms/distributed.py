@@ -11,7 +11,6 @@ Torch is imported here, never by ``import fulmen``.
 from __future__ import annotations
 
 import datetime
-import os
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
@@ -20,6 +19,7 @@ import torch.distributed as dist
 
 from fulmen.algorithms.batching import TokenSample
 from fulmen.errors import ConfigError
+from fulmen.settings import launcher_variable
 
 __all__ = ["MESSAGE_TIMEOUT", "Collective", "resolve_backend", "split_samples"]
 
@@ -70,7 +70,7 @@ class Collective:
         self.backend = backend
         self.device = torch.device("cpu")
         if backend == "nccl":  # one GPU per rank; object collectives use the current device
-            local = int(os.environ.get("LOCAL_RANK", rank)) % torch.cuda.device_count()
+            local = int(launcher_variable("LOCAL_RANK") or rank) % torch.cuda.device_count()
             self.device = torch.device("cuda", local)
             torch.cuda.set_device(self.device)
         dist.init_process_group(

@@ -23,6 +23,7 @@ from pathlib import Path
 from fulmen.algorithms.data_parallel import DataParallelConfig
 from fulmen.algorithms.distributed import Collective, resolve_backend
 from fulmen.errors import FulmenError
+from fulmen.settings import launcher_variable
 
 __all__ = ["main", "spawn_local_ranks"]
 
@@ -45,7 +46,8 @@ def spawn_local_ranks(
     init_method = f"file://{scratch / 'rendezvous'}"
     # The children import fulmen from where this process did, whatever their working dir.
     root = str(Path(__file__).resolve().parents[2])
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+    inherited = launcher_variable("PYTHONPATH") or ""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, inherited])}
     spawned = [
         subprocess.Popen(
             [

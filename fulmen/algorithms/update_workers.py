@@ -18,7 +18,6 @@ from __future__ import annotations
 import atexit
 import contextlib
 import logging
-import os
 import shutil
 import subprocess
 import time
@@ -32,6 +31,7 @@ from torch import nn
 from fulmen.algorithms.data_parallel import DataParallelConfig, torchrun_rank
 from fulmen.algorithms.distributed import Collective, resolve_backend
 from fulmen.errors import ConfigError, FulmenError
+from fulmen.settings import launcher_variable
 
 __all__ = [
     "EngineSpec",
@@ -84,7 +84,7 @@ class EngineSpec:
         kind = self.kind
         config = dict(self.config)
         if str(config.get("device", "cpu")).startswith("cuda"):
-            local = int(os.environ.get("LOCAL_RANK", rank))
+            local = int(launcher_variable("LOCAL_RANK") or rank)
             config["device"] = f"cuda:{local % max(torch.cuda.device_count(), 1)}"
         settings: Any
         if kind == "grpo":

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from fulmen.cluster.actors import ServiceSpec
+from fulmen.settings import launcher_variable
 
 __all__ = ["engine_spec", "runner_spec", "store_spec"]
 
@@ -90,7 +91,7 @@ def runner_spec(
         env["FULMEN_GATEWAY_TOKEN"] = gateway_token
     paths = [str(p) for p in python_path]
     if paths:
-        inherited = os.environ.get("PYTHONPATH")
+        inherited = launcher_variable("PYTHONPATH")
         env["PYTHONPATH"] = os.pathsep.join([*paths, *([inherited] if inherited else [])])
     return ServiceSpec(
         kind="runner",

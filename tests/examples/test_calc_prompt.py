@@ -66,6 +66,9 @@ GOLDEN: list[dict[str, str]] = [
 def calc() -> Iterator[ModuleType]:
     """The example's agent module, imported as the example imports it (its directory on path)."""
     sys.path.insert(0, str(CALC))
+    # another example's ``agent``/``tasks`` module may have been imported by an earlier test
+    sys.modules.pop("agent", None)
+    sys.modules.pop("tasks", None)
     try:
         yield importlib.import_module("agent")
     finally:
