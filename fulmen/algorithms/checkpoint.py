@@ -93,13 +93,24 @@ def load_checkpoint(
     return json.loads((source / _STATE_FILE).read_text(encoding="utf-8"))
 
 
-def save_adapter(model: nn.Module, directory: str | Path, *, finetune: str) -> Path:
-    """Write the LoRA adapter in peft's format, ready for ``/v1/load_lora_adapter``."""
+def save_adapter(
+    model: nn.Module, directory: str | Path, *, finetune: str, adapter_name: str = "default"
+) -> Path:
+    """Write LoRA adapter ``adapter_name`` in peft's format, ready for ``/v1/load_lora_adapter``.
+
+    peft writes a named adapter other than ``default`` into a subfolder of that name; its
+    files are moved up, so every adapter directory looks the same to the engine.
+    """
     if finetune != "lora":
         raise ConfigError("save_adapter needs finetune='lora'; use save_model for full weights")
     target = Path(directory)
     target.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(str(target))  # type: ignore[operator]
+    model.save_pretrained(str(target), selected_adapters=[adapter_name])  # type: ignore[operator]
+    nested = target / adapter_name
+    if adapter_name != "default" and nested.is_dir():
+        for item in nested.iterdir():
+            item.replace(target / item.name)
+        nested.rmdir()
     return target
 
 

@@ -47,6 +47,11 @@ class StageProgress(Protocol):
         ...
 
     @property
+    def role_adapters(self) -> Mapping[str, Path]:
+        """With one adapter per role: the adapter the engine serves for each role now."""
+        ...
+
+    @property
     def weights(self) -> Path | None:
         """The full-weight model directory the engine serves as its base now.
 
@@ -223,6 +228,21 @@ class AlgorithmContext(Protocol):
 
         The newest ``keep_loaded`` adapters served stay loaded (older policies that running
         rollouts still use); the rest are retired.
+        """
+        ...
+
+    def route_roles(self, adapters: Mapping[str, Sequence[str]]) -> None:
+        """Route each role's calls to its own adapter from the next ``publish`` on.
+
+        ``adapters`` maps adapter names to agent-name patterns in routing order
+        (``LLMResource.agent_models``); a role not served yet gets the served policy.
+        """
+        ...
+
+    async def serve_role_adapter(self, role: str, adapter_dir: Path, step: int) -> str:
+        """Hot-load ``adapter_dir`` as ``role``'s adapter (retiring its previous one).
+
+        Returns the engine's version of it (for counting that role's stale transitions).
         """
         ...
 

@@ -114,33 +114,40 @@ def load_causal_lm(path: str | Path, *, dtype: str = "float32") -> nn.Module:
     )
 
 
-def prepare_policy(model: nn.Module, config: PolicySettings) -> nn.Module:
+def prepare_policy(
+    model: nn.Module, config: PolicySettings, *, adapter_name: str = "default"
+) -> nn.Module:
     """Cast ``model``, move it to the config's device, make only trained parameters need grad.
 
-    LoRA wraps the model with a peft adapter (an already wrapped model is kept as is); full
-    fine-tuning trains every parameter.
+    LoRA wraps the model with a peft adapter named ``adapter_name``; an already wrapped model
+    is kept, and gets that adapter added when it lacks it (one adapter per role on one base,
+    ``fulmen.algorithms.grpo.roles``). Full fine-tuning trains every parameter.
     """
     model = model.to(device=policy_device(config), dtype=_DTYPES[config.dtype])
     if config.finetune == "lora":
         from peft import LoraConfig, PeftModel, get_peft_model
 
-        if not isinstance(model, PeftModel):
-            lora = config.lora
-            target = lora.target_modules
-            with warnings.catch_warnings():
-                # peft reads a transformers attribute deprecated in transformers 5.
-                warnings.filterwarnings("ignore", category=FutureWarning)
+        lora = config.lora
+        target = lora.target_modules
+        settings = LoraConfig(
+            r=lora.r,
+            lora_alpha=lora.alpha,  # type: ignore[arg-type]  # peft annotates int, uses float
+            lora_dropout=lora.dropout,
+            target_modules=target if isinstance(target, str) else list(target),
+            bias="none",
+            task_type="CAUSAL_LM",
+        )
+        with warnings.catch_warnings():
+            # peft reads a transformers attribute deprecated in transformers 5.
+            warnings.filterwarnings("ignore", category=FutureWarning)
+            if not isinstance(model, PeftModel):
                 model = get_peft_model(
                     model,  # type: ignore[arg-type]
-                    LoraConfig(
-                        r=lora.r,
-                        lora_alpha=lora.alpha,  # type: ignore[arg-type]  # peft annotates int, uses float
-                        lora_dropout=lora.dropout,
-                        target_modules=target if isinstance(target, str) else list(target),
-                        bias="none",
-                        task_type="CAUSAL_LM",
-                    ),
+                    settings,
+                    adapter_name=adapter_name,
                 )
+            elif adapter_name not in model.peft_config:
+                model.add_adapter(adapter_name, settings)
     else:
         for parameter in model.parameters():
             parameter.requires_grad_(True)
@@ -157,8 +164,10 @@ def prepare_policy(model: nn.Module, config: PolicySettings) -> nn.Module:
     return model
 
 
-def load_adapter_weights(model: nn.Module, adapter_dir: str | Path) -> None:
-    """Set a LoRA policy's adapter weights from a saved peft adapter directory.
+def load_adapter_weights(
+    model: nn.Module, adapter_dir: str | Path, *, adapter_name: str = "default"
+) -> None:
+    """Set a LoRA policy's adapter ``adapter_name`` from a saved peft adapter directory.
 
     This is how a stage starts from the adapter an earlier stage published: the policy keeps
     its own optimizer, but its adapter starts where the other one ended. The adapter must have
@@ -178,12 +187,13 @@ def load_adapter_weights(model: nn.Module, adapter_dir: str | Path) -> None:
         raise ConfigError(f"cannot start from adapter {adapter_dir}: no {source.name} there")
     weights = load_file(str(source))
     try:
-        result = set_peft_model_state_dict(model, weights)
+        result = set_peft_model_state_dict(model, weights, adapter_name=adapter_name)
     except RuntimeError as exc:  # torch's size mismatch
         raise ConfigError(
             f"adapter {adapter_dir} does not fit this policy's LoRA shape: {exc}"
         ) from exc
-    missing = [k for k in result.missing_keys if "lora_" in k]
+    # other adapters of a per-role policy are missing by design: only this one's count
+    missing = [k for k in result.missing_keys if "lora_" in k and f".{adapter_name}." in k]
     if missing or result.unexpected_keys:
         raise ConfigError(
             f"adapter {adapter_dir} does not fit this policy's LoRA settings (rank, target "

@@ -55,25 +55,40 @@ class CallContext:
     mode: str
     resources: Resources | None = field(default=None, compare=False)
 
-    def overrides(self, model: Any) -> dict[str, Any]:
-        """Return the sampling fields to force on a request for ``model`` (maybe none)."""
+    def overrides(self, model: Any, agent_name: str | None = None) -> dict[str, Any]:
+        """Return the request fields to force on a call for ``model`` by ``agent_name``.
+
+        The sampling fields of the rollout's mode, plus ``model`` when the LLM resource routes
+        that agent to another model (``LLMResource.agent_models``: its role's adapter).
+        """
         if self.resources is None:
             return {}
-        return sampling_overrides(self.resources, self.mode, model)
+        llm = _llm_for(self.resources, model)
+        if llm is None:
+            return {}
+        sampling: Mapping[str, Mapping[str, Any]] = llm.sampling
+        fields = {**sampling.get("default", {}), **sampling.get(self.mode, {})}
+        routed = llm.model_for(agent_name)
+        if routed != model and routed != llm.model:
+            fields["model"] = routed
+        return fields
 
 
 def sampling_overrides(resources: Resources, mode: str, model: Any) -> dict[str, Any]:
-    """Return the request fields ``resources`` set for ``mode``: ``default``, then the mode.
+    """Return the request fields ``resources`` set for ``mode``: ``default``, then the mode."""
+    llm = _llm_for(resources, model)
+    if llm is None:
+        return {}
+    sampling: Mapping[str, Mapping[str, Any]] = llm.sampling
+    return {**sampling.get("default", {}), **sampling.get(mode, {})}
 
-    The LLM resource used is the only one, or else the one whose ``model`` is the request's.
-    """
+
+def _llm_for(resources: Resources, model: Any) -> LLMResource | None:
+    """Return the call's LLM resource: the only one, or else the one whose ``model`` it asks."""
     llms = [r for r in resources.resources.values() if isinstance(r, LLMResource)]
     if len(llms) > 1:
         llms = [r for r in llms if r.model == model]
-    if len(llms) != 1:
-        return {}
-    sampling: Mapping[str, Mapping[str, Any]] = llms[0].sampling
-    return {**sampling.get("default", {}), **sampling.get(mode, {})}
+    return llms[0] if len(llms) == 1 else None
 
 
 class ContextResolver:

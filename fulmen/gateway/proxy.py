@@ -230,7 +230,7 @@ class _Call:
         self.started_at = time.time()
         self._t0 = time.perf_counter()
         self.upstream: Upstream | None = None
-        self._overrides = ctx.overrides(body.get("model")) if ctx else {}
+        self._overrides = ctx.overrides(body.get("model"), _agent_name(request)) if ctx else {}
         self._prepared: dict[bool, bytes] = {}
         self.asked = Asked()
         # A Responses call for a token-level engine travels as a chat completion.

@@ -160,6 +160,7 @@ class StageContext:
         llm = LLMResource(
             base_url=self.session.stack.engine_url,
             model=self.session.model_name,
+            agent_models=self.session.agent_models(),
             sampling={
                 "train": settings.train_sampling,
                 "val": settings.val_sampling,
@@ -294,6 +295,23 @@ class StageContext:
         await self.session.serve_adapter(adapter_dir, name, keep_loaded=keep_loaded)
         self._record_model(ModelKind.ADAPTER, adapter_dir, step)
         self.session.state.adapter = str(adapter_dir.relative_to(self.session.config.run_dir))
+
+    def route_roles(self, adapters: Mapping[str, Sequence[str]]) -> None:
+        """Route each role's calls to its own adapter from the next ``publish`` on.
+
+        ``adapters`` maps adapter names to agent-name patterns in routing order; until a
+        role's adapter is served its agents get the served policy (the base model).
+        """
+        self.session.role_patterns = {name: tuple(agents) for name, agents in adapters.items()}
+
+    async def serve_role_adapter(self, role: str, adapter_dir: Path, step: int) -> str:
+        """Hot-load ``adapter_dir`` as ``role``'s adapter; return the engine's version of it."""
+        name = f"policy-{role}-{self.global_step(step)}"
+        version = await self.session.serve_role_adapter(role, adapter_dir, name)
+        self._record_model(ModelKind.ADAPTER, adapter_dir, step)
+        relative = str(adapter_dir.relative_to(self.session.config.run_dir))
+        self.session.state.role_adapters[role] = relative
+        return version
 
     async def serve_weights(self, model_dir: Path, step: int) -> None:
         """Reload the engine's base weights from ``model_dir``; later ``publish`` calls name it."""

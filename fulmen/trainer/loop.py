@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from fulmen.adapter.attribution import AttributionCheck
@@ -51,6 +51,10 @@ async def run_grpo(
         from fulmen.trainer.async_loop import AsyncGRPOLoop
 
         return await AsyncGRPOLoop(config, context).run()
+    if config.adapters is not None:
+        from fulmen.trainer.role_loop import RoleGRPOLoop
+
+        return await RoleGRPOLoop(config, context).run()
     return await GRPOLoop(config, context).run()
 
 
@@ -145,12 +149,9 @@ class GRPOLoop:
         self._attribution.check(step + 1, [tr.diagnostics for tr in trajectories])
         rolled = time.perf_counter()
         transitions = [t for tr in trajectories for t in tr.transitions]
-        train_metrics = await asyncio.to_thread(
-            self._trainer.train_step, transitions, policy_version=context.policy_version
-        )
+        train_metrics = await self._train(transitions)
         trained = time.perf_counter()
-        await serve_policy(self._trainer, context, name=f"step-{step + 1:05d}", step=step + 1)
-        self._trainer.policy_version = context.policy_version
+        await self._serve(step + 1, train_metrics)
         synced = time.perf_counter()
         await self._checkpoint(step + 1)
         metrics = self._metrics(finished, trajectories, transitions, train_metrics)
@@ -166,6 +167,18 @@ class GRPOLoop:
         if metrics.get("updated") == 0.0:
             logger.warning("step %d made no update: %s", step + 1, no_update_reason(metrics))
         return metrics
+
+    async def _train(self, transitions: Sequence[Any]) -> dict[str, float]:
+        """Take the step's policy update; return its metrics."""
+        return await asyncio.to_thread(
+            self._trainer.train_step, transitions, policy_version=self.context.policy_version
+        )
+
+    async def _serve(self, completed: int, train_metrics: Mapping[str, float]) -> None:
+        """Make the engine serve the updated policy from step ``completed`` on."""
+        name = f"step-{completed:05d}"
+        await serve_policy(self._trainer, self.context, name=name, step=completed)
+        self._trainer.policy_version = self.context.policy_version
 
     def _metrics(
         self,

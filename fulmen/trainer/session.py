@@ -66,6 +66,10 @@ class RunSession:
     sampler: TaskSampler = field(init=False)
     #: the policy adapters the engine has loaded, oldest first
     loaded_adapters: list[str] = field(default_factory=list[str], init=False)
+    #: one adapter per role: adapter name -> its agent-name patterns, in routing order
+    role_patterns: dict[str, tuple[str, ...]] = field(default_factory=dict, init=False)
+    #: one adapter per role: adapter name -> the model name the engine serves it under
+    role_models: dict[str, str] = field(default_factory=dict[str, str], init=False)
 
     def __post_init__(self) -> None:
         self.sampler = TaskSampler(self.train_tasks, seed=self.config.seed)
@@ -86,6 +90,31 @@ class RunSession:
         loaded[:] = [*(n for n in loaded if n != name), name]
         while len(loaded) > max(keep_loaded, 1):
             await self.stack.engine.unload_adapter(loaded.pop(0))
+
+    async def serve_role_adapter(self, role: str, adapter_dir: Path, name: str) -> str:
+        """Hot-load ``adapter_dir`` as model ``name`` for ``role``, retiring its previous one.
+
+        Returns the engine's version of the loaded adapter (``name`` when it reports none).
+        Other roles' adapters stay as they are.
+        """
+        version = await self.stack.engine.load_adapter(name, str(adapter_dir))
+        previous = self.role_models.get(role)
+        self.role_models[role] = name
+        if previous is not None and previous != name:
+            await self.stack.engine.unload_adapter(previous)
+        return str(version) if version is not None else name
+
+    def agent_models(self) -> dict[str, str]:
+        """Return the ``LLMResource.agent_models`` routes: role patterns to served adapters.
+
+        A role not trained yet is routed to the served policy (``model_name``), so its agents
+        never fall through to a later role's pattern.
+        """
+        return {
+            pattern: self.role_models.get(role, self.model_name)
+            for role, patterns in self.role_patterns.items()
+            for pattern in patterns
+        }
 
     async def serve_weights(self, model_dir: Path, name: str) -> None:
         """Reload the engine's base weights from ``model_dir`` (a full fine-tune's model).
@@ -126,6 +155,10 @@ class RunSession:
             await self.serve_adapter(
                 self.config.run_dir / state.adapter, f"{_ADAPTER_PREFIX}{step}"
             )
+        for role, adapter in state.role_adapters.items():
+            await self.serve_role_adapter(
+                role, self.config.run_dir / adapter, f"{_ADAPTER_PREFIX}{role}-{step}"
+            )
 
 
 class StageProgressView:
@@ -148,6 +181,12 @@ class StageProgressView:
     def adapter(self) -> Path | None:
         """The adapter directory the engine serves."""
         return self._absolute(self._state.adapter)
+
+    @property
+    def role_adapters(self) -> dict[str, Path]:
+        """The adapter directory the engine serves for each role (one adapter per role)."""
+        state = self._state
+        return {role: state.run_dir / path for role, path in state.role_adapters.items()}
 
     @property
     def weights(self) -> Path | None:

@@ -39,6 +39,7 @@ class RunState:
         generation: how many times the run was started (rollout ids carry it).
         checkpoint: the stage's last checkpoint, relative to the run directory.
         adapter: the adapter the engine serves, relative to the run directory.
+        role_adapters: with one adapter per role, each role's served adapter (relative).
         weights: the full-weight model directory the engine serves as its base (a full
             fine-tune's), relative to the run directory; ``None``: the original base.
         resources: the carried resources other than ``llm`` (prompt templates).
@@ -57,6 +58,9 @@ class RunState:
         self.generation: int = int(data.get("generation", 0))
         self.checkpoint: str | None = data.get("checkpoint")
         self.adapter: str | None = data.get("adapter")
+        self.role_adapters: dict[str, str] = {
+            str(k): str(v) for k, v in dict(data.get("role_adapters") or {}).items()
+        }
         self.weights: str | None = data.get("weights")
         self.resources: dict[str, Resource] = _RESOURCES.validate_python(data.get("resources", {}))
 
@@ -71,6 +75,7 @@ class RunState:
             "generation": self.generation,
             "checkpoint": self.checkpoint,
             "adapter": self.adapter,
+            "role_adapters": self.role_adapters,
             "weights": self.weights,
             "resources": _RESOURCES.dump_python(self.resources, mode="json"),
         }

@@ -14,11 +14,12 @@ Q: 1 + 2
 from __future__ import annotations
 
 from datetime import datetime
+from fnmatch import fnmatchcase
 from typing import Annotated, Any, Literal, TypeAlias
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, model_validator
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, StringConstraints, model_validator
 
-from fulmen.types.limits import Id, JsonData
+from fulmen.types.limits import Id, JsonData, Text
 from fulmen.types.prompt import Demonstration, PromptLineage, template_fields
 
 __all__ = ["LLMResource", "PromptTemplate", "Resource", "Resources", "ResourcesCreate"]
@@ -31,11 +32,20 @@ def _kind_is_required(schema: dict[str, Any]) -> None:
         required.insert(0, "kind")
 
 
+# An agent-name pattern or a served model name in ``LLMResource.agent_models``.
+_Name: TypeAlias = Annotated[Text, StringConstraints(min_length=1, max_length=256)]
+
+
 class LLMResource(BaseModel):
     """An OpenAI-compatible endpoint and the sampling parameters to use with it.
 
     ``sampling`` maps a mode (``train``/``val``/``test``) or ``default`` to request fields (e.g.
     ``{"default": {"temperature": 1.0}, "val": {"temperature": 0.0}}``); the gateway applies them.
+    ``agent_models`` routes calls by agent: it maps agent-name patterns (``fnmatch``, tried in
+    order) to the model that serves that agent's calls, e.g. one LoRA adapter per role
+    (``{"write_query": "policy-writer-12"}``). The gateway replaces the ``model`` of a call whose
+    agent name (the ``x-fulmen-agent`` header) matches; other calls keep ``model``, so the agent
+    asks for ``model`` everywhere and needs no per-role code.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True, json_schema_extra=_kind_is_required)
@@ -45,6 +55,15 @@ class LLMResource(BaseModel):
     model: str
     api_key: str | None = None
     sampling: dict[str, dict[str, JsonData]] = Field(default_factory=dict)
+    agent_models: dict[_Name, _Name] = Field(default_factory=dict, max_length=256)
+
+    def model_for(self, agent_name: str | None) -> str:
+        """Return the model that serves ``agent_name``'s calls: its route, else ``model``."""
+        if agent_name is not None:
+            for pattern, model in self.agent_models.items():
+                if fnmatchcase(agent_name, pattern):
+                    return model
+        return self.model
 
 
 class PromptTemplate(BaseModel):

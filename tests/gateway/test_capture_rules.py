@@ -8,7 +8,8 @@ import httpx
 import openai
 
 from fulmen.gateway import GatewayConfig
-from fulmen.types import Mode
+from fulmen.types import LLMResource, Mode, ResourcesCreate
+from fulmen.types.records import AGENT_NAME_HEADER
 from tests.gateway.conftest import Running, SpyStore, add_sampling, gateway_over, new_attempt
 from tests.gateway.scripted_upstream import Reply, Script, encode, render_chat
 
@@ -218,3 +219,46 @@ async def test_agent_hanging_up_mid_stream_still_records_and_frees_the_engine(
         (call,) = await gw.calls(rollout_id)
     assert call.is_stream
     assert 0 < len(call.choices[0].token_ids or []) < 200  # what arrived before the hang-up
+
+
+async def test_agent_models_route_each_agents_calls_to_its_model(gw: Running) -> None:
+    """``LLMResource.agent_models``: the agent's ``x-fulmen-agent`` picks the served model."""
+    resources = await gw.store.add_resources(
+        ResourcesCreate(
+            resources={
+                "llm": LLMResource(
+                    base_url="http://unused/v1",
+                    model="tiny-model",
+                    agent_models={"write_*": "policy-writer-3", "rewrite_query": "policy-rw-2"},
+                )
+            }
+        )
+    )
+    rollout_id, attempt_id = await new_attempt(gw.store, resources_version=resources.version)
+    base_url = gw.base_url(rollout_id, attempt_id)
+    async with httpx.AsyncClient() as client:
+        for agent in ("write_query", "rewrite_query", "check_query", None):
+            headers = {AGENT_NAME_HEADER: agent} if agent else {}
+            r = await client.post(
+                f"{base_url}/chat/completions",
+                json={"model": "tiny-model", "messages": MESSAGES},
+                headers=headers,
+            )
+            assert r.status_code == 200, r.text
+        r = await client.post(  # the Responses API is routed the same way
+            f"{base_url}/responses",
+            json={"model": "tiny-model", "input": "hi"},
+            headers={AGENT_NAME_HEADER: "write_query"},
+        )
+        assert r.status_code == 200, r.text
+    sent = [body["model"] for body in gw.script.requests]
+    assert sent == ["policy-writer-3", "policy-rw-2", "tiny-model", "tiny-model", "policy-writer-3"]
+    calls = await gw.calls(rollout_id)
+    assert [c.agent_name for c in calls] == [
+        "write_query",
+        "rewrite_query",
+        "check_query",
+        None,
+        "write_query",
+    ]
+    assert {c.request["model"] for c in calls} == {"tiny-model"}  # recorded as the agent sent it

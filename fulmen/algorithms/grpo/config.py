@@ -162,6 +162,11 @@ class GRPOAlgorithmConfig(BaseModel):
         async: (``async_`` in Python) train asynchronously with bounded staleness
             (``AsyncSettings``, ``docs/async.md``); ``None``: each step waits for its own
             rollouts, which its policy sampled.
+        adapters: one LoRA adapter per role: adapter name -> the agent names (``fnmatch``
+            patterns, first match wins) whose calls it serves and learns from
+            (``fulmen.algorithms.grpo.roles``, ``docs/roles.md``). Calls of other agents are
+            served by the base model and not trained. ``None``: one adapter serves and learns
+            from every call ``transitions.agents`` selects.
     """
 
     model_config = ConfigDict(
@@ -179,9 +184,12 @@ class GRPOAlgorithmConfig(BaseModel):
     source: StoreSource | None = None
     data_parallel: DataParallelConfig | None = None
     async_: AsyncSettings | None = Field(default=None, alias="async")
+    adapters: dict[str, list[str]] | None = None
 
     @model_validator(mode="after")
     def _no_dead_options(self) -> GRPOAlgorithmConfig:
+        if self.adapters is not None:
+            self._check_adapters()
         if self.source is not None:
             dead = {"tasks_per_step", "group_size"} & self.model_fields_set
             if dead:
@@ -224,8 +232,36 @@ class GRPOAlgorithmConfig(BaseModel):
             raise ValueError("algorithm.grpo.kl_estimator has no effect with kl_coef 0")
         return config
 
+    def _check_adapters(self) -> None:
+        from fulmen.algorithms.grpo.roles import check_adapters
+
+        assert self.adapters is not None
+        check_adapters(self.adapters)
+        if "agents" in self.transitions:
+            raise ValueError(
+                "algorithm.adapters names the trained agents: leave out algorithm.transitions."
+                "agents"
+            )
+        unsupported = {
+            "source": self.source,
+            "data_parallel": self.data_parallel,
+            "async": self.async_,
+        }
+        for option, value in unsupported.items():
+            if value is not None:
+                raise ValueError(f"algorithm.adapters does not work with algorithm.{option} yet")
+        if self.engine_config(seed=0).finetune != "lora":
+            raise ValueError("algorithm.adapters needs grpo.finetune 'lora'")
+
     def transition_options(self) -> TransitionOptions:
-        """Build the adapter's ``TransitionOptions`` from ``transitions``."""
+        """Build the adapter's ``TransitionOptions`` from ``transitions``.
+
+        With ``adapters`` the trained agents are those some adapter names.
+        """
         from fulmen.algorithms.transitions import transition_options
 
-        return transition_options(self.transitions)
+        options = transition_options(self.transitions)
+        if self.adapters is not None:
+            patterns = tuple(p for agents in self.adapters.values() for p in agents)
+            options = options.model_copy(update={"agents": patterns})
+        return options

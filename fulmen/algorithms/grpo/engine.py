@@ -100,6 +100,10 @@ class GRPOEngine:
         model: a transformers causal LM (a peft model is accepted for ``finetune="lora"``).
         config: the engine's settings.
         pad_token_id: id used to pad micro-batches (never attended to nor trained).
+        adapter_name: the LoRA adapter this engine trains. Several engines can share one peft
+            model, each with its own adapter and optimizer (one adapter per role,
+            ``fulmen.algorithms.grpo.roles``): each makes its adapter the active one before it
+            computes, saves or loads anything, so the others get no gradient.
     """
 
     def __init__(
@@ -108,12 +112,15 @@ class GRPOEngine:
         *,
         config: GRPOConfig | None = None,
         pad_token_id: int | None = None,
+        adapter_name: str = "default",
     ) -> None:
         self.config = config or GRPOConfig()
+        self.adapter_name = adapter_name
         # The seed fixes the adapter's initialization without touching the caller's RNG.
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(self.config.seed)
-            self.model = prepare_policy(model, self.config)
+            self.model = prepare_policy(model, self.config, adapter_name=adapter_name)
+        self.activate()
         self.model.eval()
         self.device = policy_device(self.config)
         self._train_mode = self.config.gradient_checkpointing or (
@@ -131,6 +138,12 @@ class GRPOEngine:
         self.policy_version: str | None = None
         #: The data-parallel group this engine updates with (``None``: this process alone).
         self.collective: Collective | None = None
+
+    def activate(self) -> None:
+        """Make this engine's adapter the one peft runs and trains (a no-op when alone)."""
+        peft_config = getattr(self.model, "peft_config", None)
+        if self.config.finetune == "lora" and peft_config is not None and len(peft_config) > 1:
+            self.model.set_adapter(self.adapter_name)  # type: ignore[operator]
 
     @classmethod
     def from_pretrained(cls, path: str | Path, *, config: GRPOConfig | None = None) -> GRPOEngine:
@@ -174,6 +187,7 @@ class GRPOEngine:
         With a ``collective`` the samples are this rank's share and the gradients (and the
         totals) are summed over the ranks, so every rank takes the batch's step.
         """
+        self.activate()
         totals = _Totals()
         grad_norm = 0.0
         for _ in range(self.config.epochs):
@@ -199,6 +213,7 @@ class GRPOEngine:
         samples, metrics = self._samples(transitions, policy_version)
         totals = _Totals()
         if samples:
+            self.activate()
             self._backward(samples, totals)
         metrics.update(totals.metrics(1))
         return metrics
@@ -290,10 +305,12 @@ class GRPOEngine:
             "policy_version": self.policy_version,
             "config": self.config.model_dump(mode="json"),
         }
+        self.activate()  # the checkpoint holds the parameters that need grad: this adapter's
         return checkpoint.save_checkpoint(self.model, self.optimizer, directory, state=state)
 
     def load_checkpoint(self, directory: str | Path) -> None:
         """Restore what ``save_checkpoint`` wrote; the trainable parameter names must match."""
+        self.activate()
         state = checkpoint.load_checkpoint(self.model, self.optimizer, directory)
         self.step = int(state["step"])
         self.policy_version = state["policy_version"]
@@ -305,7 +322,9 @@ class GRPOEngine:
 
     def save_adapter(self, directory: str | Path) -> Path:
         """Write the LoRA adapter in peft's format, ready for ``/v1/load_lora_adapter``."""
-        return checkpoint.save_adapter(self.model, directory, finetune=self.config.finetune)
+        return checkpoint.save_adapter(
+            self.model, directory, finetune=self.config.finetune, adapter_name=self.adapter_name
+        )
 
     def save_model(self, directory: str | Path) -> Path:
         """Write the full policy (LoRA merged into a copy of the weights) as a HF directory."""

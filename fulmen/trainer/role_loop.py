@@ -1,0 +1,98 @@
+"""The GRPO loop with one LoRA adapter per role (``algorithm.adapters``).
+
+The step is the synchronous loop's (``fulmen.trainer.loop``): publish, roll out, build the
+transitions of the agents some adapter names, update, serve, checkpoint. What differs: the
+update is one ``GRPOEngine`` step per adapter on its role's transitions
+(``fulmen.algorithms.grpo.roles.RolePolicies``), each updated adapter is saved to
+``RUN_DIR/adapters/ROLE/step-N`` and hot-loaded under its own name, and every publish routes
+each role's calls to its adapter (``LLMResource.agent_models``); agents no adapter names run on
+the base model. Metrics are per adapter (``ROLE/loss``, ``ROLE/transitions``, ...); ``updated``
+is 1 when any adapter took a step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from fulmen.trainer.loop import GRPOLoop
+
+__all__ = ["RoleGRPOLoop"]
+
+logger = logging.getLogger("fulmen.train")
+
+_SUMMED = (
+    "transitions",
+    "groups",
+    "stale",
+    "dropped_truncated",
+    "dropped_overlong",
+    "dropped_untrained",
+    "skipped_zero_advantage",
+    "trained_tokens",
+)
+
+
+class RoleGRPOLoop(GRPOLoop):
+    """``GRPOLoop`` training one adapter per role (see the module docstring)."""
+
+    async def run(self) -> list[dict[str, float]]:
+        """Train to the configured number of steps; returns the metrics of each step run."""
+        adapters = self.config.adapters or {}
+        self.context.route_roles(adapters)
+        await asyncio.to_thread(self._build_trainer)
+        return await self._run_steps()
+
+    def _build_trainer(self) -> None:
+        from fulmen.algorithms.grpo.roles import RolePolicies
+        from fulmen.algorithms.policy import load_adapter_weights, load_stage_policy
+
+        progress = self.context.progress
+        config = self.config.engine_config(seed=self.context.seed)
+        model = load_stage_policy(
+            self.context.model_path,
+            dtype=config.dtype,
+            finetune=config.finetune,
+            weights=progress.weights,
+            adapter=None,
+        )
+        policies = RolePolicies(model, config=config, adapters=self.config.adapters or {})
+        if progress.checkpoint is not None:
+            logger.info("resuming after step %d from %s", progress.step, progress.checkpoint)
+            policies.load_checkpoint(progress.checkpoint)
+        else:
+            served = progress.role_adapters
+            for name, engine in policies.engines.items():
+                start = served.get(name, progress.adapter)
+                if start is not None:  # this role's adapter, or the one earlier stages shared
+                    logger.info("adapter %s starts from %s", name, start)
+                    load_adapter_weights(engine.model, start, adapter_name=name)
+        self._trainer = policies
+
+    async def _train(self, transitions: Sequence[Any]) -> dict[str, float]:
+        per_role: dict[str, dict[str, float]] = await asyncio.to_thread(
+            self._trainer.train_step, transitions
+        )
+        metrics: dict[str, float] = {
+            "updated": max((m.get("updated", 0.0) for m in per_role.values()), default=0.0)
+        }
+        for role, values in per_role.items():
+            metrics.update({f"{role}/{key}": value for key, value in values.items()})
+        # the batch's counts (no_update_reason reads them) are the sums over the roles
+        for key in _SUMMED:
+            parts = [values[key] for values in per_role.values() if key in values]
+            if parts:
+                metrics[key] = float(sum(parts))
+        return metrics
+
+    async def _serve(self, completed: int, train_metrics: Mapping[str, float]) -> None:
+        for role, engine in self._trainer.engines.items():
+            if not train_metrics.get(f"{role}/updated"):
+                continue  # its served adapter is still its newest
+            adapter_dir = self.context.run_dir / "adapters" / role / f"step-{completed:05d}"
+            await asyncio.to_thread(engine.save_adapter, adapter_dir)
+            engine.policy_version = await self.context.serve_role_adapter(
+                role, adapter_dir, completed
+            )
