@@ -22,20 +22,16 @@ per staleness ``0..max_staleness``), ``async/dropped_transitions`` (and ``_rollo
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from fulmen.algorithms.context import AlgorithmContext
 from fulmen.algorithms.grpo.config import AsyncSettings, GRPOAlgorithmConfig
 from fulmen.algorithms.serving import serve_policy
-from fulmen.trainer.diagnose import no_update_reason
 from fulmen.trainer.group_pool import FinishedGroup, GroupPool, Harvest, group_rollouts
 from fulmen.trainer.loop import GRPOLoop
 from fulmen.types import Transition
-
-logger = logging.getLogger("fulmen.train")
 
 __all__ = ["AsyncGRPOLoop", "labelled_transitions", "policy_label", "staleness_metrics"]
 
@@ -89,7 +85,7 @@ class AsyncGRPOLoop(GRPOLoop):
             await self._pool.aclose()
 
     async def _step(self, step: int) -> dict[str, float]:
-        context, settings = self.context, self.settings
+        context = self.context
         started = time.perf_counter()
         version = await context.publish(metadata={"step": step})
         self._top_up(step, version)
@@ -100,37 +96,39 @@ class AsyncGRPOLoop(GRPOLoop):
         transitions = labelled_transitions(harvest.groups, trajectories)
         dropped = await context.trajectories(group_rollouts(harvest.dropped), self.options)
         rolled = time.perf_counter()
-        train_metrics = await asyncio.to_thread(
-            self._trainer.train_step, transitions, policy_version=policy_label(self._policy)
-        )
+        train_metrics = await self._train(transitions)
         trained = time.perf_counter()
-        await serve_policy(
-            self._trainer,
-            context,
-            name=f"step-{step + 1:05d}",
-            step=step + 1,
-            keep_loaded=settings.max_staleness + 2,
-        )
-        self._policy += 1
-        self._trainer.policy_version = context.policy_version
+        await self._serve(step + 1, train_metrics)
         synced = time.perf_counter()
         await self._checkpoint(step + 1)
         metrics = self._metrics(finished, trajectories, transitions, train_metrics)
         metrics.update(self._async_metrics(harvest, dropped, transitions))
-        metrics.update(
-            {
-                "time/rollout_s": rolled - started,
-                "time/wait_data_s": harvest.waited_s,
-                "time/wait_weights_s": self._pool.idle_seconds(),
-                "time/train_s": trained - rolled,
-                "time/sync_s": synced - trained,
-                "time/step_s": time.perf_counter() - started,
-            }
+        times = {
+            "time/rollout_s": rolled - started,
+            "time/wait_data_s": harvest.waited_s,
+            "time/wait_weights_s": self._pool.idle_seconds(),
+            "time/train_s": trained - rolled,
+            "time/sync_s": synced - trained,
+        }
+        return self._log_step(step, metrics, times, started)
+
+    async def _train(self, transitions: Sequence[Any]) -> dict[str, float]:
+        # stale transitions are counted against the update count, not the engine's version
+        return await asyncio.to_thread(
+            self._trainer.train_step, transitions, policy_version=policy_label(self._policy)
         )
-        context.log(step + 1, metrics)
-        if metrics.get("updated") == 0.0:
-            logger.warning("step %d made no update: %s", step + 1, no_update_reason(metrics))
-        return metrics
+
+    async def _serve(self, completed: int, train_metrics: Mapping[str, float]) -> None:
+        # older adapters stay loaded for the rollouts of the policies still being harvested
+        await serve_policy(
+            self._trainer,
+            self.context,
+            name=f"step-{completed:05d}",
+            step=completed,
+            keep_loaded=self.settings.max_staleness + 2,
+        )
+        self._policy += 1
+        self._trainer.policy_version = self.context.policy_version
 
     async def _harvest(self, version: int) -> Harvest:
         """Take the step's groups; when drops left too few, sample more with this policy."""

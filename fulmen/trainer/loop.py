@@ -155,15 +155,20 @@ class GRPOLoop:
         synced = time.perf_counter()
         await self._checkpoint(step + 1)
         metrics = self._metrics(finished, trajectories, transitions, train_metrics)
-        metrics.update(
-            {
-                "time/rollout_s": rolled - started,
-                "time/train_s": trained - rolled,
-                "time/sync_s": synced - trained,
-                "time/step_s": time.perf_counter() - started,
-            }
-        )
-        context.log(step + 1, metrics)
+        times = {
+            "time/rollout_s": rolled - started,
+            "time/train_s": trained - rolled,
+            "time/sync_s": synced - trained,
+        }
+        return self._log_step(step, metrics, times, started)
+
+    def _log_step(
+        self, step: int, metrics: dict[str, float], times: Mapping[str, float], started: float
+    ) -> dict[str, float]:
+        """Add the step's times to ``metrics``, log them, say why a step made no update."""
+        metrics.update(times)
+        metrics["time/step_s"] = time.perf_counter() - started
+        self.context.log(step + 1, metrics)
         if metrics.get("updated") == 0.0:
             logger.warning("step %d made no update: %s", step + 1, no_update_reason(metrics))
         return metrics
