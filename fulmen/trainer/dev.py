@@ -1,11 +1,16 @@
 """``dev``: run a few rollouts and show what training would see, without training.
 
 For each rollout: its status and reward, every LLM call (agent, prompt tail, completion, token
-counts, whether it is usable for token-level RL) and the transitions the adapter builds.
+counts, whether it is usable for token-level RL), the tool results the agent sent with the call
+and the tool calls the model made in it, and the transitions the adapter builds. Tool calls and
+results are read from the recorded request and response, in the Chat Completions shape
+(``tool_calls`` / ``role: tool`` messages) or the Responses shape (``function_call`` /
+``function_call_output`` items).
 """
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Sequence
 from typing import Any, TextIO
@@ -21,7 +26,7 @@ from fulmen.types import (
     RolloutStatus,
 )
 
-__all__ = ["run_dev"]
+__all__ = ["run_dev", "tool_calls_of", "tool_results_of"]
 
 
 def _tail(text: Any, width: int = 70) -> str:
@@ -35,6 +40,60 @@ def _prompt_of(request: dict[str, Any]) -> str:
         last = messages[-1]
         return str(last.get("content", "")) if isinstance(last, dict) else str(last)
     return str(request.get("prompt", ""))
+
+
+def tool_calls_of(response: Any) -> list[tuple[str, str]]:
+    """Return the tool calls a recorded response made, as ``(name, arguments JSON)`` pairs."""
+    if not isinstance(response, dict):
+        return []
+    found: list[tuple[str, str]] = []
+    for choice in response.get("choices") or []:
+        message = choice.get("message") if isinstance(choice, dict) else None
+        for call in (message or {}).get("tool_calls") or []:
+            function = call.get("function") or {}
+            found.append((str(function.get("name")), _arguments(function.get("arguments"))))
+    for item in response.get("output") or []:  # the Responses API
+        if isinstance(item, dict) and item.get("type") == "function_call":
+            found.append((str(item.get("name")), _arguments(item.get("arguments"))))
+    return found
+
+
+def tool_results_of(request: dict[str, Any]) -> list[tuple[str, str]]:
+    """Return the tool results a request sent back, as ``(tool name, content)`` pairs.
+
+    They are the tool messages (or ``function_call_output`` items) after the request's last
+    other message: what the agent answered to the model's previous tool calls. The name comes
+    from the tool call with the same id earlier in the request (``?`` when it is not there).
+    """
+    items: Any = request.get("messages")
+    if not isinstance(items, list):
+        items = request.get("input")  # the Responses API
+    if not isinstance(items, list):
+        return []
+    names: dict[str, str] = {}
+    trailing: list[dict[str, Any]] = []
+    for item in items:
+        if not isinstance(item, dict):
+            continue
+        if item.get("role") == "tool" or item.get("type") == "function_call_output":
+            trailing.append(item)
+            continue
+        trailing = []
+        for call in item.get("tool_calls") or []:
+            names[str(call.get("id"))] = str((call.get("function") or {}).get("name"))
+        if item.get("type") == "function_call":
+            names[str(item.get("call_id"))] = str(item.get("name"))
+    return [
+        (
+            names.get(str(item.get("tool_call_id", item.get("call_id"))), "?"),
+            str(item.get("content", item.get("output", ""))),
+        )
+        for item in trailing
+    ]
+
+
+def _arguments(arguments: Any) -> str:
+    return arguments if isinstance(arguments, str) else json.dumps(arguments)
 
 
 async def run_dev(
@@ -89,6 +148,7 @@ async def run_dev(
         )
         if error:
             out.write(f"   error: {_tail(error, 300)}\n")
+        tool_calls = 0
         # Numbered within the rollout; the store's sequence numbers also count spans.
         for number, call in enumerate(records.calls, start=1):
             choice = call.choices[0] if call.choices else None
@@ -98,9 +158,16 @@ async def run_dev(
             out.write(
                 f"   call #{number} model={call.model} prompt={n_prompt} tok "
                 f"completion={n_completion} tok token_level={call.is_token_level}\n"
+            )
+            for name, content in tool_results_of(call.request):
+                out.write(f"      tool result: {name} -> {_tail(content, 200)}\n")
+            out.write(
                 f"      prompt:     {_tail(_prompt_of(call.request))}\n"
                 f"      completion: {_tail(text)}\n"
             )
+            for name, arguments in tool_calls_of(call.response):
+                tool_calls += 1
+                out.write(f"      tool call:   {name}({_tail(arguments, 200)})\n")
         for t in trajectory.transitions:
             out.write(
                 f"   transition call={t.call_index} agent={t.agent_name} "
@@ -113,6 +180,7 @@ async def run_dev(
                 "status": rollout.status.value,
                 "reward": records.final_reward,
                 "calls": len(records.calls),
+                "tool_calls": tool_calls,
                 "transitions": len(trajectory.transitions),
                 "error": error,
             }
