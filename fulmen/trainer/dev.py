@@ -161,11 +161,11 @@ async def run_dev(
             )
             for name, content in tool_results_of(call.request):
                 out.write(f"      tool result: {name} -> {_tail(content, 200)}\n")
-            out.write(
-                f"      prompt:     {_tail(_prompt_of(call.request))}\n"
-                f"      completion: {_tail(text)}\n"
-            )
-            for name, arguments in tool_calls_of(call.response):
+            out.write(f"      prompt:     {_tail(_prompt_of(call.request))}\n")
+            made = tool_calls_of(call.response)
+            if text is not None or not made:  # a turn that is only tool calls has no text
+                out.write(f"      completion: {_tail(text)}\n")
+            for name, arguments in made:
                 tool_calls += 1
                 out.write(f"      tool call:   {name}({_tail(arguments, 200)})\n")
         for t in trajectory.transitions:
