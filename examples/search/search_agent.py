@@ -3,10 +3,11 @@
 The agent is plain Agents SDK code: an ``Agent`` named ``researcher`` with one
 ``@function_tool`` (full-text search over the generated encyclopedia, ``search_index``), run by
 ``Runner.run`` with a cap on its turns. A Gemma 3 270M *base* model cannot call tools from a
-description alone, so the conversation opens with three worked examples as earlier turns: a
-question, two ``search`` calls with the tool's real results, and ``Answer: ...``. The chat
-template renders them exactly as it renders the model's own turns, so the model continues the
-pattern.
+description alone, so the conversation opens with four worked examples as earlier turns: a
+question, ``Search 1`` and ``Search 2`` with the tool's real results, and ``Answer: ...``. The
+chat template renders them exactly as it renders the model's own turns, so the model continues
+the pattern. The examples are chosen per question (dynamic few-shot): the solved questions
+worded most like it, from a pool about the world's ``demo`` half.
 
 ``API`` picks the SDK's model class: ``"responses"`` (the SDK's default,
 ``OpenAIResponsesModel``, calling ``/v1/responses``) or ``"chat"``
@@ -41,7 +42,7 @@ from search_world import QUESTION_KINDS, make_questions
 
 import fulmen
 
-__all__ = ["API", "INSTRUCTIONS", "MAX_TURNS", "WORKED_EXAMPLES", "researcher", "search_agent"]
+__all__ = ["API", "INSTRUCTIONS", "MAX_TURNS", "worked_examples", "researcher", "search_agent"]
 
 set_tracing_disabled(True)  # the SDK would export its traces to OpenAI's hosted service
 
@@ -50,7 +51,8 @@ API: Literal["responses", "chat"] = "responses"
 #: Two searches and the answer, plus one spare turn.
 MAX_TURNS = 4
 TOP_K = 2
-EXAMPLES_PER_KIND = 2
+EXAMPLES_PER_KIND = 3
+EXAMPLES_SHOWN = 4
 #: Where a turn ends: a tool call's closing tag, or the answer's full stop. The base model does
 #: not end its turns by itself (it never learned Gemma's end-of-turn token).
 STOP = ["</tool_call>", "."]
@@ -104,6 +106,10 @@ def _worked_example(index: int, task: dict[str, Any], subject: str) -> list[TRes
     return items
 
 
+def _words(text: str) -> frozenset[str]:
+    return frozenset(text.lower().rstrip("?").split())
+
+
 def _subject(task: dict[str, Any]) -> str:
     """The entity a question names (the first hop's query)."""
     question: str = task["question"]
@@ -119,7 +125,7 @@ def _example_tasks(per_kind: int = EXAMPLES_PER_KIND) -> list[dict[str, Any]]:
     used: set[str] = set()
     for _ in range(per_kind):
         for kind in QUESTION_KINDS:
-            for task in make_questions("demo", 18):
+            for task in make_questions("demo", 30):
                 names = {_subject(task), task["hops"][0], task["answer"]}
                 if task["kind"] == kind and not names & used:
                     chosen.append(task)
@@ -128,12 +134,22 @@ def _example_tasks(per_kind: int = EXAMPLES_PER_KIND) -> list[dict[str, Any]]:
     return chosen
 
 
-#: Three solved questions (one of each kind) about the world's ``demo`` half.
-WORKED_EXAMPLES: list[TResponseInputItem] = [
-    item
+#: Solved questions about the world's ``demo`` half: (question words, conversation items).
+EXAMPLE_POOL: list[tuple[frozenset[str], list[TResponseInputItem]]] = [
+    (_words(task["question"]), _worked_example(i, task, _subject(task)))
     for i, task in enumerate(_example_tasks())
-    for item in _worked_example(i, task, _subject(task))
 ]
+
+
+def worked_examples(question: str, n: int = EXAMPLES_SHOWN) -> list[TResponseInputItem]:
+    """The ``n`` solved questions worded most like ``question``, the most alike last.
+
+    Dynamic few-shot: a question about a company's founder is shown solved questions about
+    founders, so the model sees which passage to read at each hop.
+    """
+    words = _words(question)
+    ranked = sorted(range(len(EXAMPLE_POOL)), key=lambda i: (len(words & EXAMPLE_POOL[i][0]), -i))
+    return [item for i in ranked[-n:] for item in EXAMPLE_POOL[i][1]]
 
 
 def researcher(model: str) -> Agent[Any]:
@@ -157,7 +173,7 @@ async def search_agent(task: dict[str, Any], llm: fulmen.LLM) -> float:
         try:
             result = await Runner.run(
                 researcher(llm.model),
-                [*WORKED_EXAMPLES, question],
+                [*worked_examples(task["question"]), question],
                 max_turns=MAX_TURNS,
                 run_config=RunConfig(model_provider=provider),
             )

@@ -106,7 +106,7 @@ async def test_two_searches_and_the_answer_are_trained_calls(
     assert f"{subject} was founded by {task['hops'][0]}" in last[-3]["content"]
     assert f"{task['hops'][0]} was born in {task['answer']}" in last[-1]["content"]
     # The worked examples precede the question, each with its two searches' results.
-    assert sum(m["role"] == "tool" for m in last) == 2 * len(example._example_tasks()) + 2
+    assert sum(m["role"] == "tool" for m in last) == 2 * example.EXAMPLES_SHOWN + 2
 
     trained = records.trajectory(options=TransitionOptions(agents=("researcher",)))
     assert [t.agent_name for t in trained.transitions] == ["researcher"] * 3
@@ -134,3 +134,20 @@ async def test_running_out_of_turns_is_reward_zero(gw: Running, example: ModuleT
     assert len(records.calls) == example.MAX_TURNS
     assert agent_names(records) == ["researcher"] * example.MAX_TURNS
     assert_reward(records, 0.0)
+
+
+def test_worked_examples_are_solved_questions_worded_like_the_question(
+    example: ModuleType,
+) -> None:
+    world = sys.modules["search_world"]
+    task = _task(example, "founder_city", "responses")
+    items = example.worked_examples(task["question"])
+    questions = [i["content"] for i in items if i.get("role") == "user"]
+    assert len(questions) == example.EXAMPLES_SHOWN
+    assert questions[-1].startswith("In which city was the founder of")
+    # About the demo half only: no training or held-out entity appears in the examples.
+    demo = {o.name for o in world.make_world(0).orgs if o.half == "demo"}
+    demo |= {p.name for p in world.make_world(0).people if p.half == "demo"}
+    assert all(example._subject({"question": q}) in demo for q in questions)
+    text = repr(items)
+    assert example._subject(task) not in text and task["hops"][0] not in text
