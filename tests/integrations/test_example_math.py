@@ -53,6 +53,11 @@ def task_of(example: ModuleType) -> dict[str, Any]:
     return task
 
 
+def requests(records: Any) -> list[Any]:
+    """The JSON each call sent, as the agent sent it (read like any parsed JSON)."""
+    return [call.request for call in records.calls]
+
+
 def calculator_call(expression: str) -> Reply:
     return Reply(tool_calls=[("calculator", {"expression": expression})])
 
@@ -68,7 +73,7 @@ async def test_tool_call_then_answer(gw: Running, example: ModuleType) -> None:
     assert_reward(records, 1.0)
     assert [c.agent_name for c in records.calls] == ["math_solver", "math_solver"]
     assert agent_names(records) == ["math_solver", "math_solver"]
-    first, second = (c.request for c in records.calls)
+    first, second = requests(records)
     # The first call offers the calculator and shows the worked examples as real chat turns.
     assert [t["function"]["name"] for t in first["tools"]] == ["calculator"]
     examples = [m for m in first["messages"] if m["role"] == "tool"]
@@ -96,7 +101,7 @@ async def test_wrong_expression_scores_zero(gw: Running, example: ModuleType) ->
     result = example.calculator(wrong)
     gw.script.replies.extend([calculator_call(wrong), Reply(content=f"ANSWER: {result}")])
     records = await run_one(gw, example.math_agent, [], task)
-    assert records.calls[1].request["messages"][-1]["content"] == result
+    assert requests(records)[1]["messages"][-1]["content"] == result
     assert_reward(records, 0.0)
 
 
@@ -108,7 +113,7 @@ async def test_a_bad_expression_is_reported_back_to_the_model(
         [calculator_call("3 packs of 4 - 9"), Reply(content=f"ANSWER: {task['answer']}")]
     )
     records = await run_one(gw, example.math_agent, [], task)
-    sent = records.calls[1].request["messages"][-1]
+    sent = requests(records)[1]["messages"][-1]
     assert sent["role"] == "tool" and "not an arithmetic expression" in sent["content"]
     assert_reward(records, 1.0)  # the answer is what is scored, however it was reached
 
