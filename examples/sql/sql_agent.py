@@ -6,11 +6,13 @@ The graph is plain LangGraph with LangChain's ``ChatOpenAI``::
                                  ^               | WRONG (at most two rewrites)
                                  +- rewrite_query <+
 
-``execute_query`` runs the SQL read-only with a time limit and a row cap (``sql_exec``); after
-the second rewrite the graph ends without asking the checker again. The prompts carry the
-database's ``CREATE TABLE`` lines and one or two worked examples on a small ``pets`` schema, in
-a format a *base* model can continue: the model answers with one line of SQL, or with
-``CORRECT`` / ``WRONG``.
+``execute_query`` runs the SQL read-only with a time limit and a row cap (``sql_exec``). A
+query that failed or returned no rows goes to the rewriter without a checker call (there is
+nothing to judge), and after the second rewrite the graph ends without asking the checker.
+
+The prompts carry the database's ``CREATE TABLE`` lines and a few worked examples on a small
+``pets`` schema, in a format a *base* model can continue: the model answers with one line of
+SQL, or with ``CORRECT`` / ``WRONG``.
 
 The only fulmen lines are the ``@fulmen.rollout`` wrapper, the model's address from ``llm``,
 and the returned reward (execution match of the final query with the gold query). Each call is
@@ -49,13 +51,17 @@ PETS_SCHEMA = (
 WRITE = "Write one SQLite query that answers the question.\n\n{schema}\n\nQuestion: {question}"
 WRITE_EXAMPLES = (
     (
+        "List the names of the pets of the owner named Ann Lee.",
+        "SELECT pets.name FROM pets JOIN owners ON pets.owner_id = owners.id "
+        "WHERE owners.name = 'Ann Lee';",
+    ),
+    (
         "How many pets have an age greater than 5?",
         "SELECT COUNT(*) FROM pets WHERE age > 5;",
     ),
     (
-        "List the names of the pets of the owner named Ann Lee.",
-        "SELECT pets.name FROM pets JOIN owners ON pets.owner_id = owners.id "
-        "WHERE owners.name = 'Ann Lee';",
+        "List the names of all pets whose species is dog.",
+        "SELECT name FROM pets WHERE species = 'dog';",
     ),
 )
 CHECK = (
