@@ -3,8 +3,9 @@
 A query runs on a read-only connection (``file:...?mode=ro``: a ``DROP TABLE`` or ``INSERT`` is
 refused by SQLite itself), under a time limit enforced by a progress handler (a runaway cross
 join is interrupted, not waited for) and a row cap (the agent never holds more than
-``max_rows`` rows). The reward compares result rows as multisets, or as lists when the question
-asks for an order; numbers compare after rounding, so ``3`` and ``3.0`` are the same answer.
+``max_rows`` rows, none with a value over 1 MB). The reward compares result rows as multisets,
+or as lists when the question asks for an order; numbers compare after rounding, so ``3`` and
+``3.0`` are the same answer.
 """
 
 from __future__ import annotations
@@ -44,6 +45,8 @@ def run_query(path: Path, sql: str, *, timeout_s: float = 1.0, max_rows: int = 2
     if not sql.strip():
         return QueryResult(error="empty query")
     connection = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=timeout_s)
+    # No string or blob over 1 MB: ``zeroblob(1e9)`` is an error, not a gigabyte in memory.
+    connection.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, 1_000_000)
     deadline = time.monotonic() + timeout_s
     # Called every 1000 VM instructions; a non-zero return aborts the statement.
     connection.set_progress_handler(lambda: int(time.monotonic() > deadline), 1000)

@@ -144,6 +144,8 @@ def test_rows_are_capped(sql: dict[str, ModuleType], db: Path) -> None:
     assert len(many.rows) == 100 and many.is_truncated
     gold = "SELECT a.id FROM students a, students b"
     assert exec_.execution_match(db, gold, gold, is_ordered=False) == 0.0  # truncated: no match
+    huge = exec_.run_query(db, "SELECT zeroblob(100000000)")
+    assert huge.error is not None and "too big" in huge.error
 
 
 def test_schema_text_is_the_create_table_lines(sql: dict[str, ModuleType], db: Path) -> None:
