@@ -125,12 +125,12 @@ def _unique(rng: random.Random, make: Any, taken: set[str], n: int) -> list[str]
     return names
 
 
-_SIZES = {"train": (110, 650), "test": (110, 650), "demo": (10, 30)}  # (orgs, people) per half
+_SIZES = {"train": (110, 650), "test": (110, 650), "demo": (12, 40)}  # (orgs, people) per half
 
 
 @functools.cache
 def make_world(seed: int = 0) -> World:
-    """Generate the world for ``seed``: 60 cities, 230 organisations, 1,330 people (cached)."""
+    """Generate the world for ``seed``: 60 cities, 232 organisations, 1,340 people (cached)."""
     rng = random.Random(f"search-world:{seed}")
     taken: set[str] = set()
     city_names = _unique(rng, lambda r: _word(r, 2, 2) + r.choice(_CITY_ENDINGS), taken, 60)
