@@ -114,6 +114,11 @@ async def test_two_searches_and_the_answer_are_trained_calls(
     assert all(t.reward == 1.0 for t in trained.transitions)
     other = records.trajectory(options=TransitionOptions(agents=("checker",)))
     assert other.transitions == []
+    # config.yaml merges: each prompt extends the previous prompt + completion token-exactly.
+    merged = records.trajectory(options=TransitionOptions(agents=("researcher",), merge=True))
+    (transition,) = merged.transitions
+    assert transition.call_ids == [c.call_id for c in records.calls]
+    assert merged.diagnostics.merges == 2
 
 
 async def test_a_partial_answer_gets_its_token_f1(gw: Running, example: ModuleType) -> None:
