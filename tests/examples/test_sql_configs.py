@@ -26,5 +26,6 @@ def test_roles_config_is_the_shared_config_with_one_adapter_per_role() -> None:
     roles = load_config(SQL / "roles.yaml").algorithm
     shared = load_config(SQL / "config.yaml").algorithm
     assert roles.adapters == {"writer": ["write_query"], "rewriter": ["rewrite_query"]}
+    assert shared.adapters == {"shared": ["write_query", "rewrite_query"]}
     assert roles.transition_options().agents == shared.transition_options().agents
     assert _comparable("roles.yaml") == _comparable("config.yaml")
