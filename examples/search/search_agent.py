@@ -42,7 +42,17 @@ from search_world import QUESTION_KINDS, make_questions
 
 import fulmen
 
-__all__ = ["API", "INSTRUCTIONS", "MAX_TURNS", "worked_examples", "researcher", "search_agent"]
+__all__ = [
+    "API",
+    "EXAMPLES_SHOWN",
+    "INSTRUCTIONS",
+    "MAX_TURNS",
+    "STOP",
+    "researcher",
+    "search",
+    "search_agent",
+    "worked_examples",
+]
 
 set_tracing_disabled(True)  # the SDK would export its traces to OpenAI's hosted service
 
