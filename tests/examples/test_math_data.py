@@ -2,25 +2,18 @@
 
 from __future__ import annotations
 
-import importlib
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-MATH = Path(__file__).resolve().parents[2] / "examples" / "math"
+from tests.examples.loading import example_modules
 
 
 @pytest.fixture(scope="module")
 def data() -> Iterator[ModuleType]:
-    sys.path.insert(0, str(MATH))
-    try:
-        yield importlib.import_module("math_data")
-    finally:
-        sys.path.remove(str(MATH))
-        sys.modules.pop("math_data", None)
+    with example_modules("math", "math_data") as (module,):
+        yield module
 
 
 def test_problems_are_deterministic_and_well_formed(data: ModuleType) -> None:

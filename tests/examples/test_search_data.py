@@ -8,29 +8,21 @@ its bridge, and the reward is SQuAD-style token F1.
 
 from __future__ import annotations
 
-import importlib
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-SEARCH = Path(__file__).resolve().parents[2] / "examples" / "search"
+from tests.examples.loading import example_modules
+
 _MODULES = ("search_world", "search_index", "search_reward")
 
 
 @pytest.fixture(scope="module")
 def example() -> Iterator[dict[str, ModuleType]]:
     """The example's framework-free modules, imported from its directory and dropped afterwards."""
-    sys.path.insert(0, str(SEARCH))
-    try:
-        world, index, reward = (importlib.import_module(name) for name in _MODULES)
+    with example_modules("search", *_MODULES) as (world, index, reward):
         yield {"world": world, "index": index, "reward": reward}
-    finally:
-        sys.path.remove(str(SEARCH))
-        for name in _MODULES:
-            sys.modules.pop(name, None)
 
 
 def _subject(question: str) -> str:

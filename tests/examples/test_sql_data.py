@@ -8,29 +8,23 @@ execution match that ignores order only where the question does, scores errors a
 
 from __future__ import annotations
 
-import importlib
 import sqlite3
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-SQL = Path(__file__).resolve().parents[2] / "examples" / "sql"
+from tests.examples.loading import example_modules
+
 MODULES = ("sql_schemas", "sql_exec", "sql_data")
 
 
 @pytest.fixture(scope="module")
 def sql() -> Iterator[dict[str, ModuleType]]:
     """The example's data modules, imported as the example imports them (its directory on path)."""
-    sys.path.insert(0, str(SQL))
-    try:
-        yield {name: importlib.import_module(name) for name in MODULES}
-    finally:
-        sys.path.remove(str(SQL))
-        for name in MODULES:
-            sys.modules.pop(name, None)
+    with example_modules("sql", *MODULES) as modules:
+        yield dict(zip(MODULES, modules, strict=True))
 
 
 def table_rows(path: Path) -> dict[str, list[tuple[object, ...]]]:

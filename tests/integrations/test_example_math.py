@@ -9,11 +9,8 @@ the exact-answer reward, and transitions only for the selected agent.
 
 from __future__ import annotations
 
-import importlib
 import json
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -23,6 +20,7 @@ pytest.importorskip("autogen_agentchat")
 pytest.importorskip("autogen_ext.models.openai")
 
 from fulmen.adapter.transitions import TransitionOptions
+from tests.examples.loading import example_modules
 from tests.gateway.conftest import Running
 from tests.gateway.scripted_upstream import Reply, encode
 from tests.integrations.through_runner import (
@@ -32,20 +30,12 @@ from tests.integrations.through_runner import (
     run_one,
 )
 
-MATH = Path(__file__).resolve().parents[2] / "examples" / "math"
-MODULES = ("math_agent", "math_data")
-
 
 @pytest.fixture(scope="module")
 def example() -> Iterator[ModuleType]:
     """The example's agent module, imported as ``fulmen train`` does (its folder on the path)."""
-    sys.path.insert(0, str(MATH))
-    try:
-        yield importlib.import_module("math_agent")
-    finally:
-        sys.path.remove(str(MATH))
-        for name in MODULES:  # another example may have modules of its own with these names
-            sys.modules.pop(name, None)
+    with example_modules("math", "math_agent") as (module,):
+        yield module
 
 
 def task_of(example: ModuleType) -> dict[str, Any]:

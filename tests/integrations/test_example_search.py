@@ -10,11 +10,9 @@ and running out of turns is reward 0.
 
 from __future__ import annotations
 
-import importlib
 import itertools
 import sys
 from collections.abc import Iterator
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -23,6 +21,7 @@ import pytest
 pytest.importorskip("agents")
 
 from fulmen.adapter.transitions import TransitionOptions
+from tests.examples.loading import example_modules
 from tests.gateway import scripted_upstream
 from tests.gateway.conftest import Running
 from tests.gateway.scripted_upstream import Reply
@@ -33,21 +32,14 @@ from tests.integrations.through_runner import (
     run_one,
 )
 
-SEARCH = Path(__file__).resolve().parents[2] / "examples" / "search"
-_MODULES = ("search_agent", "search_world", "search_index", "search_reward")
 _ENDPOINTS = {"responses": "responses", "chat": "chat/completions"}
 
 
 @pytest.fixture(scope="module")
 def example() -> Iterator[ModuleType]:
     """The example's agent module, imported from its directory; its modules dropped afterwards."""
-    sys.path.insert(0, str(SEARCH))
-    try:
-        yield importlib.import_module("search_agent")
-    finally:
-        sys.path.remove(str(SEARCH))
-        for name in _MODULES:
-            sys.modules.pop(name, None)
+    with example_modules("search", "search_agent") as (module,):
+        yield module
 
 
 @pytest.fixture(autouse=True)

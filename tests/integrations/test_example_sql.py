@@ -9,10 +9,7 @@ checker's calls out of the transitions.
 
 from __future__ import annotations
 
-import importlib
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -22,6 +19,7 @@ pytest.importorskip("langgraph")
 pytest.importorskip("langchain_openai")
 
 from fulmen.adapter.transitions import AttemptRecords, TransitionOptions
+from tests.examples.loading import example_modules
 from tests.gateway.conftest import Running
 from tests.gateway.scripted_upstream import Reply, encode
 from tests.integrations.through_runner import (
@@ -31,8 +29,6 @@ from tests.integrations.through_runner import (
     run_one,
 )
 
-SQL = Path(__file__).resolve().parents[2] / "examples" / "sql"
-MODULES = ("sql_agent", "sql_data", "sql_exec", "sql_schemas")
 TRAINED = TransitionOptions(agents=("write_query", "rewrite_query"))
 TASK: dict[str, Any] = {
     "id": "shops_0:count_filter:1",
@@ -49,13 +45,8 @@ BROKEN = "SELECT COUNT(*) FROM product WHERE category = 'kitchen'"  # no such ta
 @pytest.fixture(scope="module")
 def sql_agent() -> Iterator[ModuleType]:
     """The example's agent module, imported as ``fulmen train`` imports it (directory on path)."""
-    sys.path.insert(0, str(SQL))
-    try:
-        yield importlib.import_module("sql_agent")
-    finally:
-        sys.path.remove(str(SQL))
-        for name in MODULES:
-            sys.modules.pop(name, None)
+    with example_modules("sql", "sql_agent") as (module,):
+        yield module
 
 
 async def run_sql(gw: Running, agent: ModuleType, replies: list[str]) -> AttemptRecords:
