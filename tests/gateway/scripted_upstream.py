@@ -117,9 +117,11 @@ def _generated_text(reply: Reply) -> str:
 
 
 def _tool_calls(reply: Reply) -> list[dict[str, Any]]:
+    # Unique ids, as a real engine gives: the OpenAI Agents SDK refuses an id an earlier turn used.
+    tag = uuid.uuid4().hex[:8]
     return [
         {
-            "id": f"call_{i}_{name}",
+            "id": f"call_{i}_{name}_{tag}",
             "type": "function",
             "function": {"name": name, "arguments": json.dumps(args, sort_keys=True)},
         }

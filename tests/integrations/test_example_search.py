@@ -10,7 +10,6 @@ and running out of turns is reward 0.
 
 from __future__ import annotations
 
-import itertools
 import sys
 from collections.abc import Iterator
 from types import ModuleType
@@ -22,7 +21,6 @@ pytest.importorskip("agents")
 
 from fulmen.adapter.transitions import TransitionOptions
 from tests.examples.loading import example_modules
-from tests.gateway import scripted_upstream
 from tests.gateway.conftest import Running
 from tests.gateway.scripted_upstream import Reply
 from tests.integrations.through_runner import (
@@ -40,22 +38,6 @@ def example() -> Iterator[ModuleType]:
     """The example's agent module, imported from its directory; its modules dropped afterwards."""
     with example_modules("search", "search_agent") as (module,):
         yield module
-
-
-@pytest.fixture(autouse=True)
-def unique_call_ids(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Give each scripted tool call its own id, as a real engine does.
-
-    The scripted upstream numbers calls within one reply (``call_0_search`` in every reply), and
-    the SDK refuses a tool call id that an earlier turn of the run already used.
-    """
-    counter = itertools.count()
-    original = scripted_upstream._tool_calls  # pyright: ignore[reportPrivateUsage]
-
-    def numbered(reply: Reply) -> list[dict[str, Any]]:
-        return [{**call, "id": f"{call['id']}_{next(counter)}"} for call in original(reply)]
-
-    monkeypatch.setattr(scripted_upstream, "_tool_calls", numbered)
 
 
 def _task(example: ModuleType, kind: str, api: str) -> dict[str, Any]:
