@@ -18,12 +18,13 @@ import contextlib
 import logging
 import time
 from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from fulmen.adapter.attribution import AttributionCheck
 from fulmen.algorithms.context import AlgorithmContext
 from fulmen.algorithms.data_parallel import data_parallel
-from fulmen.algorithms.grpo.config import GRPOAlgorithmConfig
+from fulmen.algorithms.grpo.config import GRPOAlgorithmConfig, GRPOConfig
 from fulmen.algorithms.rewards import reward_metrics
 from fulmen.algorithms.serving import keep_newest, serve_policy
 from fulmen.trainer.diagnose import no_update_reason
@@ -109,19 +110,28 @@ class GRPOLoop:
 
     # -- setup ------------------------------------------------------------------------------
 
-    def _build_trainer(self) -> None:
-        from fulmen.algorithms.grpo.engine import GRPOEngine
-        from fulmen.algorithms.policy import load_adapter_weights, load_stage_policy
+    def _stage_model(self, config: GRPOConfig, *, adapter: Path | None) -> Any:
+        """Load the causal LM the stage trains: the base, or the full weights served before.
 
-        progress = self.context.progress
-        config = self.config.engine_config(seed=self.context.seed)
-        model = load_stage_policy(
+        ``adapter`` is merged in for a full fine-tune that follows a LoRA stage.
+        """
+        from fulmen.algorithms.policy import load_stage_policy
+
+        return load_stage_policy(
             self.context.model_path,
             dtype=config.dtype,
             finetune=config.finetune,
-            weights=progress.weights,
-            adapter=progress.adapter,
+            weights=self.context.progress.weights,
+            adapter=adapter,
         )
+
+    def _build_trainer(self) -> None:
+        from fulmen.algorithms.grpo.engine import GRPOEngine
+        from fulmen.algorithms.policy import load_adapter_weights
+
+        progress = self.context.progress
+        config = self.config.engine_config(seed=self.context.seed)
+        model = self._stage_model(config, adapter=progress.adapter)
         self._trainer = GRPOEngine(model, config=config)
         if progress.checkpoint is not None:
             logger.info("resuming after step %d from %s", progress.step, progress.checkpoint)

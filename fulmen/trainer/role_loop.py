@@ -47,17 +47,11 @@ class RoleGRPOLoop(GRPOLoop):
 
     def _build_trainer(self) -> None:
         from fulmen.algorithms.grpo.roles import RolePolicies
-        from fulmen.algorithms.policy import load_adapter_weights, load_stage_policy
+        from fulmen.algorithms.policy import load_adapter_weights
 
         progress = self.context.progress
         config = self.config.engine_config(seed=self.context.seed)
-        model = load_stage_policy(
-            self.context.model_path,
-            dtype=config.dtype,
-            finetune=config.finetune,
-            weights=progress.weights,
-            adapter=None,
-        )
+        model = self._stage_model(config, adapter=None)  # adapters are loaded per role below
         policies = RolePolicies(model, config=config, adapters=self.config.adapters or {})
         if progress.checkpoint is not None:
             logger.info("resuming after step %d from %s", progress.step, progress.checkpoint)

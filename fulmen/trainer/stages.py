@@ -75,8 +75,11 @@ async def run_stages(session: RunSession) -> list[dict[str, float]]:
             logger.info("stage %d/%d: %s", index + 1, len(plan), config.name)
         steps = await run_function(config.name)(config, context)
         history.extend(steps)
-        if steps or is_fresh:
+        # also when a run killed during this validation restarts with no step left to run
+        if steps or is_fresh or state.validated_step != state.step:
             await context.validate(state.step)
+            state.validated_step = state.step
+            state.save()
         if index < len(plan) - 1:
             state.finish_stage()
     return history

@@ -38,6 +38,8 @@ class RunState:
         step_offset: steps of the stages before ``stage`` (metrics number steps after them).
         generation: how many times the run was started (rollout ids carry it).
         checkpoint: the stage's last checkpoint, relative to the run directory.
+        validated_step: the step of the stage at which its closing validation finished
+            (``None``: not yet); a run killed during that validation runs it on restart.
         adapter: the adapter the engine serves, relative to the run directory.
         role_adapters: with one adapter per role, each role's served adapter (relative).
         weights: the full-weight model directory the engine serves as its base (a full
@@ -57,6 +59,8 @@ class RunState:
         self.step_offset: int = int(data.get("step_offset", 0))
         self.generation: int = int(data.get("generation", 0))
         self.checkpoint: str | None = data.get("checkpoint")
+        validated = data.get("validated_step")
+        self.validated_step: int | None = None if validated is None else int(validated)
         self.adapter: str | None = data.get("adapter")
         self.role_adapters: dict[str, str] = {
             str(k): str(v) for k, v in dict(data.get("role_adapters") or {}).items()
@@ -74,6 +78,7 @@ class RunState:
             "step_offset": self.step_offset,
             "generation": self.generation,
             "checkpoint": self.checkpoint,
+            "validated_step": self.validated_step,
             "adapter": self.adapter,
             "role_adapters": self.role_adapters,
             "weights": self.weights,
@@ -92,4 +97,5 @@ class RunState:
         self.step_offset += self.step
         self.step = 0
         self.checkpoint = None
+        self.validated_step = None
         self.save()

@@ -91,3 +91,30 @@ def test_killed_training_resumes_from_last_checkpoint(tmp_path: Path) -> None:
     assert sorted(set(steps)) == [1, 2, 3, 4, 5]
     assert steps[-(5 - crashed_at) :] == list(range(crashed_at + 1, 6))
     assert f"done: {5 - crashed_at} steps in this run" in output
+
+
+@pytest.mark.slow
+def test_a_run_killed_during_its_closing_validation_validates_on_restart(tmp_path: Path) -> None:
+    """The state after the last checkpoint does not yet say the closing validation finished."""
+    run_dir = tmp_path / "run"
+    command = [
+        sys.executable, "-m", "fulmen", "train", str(TOY), "--no-dashboard",
+        "--set", f"run_dir={run_dir}", "--set", "algorithm.steps=1",
+        "--set", "algorithm.group_size=2", "--set", "algorithm.tasks_per_step=2",
+        "--set", "validation.max_tasks=4",
+    ]  # fmt: skip
+
+    def validated_steps() -> list[int]:
+        records = read_metrics(run_dir / "metrics.jsonl")
+        return [int(r["step"]) for r in records if "val/reward_mean" in r]
+
+    for _ in range(2):
+        subprocess.run(command, check=True, capture_output=True, timeout=300)
+    assert validated_steps() == [0, 1]  # a finished run started again validates nothing more
+    state_file = run_dir / "state.json"
+    state = json.loads(state_file.read_text())
+    assert state["validated_step"] == 1
+    state_file.write_text(json.dumps({**state, "validated_step": None}))  # as when killed then
+    subprocess.run(command, check=True, capture_output=True, timeout=300)
+    assert validated_steps() == [0, 1, 1]
+    assert json.loads(state_file.read_text())["validated_step"] == 1
