@@ -221,7 +221,8 @@ def _local_ranks_alive() -> list[int]:
     """Pids of this process's children that are local update ranks."""
     children: list[int] = []
     for task in Path(f"/proc/{os.getpid()}/task").iterdir():
-        children += [int(pid) for pid in (task / "children").read_text().split()]
+        with contextlib.suppress(OSError):  # a thread that ended since the listing
+            children += [int(pid) for pid in (task / "children").read_text().split()]
     ranks = []
     for pid in children:
         with contextlib.suppress(OSError):
