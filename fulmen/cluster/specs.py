@@ -41,16 +41,20 @@ def engine_spec(
     model: str,
     port: int,
     max_batch: int,
+    builtin_flags: Sequence[str],
     max_lora_rank: int,
     threads: int,
     log_dir: Path,
     ready_timeout_s: float,
     board: str,
 ) -> ServiceSpec:
-    """Run the engine server (``python -m fulmen.cli.serve``), ``builtin`` or ``vllm``."""
+    """Run the engine server (``python -m fulmen.cli.serve``), ``builtin`` or ``vllm``.
+
+    ``builtin_flags`` (``EngineConfig.builtin_serve_flags``) go to a built-in engine only.
+    """
     args = ["--model", model, "--max-lora-rank", str(max_lora_rank)]
     if kind == "builtin":
-        args += ["--max-batch", str(max_batch), "--threads", str(threads)]
+        args += ["--max-batch", str(max_batch), "--threads", str(threads), *builtin_flags]
     else:
         args += ["--engine", "vllm"]
     return ServiceSpec(

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan, SpanLimits, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SpanExporter
 from opentelemetry.trace import Tracer
 
@@ -78,7 +78,13 @@ def create_provider(
         resource_attributes: OTel resource attributes, e.g. ``{"service.name": "my-agent"}``.
     """
     attributes = {"service.name": "fulmen-runner", **(resource_attributes or {})}
-    provider = TracerProvider(resource=Resource.create(attributes))
+    # Instrumentations write a call's messages as one attribute per field (OpenInference:
+    # llm.input_messages.N.message.content, ...), so a long agent conversation passes OTel's
+    # default of 128 attributes per span, beyond which the SDK drops the *oldest* ones: the
+    # rollout and attempt ids stamped at start, and the span then belongs to no rollout. The
+    # attributes are the call's own messages, already in memory, so no count limit applies.
+    limits = SpanLimits(max_span_attributes=SpanLimits.UNSET)
+    provider = TracerProvider(resource=Resource.create(attributes), span_limits=limits)
     # OTEL_SDK_DISABLED=true (set by users, or by frameworks such as CrewAI's setup) turns the
     # SDK into no-ops. It is meant for telemetry export; for fulmen, spans carry the rewards, so
     # the runner's own provider must stay on whatever that variable says.

@@ -129,6 +129,7 @@ class TrainingStack:
                 max_batch=config.max_batch,
                 max_lora_rank=config.max_lora_rank,
                 log_path=log_path,
+                extra_args=config.builtin_serve_flags(),
             )
         else:
             from fulmen.engines.vllm import VLLMLauncher

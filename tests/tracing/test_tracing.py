@@ -231,3 +231,25 @@ async def test_rewards_are_recorded_when_otel_sdk_is_disabled(
     await exporter.aclose()
     provider.shutdown()
     assert rewards == {"reward": 0.5}
+
+
+async def test_a_span_with_hundreds_of_attributes_keeps_its_rollout(tracing: Tracing) -> None:
+    # OpenInference writes every field of every message as its own attribute; OTel's default
+    # limit (128) dropped the oldest ones, the rollout ids, and with them the whole span.
+    (claim,) = await claim_many(tracing.store, 1)
+    tracer: Any = tracing.tracer
+    with (
+        rollout_scope(tracer, claim.rollout.rollout_id, claim.attempt.attempt_id),
+        as_agent("researcher"),
+        tracer.start_as_current_span("Response") as span,
+    ):
+        for i in range(150):
+            span.set_attribute(f"llm.input_messages.{i}.message.role", "user")
+            span.set_attribute(f"llm.input_messages.{i}.message.content", f"turn {i}")
+        span.set_attribute("output.value", '{"id": "resp-1"}')
+    await tracing.exporter.flush()
+    spans = await spans_of(tracing.store, claim.rollout.rollout_id)
+    (stored,) = [s for s in spans if s.name == "Response"]
+    assert len(stored.attributes) >= 302
+    assert stored.attributes["llm.input_messages.0.message.content"] == "turn 0"
+    assert agent_names_by_response_id(spans) == {"resp-1": "researcher"}

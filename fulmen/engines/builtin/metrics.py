@@ -72,10 +72,12 @@ def render_metrics(
     running: int,
     policy_version: int,
     prefix_cache: PrefixCache | None,
+    bfloat16: bool = False,
 ) -> str:
     """Render the counters and gauges in the Prometheus text exposition format."""
     p = "fulmen_engine_"
     out = [
+        _line(p + "bfloat16", "gauge", "1 when weights and KV cache are bfloat16.", int(bfloat16)),
         _line(p + "queue_length", "gauge", "Requests waiting for admission.", waiting),
         _line(p + "running_sequences", "gauge", "Sequences in the running batch.", running),
         _line(p + "policy_version", "gauge", "Current policy (weights) version.", policy_version),

@@ -67,6 +67,7 @@ class ServedModel:
         self.path = path
         self.served_name = served_name
         self.max_lora_rank = max_lora_rank
+        self.dtype_name = dtype
         self.dtype = getattr(torch, dtype)
         self.tokenizer: Any = AutoTokenizer.from_pretrained(str(path))
         if attn_implementation == "eager":

@@ -295,6 +295,7 @@ async def metrics(request: Request) -> Response:
         running=e.scheduler.running,
         policy_version=e.model.version,
         prefix_cache=e.scheduler.prefix_cache,
+        bfloat16=e.model.dtype_name == "bfloat16",
     )
     return PlainTextResponse(text, media_type="text/plain; version=0.0.4; charset=utf-8")
 
