@@ -102,7 +102,7 @@ def main() -> int:
     if args.steps < 2:
         parser.error("--steps must be at least 2 (the first step is a warm-up)")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-    for noisy in ("httpx", "httpcore"):
+    for noisy in ("httpx", "httpx2", "httpcore"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
     result: dict[str, Any] = {"uptime_before": _uptime(), "steps_per_setting": args.steps}
