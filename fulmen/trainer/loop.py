@@ -93,9 +93,11 @@ class GRPOLoop:
         budget = self.config.max_minutes
         deadline = time.monotonic() + budget * 60 if budget else float("inf")
         every = self.context.validation_every
-        with progress_bar(total, self.context.progress.step) as progress:
-            while self.context.progress.step < total:
-                step = self.context.progress.step
+        # The saved progress moves only at checkpoints (a restart resumes from the newest one),
+        # so with checkpoint_every > 1 the steps are counted here.
+        first = self.context.progress.step
+        with progress_bar(total, first) as progress:
+            for step in range(first, total):
                 metrics = await self._step(step)
                 self.history.append(metrics)
                 progress.update(1)

@@ -109,3 +109,22 @@ def _check_agent_attribution(db: Path) -> None:
                 assert [t.agent_name for t in both.transitions] == ["planner", "actor"]
 
     asyncio.run(check())
+
+
+@pytest.mark.slow
+def test_steps_between_checkpoints_advance(tmp_path: Path) -> None:
+    # the saved progress moves only at checkpoints; step 2 once re-ran step 1's rollout ids
+    config = _config(
+        tmp_path,
+        "algorithm.steps=3",
+        "algorithm.checkpoint_every=2",
+        "algorithm.tasks_per_step=2",
+        "algorithm.group_size=2",
+        "validation=null",
+        "data.val=null",
+    )
+    history = Trainer(config).fit()
+    assert len(history) == 3
+    checkpoints = sorted(p.name for p in (config.run_dir / "checkpoints").iterdir())
+    assert checkpoints[-1] == "step-00003"
+    assert json.loads((config.run_dir / "state.json").read_text())["step"] == 3
