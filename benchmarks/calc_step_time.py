@@ -1,8 +1,9 @@
 """Seconds per GRPO step of the calc example (Gemma 3 270M) under several speed settings.
 
 Each setting trains ``examples/calc/config.yaml`` for ``--steps`` steps in a fresh run
-directory, one setting after the other in this one process (same seed, so the same problems
-in the same order; no validation). Settings:
+directory, one setting after the other, each in its own child process (a Gemma trainer does not
+hand all its memory back; two in one process were OOM-killed on a 23 GB machine); same seed, so
+the same problems in the same order; no validation. Settings:
 
 - ``no_cache``: the engine without its prefix cache, float32 everywhere (the defaults before
   the prefix cache; the baseline of the ratios),
@@ -94,6 +95,7 @@ def main() -> int:
     parser.add_argument(
         "--settings", default="no_cache,default,fast", help=f"comma-separated, of {list(SETTINGS)}"
     )
+    parser.add_argument("--run-dir", type=Path, help=argparse.SUPPRESS)  # a child: one setting
     args = parser.parse_args()
     names = [n.strip() for n in args.settings.split(",") if n.strip()]
     unknown = [n for n in names if n not in SETTINGS]
@@ -101,15 +103,23 @@ def main() -> int:
         parser.error(f"unknown settings {unknown}; choose from {list(SETTINGS)}")
     if args.steps < 2:
         parser.error("--steps must be at least 2 (the first step is a warm-up)")
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-    for noisy in ("httpx", "httpx2", "httpcore"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    if args.run_dir is not None:
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+        for noisy in ("httpx", "httpx2", "httpcore"):
+            logging.getLogger(noisy).setLevel(logging.WARNING)
+        print(json.dumps(run_setting(names[0], args.steps, args.run_dir)))
+        return 0
 
     result: dict[str, Any] = {"uptime_before": _uptime(), "steps_per_setting": args.steps}
     runs = []
     with tempfile.TemporaryDirectory(prefix="fulmen-calc-step-") as tmp:
         for name in names:
-            runs.append(run_setting(name, args.steps, Path(tmp) / name))
+            child = subprocess.run(
+                [sys.executable, __file__, "--steps", str(args.steps), "--settings", name,
+                 "--run-dir", str(Path(tmp) / name)],
+                stdout=subprocess.PIPE, text=True, check=True,
+            )  # fmt: skip
+            runs.append(json.loads(child.stdout.strip().splitlines()[-1]))
             print(json.dumps(runs[-1]), file=sys.stderr, flush=True)
     result["runs"] = runs
     baseline = next((r for r in runs if r["setting"] == "no_cache"), runs[0])
