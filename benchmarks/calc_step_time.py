@@ -9,13 +9,17 @@ the same problems in the same order; no validation. Settings:
   the prefix cache; the baseline of the ratios),
 - ``default``: today's defaults (prefix cache on, float32 engine and update),
 - ``fast``: prefix cache, ``engine.dtype: bfloat16`` and ``algorithm.grpo.autocast:
-  bfloat16`` (bfloat16 matmuls, float32 master weights).
+  bfloat16`` (bfloat16 matmuls, float32 master weights),
+- ``fast_async``: ``fast`` with ``algorithm.async: {max_staleness: 1}`` (the next step's
+  rollouts run while the update does; ``docs/async.md``).
 
 The first step of each setting warms up (adapter creation, first prefill of the shared prompt)
 and is reported but left out of the means. Per setting: mean seconds per step and of its
 phases (rollouts, update, weight sync), trained tokens/s of the update, the importance-ratio
 health of the update (``logprob_gap``: mean |engine logprob - trainer logprob| of the trained
-tokens; ``ratio_mean``), and the step-time ratio to ``no_cache``. Prints ONE JSON line;
+tokens; ``ratio_mean``), and the step-time ratio to ``no_cache``. In ``fast_async`` the
+rollout phase is the time the step took to collect finished groups (``time/wait_data_s`` of it
+waiting), since sampling overlaps the previous update. Prints ONE JSON line;
 ``uptime`` before and after says how loaded the machine was.
 
     python benchmarks/calc_step_time.py --steps 4
@@ -44,6 +48,11 @@ SETTINGS: dict[str, list[str]] = {
     "no_cache": ["engine.prefix_cache=false"],
     "default": [],
     "fast": ["engine.dtype=bfloat16", "algorithm.grpo.autocast=bfloat16"],
+    "fast_async": [
+        "engine.dtype=bfloat16",
+        "algorithm.grpo.autocast=bfloat16",
+        "algorithm.async={max_staleness: 1, is_cap: 2.0}",
+    ],
 }
 PHASES = ("step", "rollout", "train", "sync")
 
@@ -75,7 +84,14 @@ def run_setting(name: str, steps: int, run_dir: Path) -> dict[str, Any]:
     }
     for phase in PHASES:
         out[f"{phase}_s"] = _mean(timed, f"time/{phase}_s", 2)
-    for key in ("trained_tokens_per_s", "logprob_gap", "ratio_mean", "reward/mean"):
+    for key in (
+        "trained_tokens_per_s",
+        "logprob_gap",
+        "ratio_mean",
+        "reward/mean",
+        "time/wait_data_s",
+        "async/staleness_mean",
+    ):
         out[key] = _mean(timed, key, 4)
     return out
 
@@ -93,7 +109,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=4, help="GRPO steps per setting (>= 2)")
     parser.add_argument(
-        "--settings", default="no_cache,default,fast", help=f"comma-separated, of {list(SETTINGS)}"
+        "--settings", default=",".join(SETTINGS), help=f"comma-separated, of {list(SETTINGS)}"
     )
     parser.add_argument("--run-dir", type=Path, help=argparse.SUPPRESS)  # a child: one setting
     args = parser.parse_args()
