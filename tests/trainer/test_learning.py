@@ -25,9 +25,11 @@ def _config(tmp_path: Path, *overrides: str) -> Any:
 
 @pytest.mark.slow
 def test_toy_agent_reward_rises_to_near_maximum(tmp_path: Path) -> None:
-    config = _config(tmp_path, "algorithm.steps=30", "validation.every=30")
+    # 40 steps: alone, six seeds validated at 1.0 by step 30 (0.63-1.0 at step 20); under the
+    # full suite's load one CI run stood at 0.73 at step 30 (batching, hence sampling, differs)
+    config = _config(tmp_path, "algorithm.steps=40", "validation.every=40")
     history = Trainer(config).fit()
-    assert len(history) == 30
+    assert len(history) == 40
     records = read_metrics(config.run_dir / "metrics.jsonl")
     val = [r["val/reward_mean"] for r in records if "val/reward_mean" in r]
     assert len(val) == 2  # before training and after the last step
@@ -43,7 +45,7 @@ def test_toy_agent_reward_rises_to_near_maximum(tmp_path: Path) -> None:
     _check_on_policy(history)
     assert (config.run_dir / "state.json").exists()
     state = json.loads((config.run_dir / "state.json").read_text())
-    assert state["step"] == 30
+    assert state["step"] == 40
 
 
 @pytest.mark.slow
