@@ -10,6 +10,8 @@ the same problems in the same order; no validation. Settings:
 - ``default``: today's defaults (prefix cache on, float32 engine and update),
 - ``fast``: prefix cache, ``engine.dtype: bfloat16`` and ``algorithm.grpo.autocast:
   bfloat16`` (bfloat16 matmuls, float32 master weights),
+- ``fast_threads2``: ``fast`` with ``engine.threads: 2`` (the engine computes with two torch
+  threads, as many as this machine has cores; the update waits while rollouts run),
 - ``fast_async``: ``fast`` with ``algorithm.async: {max_staleness: 1}`` (the next step's
   rollouts run while the update does; ``docs/async.md``).
 
@@ -48,6 +50,11 @@ SETTINGS: dict[str, list[str]] = {
     "no_cache": ["engine.prefix_cache=false"],
     "default": [],
     "fast": ["engine.dtype=bfloat16", "algorithm.grpo.autocast=bfloat16"],
+    "fast_threads2": [
+        "engine.dtype=bfloat16",
+        "algorithm.grpo.autocast=bfloat16",
+        "engine.threads=2",
+    ],
     "fast_async": [
         "engine.dtype=bfloat16",
         "algorithm.grpo.autocast=bfloat16",

@@ -261,6 +261,7 @@ def _serve_args(
     serve += ["--max-lora-rank", str(config.engine.max_lora_rank)]
     if engine_kind == "builtin":
         serve += ["--max-batch", str(config.engine.max_batch)]
+        serve += ["--threads", str(config.engine.threads)]
         serve += config.engine.builtin_serve_flags()
     return tuple(serve)
 

@@ -50,6 +50,9 @@ class EngineConfig(_Strict):
             --dtype``); ``bfloat16`` samples about twice as fast on CPU, and its logprobs differ
             from a float32 trainer's by a few hundredths on average (docs/engine.md).
         prefix_cache: the built-in engine reuses the KV of prompt prefixes it has seen.
+        threads: torch threads of the built-in engine (``fulmen serve --threads``). 1 leaves
+            the other cores to the update and the agents; a synchronous run, where the update
+            waits while rollouts run, samples faster with more (docs/engine.md).
         max_lora_rank: largest adapter rank the engine accepts (vLLM needs it up front).
         startup_timeout_s: how long to wait for the engine to become healthy.
     """
@@ -59,6 +62,7 @@ class EngineConfig(_Strict):
     max_batch: int = Field(default=8, ge=1)
     dtype: Literal["float32", "bfloat16"] = "float32"
     prefix_cache: bool = True
+    threads: int = Field(default=1, ge=1, le=1024)
     max_lora_rank: int = Field(default=64, ge=1)
     startup_timeout_s: float = Field(default=300.0, gt=0)
 
@@ -69,7 +73,7 @@ class EngineConfig(_Strict):
         if self.kind != "endpoint" and self.url is not None:
             raise ValueError(f"engine.url has no effect with engine.kind {self.kind!r}")
         if self.kind != "builtin":
-            for name in ("max_batch", "dtype", "prefix_cache"):
+            for name in ("max_batch", "dtype", "prefix_cache", "threads"):
                 if name in self.model_fields_set:
                     raise ValueError(f"engine.{name} has no effect with engine.kind {self.kind!r}")
         return self
@@ -283,6 +287,11 @@ class TrainConfig(_Strict):
             raise ValueError(
                 f"cluster.{', cluster.'.join(dead)} has no effect with engine.kind 'endpoint' "
                 "(no engine is started)"
+            )
+        if "threads" in self.engine.model_fields_set:
+            raise ValueError(
+                "engine.threads has no effect with cluster: each engine replica computes with "
+                "cluster.engine_cpus threads"
             )
         is_service = (self.store_url or "").split("://", 1)[0].lower() in ("http", "https")
         if is_service and "store_cpus" in cluster.model_fields_set:

@@ -128,6 +128,7 @@ class TrainingStack:
                 self._model,
                 max_batch=config.max_batch,
                 max_lora_rank=config.max_lora_rank,
+                threads=config.threads,
                 log_path=log_path,
                 extra_args=config.builtin_serve_flags(),
             )

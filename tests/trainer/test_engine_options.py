@@ -1,4 +1,5 @@
-"""``engine.dtype`` and ``engine.prefix_cache`` reach the built-in engine the trainer starts."""
+"""``engine.dtype``, ``engine.prefix_cache`` and ``engine.threads`` reach the built-in engine
+the trainer starts."""
 
 from __future__ import annotations
 
@@ -41,16 +42,17 @@ async def _engine_gauges(engine: EngineConfig, log_dir: Path) -> dict[str, float
 
 
 @pytest.mark.parametrize(
-    ("engine", "bfloat16", "prefix_cache"),
+    ("engine", "bfloat16", "prefix_cache", "threads"),
     [
-        (EngineConfig(), 0, 1),
-        (EngineConfig(dtype="bfloat16", prefix_cache=False), 1, 0),
+        (EngineConfig(), 0, 1, 1),
+        (EngineConfig(dtype="bfloat16", prefix_cache=False, threads=2), 1, 0, 2),
     ],
 )
 def test_the_trainers_engine_runs_with_the_configured_precision_and_cache(
-    tmp_path: Path, engine: EngineConfig, bfloat16: int, prefix_cache: int
+    tmp_path: Path, engine: EngineConfig, bfloat16: int, prefix_cache: int, threads: int
 ) -> None:
     pytest.importorskip("torch")
     gauges = asyncio.run(_engine_gauges(engine, tmp_path))
     assert gauges["fulmen_engine_bfloat16"] == bfloat16
     assert gauges["fulmen_engine_prefix_cache_enabled"] == prefix_cache
+    assert gauges["fulmen_engine_threads"] == threads

@@ -73,11 +73,13 @@ def render_metrics(
     policy_version: int,
     prefix_cache: PrefixCache | None,
     bfloat16: bool = False,
+    threads: int = 1,
 ) -> str:
     """Render the counters and gauges in the Prometheus text exposition format."""
     p = "fulmen_engine_"
     out = [
         _line(p + "bfloat16", "gauge", "1 when weights and KV cache are bfloat16.", int(bfloat16)),
+        _line(p + "threads", "gauge", "Torch threads the batching thread computes with.", threads),
         _line(p + "queue_length", "gauge", "Requests waiting for admission.", waiting),
         _line(p + "running_sequences", "gauge", "Sequences in the running batch.", running),
         _line(p + "policy_version", "gauge", "Current policy (weights) version.", policy_version),

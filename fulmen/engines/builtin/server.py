@@ -296,6 +296,7 @@ async def metrics(request: Request) -> Response:
         policy_version=e.model.version,
         prefix_cache=e.scheduler.prefix_cache,
         bfloat16=e.model.dtype_name == "bfloat16",
+        threads=e.scheduler.threads,
     )
     return PlainTextResponse(text, media_type="text/plain; version=0.0.4; charset=utf-8")
 
