@@ -8,18 +8,19 @@ the same problems in the same order; no validation. Settings:
 - ``no_cache``: the engine without its prefix cache, float32 everywhere (the defaults before
   the prefix cache; the baseline of the ratios),
 - ``default``: today's defaults (prefix cache on, float32 engine and update),
+- ``default_async``: ``default`` with ``algorithm.async: {max_staleness: 1, is_cap: 2.0}``
+  (the next step's rollouts run while the update does; ``docs/async.md``),
 - ``fast``: prefix cache, ``engine.dtype: bfloat16`` and ``algorithm.grpo.autocast:
   bfloat16`` (bfloat16 matmuls, float32 master weights),
 - ``fast_threads2``: ``fast`` with ``engine.threads: 2`` (the engine computes with two torch
   threads, as many as this machine has cores; the update waits while rollouts run),
-- ``fast_async``: ``fast`` with ``algorithm.async: {max_staleness: 1}`` (the next step's
-  rollouts run while the update does; ``docs/async.md``).
+- ``fast_async``: ``fast`` with the same ``algorithm.async``.
 
 The first step of each setting warms up (adapter creation, first prefill of the shared prompt)
 and is reported but left out of the means. Per setting: mean seconds per step and of its
 phases (rollouts, update, weight sync), trained tokens/s of the update, the importance-ratio
 health of the update (``logprob_gap``: mean |engine logprob - trainer logprob| of the trained
-tokens; ``ratio_mean``), and the step-time ratio to ``no_cache``. In ``fast_async`` the
+tokens; ``ratio_mean``), and the step-time ratio to ``no_cache``. In the async settings the
 rollout phase is the time the step took to collect finished groups (``time/wait_data_s`` of it
 waiting), since sampling overlaps the previous update. Prints ONE JSON line;
 ``uptime`` before and after says how loaded the machine was.
@@ -46,9 +47,11 @@ from fulmen.trainer.metrics import read_metrics
 from fulmen.trainer.trainer import Trainer
 
 CALC = Path(__file__).resolve().parents[1] / "examples" / "calc" / "config.yaml"
+ASYNC = "algorithm.async={max_staleness: 1, is_cap: 2.0}"
 SETTINGS: dict[str, list[str]] = {
     "no_cache": ["engine.prefix_cache=false"],
     "default": [],
+    "default_async": [ASYNC],
     "fast": ["engine.dtype=bfloat16", "algorithm.grpo.autocast=bfloat16"],
     "fast_threads2": [
         "engine.dtype=bfloat16",
@@ -58,7 +61,7 @@ SETTINGS: dict[str, list[str]] = {
     "fast_async": [
         "engine.dtype=bfloat16",
         "algorithm.grpo.autocast=bfloat16",
-        "algorithm.async={max_staleness: 1, is_cap: 2.0}",
+        ASYNC,
     ],
 }
 PHASES = ("step", "rollout", "train", "sync")
