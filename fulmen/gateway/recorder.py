@@ -38,8 +38,7 @@ class FlushOutcome:
     """What happened to the records queued before a ``flush``.
 
     Attributes:
-        refused: how many records the store refused (or could not be built) since the
-            previous flush that reported refusals; lost.
+        refused: how many of them the store refused (or could not be built); lost.
         pending: how many were still not written when the flush gave up waiting.
         error: the last error the store gave, if any.
     """
@@ -106,7 +105,6 @@ class CallRecorder:
         self._keeps_unsent = spill_dir is not None
         self._last_error: str | None = None
         self._counted_unencodable = 0
-        self._dropped_reported = 0  # refusals a flush has already reported
         self.recorded = 0
         self.stored = 0
         self.dropped = 0
@@ -139,13 +137,11 @@ class CallRecorder:
     async def flush(self, timeout: float | None = None) -> FlushOutcome:
         """Wait until every record queued before this call is written or refused.
 
-        Returns how many records were refused since the previous flush reported refusals
-        (a record the writer refused before this call counts too: the writer may get to it
-        first) and how many were still pending when ``timeout`` seconds passed (the store
-        unreachable); both zero means every record so far is stored. Each refusal is reported
-        by one flush.
+        Returns how many of them were refused by the store and how many were still pending
+        when ``timeout`` seconds passed (the store unreachable); both zero means all stored.
         """
         target = self.recorded
+        dropped_before = self.dropped
         self._wakeup.set()
         pending = 0
         async with self._progress:
@@ -156,8 +152,7 @@ class CallRecorder:
                 )
             except TimeoutError:
                 pending = target - self.stored - self.dropped
-        refused = self.dropped - self._dropped_reported
-        self._dropped_reported = self.dropped
+        refused = self.dropped - dropped_before
         error = self._last_error if refused or pending else None
         return FlushOutcome(refused=refused, pending=max(pending, 0), error=error)
 
