@@ -171,6 +171,15 @@ def test_a_weight_training_plan_trains_with_its_own_engine(tmp_path: Path) -> No
         _bundle("k8s", tmp_path, runners=3)
 
 
+def test_the_engine_service_gets_the_configured_engine_options(tmp_path: Path) -> None:
+    engine = _container(
+        _objects(_bundle("k8s", tmp_path, "engine.threads=2", "engine.dtype=bfloat16")), "engine"
+    )
+    args = engine["args"]
+    assert args[args.index("--threads") + 1] == "2"
+    assert args[args.index("--dtype") + 1] == "bfloat16"
+
+
 def test_a_prompt_only_plan_uses_the_fleet(tmp_path: Path) -> None:
     objects = _objects(_bundle("k8s", tmp_path, *DEMOS, runners=5))
     runners = [o for o in objects if o["metadata"]["name"] == "fulmen-runner"]
