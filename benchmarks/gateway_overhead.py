@@ -16,6 +16,7 @@ tracked route of the 1.0 gateway (a training run's calls, each recorded at once)
 the same blocks for comparison.
 
     python benchmarks/gateway_overhead.py [--calls-c1 600] [--calls-c32 3200] [--blocks 10]
+        [--upstream-delay-ms 0]
     python benchmarks/gateway_overhead.py --production [--calls-c1 ...]
 """
 
@@ -194,7 +195,11 @@ def pct(values: list[float], q: float) -> float:
 async def run(args: argparse.Namespace) -> dict[str, float | int]:
     up_port, gw_port = free_port(), free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    upstream = subprocess.Popen([sys.executable, str(UPSTREAM), "--port", str(up_port)], env=env)
+    upstream = subprocess.Popen(
+        [sys.executable, str(UPSTREAM), "--port", str(up_port),
+         "--delay-s", str(args.upstream_delay_ms / 1000)],
+        env=env,
+    )  # fmt: skip
     gateway = subprocess.Popen(
         [sys.executable, __file__, "--serve-gateway", str(gw_port),
          "--upstream", f"http://127.0.0.1:{up_port}/v1"],
@@ -229,6 +234,7 @@ async def run(args: argparse.Namespace) -> dict[str, float | int]:
     d32, g32 = direct32.latencies, gw32.latencies
     return {
         "benchmark": "gateway_overhead",
+        "upstream_delay_ms": args.upstream_delay_ms,
         "p50_direct_ms_c1": round(pct(d1, 0.5), 3),
         "p50_gateway_ms_c1": round(pct(g1, 0.5), 3),
         "p50_added_ms_c1": round(pct(g1, 0.5) - pct(d1, 0.5), 3),
@@ -264,7 +270,11 @@ async def run_production(args: argparse.Namespace) -> dict[str, object]:
     """Production capture at each of ``PRODUCTION_RATES`` against the direct path."""
     up_port = free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    upstream = subprocess.Popen([sys.executable, str(UPSTREAM), "--port", str(up_port)], env=env)
+    upstream = subprocess.Popen(
+        [sys.executable, str(UPSTREAM), "--port", str(up_port),
+         "--delay-s", str(args.upstream_delay_ms / 1000)],
+        env=env,
+    )  # fmt: skip
     gateways: dict[str, tuple[int, subprocess.Popen[str]]] = {}
     try:
         for rate in PRODUCTION_RATES:
@@ -306,6 +316,7 @@ async def run_production(args: argparse.Namespace) -> dict[str, object]:
     d1, d32 = c1["direct"].latencies, c32["direct"].latencies
     out: dict[str, object] = {
         "benchmark": "gateway_overhead_production",
+        "upstream_delay_ms": args.upstream_delay_ms,
         "session_calls": SESSION_CALLS,
         "p50_direct_ms_c1": round(pct(d1, 0.5), 3),
         "calls_per_s_direct_c32": round(len(d32) / c32["direct"].wall_s, 1),
@@ -342,6 +353,12 @@ def main() -> None:
     parser.add_argument("--calls-c1", type=int, default=600)
     parser.add_argument("--calls-c32", type=int, default=3200)
     parser.add_argument("--blocks", type=int, default=10, help="alternations per figure")
+    parser.add_argument(
+        "--upstream-delay-ms",
+        type=float,
+        default=0.0,
+        help="the upstream waits this long before each reply (an engine's latency; default 0)",
+    )
     parser.add_argument(
         "--production",
         action="store_true",

@@ -177,7 +177,8 @@ def build_call(exchange: Exchange) -> LLMCallCreate:
         is_token_level=is_token_level,
         # The id the agent saw: in-process spans name the call by it.
         response_id=_str((exchange.shown or response).get("id")),
-        model=_str(response.get("model")) or _str(exchange.request.get("model")),
+        # The model column holds text without NUL; an agent's odd name stays in ``request``.
+        model=_text(response.get("model")) or _text(exchange.request.get("model")),
         policy_version=None if version is None else str(version),
         upstream=exchange.upstream,
         is_stream=exchange.is_stream,
@@ -262,3 +263,7 @@ def _floats(value: Any) -> list[float] | None:
 
 def _str(value: Any) -> str | None:
     return value if isinstance(value, str) else None
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) and "\x00" not in value else None

@@ -38,7 +38,8 @@ class FlushOutcome:
     """What happened to the records queued before a ``flush``.
 
     Attributes:
-        refused: how many of them the store refused (or could not be built); lost.
+        refused: how many records the store refused (or could not be built) since the
+            previous flush that reported refusals; lost.
         pending: how many were still not written when the flush gave up waiting.
         error: the last error the store gave, if any.
     """
@@ -105,6 +106,7 @@ class CallRecorder:
         self._keeps_unsent = spill_dir is not None
         self._last_error: str | None = None
         self._counted_unencodable = 0
+        self._dropped_reported = 0  # refusals a flush has already reported
         self.recorded = 0
         self.stored = 0
         self.dropped = 0
@@ -137,11 +139,13 @@ class CallRecorder:
     async def flush(self, timeout: float | None = None) -> FlushOutcome:
         """Wait until every record queued before this call is written or refused.
 
-        Returns how many of them were refused by the store and how many were still pending
-        when ``timeout`` seconds passed (the store unreachable); both zero means all stored.
+        Returns how many records were refused since the previous flush reported refusals
+        (a record the writer refused before this call counts too: the writer may get to it
+        first) and how many were still pending when ``timeout`` seconds passed (the store
+        unreachable); both zero means every record so far is stored. Each refusal is reported
+        by one flush.
         """
         target = self.recorded
-        dropped_before = self.dropped
         self._wakeup.set()
         pending = 0
         async with self._progress:
@@ -152,7 +156,8 @@ class CallRecorder:
                 )
             except TimeoutError:
                 pending = target - self.stored - self.dropped
-        refused = self.dropped - dropped_before
+        refused = self.dropped - self._dropped_reported
+        self._dropped_reported = self.dropped
         error = self._last_error if refused or pending else None
         return FlushOutcome(refused=refused, pending=max(pending, 0), error=error)
 

@@ -87,8 +87,25 @@ TraceId: TypeAlias = Annotated[
 """A worker id: 1 to 256 characters, no NUL."""
 
 
+def _is_all_finite(value: Any) -> bool:
+    """Whether every number in ``value`` is finite (the common case, so no paths are built)."""
+    stack: list[Any] = [value]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, float):
+            if not math.isfinite(node):
+                return False
+        elif isinstance(node, dict):
+            stack.extend(node.values())  # pyright: ignore[reportUnknownMemberType, reportUnknownArgumentType]
+        elif isinstance(node, list):
+            stack.extend(node)  # pyright: ignore[reportUnknownArgumentType]
+    return True
+
+
 def _first_non_finite(value: Any, path: str) -> str | None:
     """Return the JSON path of the first infinite or NaN number in ``value``, or ``None``."""
+    if _is_all_finite(value):
+        return None
     stack: list[tuple[Any, str]] = [(value, path)]
     while stack:
         node, where = stack.pop()

@@ -477,8 +477,11 @@ def main() -> None:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--mode", default="vllm", choices=["vllm", "hosted", "hosted_strict"])
     parser.add_argument("--content", default="ok")
+    parser.add_argument("--delay-s", type=float, default=0.0, help="wait before each reply")
     args = parser.parse_args()
-    script = Script(mode=args.mode, default_content=args.content, is_recording=False)
+    script = Script(
+        mode=args.mode, default_content=args.content, is_recording=False, delay_s=args.delay_s
+    )
     uvicorn.run(
         create_upstream_app(script),
         host="127.0.0.1",

@@ -140,6 +140,14 @@ def test_policy_version_body_wins_over_header() -> None:
     assert build_call(exchange({}, CHAT, policy_version="h")).policy_version == "h"
 
 
+def test_a_model_name_with_a_nul_still_makes_a_record() -> None:
+    # An agent may send any string; the record must still be storable (no NUL in a column).
+    odd = Exchange(**{**exchange({"model": "m\x00"}, CHAT).__dict__, "request": {"model": "a\x00"}})
+    call = build_call(odd)
+    assert call.model is None and call.request == {"model": "a\x00"}
+    assert build_call(exchange({"model": "tiny"}, CHAT)).model == "tiny"
+
+
 def test_prepare_request_keeps_agent_logprob_settings() -> None:
     body, asked = prepare_request(
         {"prompt": "x", "logprobs": 5}, endpoint=COMPLETIONS, overrides={}, is_token_level=True

@@ -80,6 +80,27 @@ async def test_a_refused_record_does_not_take_its_batch_along(store: SpyStore) -
     assert (recorder.stored, recorder.dropped) == (2, 1)
 
 
+async def test_a_refusal_the_writer_met_before_the_flush_is_still_reported(
+    store: SpyStore,
+) -> None:
+    rollout = await new_attempt(store)
+    recorder = CallRecorder(store, flush_interval_s=0.01)
+    recorder.start()
+    recorder.record(call(0, (rollout[0], "attempt-of-nobody")))  # the store refuses it
+    for _ in range(500):  # the background writer gets to it before anyone flushes
+        if recorder.dropped:
+            break
+        await asyncio.sleep(0.01)
+    assert recorder.dropped == 1
+    first = await recorder.flush(timeout=5)
+    assert (first.refused, first.pending, first.is_complete) == (1, 0, False)
+    assert first.error is not None and "refused" in first.error
+    recorder.record(call(1, rollout))
+    second = await recorder.flush(timeout=5)  # each refusal is reported once
+    assert (second.refused, second.pending, second.is_complete) == (0, 0, True)
+    await recorder.aclose()
+
+
 async def test_close_gives_up_on_a_dead_store_after_its_timeout(store: SpyStore) -> None:
     dead = FlakyStore(store._inner, failures=10**9)
     recorder = CallRecorder(dead, flush_interval_s=0.01, close_timeout_s=0.3)
