@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import orjson
 
@@ -142,7 +143,7 @@ def test_policy_version_body_wins_over_header() -> None:
 
 def test_a_model_name_with_a_nul_still_makes_a_record() -> None:
     # An agent may send any string; the record must still be storable (no NUL in a column).
-    odd = Exchange(**{**exchange({"model": "m\x00"}, CHAT).__dict__, "request": {"model": "a\x00"}})
+    odd = replace(exchange({"model": "m\x00"}, CHAT), request={"model": "a\x00"})
     call = build_call(odd)
     assert call.model is None and call.request == {"model": "a\x00"}
     assert build_call(exchange({"model": "tiny"}, CHAT)).model == "tiny"
