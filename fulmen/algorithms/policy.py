@@ -331,7 +331,15 @@ def token_logprobs(
 def _head_logprobs(
     head: nn.Module, hidden: Tensor, targets: Tensor, softcap: float | None, temperature: float
 ) -> tuple[Tensor, Tensor]:
-    logits = head(hidden).float()
+    device = hidden.device.type
+    if torch.is_autocast_enabled(device):
+        # The head in float32 under autocast: bfloat16 logits (a step of 0.06 at 10) biased
+        # some tokens' logprobs, and GRPO's clipped ratio then drove calc's policy into
+        # repeating one of them.
+        with torch.autocast(device, enabled=False):
+            logits = head(hidden.float())
+    else:
+        logits = head(hidden).float()
     if softcap is not None:
         logits = torch.tanh(logits / softcap) * softcap
     if temperature != 1.0:

@@ -60,6 +60,22 @@ def test_head_only_at_targets_matches_full_forward(build, chunk: int) -> None:
     assert entropy is not None and bool((entropy > 0).all())
 
 
+def test_the_head_runs_in_float32_under_autocast() -> None:
+    # bfloat16 logits biased some tokens' logprobs (calc's policy then degenerated); the
+    # decoder may run in bfloat16, the head and its log-softmax must not.
+    model = tiny_llama(hidden=64, init=0.5)
+    ids, mask, rows, positions = _batch()
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        got, _ = token_logprobs(
+            model, input_ids=ids, attention_mask=mask, rows=rows, positions=positions
+        )
+        hidden = model.get_decoder()(input_ids=ids, attention_mask=mask).last_hidden_state
+    with torch.no_grad():
+        logits = model.get_output_embeddings()(hidden[rows, positions - 1].float())
+    expected = torch.log_softmax(logits, -1).gather(-1, ids[rows, positions].unsqueeze(-1))
+    torch.testing.assert_close(got, expected.squeeze(-1), atol=1e-5, rtol=0)
+
+
 @pytest.mark.parametrize("chunk", [3, 1024], ids=["recomputed-chunks", "one-chunk"])
 def test_gradients_match_full_forward(chunk: int) -> None:
     ids, mask, rows, positions = _batch()
