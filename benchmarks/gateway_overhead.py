@@ -192,14 +192,23 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000
 
 
+def start_upstream(port: int, delay_ms: float, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """The scripted engine in its own process, waiting ``delay_ms`` before each reply."""
+    command = [
+        sys.executable,
+        str(UPSTREAM),
+        "--port",
+        str(port),
+        "--delay-s",
+        str(delay_ms / 1000),
+    ]
+    return subprocess.Popen(command, env=env)
+
+
 async def run(args: argparse.Namespace) -> dict[str, float | int]:
     up_port, gw_port = free_port(), free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    upstream = subprocess.Popen(
-        [sys.executable, str(UPSTREAM), "--port", str(up_port),
-         "--delay-s", str(args.upstream_delay_ms / 1000)],
-        env=env,
-    )  # fmt: skip
+    upstream = start_upstream(up_port, args.upstream_delay_ms, env)
     gateway = subprocess.Popen(
         [sys.executable, __file__, "--serve-gateway", str(gw_port),
          "--upstream", f"http://127.0.0.1:{up_port}/v1"],
@@ -270,11 +279,7 @@ async def run_production(args: argparse.Namespace) -> dict[str, object]:
     """Production capture at each of ``PRODUCTION_RATES`` against the direct path."""
     up_port = free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    upstream = subprocess.Popen(
-        [sys.executable, str(UPSTREAM), "--port", str(up_port),
-         "--delay-s", str(args.upstream_delay_ms / 1000)],
-        env=env,
-    )  # fmt: skip
+    upstream = start_upstream(up_port, args.upstream_delay_ms, env)
     gateways: dict[str, tuple[int, subprocess.Popen[str]]] = {}
     try:
         for rate in PRODUCTION_RATES:
