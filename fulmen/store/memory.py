@@ -47,6 +47,7 @@ from fulmen.store.sessions import (
     next_session_rollout,
     replayed_session,
 )
+from fulmen.store.stored import stored_call, stored_span
 from fulmen.store.watchdog import Watchdog
 from fulmen.types import (
     UNSET,
@@ -361,9 +362,7 @@ class MemoryStore:
                 stored = self._spans.get(key)
                 if stored is None:
                     self._check_attempt_of(span.rollout_id, span.attempt_id)
-                    stored = Span(
-                        **span.model_dump(), sequence=self._next_sequence(span.rollout_id)
-                    )
+                    stored = stored_span(span, self._next_sequence(span.rollout_id))
                     self._spans[key] = stored
                     self._spans_by_rollout.setdefault(span.rollout_id, []).append(stored)
                 out.append(stored)
@@ -387,7 +386,7 @@ class MemoryStore:
                         sequence = self._next_sequence(call.rollout_id)
                     elif call.attempt_id is not None:
                         raise InvalidRequest(f"call {call.call_id}: attempt_id without rollout_id")
-                    stored = LLMCall(**call.model_dump(), sequence=sequence)
+                    stored = stored_call(call, sequence)
                     self._calls[call.call_id] = stored
                     if call.rollout_id is not None:
                         self._calls_by_rollout.setdefault(call.rollout_id, []).append(stored)

@@ -6,9 +6,8 @@ than 64 bits, which ``JsonValue`` allows). Rows come from the tables in ``schema
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from typing import Any
 
-from pydantic import BaseModel
 from pydantic_core import from_json, to_json
 from sqlalchemy.engine import Row
 
@@ -16,14 +15,12 @@ from fulmen.types import (
     Attempt,
     AttemptStatus,
     LLMCall,
-    LLMCallCreate,
     Mode,
     Resources,
     Rollout,
     RolloutConfig,
     RolloutStatus,
     Span,
-    SpanCreate,
     Worker,
 )
 from fulmen.types.limits import MAX_ID_LENGTH
@@ -37,12 +34,8 @@ __all__ = [
     "resources_from_row",
     "rollout_from_row",
     "span_values",
-    "stored_call",
-    "stored_span",
     "worker_from_row",
 ]
-
-_Stored = TypeVar("_Stored", Span, LLMCall)
 
 
 def dumps(value: Any) -> str:
@@ -112,30 +105,6 @@ def attempt_from_row(row: Row[Any]) -> Attempt:
     )
 
 
-def _with_sequence(model: type[_Stored], record: BaseModel, sequence: int) -> _Stored:
-    """Build the stored form of a validated record without validating it again.
-
-    This is ``model_construct`` minus its per-field default handling: every field of the
-    stored model is a field of the record plus ``sequence``, and the record was validated
-    (appends are the store's hot path; this is ten times cheaper than ``model_construct``).
-    """
-    stored = model.__new__(model)
-    values = dict(record.__dict__)
-    values["sequence"] = sequence
-    object.__setattr__(stored, "__dict__", values)
-    object.__setattr__(
-        stored, "__pydantic_fields_set__", {*record.__pydantic_fields_set__, "sequence"}
-    )
-    object.__setattr__(stored, "__pydantic_extra__", None)
-    object.__setattr__(stored, "__pydantic_private__", None)
-    return stored
-
-
-def stored_span(span: SpanCreate, sequence: int) -> Span:
-    """Build the stored form of a validated span."""
-    return _with_sequence(Span, span, sequence)
-
-
 def span_values(span: Span) -> dict[str, Any]:
     """Column values of a ``spans`` row; ``body`` is the whole stored span."""
     return {
@@ -150,11 +119,6 @@ def span_values(span: Span) -> dict[str, Any]:
         "end_time": span.end_time,
         "body": span.model_dump_json(),
     }
-
-
-def stored_call(call: LLMCallCreate, sequence: int) -> LLMCall:
-    """Build the stored form of a validated LLM call record."""
-    return _with_sequence(LLMCall, call, sequence)
 
 
 def call_values(call: LLMCall) -> dict[str, Any]:

@@ -21,10 +21,11 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from fulmen.errors import InvalidRequest, NotFound
-from fulmen.store.sql.codec import call_values, span_values, stored_call, stored_span
+from fulmen.store.sql.codec import call_values, span_values
 from fulmen.store.sql.dialects import SqlDialect
 from fulmen.store.sql.id_lists import INLINE_MAX, one_of
 from fulmen.store.sql.schema import attempts, llm_calls, rollouts, spans
+from fulmen.store.stored import stored_call, stored_span
 from fulmen.types import LLMCall, LLMCallCreate, Span, SpanCreate
 
 __all__ = [
