@@ -4,10 +4,18 @@ Pure functions, no network: ``prepare_request`` adds the fields that make an eng
 ids and logprobs (and the sampling overrides of the rollout), ``agent_view`` removes from a reply
 what the agent did not ask for, and ``build_call`` turns one exchange into an ``LLMCallCreate``.
 Token ids always come from the engine; text is never re-tokenized here.
+
+``build_call`` assembles the record without running pydantic's validation: every field is
+either made by the gateway (ids, clocks) or read from JSON that orjson parsed, which holds only
+JSON types and finite numbers (orjson refuses ``NaN``, ``Infinity`` and ``1e400``), and the
+typed fields are type-checked as they are read. Validating the same values again cost half the
+gateway's recording CPU (``tests/gateway/test_call_records.py`` checks that every record built
+here validates unchanged).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, cast
@@ -165,7 +173,7 @@ def build_call(exchange: Exchange) -> LLMCallCreate:
     usage = as_object(response.get("usage"))
     # An error event inside an otherwise successful stream counts as the call's error.
     error = exchange.error or as_object(response.get("error"))
-    return LLMCallCreate(
+    return LLMCallCreate.model_construct(
         call_id=exchange.call_id,
         rollout_id=exchange.rollout_id,
         attempt_id=exchange.attempt_id,
@@ -206,8 +214,8 @@ def _choice(value: Any, endpoint: str) -> LLMChoice:
         values = logprobs.get("token_logprobs")
     index = raw.get("index")
     finish = raw.get("finish_reason")
-    return LLMChoice(
-        index=index if isinstance(index, int) else 0,
+    return LLMChoice.model_construct(
+        index=index if type(index) is int else 0,
         text=text if isinstance(text, str) else None,
         token_ids=_ints(raw.get("token_ids")),
         logprobs=_floats(values),
@@ -254,11 +262,14 @@ def _ints(value: Any) -> list[int] | None:
 
 def _floats(value: Any) -> list[float] | None:
     items = as_array(value)
-    if isinstance(value, list) and all(
-        isinstance(v, int | float) and not isinstance(v, bool) for v in items
-    ):
-        return [float(v) for v in items]
-    return None
+    if not isinstance(value, list) or not all(type(v) is float or type(v) is int for v in items):
+        return None
+    try:
+        floats = [float(v) for v in items]
+    except OverflowError:  # an integer beyond float range
+        return None
+    # orjson never gives a non-finite number; this keeps any other source's record storable.
+    return floats if all(map(math.isfinite, floats)) else None
 
 
 def _str(value: Any) -> str | None:
