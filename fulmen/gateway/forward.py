@@ -163,6 +163,9 @@ class Forwarder:
                 # Not ``trust_env``: it reads ~/.netrc in a thread on every call (half the
                 # gateway's CPU under load); proxies come from the environment once instead.
                 trust_env=False,
+                # A proxy for many agents keeps no cookies: one agent's upstream session must
+                # not reach another's calls (an agent's own Cookie header is forwarded).
+                cookie_jar=aiohttp.DummyCookieJar(),
                 auto_decompress=True,
             )
         return self._session

@@ -117,3 +117,27 @@ async def test_engine_is_reached_through_the_environments_proxy(
     assert len(proxy.requests) == 1
     head = proxy.requests[0][0]
     assert head.startswith(b"POST http://engine.invalid:8000/v1/chat/completions HTTP/1.1\r\n")
+
+
+async def test_an_engines_cookie_goes_to_its_agent_and_never_to_another(
+    store: SpyStore, config: GatewayConfig
+) -> None:
+    """The gateway keeps no cookie jar: an engine's ``Set-Cookie`` reaches the agent that
+    called, the next agent's call carries no cookie, and an agent's own cookie is forwarded."""
+    head = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nset-cookie: session=agent-a\r\n"
+    answer = head + b"content-length: %d\r\n\r\n" % len(REPLY) + REPLY
+    async with raw_server(answer) as (engine, port):
+        # By name: aiohttp's default jar ignores cookies from IP addresses, not from hosts.
+        app = create_app(store, [f"http://localhost:{port}/v1"], config=config)
+        async with serve_app(app) as url:
+            replies = []
+            for cookie in (None, None, "mine=1"):  # three agents, each with its own client
+                async with httpx.AsyncClient() as client:
+                    headers = {"cookie": cookie} if cookie else None
+                    replies.append(
+                        await client.post(f"{url}/v1/chat/completions", json=CHAT, headers=headers)
+                    )
+    first, second, third = replies
+    assert first.headers["set-cookie"] == "session=agent-a"
+    assert second.status_code == third.status_code == 200
+    assert [engine.header(i, b"cookie") for i in range(3)] == [None, None, b"mine=1"]
