@@ -9,9 +9,9 @@ the recorder's background task, off the request path.
 from __future__ import annotations
 
 import logging
+import os
 import socket
 import time
-import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 from urllib.parse import unquote
@@ -21,7 +21,7 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from fulmen.errors import FulmenError
+from fulmen.errors import FulmenError, PayloadTooLarge
 from fulmen.gateway.capture import (
     CHAT,
     RESPONSES,
@@ -48,7 +48,7 @@ from fulmen.gateway.upstreams import Upstream, UpstreamPool
 from fulmen.store.base import Store
 from fulmen.types.records import AGENT_NAME_HEADER
 
-__all__ = ["RECORDED_ENDPOINTS", "Gateway"]
+__all__ = ["RECORDED_ENDPOINTS", "Gateway", "read_body"]
 
 _log = logging.getLogger(__name__)
 
@@ -145,12 +145,7 @@ class Gateway:
         return await call.whole(reply)
 
     async def _json_body(self, request: Request) -> dict[str, Any]:
-        length = request.headers.get("content-length")
-        if length is not None and length.isdigit() and int(length) > self.config.max_body_bytes:
-            raise _TooLarge(f"request body of {length} bytes exceeds {self.config.max_body_bytes}")
-        raw = await request.body()
-        if len(raw) > self.config.max_body_bytes:
-            raise _TooLarge(f"request body exceeds {self.config.max_body_bytes} bytes")
+        raw = await read_body(request, self.config.max_body_bytes)
         try:
             body = orjson.loads(raw)
         except orjson.JSONDecodeError as exc:
@@ -163,7 +158,7 @@ class Gateway:
     async def _pass_through(
         self, request: Request, endpoint: str, ctx: CallContext | None
     ) -> Response:
-        raw = await request.body()
+        raw = await read_body(request, self.config.max_body_bytes)
         reply = await self.forwarder.send(
             request.method,
             endpoint,
@@ -205,11 +200,6 @@ class Gateway:
             self.recorder.record(exchange)
 
 
-class _TooLarge(BadRequest):
-    http_status = 413
-    code = "payload_too_large"
-
-
 class _Call:
     """One model call in flight: its request, chosen engine, timing and record."""
 
@@ -226,11 +216,13 @@ class _Call:
         self.endpoint = endpoint
         self.ctx = ctx
         self.body = body
-        self.call_id = f"call-{uuid.uuid4().hex}"
+        # 128 random bits, as a uuid4 has (a quarter of its CPU: this runs once per call).
+        self.call_id = f"call-{os.urandom(16).hex()}"
         self.started_at = time.time()
         self._t0 = time.perf_counter()
         self.upstream: Upstream | None = None
-        self._overrides = ctx.overrides(body.get("model"), _agent_name(request)) if ctx else {}
+        self.agent_name = _agent_name(request)
+        self._overrides = ctx.overrides(body.get("model"), self.agent_name) if ctx else {}
         self._prepared: dict[bool, bytes] = {}
         self.asked = Asked()
         # A Responses call for a token-level engine travels as a chat completion.
@@ -306,7 +298,7 @@ class _Call:
                 error=error,
                 policy_version=policy_version,
                 shown=shown,
-                agent_name=_agent_name(self.request),
+                agent_name=self.agent_name,
                 engine_endpoint=self.engine_endpoint if self.ids else None,
             ),
             session_id=session_id,
@@ -407,6 +399,25 @@ class _Call:
         if view is chunk:
             return event + b"\n\n"
         return b"data: " + orjson.dumps(view) + b"\n\n"
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """Read the request's body; one over ``limit`` bytes is refused (413) before it is all read.
+
+    A body sent without ``Content-Length`` (chunked) is counted as it arrives, so no body
+    larger than ``limit`` is ever held in memory.
+    """
+    length = request.headers.get("content-length")
+    if length is not None and length.isdigit() and int(length) > limit:
+        raise PayloadTooLarge(f"request body of {length} bytes exceeds {limit}")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise PayloadTooLarge(f"request body exceeds {limit} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def _forward_headers(request: Request) -> dict[str, str]:

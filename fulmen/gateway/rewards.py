@@ -23,8 +23,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from fulmen.errors import NotFound, PayloadTooLarge
-from fulmen.gateway.proxy import Gateway
+from fulmen.errors import NotFound
+from fulmen.gateway.proxy import Gateway, read_body
 from fulmen.store.base import Store
 from fulmen.store.routes import parse_body
 from fulmen.types import RewardCreate
@@ -37,15 +37,7 @@ def rewards_route(store: Store, gateway: Gateway) -> Route:
     limit = gateway.config.max_body_bytes
 
     async def post_reward(request: Request) -> Response:
-        length = request.headers.get("content-length")
-        if length is not None and length.isdigit() and int(length) > limit:
-            raise PayloadTooLarge(f"request body of {length} bytes exceeds {limit}")
-        raw = bytearray()
-        async for chunk in request.stream():
-            raw += chunk
-            if len(raw) > limit:
-                raise PayloadTooLarge(f"request body exceeds {limit} bytes")
-        reward = parse_body(RewardCreate, bytes(raw))
+        reward = parse_body(RewardCreate, await read_body(request, limit))
         capture = gateway.capture
         held = await capture.before_reward(reward) if capture is not None else None
         if held is not None:  # its production session is still in the gateway's memory

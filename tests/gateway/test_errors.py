@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 
 import httpx
@@ -119,6 +121,31 @@ async def test_body_too_large_is_413(store: SpyStore, config: GatewayConfig) -> 
         big = {"model": "m", "messages": [{"role": "user", "content": "x" * 5000}]}
         r = await client.post(f"{gw.url}/v1/chat/completions", json=big)
     assert_openai_error(r, 413, "payload_too_large")
+
+
+async def test_a_chunked_body_too_large_is_refused_before_it_is_all_read(
+    store: SpyStore, config: GatewayConfig
+) -> None:
+    """Without Content-Length the gateway counts the body as it arrives: an agent streaming
+    chunks to a 2 KiB limit gets its 413 while still sending (it never has to finish), on a
+    recorded endpoint and on a passed-through one, and nothing reaches the engine."""
+    small = config.model_copy(update={"max_body_bytes": 2048})
+    async with gateway_over(store, Script(), small) as gw:
+        host, port = gw.url.removeprefix("http://").split(":")
+        for endpoint in ("chat/completions", "embeddings"):
+            reader, writer = await asyncio.open_connection(host, int(port))
+            head = f"POST /v1/{endpoint} HTTP/1.1\r\nhost: {host}\r\n"
+            writer.write(f"{head}transfer-encoding: chunked\r\n\r\n".encode())
+            sent, answer = 0, b""
+            while not answer and sent < 8 * 2**20:  # the old gateway read all 8 MiB first
+                writer.write(b"10000\r\n" + b"x" * 0x10000 + b"\r\n")
+                sent += 0x10000
+                with contextlib.suppress(TimeoutError):
+                    answer = await asyncio.wait_for(reader.read(4096), 0.01)
+            writer.close()
+            assert answer.startswith(b"HTTP/1.1 413 "), (endpoint, sent, answer[:80])
+            assert sent < 2**20, (endpoint, sent)
+    assert gw.script.requests == []
 
 
 async def test_upstream_error_passes_through_and_is_recorded(gw: Running) -> None:
