@@ -11,7 +11,7 @@ HEAVY = (
     "sqlalchemy",
     "starlette",
     "httpx",
-    "aiohttp",
+    "httptools",
     "uvicorn",
     "opentelemetry.sdk",
     "numpy",

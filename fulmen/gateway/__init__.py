@@ -3,7 +3,7 @@
 Agents point their ``base_url`` at ``{gateway}/rollout/{rollout_id}/attempt/{attempt_id}/v1``;
 the gateway forwards to the inference engines, asks them for token ids and logprobs, shows the
 agent the reply it asked for, and writes one ``LLMCallCreate`` per call to the store.
-Names load lazily: ``fulmen.gateway.config`` alone does not import Starlette or aiohttp.
+Names load lazily: ``fulmen.gateway.config`` alone does not import Starlette or httptools.
 """
 
 from __future__ import annotations

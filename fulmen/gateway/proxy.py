@@ -166,7 +166,7 @@ class Gateway:
             headers=_forward_headers(request),
             agent_auth=self.agent_auth(request),
             body_for=lambda _u: raw or None,
-            params=dict(request.query_params),
+            query=request.scope["query_string"],
         )
         try:
             content = await reply.read()
@@ -255,7 +255,7 @@ class _Call:
             headers=_forward_headers(self.request),
             agent_auth=gateway.agent_auth(self.request),
             body_for=self._body_for,
-            params=dict(self.request.query_params) or None,
+            query=self.request.scope["query_string"],
         )
         if reply.status_code == 400 and gateway.pool.is_token_level(reply.upstream):
             # A hosted API that rejects ``return_token_ids``: remember it, resend as text.

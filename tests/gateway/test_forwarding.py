@@ -127,7 +127,7 @@ async def test_an_engines_cookie_goes_to_its_agent_and_never_to_another(
     head = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nset-cookie: session=agent-a\r\n"
     answer = head + b"content-length: %d\r\n\r\n" % len(REPLY) + REPLY
     async with raw_server(answer) as (engine, port):
-        # By name: aiohttp's default jar ignores cookies from IP addresses, not from hosts.
+        # By name: a client's cookie jar keeps cookies of named hosts (aiohttp's skipped IPs).
         app = create_app(store, [f"http://localhost:{port}/v1"], config=config)
         async with serve_app(app) as url:
             replies = []
