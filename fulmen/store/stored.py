@@ -11,6 +11,7 @@ from typing import TypeVar
 from pydantic import BaseModel
 
 from fulmen.types import LLMCall, LLMCallCreate, Span, SpanCreate
+from fulmen.types.assembly import assembled
 
 __all__ = ["stored_call", "stored_span"]
 
@@ -20,20 +21,13 @@ _Stored = TypeVar("_Stored", Span, LLMCall)
 def _with_sequence(model: type[_Stored], record: BaseModel, sequence: int) -> _Stored:
     """Build ``model`` from ``record``'s fields and ``sequence`` without validating again.
 
-    This is ``model_construct`` minus its per-field default handling: every field of the
-    stored model is a field of the record plus ``sequence``. For a calc-sized call record this
-    took 1.6 µs, against 15 µs for ``model_construct`` and 79 µs for validating a dump.
+    Every field of the stored model is a field of the record plus ``sequence``. For a
+    calc-sized call record this took 1.6 µs, against 15 µs for ``model_construct`` and 79 µs
+    for validating a dump.
     """
-    stored = model.__new__(model)
     values = dict(record.__dict__)
     values["sequence"] = sequence
-    object.__setattr__(stored, "__dict__", values)
-    object.__setattr__(
-        stored, "__pydantic_fields_set__", {*record.__pydantic_fields_set__, "sequence"}
-    )
-    object.__setattr__(stored, "__pydantic_extra__", None)
-    object.__setattr__(stored, "__pydantic_private__", None)
-    return stored
+    return assembled(model, values, {*record.__pydantic_fields_set__, "sequence"})
 
 
 def stored_span(span: SpanCreate, sequence: int) -> Span:
