@@ -2,11 +2,25 @@
 
 The scripted vLLM-like upstream (tests/gateway/scripted_upstream.py) and the gateway (with an
 in-memory store holding one running attempt, recording every call) each run in their own
-process. The same client sends the same chat request to the upstream directly and through the
+process. This process sends the same chat request to the upstream directly and through the
 gateway's tracked route, in alternating blocks so machine noise hits both paths alike.
 Prints one JSON line: latency added at concurrency 1 and 32, calls/s at concurrency 32 on both
-paths and their ratio, and CPU per call of the gateway process and of this client (the load
-generator is a process on the same cores: its CPU per call bounds both paths' throughput).
+paths and their ratio (over all blocks, and the median and range of the blocks' own ratios),
+and CPU per call of the gateway process and of this client (the load generator is a process on
+the same cores: its CPU per call bounds both paths' throughput).
+
+A third path, the *bare hop*, is the floor for any proxy written like the gateway: uvicorn, a
+raw ASGI app and the gateway's HTTP client passing the bytes through on the same URL shape, with
+no parsing and no recording. Its ratio to the direct path is what one more process between the
+agent and the engine costs on this machine, whatever the proxy does; the gateway's ratio to it
+is what the gateway's own work costs.
+
+Concurrency N is N agents, each with its own ``httpx`` client (one connection), as a runner's
+rollouts each build their OpenAI client from their own rollout URL. ``--shared-client`` sends
+all N calls through one pooled client instead (one agent process sharing a client); httpx's
+pool then scans every connection several times per request, which made that client spend
+3-4 ms of CPU per call here against 0.8-1.1 ms for N single-connection clients, and its cost
+per call moved with the timing of the replies.
 
 ``--production`` measures production capture instead: two gateways, each with a ``capture:``
 section (sessions by ``x-session-id``, 4 calls a session, a 1 s idle timeout so sessions close
@@ -15,8 +29,8 @@ same alternating blocks; the calls go through plain ``/v1`` as a deployed agent'
 tracked route of the 1.0 gateway (a training run's calls, each recorded at once) is measured in
 the same blocks for comparison.
 
-    python benchmarks/gateway_overhead.py [--calls-c1 600] [--calls-c32 3200] [--blocks 10]
-        [--upstream-delay-ms 0]
+    python benchmarks/gateway_overhead.py [--calls-c1 600] [--calls-c32 6400] [--blocks 10]
+        [--upstream-delay-ms 0] [--shared-client]
     python benchmarks/gateway_overhead.py --production [--calls-c1 ...]
 """
 
@@ -27,10 +41,12 @@ import asyncio
 import json
 import os
 import socket
+import statistics
 import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from itertools import count
 from pathlib import Path
 
@@ -79,6 +95,47 @@ async def serve_gateway(port: int, upstream: str, base_rate: float | None) -> No
     await store.aclose()
 
 
+async def serve_bare_hop(port: int, upstream: str) -> None:
+    """Child mode: the bare hop (see the module docstring) in front of ``upstream``."""
+    import ssl
+
+    import uvicorn
+
+    from fulmen.gateway.http1 import Http1Client, Origin
+
+    origin = Origin.parse(upstream)
+    client = Http1Client(
+        max_connections=512,
+        keepalive_s=2.0,
+        connect_timeout_s=5.0,
+        read_timeout_s=60.0,
+        ssl_context=ssl.create_default_context,
+    )
+
+    async def app(scope: dict, receive: Callable, send: Callable) -> None:  # type: ignore[type-arg]
+        chunks, more = [], True
+        while more:
+            message = await receive()
+            chunks.append(message.get("body", b""))
+            more = message.get("more_body", False)
+        endpoint = "/" + scope["path"].split("/v1/", 1)[1]
+        body = b"".join(chunks)
+        headers = {"content-type": "application/json"}
+        reply = await client.request(origin, scope["method"], endpoint, headers=headers, body=body)
+        try:
+            content = await reply.read()
+        finally:
+            reply.release()
+        head = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(content))]
+        await send({"type": "http.response.start", "status": reply.status, "headers": head})
+        await send({"type": "http.response.body", "body": content})
+
+    config = uvicorn.Config(
+        app, host="127.0.0.1", port=port, log_level="warning", lifespan="off", access_log=False
+    )
+    await uvicorn.Server(config).serve()
+
+
 async def wait_ready(url: str) -> None:
     async with httpx.AsyncClient() as client:
         for _ in range(300):
@@ -91,19 +148,25 @@ async def wait_ready(url: str) -> None:
 
 
 async def measure(
-    client: httpx.AsyncClient, url: str, calls: int, concurrency: int, *, sessions: bool = False
+    clients: list[httpx.AsyncClient],
+    url: str,
+    calls: int,
+    concurrency: int,
+    *,
+    sessions: bool = False,
 ) -> tuple[list[float], int, float]:
     """Latencies (s) of successful calls, error count, and wall time of the run.
 
-    With ``sessions`` every call carries an ``x-session-id`` header naming one session per
-    ``SESSION_CALLS`` calls (sent to every path, so the direct path gets the same bytes).
+    Worker ``i`` sends through ``clients[i % len(clients)]``. With ``sessions`` every call
+    carries an ``x-session-id`` header naming one session per ``SESSION_CALLS`` calls (sent to
+    every path, so the direct path gets the same bytes).
     """
     latencies: list[float] = []
     numbers = _CALL_NUMBERS.setdefault(url, count())
     errors = 0
     remaining = calls
 
-    async def worker() -> None:
+    async def worker(client: httpx.AsyncClient) -> None:
         nonlocal remaining, errors
         while remaining > 0:
             remaining -= 1
@@ -123,8 +186,17 @@ async def measure(
             latencies.append(time.perf_counter() - start)
 
     started = time.perf_counter()
-    await asyncio.gather(*[worker() for _ in range(concurrency)])
+    await asyncio.gather(*[worker(clients[i % len(clients)]) for i in range(concurrency)])
     return latencies, errors, time.perf_counter() - started
+
+
+def new_clients(concurrency: int, *, shared: bool) -> list[httpx.AsyncClient]:
+    """One single-connection client per agent, or one client pooling ``concurrency``."""
+    if shared:
+        pooled = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+        return [httpx.AsyncClient(limits=pooled, timeout=30)]
+    single = httpx.Limits(max_connections=1, max_keepalive_connections=1)
+    return [httpx.AsyncClient(limits=single, timeout=30) for _ in range(concurrency)]
 
 
 _CALL_NUMBERS: dict[str, count[int]] = {}
@@ -136,6 +208,7 @@ class PathRun:
     def __init__(self) -> None:
         self.latencies: list[float] = []
         self.errors = 0
+        self.block_rates: list[float] = []  # calls/s of each block
         self.wall_s = 0.0
         self.client_cpu_s = 0.0  # this (client) process, while the path's blocks ran
         self.gateway_cpu_s = 0.0  # the gateway process, while the path's blocks ran
@@ -149,6 +222,7 @@ async def compare(
     pids: dict[str, int],
     *,
     sessions: bool = False,
+    shared_client: bool = False,
 ) -> dict[str, PathRun]:
     """Run the paths in alternating blocks (machine noise hits all alike).
 
@@ -156,9 +230,8 @@ async def compare(
     that process's (a path without one, the direct path, gets that of the first gateway).
     """
     first_pid = next(iter(pids.values()))
-    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
     out = {name: PathRun() for name in urls}
-    clients = {name: httpx.AsyncClient(limits=limits, timeout=30) for name in urls}
+    clients = {name: new_clients(concurrency, shared=shared_client) for name in urls}
     try:
         for name, url in urls.items():
             await measure(clients[name], url, 4 * concurrency, concurrency, sessions=sessions)
@@ -172,12 +245,14 @@ async def compare(
                 run = out[name]
                 run.latencies += lat
                 run.errors += err
+                run.block_rates.append(len(lat) / wall)
                 run.wall_s += wall
                 run.client_cpu_s += time.process_time() - cpu0
                 run.gateway_cpu_s += cpu_seconds(pid) - gw0
     finally:
-        for client in clients.values():
-            await client.aclose()
+        for group in clients.values():
+            for client in group:
+                await client.aclose()
     return out
 
 
@@ -185,6 +260,11 @@ def cpu_seconds(pid: int) -> float:
     """User + system CPU time of a process so far (Linux ``/proc``)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def block_ratios(path: PathRun, base: PathRun) -> list[float]:
+    """``path``'s calls/s over ``base``'s, block by block (each pair ran back to back)."""
+    return [a / b for a, b in zip(path.block_rates, base.block_rates, strict=True)]
 
 
 def pct(values: list[float], q: float) -> float:
@@ -214,36 +294,46 @@ async def run(args: argparse.Namespace) -> dict[str, float | int]:
          "--upstream", f"http://127.0.0.1:{up_port}/v1"],
         env=env, stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
+    hop_port = free_port()
+    hop = subprocess.Popen(
+        [sys.executable, __file__, "--serve-bare-hop", str(hop_port),
+         "--upstream", f"http://127.0.0.1:{up_port}/v1"],
+        env=env,
+    )  # fmt: skip
     try:
         assert gateway.stdout is not None
         ids = json.loads(gateway.stdout.readline())
         await wait_ready(f"http://127.0.0.1:{up_port}/v1/models")
         await wait_ready(f"http://127.0.0.1:{gw_port}/healthz")
+        await wait_ready(f"http://127.0.0.1:{hop_port}/v1/models")
         direct = f"http://127.0.0.1:{up_port}/v1/chat/completions"
-        tracked = (
-            f"http://127.0.0.1:{gw_port}/rollout/{ids['rollout_id']}"
-            f"/attempt/{ids['attempt_id']}/v1/chat/completions"
-        )
-        urls = {"direct": direct, "gw": tracked}
+        path = f"/rollout/{ids['rollout_id']}/attempt/{ids['attempt_id']}/v1/chat/completions"
+        tracked = f"http://127.0.0.1:{gw_port}{path}"
+        urls = {"direct": direct, "gw": tracked, "hop": f"http://127.0.0.1:{hop_port}{path}"}
         cpu_before = cpu_seconds(gateway.pid), cpu_seconds(upstream.pid)
-        pids = {"gw": gateway.pid}
+        pids = {"gw": gateway.pid, "hop": hop.pid}
         c1 = await compare(urls, args.calls_c1, 1, args.blocks, pids)
         gw_cpu = cpu_seconds(gateway.pid) - cpu_before[0]
         up_cpu = cpu_seconds(upstream.pid) - cpu_before[1]
-        c32 = await compare(urls, args.calls_c32, 32, args.blocks, pids)
+        c32 = await compare(
+            urls, args.calls_c32, 32, args.blocks, pids, shared_client=args.shared_client
+        )
         async with httpx.AsyncClient() as client:
             await client.post(f"http://127.0.0.1:{gw_port}/gateway/flush")
             recorder = (await client.get(f"http://127.0.0.1:{gw_port}/healthz")).json()["recorder"]
     finally:
-        for proc in (gateway, upstream):
+        for proc in (gateway, hop, upstream):
             proc.terminate()
             proc.wait(timeout=20)
     d1, g1 = c1["direct"].latencies, c1["gw"].latencies
-    direct32, gw32 = c32["direct"], c32["gw"]
+    direct32, gw32, hop32 = c32["direct"], c32["gw"], c32["hop"]
     d32, g32 = direct32.latencies, gw32.latencies
+    ratios = block_ratios(gw32, direct32)
+    hop_ratios = block_ratios(hop32, direct32)
     return {
         "benchmark": "gateway_overhead",
         "upstream_delay_ms": args.upstream_delay_ms,
+        "client": "shared" if args.shared_client else "per_agent",
         "p50_direct_ms_c1": round(pct(d1, 0.5), 3),
         "p50_gateway_ms_c1": round(pct(g1, 0.5), 3),
         "p50_added_ms_c1": round(pct(g1, 0.5) - pct(d1, 0.5), 3),
@@ -253,8 +343,20 @@ async def run(args: argparse.Namespace) -> dict[str, float | int]:
         "calls_per_s_c32": round(len(g32) / gw32.wall_s, 1),
         "calls_per_s_direct_c32": round(len(d32) / direct32.wall_s, 1),
         "throughput_ratio_c32": round(len(g32) / gw32.wall_s / (len(d32) / direct32.wall_s), 3),
+        "throughput_ratio_c32_block_median": round(statistics.median(ratios), 3),
+        "throughput_ratio_c32_block_range": [round(min(ratios), 3), round(max(ratios), 3)],
+        "calls_per_s_bare_hop_c32": round(len(hop32.latencies) / hop32.wall_s, 1),
+        "throughput_ratio_bare_hop_c32": round(
+            len(hop32.latencies) / hop32.wall_s / (len(d32) / direct32.wall_s), 3
+        ),
+        "throughput_ratio_bare_hop_c32_block_median": round(statistics.median(hop_ratios), 3),
+        "throughput_ratio_c32_vs_bare_hop": round(
+            len(g32) / gw32.wall_s / (len(hop32.latencies) / hop32.wall_s), 3
+        ),
+        "p50_bare_hop_added_ms_c1": round(pct(c1["hop"].latencies, 0.5) - pct(d1, 0.5), 3),
         "errors_c32": gw32.errors,
         "errors_direct_c32": direct32.errors,
+        "errors_bare_hop_c32": hop32.errors,
         # CPU time is less sensitive than latency to other processes on a busy machine.
         "gateway_cpu_ms_per_call": round(1000 * gw_cpu / max(len(g1), 1), 3),
         "gateway_cpu_ms_per_call_c32": round(1000 * gw32.gateway_cpu_s / max(len(g32), 1), 3),
@@ -264,7 +366,15 @@ async def run(args: argparse.Namespace) -> dict[str, float | int]:
         "client_cpu_ms_per_call_direct_c32": round(
             1000 * direct32.client_cpu_s / max(len(d32), 1), 3
         ),
-        "upstream_cpu_ms_per_call": round(1000 * up_cpu / max(len(g1) + len(d1), 1), 3),
+        "client_cpu_ms_per_call_bare_hop_c32": round(
+            1000 * hop32.client_cpu_s / max(len(hop32.latencies), 1), 3
+        ),
+        "bare_hop_cpu_ms_per_call_c32": round(
+            1000 * hop32.gateway_cpu_s / max(len(hop32.latencies), 1), 3
+        ),
+        "upstream_cpu_ms_per_call": round(
+            1000 * up_cpu / max(len(g1) + len(d1) + len(c1["hop"].latencies), 1), 3
+        ),
         "calls_c1": len(g1),
         "calls_c32": len(g32),
         "recorded_stored": recorder["stored"],
@@ -305,7 +415,15 @@ async def run_production(args: argparse.Namespace) -> dict[str, object]:
         )
         pids["tracked"] = proc.pid
         c1 = await compare(urls, args.calls_c1, 1, args.blocks, pids, sessions=True)
-        c32 = await compare(urls, args.calls_c32, 32, args.blocks, pids, sessions=True)
+        c32 = await compare(
+            urls,
+            args.calls_c32,
+            32,
+            args.blocks,
+            pids,
+            sessions=True,
+            shared_client=args.shared_client,
+        )
         await asyncio.sleep(1.5)  # past the idle timeout: the last sessions close and are written
         health: dict[str, dict[str, object]] = {}
         async with httpx.AsyncClient() as client:
@@ -322,6 +440,7 @@ async def run_production(args: argparse.Namespace) -> dict[str, object]:
     out: dict[str, object] = {
         "benchmark": "gateway_overhead_production",
         "upstream_delay_ms": args.upstream_delay_ms,
+        "client": "shared" if args.shared_client else "per_agent",
         "session_calls": SESSION_CALLS,
         "p50_direct_ms_c1": round(pct(d1, 0.5), 3),
         "calls_per_s_direct_c32": round(len(d32) / c32["direct"].wall_s, 1),
@@ -334,6 +453,9 @@ async def run_production(args: argparse.Namespace) -> dict[str, object]:
             "p50_added_ms_c32": round(pct(g32.latencies, 0.5) - pct(d32, 0.5), 3),
             "throughput_ratio_c32": round(
                 len(g32.latencies) / g32.wall_s / (len(d32) / c32["direct"].wall_s), 3
+            ),
+            "throughput_ratio_c32_block_median": round(
+                statistics.median(block_ratios(g32, c32["direct"])), 3
             ),
             "gateway_cpu_ms_per_call_c1": round(1000 * c1[name].gateway_cpu_s / max(len(g1), 1), 3),
             "gateway_cpu_ms_per_call_c32": round(
@@ -356,7 +478,7 @@ async def run_production(args: argparse.Namespace) -> dict[str, object]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--calls-c1", type=int, default=600)
-    parser.add_argument("--calls-c32", type=int, default=3200)
+    parser.add_argument("--calls-c32", type=int, default=6400)
     parser.add_argument("--blocks", type=int, default=10, help="alternations per figure")
     parser.add_argument(
         "--upstream-delay-ms",
@@ -365,11 +487,17 @@ def main() -> None:
         help="the upstream waits this long before each reply (an engine's latency; default 0)",
     )
     parser.add_argument(
+        "--shared-client",
+        action="store_true",
+        help="at concurrency 32, one pooled client for all agents (default: one client each)",
+    )
+    parser.add_argument(
         "--production",
         action="store_true",
         help="production capture at base_rate 0.1 and 1.0 against the direct path",
     )
     parser.add_argument("--serve-gateway", type=int, metavar="PORT", help=argparse.SUPPRESS)
+    parser.add_argument("--serve-bare-hop", type=int, metavar="PORT", help=argparse.SUPPRESS)
     parser.add_argument("--base-rate", type=float, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--upstream", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -379,6 +507,12 @@ def main() -> None:
 
         with asyncio.Runner(loop_factory=loop_factory()) as runner:
             runner.run(serve_gateway(args.serve_gateway, args.upstream, args.base_rate))
+        return
+    if args.serve_bare_hop:
+        from fulmen.cli.gateway import loop_factory
+
+        with asyncio.Runner(loop_factory=loop_factory()) as runner:
+            runner.run(serve_bare_hop(args.serve_bare_hop, args.upstream))
         return
     print(json.dumps(asyncio.run(run_production(args) if args.production else run(args))))
 
