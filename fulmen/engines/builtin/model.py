@@ -10,6 +10,7 @@ adapter load, unload or full reload increments it.
 
 from __future__ import annotations
 
+import inspect
 import threading
 import warnings
 from dataclasses import dataclass
@@ -80,6 +81,10 @@ class ServedModel:
         # expanded per row (a copy of several GB per forward: a 16 x 300-token prefill took 36 s
         # instead of 4 s); a contiguous input folds into one matrix product.
         self.base.get_output_embeddings().register_forward_pre_hook(_contiguous_input)
+        # transformers 5.24 renamed forward's ``past_key_values`` to ``cache`` (the old name warns,
+        # and goes in 5.40); the name this model's forward takes is looked up once.
+        parameters = inspect.signature(self.base.forward).parameters
+        self._cache_kwarg = "cache" if "cache" in parameters else "past_key_values"
         self._peft: Any = None
         self.adapters: dict[str, AdapterInfo] = {}
         self.version = 0
@@ -137,7 +142,7 @@ class ServedModel:
             "input_ids": input_ids,
             "attention_mask": attention_mask,
             "position_ids": position_ids,
-            "past_key_values": cache,
+            self._cache_kwarg: cache,
             "use_cache": True,
             "logits_to_keep": 1,
         }
