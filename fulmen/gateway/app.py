@@ -86,6 +86,8 @@ def create_app(
         finally:
             await gateway.aclose()
 
+    # ModelCallDispatch serves the two proxy routes before the router sees them; they stay in
+    # the table as the API's one description and for its 405s to other methods.
     routes = [
         Route("/healthz", _healthz, methods=["GET"]),
         Route("/gateway/flush", _flush, methods=["POST"]),

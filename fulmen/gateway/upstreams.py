@@ -47,10 +47,6 @@ class Upstream(BaseModel):
         path = parts.path.rstrip("/")
         return f"{parts.scheme}://{parts.netloc}{path or '/v1'}"
 
-    def url_for(self, endpoint: str) -> str:
-        """Return the URL of ``endpoint`` (a path below ``/v1``, e.g. ``chat/completions``)."""
-        return f"{self.base_url}/{endpoint}"
-
 
 class UpstreamPool:
     """The engines a gateway forwards to, with in-flight counts and recent connection failures.
