@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -140,14 +141,31 @@ def resolve_credit(strategy: str | CreditFn, **options: Any) -> CreditFn:
     return functools.partial(fn, **options)
 
 
-def assign_credit(fn: CreditFn, rollout: CreditInput) -> list[CallCredit]:
-    """Run a credit function and check it returned one finite credit per call."""
+def assign_credit(
+    fn: CreditFn, rollout: CreditInput, *, call_ids: Sequence[str] = ()
+) -> list[CallCredit]:
+    """Run a credit function and check it returned one finite credit per call.
+
+    ``call_ids`` are the credited calls' ids, in order, to name the call an error is about.
+
+    Raises:
+        ConfigError: the number of credits is not the number of calls, or a reward or weight
+            is not finite (NaN, or the infinity of a ``log(0)``), which would turn the
+            advantages, the loss and then the weights into NaN.
+    """
     credits = [CallCredit(float(c[0]), float(c[1])) for c in fn(rollout)]
     if len(credits) != rollout.num_calls:
         raise ConfigError(
             f"credit function returned {len(credits)} credits for {rollout.num_calls} calls"
         )
-    for credit in credits:
-        if credit.reward != credit.reward or credit.weight != credit.weight:
-            raise ConfigError(f"credit function returned NaN: {credit!r}")
+    for k, credit in enumerate(credits):
+        if not (math.isfinite(credit.reward) and math.isfinite(credit.weight)):
+            call_id = call_ids[k] if k < len(call_ids) else None
+            name = f"call {k}" + (f" ({call_id})" if call_id is not None else "")
+            raise ConfigError(
+                f"credit function returned a non-finite credit for {name} of "
+                f"{rollout.num_calls} (final reward {rollout.final_reward!r}): {credit!r}; "
+                "rewards and weights must be finite numbers",
+                detail={"call_index": k, "call_id": call_id, "credit": list(credit)},
+            )
     return credits

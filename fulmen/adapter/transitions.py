@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -46,6 +46,11 @@ class TransitionOptions(BaseModel):
         credit: built-in credit strategy name (see ``fulmen.adapter.credit``).
         gamma: discount of the ``discounted`` strategy (an error with any other strategy).
         missing_reward: reward of an attempt that emitted none; ``None`` skips such attempts.
+        names: where a call's agent name comes from: ``"call_or_spans"`` (default) the name
+            the call carried to the gateway (the ``x-fulmen-agent`` header), else the one its
+            spans give; ``"call"`` the header alone. Per-role adapters use ``"call"``: the
+            gateway routes a call to a role's adapter by its header, so a call is trained only
+            into the adapter that sampled it, never into another role its spans name.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -55,6 +60,7 @@ class TransitionOptions(BaseModel):
     credit: str = "final"
     gamma: float | None = Field(default=None, ge=0.0, le=1.0)
     missing_reward: float | None = None
+    names: Literal["call_or_spans", "call"] = "call_or_spans"
 
     def credit_fn(self) -> CreditFn:
         """Return the credit function these options name, with ``gamma`` bound when given."""
@@ -120,10 +126,16 @@ def build_trajectory(
         final = opts.missing_reward
     transitions: list[Transition] = []
     if final is not None:
-        selected = _select(ordered, signals.agent_names, opts, diag)
+        agents = (
+            signals.agent_names
+            if opts.names == "call_or_spans"
+            else tuple(c.agent_name for c in ordered)
+        )
+        selected = _select(ordered, agents, opts, diag)
         credits = assign_credit(
             credit or opts.credit_fn(),
             CreditInput(final, tuple(signals.call_rewards[i] for i, _, _ in selected)),
+            call_ids=[c.call_id for _, c, _ in selected],
         )
         pieces = [
             _Piece(index, call, agent, credit_)

@@ -2,8 +2,10 @@
 
 Shared by every weight-training algorithm (``GRPOEngine``, ``SFTEngine``): a checkpoint holds
 the trainable parameters, the optimizer and torch RNG state, and a small JSON state the engine
-chooses (its step, its policy version, its config). Torch, safetensors and peft are imported
-here, never by ``import fulmen``.
+chooses (its step, its policy version, its config). An adapter or model whose trained weights
+hold a NaN or an infinity is never written for serving (``save_adapter``, ``save_model``): the
+engine would serve garbage under a new version. Torch, safetensors and peft are imported here,
+never by ``import fulmen``.
 """
 
 from __future__ import annotations
@@ -18,13 +20,33 @@ import torch
 from torch import nn
 
 from fulmen.algorithms.policy import causal_lm_of
-from fulmen.errors import ConfigError
+from fulmen.errors import ConfigError, FulmenError
 
-__all__ = ["load_checkpoint", "save_adapter", "save_checkpoint", "save_model"]
+__all__ = ["check_finite", "load_checkpoint", "save_adapter", "save_checkpoint", "save_model"]
 
 _TRAINABLE_FILE = "trainable.safetensors"
 _OPTIMIZER_FILE = "optimizer.pt"
 _STATE_FILE = "engine.json"
+
+
+def check_finite(model: nn.Module) -> None:
+    """Raise when a trained parameter of ``model`` holds a NaN or an infinity.
+
+    Raises:
+        FulmenError: names how many trained tensors are not finite and the first of them.
+    """
+    bad = [
+        name
+        for name, p in model.named_parameters()
+        if p.requires_grad and not bool(torch.isfinite(p).all())
+    ]
+    if bad:
+        raise FulmenError(
+            f"{len(bad)} trained weight tensor(s) hold NaN or inf (first: {bad[0]}); the policy "
+            "is not saved for serving. A loss term or reward was not finite: see the step's "
+            "metrics (grad_norm, skipped_nonfinite)",
+            detail={"parameters": bad[:10]},
+        )
 
 
 def save_checkpoint(
@@ -103,6 +125,7 @@ def save_adapter(
     """
     if finetune != "lora":
         raise ConfigError("save_adapter needs finetune='lora'; use save_model for full weights")
+    check_finite(model)
     target = Path(directory)
     target.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(str(target), selected_adapters=[adapter_name])  # type: ignore[operator]
@@ -116,6 +139,7 @@ def save_adapter(
 
 def save_model(model: nn.Module, directory: str | Path, *, finetune: str) -> Path:
     """Write the full policy (LoRA merged into a copy of the weights) as a HF directory."""
+    check_finite(model)
     target = Path(directory)
     target.mkdir(parents=True, exist_ok=True)
     if finetune == "lora":

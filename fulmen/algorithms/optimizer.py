@@ -57,10 +57,16 @@ def build_optimizer(model: nn.Module, settings: OptimizerSettings) -> torch.opti
 def apply_gradients(optimizer: torch.optim.Optimizer, *, max_grad_norm: float | None) -> float:
     """Clip the gradients to ``max_grad_norm`` (``None``: no clip), step, and clear them.
 
-    Returns the global gradient norm before clipping.
+    Returns the global gradient norm before clipping. A norm that is not finite (a NaN or an
+    infinite loss term, an overflow) takes no step: the gradients are cleared and AdamW's state
+    is left as it was, so one bad batch cannot turn the weights into NaN. The caller sees the
+    non-finite norm and reports the skipped step.
     """
     params = [p for group in optimizer.param_groups for p in group["params"]]
-    norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm if max_grad_norm else math.inf)
-    optimizer.step()
+    norm = float(
+        torch.nn.utils.clip_grad_norm_(params, max_grad_norm if max_grad_norm else math.inf)
+    )
+    if math.isfinite(norm):
+        optimizer.step()
     optimizer.zero_grad(set_to_none=True)
-    return float(norm)
+    return norm

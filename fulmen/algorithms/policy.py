@@ -36,6 +36,7 @@ __all__ = [
     "policy_device",
     "prepare_policy",
     "token_logprobs",
+    "update_mode",
 ]
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
@@ -243,6 +244,34 @@ def load_stage_policy(
     return model
 
 
+@contextmanager
+def update_mode(model: nn.Module, *, dropout: Literal["lora", "all"]) -> Iterator[None]:
+    """Put ``model`` in the mode of a training forward *and backward*; eval mode after.
+
+    The mode must hold through ``backward()``: activation checkpointing recomputes the forward
+    there, and a recompute in another mode (dropout on in the forward, off in the recompute)
+    saves other tensors, which torch refuses (``CheckpointError``). ``dropout="all"`` is plain
+    train mode (SFT: the model's and the adapter's dropout, as in any fine-tuning).
+    ``dropout="lora"`` keeps everything in eval except the flags the config asked for: LoRA's
+    dropout and the layers HF checkpoints only in train mode, so the base model's own dropout
+    (attention dropout, say) stays off and GRPO's logprobs still match the sampler's.
+    """
+    if dropout == "all":
+        model.train()
+    else:
+        model.eval()
+        for module in model.modules():
+            if getattr(module, "gradient_checkpointing", False) is True:
+                module.training = True  # the flag alone: not the layer's children
+            lora_dropout = getattr(module, "lora_dropout", None)
+            if isinstance(lora_dropout, nn.ModuleDict):
+                lora_dropout.train()
+    try:
+        yield
+    finally:
+        model.eval()
+
+
 def causal_lm_of(model: nn.Module) -> Any:
     """Return the transformers ``*ForCausalLM`` inside ``model`` (unwraps a peft model)."""
     get_base = getattr(model, "get_base_model", None)
@@ -304,7 +333,7 @@ def token_logprobs(
     ).last_hidden_state
     selected = hidden[rows, positions - 1]
     targets = input_ids[rows, positions]
-    head = causal_lm.get_output_embeddings()
+    head = _float32_head(causal_lm.get_output_embeddings())
     softcap = getattr(causal_lm.config, "final_logit_softcapping", None)
     logprobs: list[Tensor] = []
     entropies: list[Tensor] = []
@@ -328,18 +357,46 @@ def token_logprobs(
     return torch.cat(logprobs), entropy
 
 
+class _Float32Head(nn.Module):
+    """The LM head as a float32 linear map, whatever the policy's dtype and autocast.
+
+    bfloat16 logits have a step of 0.06 near 10, which biased some tokens' logprobs: GRPO's
+    clipped ratio then drove calc's policy into repeating one of them (under autocast), and a
+    ``dtype: bfloat16`` policy's logprobs were off by up to 0.064 against a float32 head on the
+    same hidden states. The weight is cast once per ``token_logprobs`` call (a copy only when
+    it is not float32 already); gradients still reach it when it is trained.
+    """
+
+    def __init__(self, weight: Tensor, bias: Tensor | None) -> None:
+        super().__init__()
+        self.weight32 = weight.float()
+        self.bias32 = None if bias is None else bias.float()
+
+    def forward(self, hidden: Tensor) -> Tensor:
+        with torch.autocast(hidden.device.type, enabled=False):
+            return torch.nn.functional.linear(hidden.float(), self.weight32, self.bias32)
+
+
+def _float32_head(head: nn.Module) -> nn.Module:
+    """Return ``head`` computing in float32: a plain linear head is wrapped, others kept.
+
+    A head with its own LoRA adapter (``target_modules`` naming ``lm_head``) is not a plain
+    ``nn.Linear``; it runs as it is, its output cast to float32.
+    """
+    if type(head) is nn.Linear:
+        return _Float32Head(head.weight, head.bias)
+    return head
+
+
 def _head_logprobs(
     head: nn.Module, hidden: Tensor, targets: Tensor, softcap: float | None, temperature: float
 ) -> tuple[Tensor, Tensor]:
     device = hidden.device.type
-    if torch.is_autocast_enabled(device):
-        # The head in float32 under autocast: bfloat16 logits (a step of 0.06 at 10) biased
-        # some tokens' logprobs, and GRPO's clipped ratio then drove calc's policy into
-        # repeating one of them.
-        with torch.autocast(device, enabled=False):
-            logits = head(hidden.float())
-    else:
+    if isinstance(head, _Float32Head) or not torch.is_autocast_enabled(device):
         logits = head(hidden).float()
+    else:  # a head with its own adapter: out of autocast, on float32 input
+        with torch.autocast(device, enabled=False):
+            logits = head(hidden.float()).float()
     if softcap is not None:
         logits = torch.tanh(logits / softcap) * softcap
     if temperature != 1.0:

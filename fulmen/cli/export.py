@@ -11,6 +11,7 @@ import argparse
 from typing import Any
 
 from fulmen.cli.store import add_store_options, open_cli_store, run_async
+from fulmen.errors import ConfigError
 
 __all__ = ["register"]
 
@@ -52,6 +53,12 @@ def register(subparsers: Any) -> None:
 
 
 def _export(args: argparse.Namespace) -> int:
+    if args.merge and args.credit == "per_call":
+        # a merged row carries one reward: the last call's
+        raise ConfigError(
+            "--credit per_call with --merge would give each merged row only its last call's "
+            "reward; leave out --merge to export one row per call with its own reward"
+        )
     count = run_async(lambda: _run(args))
     print(f"wrote {count} {args.kind} rows to {args.out}")
     return 0

@@ -20,10 +20,17 @@ def _count(metrics: Mapping[str, float], key: str) -> int:
 def no_update_reason(metrics: Mapping[str, float]) -> str:
     """Explain, from a step's metrics, why the step took no optimizer step.
 
-    The causes are checked from the earliest stage of the pipeline to the last: failed
+    A step skipped for a non-finite gradient says so first. Then the causes are checked from
+    the earliest stage of the pipeline to the last: failed
     rollouts, calls the adapter could not use, transitions GRPO dropped, then groups whose
     rollouts all scored the same (every advantage zero), the most common cause.
     """
+    if _count(metrics, "skipped_nonfinite"):
+        return (
+            f"the gradient norm was not finite ({metrics.get('grad_norm')}), so the optimizer "
+            "step was skipped and the weights are unchanged; a reward, credit or loss term was "
+            "not finite (check the agent's rewards and grpo.learning_rate)"
+        )
     finished = _count(metrics, "rollouts/finished")
     failed = _count(metrics, "rollouts/failed")
     if finished and failed == finished:
@@ -67,7 +74,8 @@ def no_update_reason(metrics: Mapping[str, float]) -> str:
         mean = metrics.get("reward/mean", float("nan"))
         return (
             f"every rollout in each of the {groups} task groups scored the same (mean reward "
-            f"{mean:.3f}), so every advantage is 0; more varied rewards, a larger "
+            f"{mean:.3f}), so every advantage is 0 (or within grpo.min_abs_advantage of it); "
+            "more varied rewards, a larger "
             "algorithm.group_size or a higher sampling temperature give GRPO a signal"
         )
     return "no transition carried a learning signal"

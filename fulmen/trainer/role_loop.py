@@ -31,6 +31,8 @@ _SUMMED = (
     "dropped_overlong",
     "dropped_untrained",
     "skipped_zero_advantage",
+    "zeroed_advantage_tokens",
+    "skipped_nonfinite",
     "trained_tokens",
 )
 

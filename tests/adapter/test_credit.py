@@ -1,7 +1,10 @@
 from __future__ import annotations
 
+import math
+
 import pytest
 
+from fulmen.adapter import build_trajectory
 from fulmen.adapter.credit import (
     CallCredit,
     CreditInput,
@@ -9,6 +12,8 @@ from fulmen.adapter.credit import (
     resolve_credit,
 )
 from fulmen.errors import ConfigError
+
+from .factories import call, reward_span
 
 
 def _run(name: str, final: float, rewards: tuple[float | None, ...], **opts: float) -> list:
@@ -65,3 +70,47 @@ def test_user_function_and_wrong_length() -> None:
     ]
     with pytest.raises(ConfigError, match="returned 1 credits for 2 calls"):
         assign_credit(lambda r: [CallCredit(1.0)], CreditInput(1.0, (None, None)))
+
+
+@pytest.mark.parametrize(
+    "credit",
+    [
+        CallCredit(-math.inf, 1.0),  # a user function returning log(0)
+        CallCredit(math.inf, 1.0),
+        CallCredit(math.nan, 1.0),
+        CallCredit(1.0, math.inf),
+        CallCredit(1.0, -math.inf),
+        CallCredit(1.0, math.nan),
+    ],
+)
+def test_non_finite_credit_is_an_error_naming_the_call(credit: CallCredit) -> None:
+    """Issue 27: an infinite credit passed the NaN check and turned the adapter into NaN."""
+
+    def second_call_bad(rollout: CreditInput) -> list[CallCredit]:
+        return [CallCredit(0.5, 1.0), credit, CallCredit(1.0, 1.0)]
+
+    with pytest.raises(ConfigError, match=r"non-finite credit for call 1 \(c-2\) of 3") as err:
+        assign_credit(
+            second_call_bad, CreditInput(1.0, (None,) * 3), call_ids=["c-1", "c-2", "c-3"]
+        )
+    assert err.value.detail["call_index"] == 1 and err.value.detail["call_id"] == "c-2"
+    with pytest.raises(ConfigError, match=r"non-finite credit for call 1 of 3"):
+        assign_credit(second_call_bad, CreditInput(1.0, (None,) * 3))
+
+
+@pytest.mark.parametrize("name", ["final", "discounted", "last", "per_call"])
+def test_an_infinite_reward_is_refused_by_every_strategy(name: str) -> None:
+    with pytest.raises(ConfigError, match="non-finite credit"):
+        _run(name, math.inf, (math.inf, math.inf))
+
+
+def test_the_adapter_names_the_call_whose_credit_is_not_finite() -> None:
+    calls = [call(1, [1], [2]), call(2, [1], [3])]
+
+    def log_of_zero(rollout: CreditInput) -> list[CallCredit]:
+        return [CallCredit(math.log(r) if r else -math.inf) for r in (1.0, 0.0)]
+
+    with pytest.raises(ConfigError, match=r"call 1 \(r1-call-2\)"):
+        build_trajectory(
+            rollout_id="r1", calls=calls, spans=[reward_span(3, 1.0)], credit=log_of_zero
+        )

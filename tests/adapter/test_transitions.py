@@ -192,3 +192,17 @@ async def test_load_trajectory_reads_a_real_store() -> None:
         assert all(t.reward == 0.5 for t in traj.transitions)
     finally:
         await store.aclose()
+
+
+def test_names_call_attributes_a_call_by_its_header_alone() -> None:
+    # A call that carried no x-fulmen-agent header was served by the default policy (the
+    # gateway routes by that header); its spans naming "writer" must not put it into the
+    # writer's adapter. With names: call only the header counts.
+    named = call(1, [1, 2], [3]).model_copy(update={"agent_name": "writer"})
+    unnamed = call(3, [1, 2, 3, 9], [5], response_id="resp-r1-3")
+    spans = [agent_span(2, "writer", "resp-r1-3"), reward_span(4, 1.0, source="return")]
+    loose = _build([named, unnamed], spans)
+    assert [t.agent_name for t in loose.transitions] == ["writer", "writer"]
+    strict = _build([named, unnamed], spans, agents=("writer",), names="call")
+    assert [t.call_ids for t in strict.transitions] == [["r1-call-1"]]
+    assert strict.diagnostics.calls_unnamed == 1 and strict.diagnostics.skipped_agent == 1

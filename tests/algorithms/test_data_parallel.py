@@ -141,15 +141,20 @@ class TestOneStepOnTwoRanks:
     def test_rollout_normalization_is_global_across_ranks(
         self, model_dir: Path, workers: UpdateWorkers
     ) -> None:
+        # Adam's first step is about lr * sign(g): a float32 rounding in a gradient near zero
+        # moves a weight by a visible fraction of lr (1.4e-5 at lr 1e-2 once the advantages
+        # came in float64), so the step is small and the gradient itself is compared through
+        # its norm (a per-rank normalization would change it; the loss is ~0 on-policy).
         config = GRPOConfig(
-            loss_normalization="rollout", learning_rate=1e-2, lora={"r": 4, "alpha": 8}
+            loss_normalization="rollout", learning_rate=1e-3, lora={"r": 4, "alpha": 8}
         )  # type: ignore[arg-type]
         single = GRPOEngine(load_causal_lm(model_dir), config=config)
         parallel = GRPOEngine(load_causal_lm(model_dir), config=config)
         batch = _batch(single.model)
         workers.attach(parallel, EngineSpec("grpo", str(model_dir), config.model_dump(mode="json")))
-        single.train_step(batch)
-        parallel.train_step(batch)
+        expected = single.train_step(batch)
+        got = parallel.train_step(batch)
+        assert got["grad_norm"] == pytest.approx(expected["grad_norm"], rel=1e-5)
         assert _max_difference(single.model, parallel.model) <= TOLERANCE
 
     def test_two_gloo_ranks_take_the_same_sft_steps_as_one_process(

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import dataclasses
+import math
 import warnings
 from pathlib import Path
 
@@ -9,6 +11,8 @@ from pydantic import ValidationError
 
 from fulmen.algorithms.grpo import GRPOConfig
 from fulmen.algorithms.grpo.engine import GRPOEngine
+from fulmen.algorithms.grpo.samples import build_samples
+from fulmen.algorithms.lora import LoraSettings
 from fulmen.errors import ConfigError
 
 from .builders import transition
@@ -237,3 +241,86 @@ def test_cuda_step_matches_the_cpu_step() -> None:
         params.append(_params(engine).cpu())
     # one AdamW step of lr 1e-2 moves each weight ~1e-2; GPU summation order moves it ~1e-5
     torch.testing.assert_close(params[0], params[1], atol=1e-4, rtol=1e-3)
+
+
+def _dropout_llama(p: float = 0.3):
+    """The tiny model with attention dropout, as some base models ship."""
+    model = tiny_llama()
+    model.config.attention_dropout = p
+    for layer in model.model.layers:
+        layer.self_attn.attention_dropout = p
+    return model
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        GRPOConfig(gradient_checkpointing=True, lora=LoraSettings(dropout=0.3)),
+        GRPOConfig(finetune="full", gradient_checkpointing=True),
+    ],
+    ids=["lora-dropout", "model-dropout"],
+)
+def test_gradient_checkpointing_with_dropout_trains(config: GRPOConfig) -> None:
+    # The recompute in backward must run in the forward's mode (it ran in eval: CheckpointError).
+    engine = GRPOEngine(_dropout_llama(), config=config)
+    before = _params(engine)
+    metrics = engine.train_step(_batch(engine.model))
+    assert metrics["updated"] == 1.0
+    assert not torch.equal(before, _params(engine))
+    assert not engine.model.training
+
+
+def test_checkpointing_leaves_the_models_own_dropout_off() -> None:
+    # Train mode for checkpointing must not switch on the base model's attention dropout: the
+    # trainer's logprobs would no longer be the sampler's (ratio != 1 on-policy).
+    engine = GRPOEngine(_dropout_llama(0.5), config=GRPOConfig(gradient_checkpointing=True))
+    metrics = engine.compute_gradients(_batch(engine.model))
+    assert metrics["logprob_gap"] < 1e-5
+
+
+def test_lora_dropout_applies_in_the_update() -> None:
+    # lora.dropout is a setting the update honours: two passes over the same batch draw
+    # different masks, so the gradients differ (with dropout 0 they are equal).
+    from .builders import gradient
+
+    for dropout, same in ((0.0, True), (0.5, False)):
+        engine = GRPOEngine(tiny_llama(), config=GRPOConfig(lora=LoraSettings(dropout=dropout)))
+        batch = _batch(engine.model)
+        grads = []
+        for _ in range(2):
+            engine.compute_gradients(batch)
+            grads.append(gradient(engine.model))
+            engine.optimizer.zero_grad()
+        assert torch.equal(grads[0], grads[1]) is same
+
+
+def test_a_non_finite_gradient_takes_no_step() -> None:
+    engine = GRPOEngine(tiny_llama(), config=GRPOConfig(learning_rate=1e-2))
+    samples, _ = build_samples(_batch(engine.model), config=engine.config)
+    poisoned = [
+        dataclasses.replace(s, advantages=[float("inf")] * len(s.advantages)) for s in samples
+    ]
+    before = _params(engine)
+    _, norm = engine.train_samples(poisoned)
+    assert not math.isfinite(norm)
+    assert engine.skipped_nonfinite == 1
+    assert torch.equal(before, _params(engine))
+    assert not engine.optimizer.state  # AdamW's moments untouched
+    assert all(p.grad is None for p in engine.model.parameters())
+    # the next, healthy batch trains as on a fresh engine
+    metrics = engine.train_step(_batch(engine.model))
+    assert metrics["updated"] == 1.0 and metrics["skipped_nonfinite"] == 0.0
+    assert all(bool(torch.isfinite(p).all()) for p in engine.model.parameters())
+
+
+def test_a_nan_adapter_is_never_saved_for_serving(tmp_path: Path) -> None:
+    from fulmen.errors import FulmenError
+
+    engine = GRPOEngine(tiny_llama())
+    with torch.no_grad():
+        next(p for p in engine.model.parameters() if p.requires_grad).fill_(float("nan"))
+    with pytest.raises(FulmenError, match="NaN or inf"):
+        engine.save_adapter(tmp_path / "adapter")
+    with pytest.raises(FulmenError, match="NaN or inf"):
+        engine.save_model(tmp_path / "model")
+    assert not (tmp_path / "adapter").exists()

@@ -7,6 +7,7 @@ import torch
 
 from fulmen.algorithms.grpo.losses import (
     clipped_policy_loss,
+    k1_kl,
     k3_kl,
     rollout_normalizer,
     token_normalizer,
@@ -84,3 +85,23 @@ def test_normalizers_per_token_and_per_rollout() -> None:
 def test_shape_mismatch_is_an_error() -> None:
     with pytest.raises(ConfigError, match="one shape"):
         k3_kl(logprobs=torch.zeros(2), ref_logprobs=torch.zeros(3))
+
+
+def test_the_k1_penalty_pulls_with_the_gradient_of_the_kl() -> None:
+    # A categorical policy over 6 tokens and a fixed reference: the mean k1 loss over tokens
+    # sampled from the policy must have KL(pi || ref)'s gradient. The plain log-ratio's
+    # gradient has expectation zero on-policy, so the penalty did nothing while the logged
+    # KL looked right.
+    gen = torch.Generator().manual_seed(0)
+    logits = torch.randn(6, generator=gen, dtype=torch.float64, requires_grad=True)
+    ref = torch.log_softmax(torch.randn(6, generator=gen, dtype=torch.float64), -1)
+    policy = torch.log_softmax(logits, -1)
+    exact = torch.autograd.grad((policy.exp() * (policy - ref)).sum(), logits)[0]
+    tokens = torch.multinomial(policy.detach().exp(), 200_000, replacement=True, generator=gen)
+    logprobs = torch.log_softmax(logits, -1)[tokens]
+    k1 = k1_kl(logprobs=logprobs, ref_logprobs=ref[tokens])
+    estimated = torch.autograd.grad(k1.mean(), logits)[0]
+    torch.testing.assert_close(estimated, exact, atol=0.01 * float(exact.norm().detach()), rtol=0)
+    # its value is still the log-ratio, whose mean estimates the KL
+    kl = float((policy.exp() * (policy - ref)).sum().detach())
+    assert float(k1.detach().mean()) == pytest.approx(kl, abs=0.01)

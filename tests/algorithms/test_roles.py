@@ -121,3 +121,15 @@ def test_bad_adapter_maps_are_refused() -> None:
     for bad in ({}, {"a b": ["x"]}, {"w": []}, {"default": ["x"]}):
         with pytest.raises(ValueError):
             RolePolicies(tiny_llama(), config=GRPOConfig(), adapters=bad)
+
+
+def test_per_role_runs_attribute_calls_by_the_header_that_routed_them() -> None:
+    from fulmen.algorithms.grpo.config import GRPOAlgorithmConfig
+
+    config = GRPOAlgorithmConfig(adapters={"writer": ["write_*"]})
+    assert config.transition_options().names == "call"
+    assert GRPOAlgorithmConfig().transition_options().names == "call_or_spans"
+    with pytest.raises(ValueError, match=r"transitions\.names must be 'call'"):
+        GRPOAlgorithmConfig(
+            adapters={"writer": ["write_*"]}, transitions={"names": "call_or_spans"}
+        )

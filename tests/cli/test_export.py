@@ -108,3 +108,14 @@ def test_export_preferences_pairs_best_and_worst(store_url: str, tmp_path: Path)
 
 def test_export_rejects_unknown_format(store_url: str, tmp_path: Path) -> None:
     assert main(["export", "sft", "--store", store_url, "--out", str(tmp_path / "x.csv")]) == 1
+
+
+def test_export_refuses_per_call_credit_on_merged_rows(
+    store_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # a merged row carries one reward (its last call's): per-call rewards would be lost
+    out = tmp_path / "t.jsonl"
+    args = ["export", "transitions", "--store", store_url, "--out", str(out), "--merge"]
+    assert main([*args, "--credit", "per_call"]) == 1
+    assert "--credit per_call with --merge" in capsys.readouterr().err
+    assert not out.exists()

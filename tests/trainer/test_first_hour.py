@@ -155,6 +155,10 @@ def test_no_update_reasons_name_the_cause() -> None:
         {"rollouts/finished": 2, "transitions": 2, "dropped_overlong": 2, "groups": 1}
     )
     assert "2 longer than grpo.max_seq_len" in dropped
+    nonfinite = no_update_reason(
+        {"transitions": 8, "skipped_nonfinite": 1, "grad_norm": float("nan")}
+    )
+    assert "gradient norm was not finite" in nonfinite
 
 
 @pytest.mark.slow

@@ -34,6 +34,12 @@ class GRPOConfig(ComputeSettings):
             rollout's tokens, weighted by credit) or ``"transition"`` (group-relative over
             credited transition rewards, each rollout weighted equally in the statistics).
         normalize_std: divide advantages by the group's standard deviation.
+        min_abs_advantage: a token whose advantage is at most this in magnitude is trained
+            with advantage 0, and a batch where no token's advantage exceeds it takes no
+            optimizer step, even with ``kl_coef`` > 0 (a step without signal would only move
+            the weights through AdamW's moments, and KL alone would pull the policy towards
+            the reference). In advantage units: with ``normalize_std`` off and rewards far
+            below 1, lower it; 0 skips only exact zeros.
         policy_loss: name in ``losses.POLICY_LOSSES``.
         clip_low / clip_high: ratio clip range ``[1 - clip_low, 1 + clip_high]``.
         kl_coef: weight of the KL penalty to the reference; 0 turns the reference off.
@@ -46,6 +52,8 @@ class GRPOConfig(ComputeSettings):
         skip_truncated: drop transitions whose last call hit its token limit.
         skip_zero_advantage: do not run the model on sequences whose every token has zero
             advantage (they add nothing to the loss when ``kl_coef`` is 0; still normalized).
+            With ``kl_coef`` > 0 they are trained for the KL term. Whatever this option, a
+            batch with no advantage anywhere takes no step (``min_abs_advantage``).
         temperature: the temperature the behaviour policy sampled at. The engines record
             logprobs of ``log_softmax(logits / temperature)`` (vLLM's processed logprobs) and
             the policy's logprobs are computed the same way, so on-policy ratios are 1.
@@ -74,6 +82,7 @@ class GRPOConfig(ComputeSettings):
     max_grad_norm: float | None = Field(default=1.0, gt=0)
     advantage: Literal["rollout", "transition"] = "rollout"
     normalize_std: bool = True
+    min_abs_advantage: float = Field(default=1e-6, ge=0, allow_inf_nan=False)
     policy_loss: str = "clipped"
     clip_low: float = Field(default=0.2, ge=0, lt=1)
     clip_high: float = Field(default=0.28, ge=0)
@@ -209,6 +218,14 @@ class GRPOAlgorithmConfig(BaseModel):
                 "algorithm.transitions.credit 'per_call' has no effect with grpo.advantage "
                 "'rollout' (set grpo.advantage: transition)"
             )
+        if options.credit == "per_call" and options.merge:
+            # A merged transition carries one reward, its last call's: the rewards emitted for
+            # the earlier calls of the chain would be dropped without a word.
+            raise ValueError(
+                "algorithm.transitions.credit 'per_call' does not work with merge: true (a "
+                "merged sequence carries only its last call's reward, so the rewards emitted "
+                "for the earlier calls would not be trained); set merge: false"
+            )
         return self
 
     def engine_config(self, *, seed: int) -> GRPOConfig:
@@ -242,6 +259,11 @@ class GRPOAlgorithmConfig(BaseModel):
                 "algorithm.adapters names the trained agents: leave out algorithm.transitions."
                 "agents"
             )
+        if self.transitions.get("names", "call") != "call":
+            raise ValueError(
+                "algorithm.adapters trains each call into the adapter its x-fulmen-agent header "
+                "routed it to: algorithm.transitions.names must be 'call' (or left out)"
+            )
         unsupported = {
             "source": self.source,
             "data_parallel": self.data_parallel,
@@ -256,12 +278,13 @@ class GRPOAlgorithmConfig(BaseModel):
     def transition_options(self) -> TransitionOptions:
         """Build the adapter's ``TransitionOptions`` from ``transitions``.
 
-        With ``adapters`` the trained agents are those some adapter names.
+        With ``adapters`` the trained agents are those some adapter names, by the name each
+        call carried to the gateway (``names: call``): that name routed it to its adapter.
         """
         from fulmen.algorithms.transitions import transition_options
 
         options = transition_options(self.transitions)
         if self.adapters is not None:
             patterns = tuple(p for agents in self.adapters.values() for p in agents)
-            options = options.model_copy(update={"agents": patterns})
+            options = options.model_copy(update={"agents": patterns, "names": "call"})
         return options

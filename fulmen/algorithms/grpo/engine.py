@@ -6,17 +6,23 @@ importance-ratio loss (plus the optional KL to the reference) over them, and tak
 optimizer step per epoch. With a ``collective`` (``docs/data-parallel.md``) this rank trains
 only its share of the batch's rollouts, with the batch's loss weights, and the gradients are
 summed over the ranks before each step. The model stays in eval mode (dropout off) so its
-logprobs match the sampler's; gradients flow regardless. It switches to train mode for the
-policy forward only when that has an effect the config asked for (activation checkpointing,
-LoRA dropout). Torch, transformers and peft are imported here, never by ``import fulmen``.
+logprobs match the sampler's; gradients flow regardless. The policy's forward and backward
+run in ``update_mode``: only the flags the config asked for are in train mode (activation
+checkpointing, LoRA dropout), and they stay so through ``backward()``, where checkpointing
+recomputes the forward. A step whose gradient norm is not finite is skipped (no optimizer
+step, counted in ``skipped_nonfinite``). Torch, transformers and peft are imported here, never
+by ``import fulmen``.
 """
 
 from __future__ import annotations
 
+import logging
+import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -36,10 +42,13 @@ from fulmen.algorithms.policy import (
     policy_device,
     prepare_policy,
     token_logprobs,
+    update_mode,
 )
 from fulmen.types.transitions import Transition
 
 __all__ = ["GRPOEngine"]
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -123,9 +132,6 @@ class GRPOEngine:
         self.activate()
         self.model.eval()
         self.device = policy_device(self.config)
-        self._train_mode = self.config.gradient_checkpointing or (
-            self.config.finetune == "lora" and self.config.lora.dropout > 0
-        )
         self._reference = (
             ReferencePolicy(self.model, finetune=self.config.finetune)
             if self.config.kl_coef > 0
@@ -135,6 +141,8 @@ class GRPOEngine:
         config_pad = getattr(causal_lm_of(self.model).config, "pad_token_id", None)
         self.pad_token_id = pad_token_id if pad_token_id is not None else (config_pad or 0)
         self.step = 0
+        #: Optimizer steps skipped because the gradient norm was not finite.
+        self.skipped_nonfinite = 0
         self.policy_version: str | None = None
         #: The data-parallel group this engine updates with (``None``: this process alone).
         self.collective: Collective | None = None
@@ -168,11 +176,21 @@ class GRPOEngine:
             return metrics
         if self.collective is not None:  # rank 0: send the other ranks their rollouts
             samples = self.collective.share(split_samples(samples, self.collective.world_size))
+        skipped = self.skipped_nonfinite
         totals, grad_norm = self.train_samples(samples)
         elapsed = time.perf_counter() - started
         metrics.update(totals.metrics(cfg.epochs))
+        if self.skipped_nonfinite > skipped:
+            logger.warning(
+                "GRPO step %d: gradient norm %s is not finite; the optimizer step was skipped "
+                "and the weights are unchanged (%d such steps so far)",
+                self.step,
+                grad_norm,
+                self.skipped_nonfinite,
+            )
         metrics.update(
-            updated=1.0,
+            updated=0.0 if self.skipped_nonfinite > skipped else 1.0,
+            skipped_nonfinite=float(self.skipped_nonfinite - skipped),
             grad_norm=grad_norm,
             step_time_s=elapsed,
             tokens_per_s=totals.input_tokens / elapsed,
@@ -185,7 +203,9 @@ class GRPOEngine:
         """Take the step's ``epochs`` optimizer steps from built samples; return totals, norm.
 
         With a ``collective`` the samples are this rank's share and the gradients (and the
-        totals) are summed over the ranks, so every rank takes the batch's step.
+        totals) are summed over the ranks, so every rank takes the batch's step. A gradient
+        norm that is not finite takes no optimizer step (every rank sees the same summed norm)
+        and ends the step's epochs; ``skipped_nonfinite`` counts it.
         """
         self.activate()
         totals = _Totals()
@@ -195,6 +215,9 @@ class GRPOEngine:
             if self.collective is not None:
                 self.collective.sum_gradients(self._trainable)
             grad_norm = apply_gradients(self.optimizer, max_grad_norm=self.config.max_grad_norm)
+            if not math.isfinite(grad_norm):
+                self.skipped_nonfinite += 1
+                break
         self.step += 1
         return (totals.summed(self.collective) if self.collective else totals), grad_norm
 
@@ -237,7 +260,7 @@ class GRPOEngine:
 
     def _accumulate(self, batch: MicroBatch, totals: _Totals) -> None:
         cfg = self.config
-        coordinates = {
+        coordinates: dict[str, Any] = {
             "input_ids": batch.input_ids,
             "attention_mask": batch.attention_mask,
             "rows": batch.rows,
@@ -245,14 +268,23 @@ class GRPOEngine:
             "temperature": cfg.temperature,
             "chunk_tokens": cfg.logit_chunk_tokens,
         }
-        # Train mode only when it changes something (checkpointing, LoRA dropout): HF applies
-        # activation checkpointing only to modules in train mode.
-        self.model.train(self._train_mode)
-        try:
-            with autocast_context(cfg):
-                logprobs, entropy = token_logprobs(self.model, with_entropy=True, **coordinates)
-        finally:
-            self.model.eval()
+        ref_logprobs = None
+        if self._reference is not None:  # eval mode, no graph: before the policy's forward
+            with torch.no_grad(), autocast_context(cfg), self._reference.active() as reference:
+                ref_logprobs, _ = token_logprobs(reference, **coordinates)
+        with update_mode(self.model, dropout="lora"):
+            self._loss_backward(batch, coordinates, ref_logprobs, totals)
+
+    def _loss_backward(
+        self,
+        batch: MicroBatch,
+        coordinates: dict[str, Any],
+        ref_logprobs: torch.Tensor | None,
+        totals: _Totals,
+    ) -> None:
+        cfg = self.config
+        with autocast_context(cfg):
+            logprobs, entropy = token_logprobs(self.model, with_entropy=True, **coordinates)
         old_logprobs, is_weights = batch.old_logprobs, None
         if cfg.is_cap is not None and batch.is_stale is not None:
             # epochs is 1 (checked by the config): logprobs are the policy before this update
@@ -275,9 +307,7 @@ class GRPOEngine:
         )
         policy = terms.loss if is_weights is None else terms.loss * is_weights
         per_token = policy
-        if self._reference is not None:
-            with torch.no_grad(), autocast_context(cfg), self._reference.active() as reference:
-                ref_logprobs, _ = token_logprobs(reference, **coordinates)
+        if ref_logprobs is not None:
             kl = KL_ESTIMATORS[cfg.kl_estimator](logprobs=logprobs, ref_logprobs=ref_logprobs)
             per_token = per_token + cfg.kl_coef * kl
             totals.kl += float(kl.detach().sum())

@@ -12,11 +12,18 @@ advantage times its call's weight *relative to the transition's last call* (the 
 reward the transition carries; 1 for a single call, the extra ``gamma`` steps of earlier calls
 in a merged chain). A transition whose last call has weight 0 has no credit: it is not
 trained and stays out of the group statistics.
+
+A token whose advantage is at most ``min_abs_advantage`` in magnitude gets exactly 0, and a
+batch in which no token's advantage is left takes no step at all (no samples), whatever
+``kl_coef``: a step without signal would only move the weights through the optimizer's state
+(and, with KL, pull the policy towards the reference). Non-finite rewards or credit weights,
+and advantages too large for the loss's float32, raise ``ConfigError``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -26,14 +33,22 @@ from fulmen.algorithms.batching import TokenSample
 from fulmen.algorithms.grpo.advantages import ADVANTAGE_ESTIMATORS
 from fulmen.algorithms.grpo.config import GRPOConfig
 from fulmen.algorithms.grpo.losses import LOSS_NORMALIZERS
+from fulmen.errors import ConfigError
 from fulmen.types.transitions import Transition
 
 __all__ = ["SampleStats", "build_samples"]
 
+_FLOAT32_MAX = float(torch.finfo(torch.float32).max)
+
 
 @dataclass
 class SampleStats:
-    """What ``build_samples`` kept and dropped, and the batch's reward statistics."""
+    """What ``build_samples`` kept and dropped, and the batch's reward statistics.
+
+    ``skipped_zero_advantage`` counts the samples left out for want of advantage (each of them
+    when the whole batch has none); ``zeroed_advantage_tokens`` the tokens whose advantage was
+    nonzero but at most ``min_abs_advantage`` in magnitude, trained (or skipped) as 0.
+    """
 
     transitions: int = 0
     rollouts: int = 0
@@ -44,6 +59,7 @@ class SampleStats:
     dropped_overlong: int = 0
     dropped_untrained: int = 0
     skipped_zero_advantage: int = 0
+    zeroed_advantage_tokens: int = 0
     trained_tokens: int = 0
     reward_mean: float = 0.0
     reward_std: float = 0.0
@@ -85,16 +101,22 @@ def build_samples(
 
     ``policy_version`` is the version of the weights being trained; transitions sampled by
     another version are counted as stale (they are still trained: the ratio corrects them).
+    No samples come back when no token's advantage exceeds ``config.min_abs_advantage``.
+
+    Raises:
+        ConfigError: a kept transition's reward, rollout reward or credit weight is not
+            finite, or a token's advantage does not fit float32.
     """
     stats = SampleStats(transitions=len(transitions))
     kept = _keep(transitions, config, policy_version, stats)
+    for t in kept:
+        _check_finite(t)
     index = _Index.of(kept)
     stats.rollouts, stats.groups = len(index.rollout_rewards), len(set(index.group_of_rollout))
     if not kept:
         return [], stats
-    rollout_rewards = torch.tensor(index.rollout_rewards)
-    stats.reward_mean = float(rollout_rewards.mean())
-    stats.reward_std = float(rollout_rewards.std()) if len(rollout_rewards) > 1 else 0.0
+    rollout_rewards = torch.tensor(index.rollout_rewards, dtype=torch.float64)
+    stats.reward_mean, stats.reward_std = _mean_std(rollout_rewards)
     positions = [_positions(t) for t in kept]
     if config.advantage == "transition":
         weights = [_relative_weights(t, pos) for t, pos in zip(kept, positions, strict=True)]
@@ -105,7 +127,7 @@ def build_samples(
             rollout_rewards=rollout_rewards,
             rollout_group=torch.tensor(index.group_of_rollout),
             transition_rollout=torch.tensor(index.rollout_of),
-            transition_rewards=torch.tensor([t.reward for t in kept]),
+            transition_rewards=torch.tensor([t.reward for t in kept], dtype=torch.float64),
             normalize_std=config.normalize_std,
         ).tolist()
     token_rollout = torch.tensor(
@@ -115,22 +137,76 @@ def build_samples(
         token_rollout=token_rollout, num_rollouts=len(index.rollout_rewards)
     ).tolist()
     stats.trained_tokens = len(norm)
-    samples: list[TokenSample] = []
+    built: list[TokenSample] = []
     offset = 0
     for t, rollout, advantage, pos, weight in zip(
         kept, index.rollout_of, advantages, positions, weights, strict=True
     ):
-        sample = _sample(
-            t, rollout, pos, [advantage * w for w in weight], norm[offset : offset + len(pos)]
-        )
+        token_advantages = _token_advantages(t, advantage, weight, config, stats)
+        sample = _sample(t, rollout, pos, token_advantages, norm[offset : offset + len(pos)])
         if _is_stale(t, policy_version):
             sample = dataclasses.replace(sample, is_stale=True)
         offset += len(pos)
+        built.append(sample)
+    if not any(any(s.advantages) for s in built):
+        # no signal anywhere: no step, not even a KL-only one (module docstring)
+        stats.skipped_zero_advantage = len(built)
+        return [], stats
+    samples: list[TokenSample] = []
+    for sample in built:
         if config.skip_zero_advantage and config.kl_coef == 0 and not any(sample.advantages):
             stats.skipped_zero_advantage += 1
         else:
             samples.append(sample)
     return samples, stats
+
+
+def _check_finite(t: Transition) -> None:
+    bad = [
+        name
+        for name, finite in (
+            ("reward", math.isfinite(t.reward)),
+            ("rollout_reward", math.isfinite(t.rollout_reward)),
+            ("credit_weights", all(math.isfinite(w) for w in t.credit_weights)),
+        )
+        if not finite
+    ]
+    if bad:
+        raise ConfigError(
+            f"transition of rollout {t.rollout_id!r} (call {t.call_index}) has a non-finite "
+            f"{' and '.join(bad)} (reward {t.reward!r}, rollout_reward {t.rollout_reward!r}); "
+            "rewards and credit weights must be finite numbers",
+            detail={"rollout_id": t.rollout_id, "call_index": t.call_index, "fields": bad},
+        )
+
+
+def _mean_std(rewards: torch.Tensor) -> tuple[float, float]:
+    """Mean and sample std of the rollout rewards, scaled so huge rewards do not overflow."""
+    scale = float(rewards.abs().max()) or 1.0
+    scaled = rewards / scale
+    std = float(scaled.std()) * scale if len(rewards) > 1 else 0.0
+    return float(scaled.mean()) * scale, std
+
+
+def _token_advantages(
+    t: Transition, advantage: float, weights: list[float], config: GRPOConfig, stats: SampleStats
+) -> list[float]:
+    """``advantage * w`` per token, 0 where at most ``min_abs_advantage`` in magnitude."""
+    out: list[float] = []
+    for w in weights:
+        value = advantage * w
+        if not abs(value) <= _FLOAT32_MAX:
+            raise ConfigError(
+                f"advantage {value!r} of rollout {t.rollout_id!r} (call {t.call_index}) does not "
+                "fit float32, the loss's precision: rewards this large need grpo.normalize_std "
+                "true, or scale them down",
+                detail={"rollout_id": t.rollout_id, "call_index": t.call_index},
+            )
+        if value and abs(value) <= config.min_abs_advantage:
+            stats.zeroed_advantage_tokens += 1
+            value = 0.0
+        out.append(value)
+    return out
 
 
 def _keep(
@@ -164,10 +240,10 @@ def _credited_advantages(
     if not credited:
         return advantages
     values = ADVANTAGE_ESTIMATORS["transition"](
-        rollout_rewards=torch.tensor(sub.rollout_rewards),
+        rollout_rewards=torch.tensor(sub.rollout_rewards, dtype=torch.float64),
         rollout_group=torch.tensor(sub.group_of_rollout),
         transition_rollout=torch.tensor(sub.rollout_of),
-        transition_rewards=torch.tensor([kept[i].reward for i in credited]),
+        transition_rewards=torch.tensor([kept[i].reward for i in credited], dtype=torch.float64),
         normalize_std=config.normalize_std,
     ).tolist()
     for i, value in zip(credited, values, strict=True):

@@ -139,8 +139,10 @@ def retokenize(call: LLMCall, tokenizer: Any, *, rollout_id: str) -> SFTExample 
     """Tokenize a text-only chat call with ``tokenizer``'s chat template.
 
     The prompt is the request's messages rendered with the generation prompt; the trained
-    tokens are what the full conversation (the reply appended) adds after it. ``None`` when the
-    call is not a plain-text chat exchange or the template does not extend the prompt.
+    tokens are what the full conversation (the reply appended) adds after it, up to and
+    including the template's end-of-turn token: what a template writes after that (Qwen's and
+    Gemma's newline) is never generated, so it is not trained. ``None`` when the call is not a
+    plain-text chat exchange or the template does not extend the prompt.
     """
     conversation = call_conversation(call)
     if conversation is None or not all(
@@ -156,6 +158,7 @@ def retokenize(call: LLMCall, tokenizer: Any, *, rollout_id: str) -> SFTExample 
         return None
     prompt_ids = list(tokenizer.encode(prompt_text, add_special_tokens=False))
     full_ids = list(tokenizer.encode(full_text, add_special_tokens=False))
+    full_ids = _through_end_of_turn(full_ids, tokenizer, start=len(prompt_ids))
     if full_ids[: len(prompt_ids)] != prompt_ids or len(full_ids) == len(prompt_ids):
         return None
     return SFTExample(
@@ -165,3 +168,18 @@ def retokenize(call: LLMCall, tokenizer: Any, *, rollout_id: str) -> SFTExample 
         call_ids=[call.call_id],
         is_retokenized=True,
     )
+
+
+def _through_end_of_turn(ids: list[int], tokenizer: Any, *, start: int) -> list[int]:
+    """Cut the whitespace-only tokens a template writes after the reply's end-of-turn token.
+
+    The model never generates them (Qwen's and Gemma's newline after the end of turn); a reply
+    whose last special token is followed by text is kept as it is.
+    """
+    special = set(getattr(tokenizer, "all_special_ids", ()) or ())
+    last = max((i for i in range(start, len(ids)) if ids[i] in special), default=None)
+    if last is None:
+        return ids
+    if all(not tokenizer.decode([t]).strip() for t in ids[last + 1 :]):
+        return ids[: last + 1]
+    return ids

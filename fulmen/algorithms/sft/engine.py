@@ -9,10 +9,15 @@ policy loading, the logprobs on recorded ids and the micro-batching are the ones
 (``fulmen.algorithms.policy``, ``fulmen.algorithms.batching``). With a ``collective``
 (``docs/data-parallel.md``) each step's sequences are split over the ranks, the loss is still
 divided by the step's whole token count, and the gradients are summed before the step.
+The forward and backward of an update run in train mode (the model's and LoRA's dropout, as in
+any fine-tuning; activation checkpointing recomputes in the same mode); a step whose gradient
+norm is not finite is skipped and counted (``sft/skipped_nonfinite``).
 """
 
 from __future__ import annotations
 
+import logging
+import math
 import random
 import time
 from collections.abc import Sequence
@@ -32,11 +37,14 @@ from fulmen.algorithms.policy import (
     policy_device,
     prepare_policy,
     token_logprobs,
+    update_mode,
 )
 from fulmen.algorithms.sft.config import SFTConfig
 from fulmen.algorithms.sft.dataset import SFTExample
 
 __all__ = ["SFTEngine"]
+
+logger = logging.getLogger(__name__)
 
 
 class SFTEngine:
@@ -54,11 +62,13 @@ class SFTEngine:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(self.seed)
             self.model = prepare_policy(model, config)
-        self.model.eval()  # dropout off; gradients flow regardless
+        self.model.eval()  # train mode only inside an update (``update_mode``)
         self.device = policy_device(config)
         self.optimizer = build_optimizer(self.model, config)
         self.pad_token_id = getattr(causal_lm_of(self.model).config, "pad_token_id", None) or 0
         self.step = 0
+        #: Optimizer steps skipped because the gradient norm was not finite.
+        self.skipped_nonfinite = 0
         #: The data-parallel group this engine updates with (``None``: this process alone).
         self.collective: Collective | None = None
 
@@ -72,6 +82,7 @@ class SFTEngine:
         started = time.perf_counter()
         cfg = self.config
         samples = [_sample(e) for e in examples]
+        skipped = self.skipped_nonfinite
         losses: list[float] = []
         norms: list[float] = []
         for epoch in range(cfg.epochs):
@@ -88,8 +99,9 @@ class SFTEngine:
                 norms.append(norm)
         return {
             "loss": sum(losses) / len(losses) if losses else float("nan"),
-            "grad_norm": sum(norms) / len(norms) if norms else float("nan"),
+            "grad_norm": _mean([n for n in norms if math.isfinite(n)]),
             "sft/steps": float(len(losses)),
+            "sft/skipped_nonfinite": float(self.skipped_nonfinite - skipped),
             "sft/train_s": time.perf_counter() - started,
         }
 
@@ -119,6 +131,13 @@ class SFTEngine:
             self.collective.sum_gradients(params)
             loss = self.collective.sum_values([loss])[0]
         norm = apply_gradients(self.optimizer, max_grad_norm=self.config.max_grad_norm)
+        if not math.isfinite(norm):
+            self.skipped_nonfinite += 1
+            logger.warning(
+                "SFT step %d: gradient norm %s is not finite; the optimizer step was skipped",
+                self.step,
+                norm,
+            )
         self.step += 1
         return loss, norm
 
@@ -129,12 +148,11 @@ class SFTEngine:
             lengths=[len(s) for s in samples], token_budget=self.config.micro_batch_tokens
         ):
             batch = collate([samples[i] for i in group], pad_id=self.pad_token_id).to(self.device)
-            self.model.train(self.config.gradient_checkpointing)
-            try:
+            # Train mode through backward (checkpointing recomputes the forward there): the
+            # model's and LoRA's dropout apply, as in any fine-tuning.
+            with update_mode(self.model, dropout="all"):
                 loss = -self._logprobs(batch).sum() / tokens
-            finally:
-                self.model.eval()
-            loss.backward()
+                loss.backward()
             loss_total += float(loss.detach())
         return loss_total
 
@@ -172,6 +190,10 @@ class SFTEngine:
     def save_model(self, directory: str | Path) -> Path:
         """Write the whole policy as a HF directory, ready for ``/v1/reload_weights``."""
         return checkpoint.save_model(self.model, directory, finetune=self.config.finetune)
+
+
+def _mean(values: Sequence[float]) -> float:
+    return sum(values) / len(values) if values else float("nan")
 
 
 def _sample(example: SFTExample) -> TokenSample:

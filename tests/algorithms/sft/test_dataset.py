@@ -71,10 +71,14 @@ def test_text_only_teacher_calls_are_tokenized_with_the_chat_template_and_flagge
         [*messages, {"role": "assistant", "content": "a a a"}], tokenize=False
     )
     prompt_ids = tokenizer.encode(prompt, add_special_tokens=False)
-    assert example.input_ids == tokenizer.encode(whole, add_special_tokens=False)
+    whole_ids = tokenizer.encode(whole, add_special_tokens=False)
+    # the template writes "<|im_end|>\n": the newline after the end of turn is never
+    # generated, so it is neither in the example nor trained
+    assert tokenizer.decode(whole_ids[-2:]) == "<|im_end|>\n"
+    assert example.input_ids == whole_ids[:-1]
     assert example.positions == list(range(len(prompt_ids), len(example.input_ids)))
-    # the trained tokens are the reply (and the template's end of turn), not the prompt
-    assert "a a a" in tokenizer.decode(example.input_ids[len(prompt_ids) :])
+    # the trained tokens are the reply and the template's end of turn, not the prompt
+    assert tokenizer.decode(example.input_ids[len(prompt_ids) :]) == "a a a<|im_end|>"
 
     _, without = build_dataset(
         [attempt("r1", 1.0, teacher)],

@@ -1,12 +1,13 @@
-"""SFT's engine under autocast: float32 master weights, bfloat16 math, and it still learns."""
+"""SFT's engine: autocast (float32 master weights, bfloat16 math), dropout and checkpointing."""
 
 from __future__ import annotations
 
 import torch
 
+from fulmen.algorithms.lora import LoraSettings
 from fulmen.algorithms.sft.config import SFTConfig
 from fulmen.algorithms.sft.dataset import SFTExample
-from fulmen.algorithms.sft.engine import SFTEngine
+from fulmen.algorithms.sft.engine import SFTEngine, _sample
 
 from ..models import tiny_llama
 
@@ -28,3 +29,43 @@ def test_autocast_sft_keeps_float32_adapter_and_raises_the_likelihood() -> None:
     for round_index in range(3):
         engine.train(examples, round_index=round_index)
     assert engine.mean_logprob(examples) > before + 0.1
+
+
+def _examples() -> list[SFTExample]:
+    return [
+        SFTExample(
+            input_ids=[1, 5, 6, 7, 8, 9, 10], positions=[4, 5, 6], rollout_id=f"r{i}", call_ids=[]
+        )
+        for i in range(4)
+    ]
+
+
+def test_checkpointing_with_lora_dropout_trains() -> None:
+    # The recompute in backward ran in eval mode while the forward ran with dropout:
+    # torch refused it (CheckpointError).
+    engine = SFTEngine(
+        tiny_llama(),
+        config=SFTConfig(
+            gradient_checkpointing=True, lora=LoraSettings(dropout=0.3), batch_size=4, seed=0
+        ),
+    )
+    metrics = engine.train(_examples())
+    assert metrics["sft/steps"] == 1.0 and metrics["sft/skipped_nonfinite"] == 0.0
+    assert not engine.model.training
+
+
+def test_lora_dropout_is_not_ignored() -> None:
+    # The model stayed in eval mode, so lora.dropout did nothing: two passes over the same
+    # examples gave the same gradient.
+    engine = SFTEngine(
+        tiny_llama(), config=SFTConfig(lora=LoraSettings(dropout=0.5), batch_size=4, seed=0)
+    )
+    samples = [_sample(e) for e in _examples()]
+    grads = []
+    for _ in range(2):
+        engine._accumulate(samples, tokens=12)
+        grads.append(
+            torch.cat([p.grad.flatten() for p in engine.model.parameters() if p.grad is not None])
+        )
+        engine.optimizer.zero_grad()
+    assert not torch.equal(grads[0], grads[1])
