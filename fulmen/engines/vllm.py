@@ -119,6 +119,11 @@ class VLLMLauncher(EngineProcess):
             # applied), the behaviour policy the trainer corrects for; vLLM's default is raw.
             "--logprobs-mode",
             "processed_logprobs",
+            # A field a request leaves unset takes vLLM's neutral default, not the model's
+            # generation_config.json (Gemma 3 ships top_k 64, top_p 0.95): validation and
+            # production calls sample what they ask for (docs/behaviour-policy.md).
+            "--generation-config",
+            "vllm",
             *(extra_args or []),
         ]
         super().__init__(

@@ -64,7 +64,9 @@ def prepare_request(
     """Return the body to send upstream, and what the agent asked for.
 
     Sampling ``overrides`` from the rollout's resources win over the agent's values (a validation
-    rollout runs at its configured temperature whatever the agent's code says).
+    rollout runs at its configured temperature whatever the agent's code says; in a mode that
+    samples the behaviour policy they also hold every distribution field at its neutral value,
+    see ``LLMResource.request_fields``, so the agent's ``top_k`` never reaches the engine).
     """
     out = dict(body)
     out.update(overrides)

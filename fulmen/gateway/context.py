@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -58,29 +58,37 @@ class CallContext:
     def overrides(self, model: Any, agent_name: str | None = None) -> dict[str, Any]:
         """Return the request fields to force on a call for ``model`` by ``agent_name``.
 
-        The sampling fields of the rollout's mode, plus ``model`` when the LLM resource routes
-        that agent to another model (``LLMResource.agent_models``: its role's adapter).
+        The sampling fields of the rollout's mode (``LLMResource.request_fields``: in a mode
+        that samples the behaviour policy, every distribution field at its neutral value too),
+        plus ``model`` when the LLM resource routes that agent to another model
+        (``LLMResource.agent_models``: its role's adapter).
         """
         if self.resources is None:
             return {}
         llm = _llm_for(self.resources, model)
         if llm is None:
             return {}
-        sampling: Mapping[str, Mapping[str, Any]] = llm.sampling
-        fields = {**sampling.get("default", {}), **sampling.get(self.mode, {})}
+        fields: dict[str, Any] = llm.request_fields(self.mode)
         routed = llm.model_for(agent_name)
         if routed != model and routed != llm.model:
             fields["model"] = routed
         return fields
 
+    def samples_behaviour(self, model: Any) -> bool:
+        """Whether a call for ``model`` samples the behaviour policy a trainer corrects for.
+
+        Such a call may not constrain decoding (``fulmen.types.behaviour.refused_field``).
+        """
+        llm = None if self.resources is None else _llm_for(self.resources, model)
+        return llm is not None and llm.samples_behaviour(self.mode)
+
 
 def sampling_overrides(resources: Resources, mode: str, model: Any) -> dict[str, Any]:
-    """Return the request fields ``resources`` set for ``mode``: ``default``, then the mode."""
+    """Return the request fields ``resources`` set for ``mode`` (``LLMResource.request_fields``)."""
     llm = _llm_for(resources, model)
     if llm is None:
         return {}
-    sampling: Mapping[str, Mapping[str, Any]] = llm.sampling
-    return {**sampling.get("default", {}), **sampling.get(mode, {})}
+    return dict(llm.request_fields(mode))
 
 
 def _llm_for(resources: Resources, model: Any) -> LLMResource | None:

@@ -3,7 +3,7 @@
 ::
 
     GatewayError (fulmen.errors)
-    ├── BadRequest          malformed JSON or a body that is not an object       400
+    ├── BadRequest          malformed JSON or a body the gateway cannot forward  400
     ├── GatewayUnauthorized missing or wrong bearer token                        401
     ├── UnknownAttempt      rollout or attempt not in the store, or not paired   404
     ├── AttemptFinished     the attempt is final; its agent must stop calling    409
@@ -11,7 +11,8 @@
     └── UpstreamTimeout     the upstream did not answer within the read timeout  504
 
 Agents talk OpenAI's protocol, so every error leaves the gateway as
-``{"error": {"message", "type", "param", "code"}}``, never as a traceback.
+``{"error": {"message", "type", "param", "code"}}``, never as a traceback (``param``: the
+request field at fault, when the error's ``detail`` names one as ``{"param": name}``).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ __all__ = [
 
 
 class BadRequest(GatewayError):
-    """The request body is not a JSON object the gateway can forward."""
+    """The request body is not a JSON object the gateway can forward (or sets a refused field)."""
 
     code = "invalid_request"
     http_status = 400
@@ -74,8 +75,20 @@ class UpstreamTimeout(GatewayError):
 
 
 def openai_error_body(exc: FulmenError) -> dict[str, Any]:
-    """Return OpenAI's error shape for ``exc`` (4xx are ``invalid_request_error``)."""
+    """Return OpenAI's error shape for ``exc`` (4xx are ``invalid_request_error``).
+
+    ``param`` is the request field at fault when the error's ``detail`` names one.
+    """
     kind = "invalid_request_error" if exc.http_status < 500 else "upstream_error"
     if isinstance(exc, GatewayUnauthorized):
         kind = "authentication_error"
-    return {"error": {"message": exc.message, "type": kind, "param": None, "code": exc.code}}
+    detail: Any = exc.detail
+    param = detail.get("param") if isinstance(detail, dict) else None
+    return {
+        "error": {
+            "message": exc.message,
+            "type": kind,
+            "param": param if isinstance(param, str) else None,
+            "code": exc.code,
+        }
+    }

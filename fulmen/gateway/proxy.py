@@ -12,6 +12,7 @@ import logging
 import os
 import socket
 import time
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 from urllib.parse import unquote
@@ -46,6 +47,7 @@ from fulmen.gateway.sessions import SessionCapture
 from fulmen.gateway.streaming import SSEDecoder, StreamAccumulator, event_data
 from fulmen.gateway.upstreams import Upstream, UpstreamPool
 from fulmen.store.base import Store
+from fulmen.types.behaviour import refused_field, reshaped_fields
 from fulmen.types.records import AGENT_NAME_HEADER
 
 __all__ = ["RECORDED_ENDPOINTS", "Gateway", "read_body"]
@@ -54,6 +56,8 @@ _log = logging.getLogger(__name__)
 
 # POST endpoints that are model calls and get a record; others are forwarded unrecorded.
 RECORDED_ENDPOINTS = TOKEN_ENDPOINTS | {RESPONSES}
+# Rollouts whose forced sampling fields were logged (once each), remembered at most.
+_NOTED_ROLLOUTS = 4096
 
 
 class Gateway:
@@ -105,6 +109,7 @@ class Gateway:
             )
         self.forwarder = Forwarder(self.pool, self.config)
         self._is_started = False
+        self._noted: OrderedDict[str, None] = OrderedDict()
 
     def start(self) -> None:
         """Start background recording (idempotent; needs the serving event loop)."""
@@ -134,6 +139,7 @@ class Gateway:
         body = await self._json_body(request)
         call = _Call(self, request, endpoint, ctx, body)
         try:
+            call.check_behaviour()
             reply = await call.send()
         except FulmenError as exc:
             payload = error_body(exc)
@@ -188,6 +194,20 @@ class Gateway:
         first = self.pool.ranked(ctx.rollout_id if ctx else None)[0]
         return self.pool.is_token_level(first)
 
+    def note_forced(self, rollout_id: str, fields: Sequence[str]) -> None:
+        """Log, once per rollout, the agent's sampling ``fields`` a behaviour mode replaced."""
+        if rollout_id in self._noted:
+            return
+        self._noted[rollout_id] = None
+        if len(self._noted) > _NOTED_ROLLOUTS:
+            self._noted.popitem(last=False)
+        _log.warning(
+            "rollout %s: the agent's %s sent at neutral values instead: its calls sample the "
+            "behaviour policy the trainer corrects for (docs/behaviour-policy.md)",
+            rollout_id,
+            ", ".join(fields),
+        )
+
     def record(self, exchange: Exchange, *, session_id: str | None = None) -> None:
         """Queue ``exchange`` for recording; the recorder builds the record in the background.
 
@@ -230,6 +250,27 @@ class _Call:
         self.ids = ResponseIds() if is_translated else None
         self.engine_endpoint = CHAT if is_translated else endpoint
         self._engine_body: dict[str, Any] | None = None
+
+    def check_behaviour(self) -> None:
+        """Refuse a call of a behaviour mode that constrains decoding; note forced fields.
+
+        Raises ``BadRequest`` naming the field (``fulmen.types.behaviour.CONSTRAINT_FIELDS``).
+        """
+        ctx = self.ctx
+        if ctx is None or not ctx.samples_behaviour(self.body.get("model")):
+            return
+        refused = refused_field(self.body)
+        if refused is not None:
+            raise BadRequest(
+                f"{refused} constrains decoding, which a training rollout may not: its tokens "
+                "must come from the policy the trainer corrects for "
+                "(docs/behaviour-policy.md); leave it out of training calls",
+                detail={"param": refused},
+            )
+        reshaped = reshaped_fields(self.body)
+        if reshaped:
+            shown = [f"{name}={self.body[name]!r}" for name in reshaped]
+            self.gateway.note_forced(ctx.rollout_id, shown)
 
     def _body_for(self, upstream: Upstream) -> bytes:
         level = self.gateway.pool.is_token_level(upstream)

@@ -8,7 +8,9 @@ and nothing truncates the distribution. :func:`align_behaviour_temperature` make
 training config say so: ``rollouts.train_sampling.temperature`` and
 ``algorithm.grpo.temperature`` (of every ``grpo`` stage) are one setting (either derives the
 other; different values are an error), and sampling fields the trainer cannot reproduce are
-refused.
+refused. Which fields those are is one rule, ``fulmen.types.behaviour``, which the gateway
+also applies to every call of a training rollout (``LLMResource.behaviour_modes``, set by
+``StageContext.publish`` for a ``grpo`` stage).
 """
 
 from __future__ import annotations
@@ -18,18 +20,9 @@ from typing import Any, cast
 
 from pydantic import BaseModel
 
-__all__ = ["DISTRIBUTION_FIELDS", "align_behaviour_temperature"]
+from fulmen.types.behaviour import DISTRIBUTION_FIELDS, refused_field, reshaped_fields
 
-#: Request fields that reshape the sampled distribution, with the values that leave it alone.
-DISTRIBUTION_FIELDS: Mapping[str, tuple[Any, ...]] = {
-    "top_p": (1, 1.0),
-    "top_k": (0, -1),
-    "min_p": (0, 0.0),
-    "presence_penalty": (0, 0.0),
-    "frequency_penalty": (0, 0.0),
-    "repetition_penalty": (1, 1.0),
-    "logit_bias": ({}, None),
-}
+__all__ = ["DISTRIBUTION_FIELDS", "align_behaviour_temperature"]
 
 _DEFAULT_TEMPERATURE = 1.0
 
@@ -46,7 +39,8 @@ def align_behaviour_temperature(data: Mapping[str, Any]) -> dict[str, Any]:
     Raises:
         ValueError: two temperatures differ, the temperature is not a number > 0, or
             ``train_sampling`` sets a field of :data:`DISTRIBUTION_FIELDS` to a value that
-            changes the distribution. Each message names the option.
+            changes the distribution or a field that constrains decoding
+            (``fulmen.types.behaviour.CONSTRAINT_FIELDS``). Each message names the option.
     """
     out = dict(data)
     rollouts = _section(out.get("rollouts"))
@@ -73,13 +67,20 @@ def align_behaviour_temperature(data: Mapping[str, Any]) -> dict[str, Any]:
         if temperature is None:
             temperature, source = given, f"{where}.grpo.temperature"
     temperature = _checked_temperature(temperature)
-    for name, neutral in DISTRIBUTION_FIELDS.items():
-        if name in sampling and sampling[name] not in neutral:
-            raise ValueError(
-                f"rollouts.train_sampling.{name}={sampling[name]!r} changes the sampled "
-                "distribution, which the trainer's logprobs cannot reproduce; remove it "
-                f"(allowed: {neutral[0]!r}); it can go in val_sampling"
-            )
+    reshaped = reshaped_fields(sampling)
+    if reshaped:
+        name = reshaped[0]
+        raise ValueError(
+            f"rollouts.train_sampling.{name}={sampling[name]!r} changes the sampled "
+            "distribution, which the trainer's logprobs cannot reproduce; remove it "
+            f"(allowed: {DISTRIBUTION_FIELDS[name][0]!r}); it can go in val_sampling"
+        )
+    refused = refused_field(sampling)
+    if refused is not None:
+        raise ValueError(
+            f"rollouts.train_sampling.{refused} constrains decoding, which the trainer's "
+            "logprobs cannot reproduce; remove it (it can go in val_sampling)"
+        )
     sampling["temperature"] = temperature
     sampling.setdefault("top_p", 1.0)
     out["rollouts"] = {**rollouts, "train_sampling": sampling}

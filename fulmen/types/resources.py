@@ -19,8 +19,10 @@ from typing import Annotated, Any, Literal, TypeAlias
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, StringConstraints, model_validator
 
+from fulmen.types.behaviour import forced_fields, refused_field, reshaped_fields
 from fulmen.types.limits import Id, JsonData, Text
 from fulmen.types.prompt import Demonstration, PromptLineage, template_fields
+from fulmen.types.rollout import Mode
 
 __all__ = ["LLMResource", "PromptTemplate", "Resource", "Resources", "ResourcesCreate"]
 
@@ -46,6 +48,12 @@ class LLMResource(BaseModel):
     (``{"write_query": "policy-writer-12"}``). The gateway replaces the ``model`` of a call whose
     agent name (the ``x-fulmen-agent`` header) matches; other calls keep ``model``, so the agent
     asks for ``model`` everywhere and needs no per-role code.
+    ``behaviour_modes`` names the modes whose calls sample the behaviour policy a trainer
+    corrects for (``train`` when GRPO trains on them): in those the gateway also sends every
+    field of ``fulmen.types.behaviour.DISTRIBUTION_FIELDS`` at its neutral value (``top_k: -1``,
+    ``min_p: 0``, ...) and refuses a call that sets one of its ``CONSTRAINT_FIELDS``
+    (``response_format``, ``guided_json``, ...) with a 400 naming it; their sampling must set
+    ``temperature`` > 0 and nothing that reshapes the distribution.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True, json_schema_extra=_kind_is_required)
@@ -56,6 +64,47 @@ class LLMResource(BaseModel):
     api_key: str | None = None
     sampling: dict[str, dict[str, JsonData]] = Field(default_factory=dict)
     agent_models: dict[_Name, _Name] = Field(default_factory=dict, max_length=256)
+    behaviour_modes: tuple[Mode, ...] = ()
+
+    @model_validator(mode="after")
+    def _check_behaviour_modes(self) -> LLMResource:
+        for mode in self.behaviour_modes:
+            fields = self._sampling_of(mode)
+            temperature = fields.get("temperature")
+            if (
+                isinstance(temperature, bool)
+                or not isinstance(temperature, int | float)
+                or not temperature > 0
+            ):
+                raise ValueError(
+                    f"sampling of behaviour mode {mode.value!r} must set temperature > 0 (the "
+                    f"behaviour policy's), got {temperature!r}"
+                )
+            wrong = [*reshaped_fields(fields), refused_field(fields)]
+            if wrong[0] is not None:
+                raise ValueError(
+                    f"sampling of behaviour mode {mode.value!r} sets {wrong[0]}, which "
+                    "changes the sampled distribution; leave it out of that mode"
+                )
+        return self
+
+    def _sampling_of(self, mode: str) -> dict[str, JsonData]:
+        return {**self.sampling.get("default", {}), **self.sampling.get(mode, {})}
+
+    def samples_behaviour(self, mode: str) -> bool:
+        """Whether calls of ``mode`` rollouts sample the behaviour policy (see the class)."""
+        return mode in self.behaviour_modes
+
+    def request_fields(self, mode: str) -> dict[str, JsonData]:
+        """Return the fields the gateway sets on a call of a ``mode`` rollout.
+
+        ``sampling["default"]``, then ``sampling[mode]``, then, in a behaviour mode, every
+        distribution field at its neutral value.
+        """
+        fields = self._sampling_of(mode)
+        if mode in self.behaviour_modes:
+            fields.update(forced_fields())
+        return fields
 
     def model_for(self, agent_name: str | None) -> str:
         """Return the model that serves ``agent_name``'s calls: its route, else ``model``."""

@@ -1,0 +1,101 @@
+"""A GRPO stage's training rollouts sample the behaviour policy: the config and the resource.
+
+``fulmen train`` refuses a ``train_sampling`` that constrains decoding (the same rule the
+gateway applies to the agent's calls), and a ``grpo`` stage publishes an ``llm`` resource whose
+``behaviour_modes`` holds ``train``, which is what makes the gateway force and refuse fields.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from fulmen.errors import ConfigError
+from fulmen.store import open_store
+from fulmen.trainer.config import RolloutSettings, load_config
+from fulmen.trainer.context import StageContext
+from fulmen.types import LLMResource, Mode
+
+BASE = """
+model: tiny
+agent: agent:toy_agent
+data:
+  train: agent:train_tasks
+"""
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "config.yaml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize(
+    ("sampling", "message"),
+    [
+        ("{response_format: {type: json_object}}", "train_sampling.response_format constrains"),
+        ("{guided_choice: [a, b]}", "train_sampling.guided_choice constrains"),
+        ("{tool_choice: required}", "train_sampling.tool_choice constrains"),
+        ("{repetition_penalty: 1.2}", "train_sampling.repetition_penalty=1.2 changes"),
+        ("{logit_bias: {'5': 1.0}}", "train_sampling.logit_bias=.* changes"),
+    ],
+)
+def test_train_sampling_that_constrains_or_reshapes_is_a_config_error(
+    tmp_path: Path, sampling: str, message: str
+) -> None:
+    with pytest.raises(ConfigError, match=message):
+        load_config(write(tmp_path, BASE + f"rollouts: {{train_sampling: {sampling}}}\n"))
+
+
+def test_neutral_and_constraint_free_train_sampling_loads(tmp_path: Path) -> None:
+    text = "rollouts: {train_sampling: {top_k: -1, logit_bias: {}, response_format: {type: text}}}"
+    config = load_config(write(tmp_path, BASE + text + "\n"))
+    assert config.rollouts.train_sampling["top_k"] == -1
+    # a stage that is not grpo computes no ratio: its train_sampling is its own business
+    sft = load_config(
+        write(tmp_path, BASE + "algorithm: {name: sft}\nrollouts: {train_sampling: {top_k: 5}}\n")
+    )
+    assert sft.rollouts.train_sampling == {"top_k": 5}
+
+
+async def published_llm(tmp_path: Path, algorithm: str) -> LLMResource:
+    """What ``StageContext.publish`` stores as ``llm`` for a stage running ``algorithm``."""
+    async with open_store("memory://", watchdog_interval=None) as store:
+        session: Any = SimpleNamespace(
+            config=SimpleNamespace(
+                run_dir=tmp_path,
+                rollouts=RolloutSettings(
+                    train_sampling={"temperature": 0.8, "top_p": 1.0},
+                    val_sampling={"temperature": 0.0, "top_k": 5},
+                ),
+            ),
+            uses_stages=False,
+            state=SimpleNamespace(run_id="run", generation=0, resources={}),
+            stack=SimpleNamespace(engine_url="http://engine/v1", store=store),
+            model_name="policy",
+            agent_models=dict,
+            recorder=None,
+        )
+        version = await StageContext(session, index=0, name=algorithm).publish()
+        llm = (await store.get_resources(version)).resources["llm"]
+    assert isinstance(llm, LLMResource)
+    return llm
+
+
+async def test_a_grpo_stage_says_its_training_rollouts_sample_the_behaviour_policy(
+    tmp_path: Path,
+) -> None:
+    llm = await published_llm(tmp_path, "grpo")
+    assert llm.behaviour_modes == (Mode.TRAIN,)
+    assert llm.request_fields("train")["top_k"] == -1
+    assert llm.request_fields("val") == {"temperature": 0.0, "top_k": 5}  # validation: as set
+
+
+@pytest.mark.parametrize("algorithm", ["sft", "apo", "demos"])
+async def test_other_stages_publish_no_behaviour_mode(tmp_path: Path, algorithm: str) -> None:
+    llm = await published_llm(tmp_path, algorithm)
+    assert llm.behaviour_modes == ()
+    assert llm.request_fields("train") == {"temperature": 0.8, "top_p": 1.0}
