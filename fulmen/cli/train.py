@@ -88,7 +88,8 @@ def _train(args: argparse.Namespace) -> int:
         return _update_rank(config)
     settings = cli_settings(args)
     token = args.token or settings.store_token
-    work = Trainer(config, store_token=token, settings=settings).afit()
+    trainer = Trainer(config, store_token=token, settings=settings)
+    work = trainer.afit()
     if args.dashboard:
         work = _with_dashboard(work, config, token)
     try:
@@ -104,6 +105,9 @@ def _train(args: argparse.Namespace) -> int:
         print(f"train reward: first step {train[0]:.3f} -> last step {train[-1]:.3f}")
     if val:
         print(f"validation reward: before {val[0]:.3f} -> after {val[-1]:.3f}")
+    if trainer.end_of_run is not None:
+        for line in trainer.end_of_run.summary():
+            print(line)
     print(f"metrics: {config.run_dir / 'metrics.jsonl'}")
     run_id = RunState(config.run_dir).run_id
     store = config.store_url or f"sqlite:///{config.run_dir / 'store.db'}"

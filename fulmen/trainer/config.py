@@ -164,10 +164,19 @@ class ValidationConfig(_Strict):
     Attributes:
         every: validate before training, then every this many steps, and after the last step.
         max_tasks: validate on at most this many validation tasks (``None``: all).
+        keep_best: at the end of the whole run (after the last stage's closing validation),
+            serve the version with the best validation reward (``val/reward_mean``) instead
+            of the last one when an earlier version, the model before training included,
+            scored higher (ties keep the later one): the engine serves it again, the last
+            resources version names it and the end-of-run summary says so
+            (``fulmen.trainer.best``). ``false``: the run ends serving its last version. A
+            last validation more than two standard errors below the one before training is
+            reported loudly either way.
     """
 
     every: int = Field(default=5, ge=1)
     max_tasks: int | None = Field(default=None, ge=1)
+    keep_best: bool = True
 
 
 #: The algorithms ``algorithm:`` (or each entry of ``stages:``) selects by ``name``. To add one:

@@ -37,6 +37,9 @@ if TYPE_CHECKING:
 
 __all__ = ["StageContext", "rollout_prefix"]
 
+#: The algorithm whose training rollouts sample the behaviour policy of its importance ratios.
+_BEHAVIOUR_ALGORITHM = "grpo"
+
 
 class StageContext:
     """The ``AlgorithmContext`` of stage ``index`` (named ``name``) of a run.
@@ -154,7 +157,10 @@ class StageContext:
     ) -> int:
         """Store ``llm`` plus the carried resources updated with ``resources``.
 
-        Returns the new version.
+        A ``grpo`` stage's training rollouts sample the behaviour policy its updates correct
+        for, so its ``llm`` says so (``behaviour_modes``): the gateway then sends their calls
+        with no field that reshapes the distribution and refuses those that constrain
+        decoding (``fulmen.types.behaviour``). Returns the new version.
         """
         settings = self.session.config.rollouts
         llm = LLMResource(
@@ -166,6 +172,7 @@ class StageContext:
                 "val": settings.val_sampling,
                 "test": settings.val_sampling,
             },
+            behaviour_modes=(Mode.TRAIN,) if self.name == _BEHAVIOUR_ALGORITHM else (),
         )
         state = self.session.state
         if resources:
@@ -267,7 +274,14 @@ class StageContext:
         return out
 
     async def validate(self, step: int) -> dict[str, float] | None:
-        """Validate the served policy with the carried resources; log at ``step``."""
+        """Validate the served policy with the carried resources; log at ``step``.
+
+        What was validated (the served weights, adapter and prompts, with each task's
+        reward) is added to ``RUN_DIR/validations.jsonl``, from which the end of the run
+        picks the version it serves (``fulmen.trainer.best``).
+        """
+        from fulmen.trainer.best import record_validation, served_now
+
         session = self.session
         if not session.val_tasks or session.config.validation is None:
             return None
@@ -276,12 +290,21 @@ class StageContext:
         finished = await self.run_tasks(
             list(enumerate(session.val_tasks)), mode=Mode.VAL, version=version, tag=f"val{step}"
         )
-        rewards = await self.rewards(finished)
+        rewards = await self.rewards(finished)  # in task order: the store answers in it
         metrics = reward_metrics("val/reward", rewards, session.config.success_threshold)
         metrics["val/success"] = metrics.pop("val/reward/success")
         metrics["val/reward_mean"] = metrics.pop("val/reward/mean")
         metrics["time/val_s"] = time.perf_counter() - started
         self.log(step, metrics)
+        validated = served_now(
+            session,
+            step=self.global_step(step),
+            stage=self.index,
+            algorithm=self.name,
+            scores=metrics,
+            rewards=rewards,
+        )
+        record_validation(session.config.run_dir, validated)
         return metrics
 
     def log(self, step: int, metrics: dict[str, float]) -> None:

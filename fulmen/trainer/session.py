@@ -116,12 +116,12 @@ class RunSession:
             for pattern in patterns
         }
 
-    async def serve_weights(self, model_dir: Path, name: str) -> None:
+    async def serve_weights(self, model_dir: Path | None, name: str) -> None:
         """Reload the engine's base weights from ``model_dir`` (a full fine-tune's model).
 
         The engine then serves them under the base model's name; an adapter served before is
         retired (a full-weight policy has it merged in). ``name`` is the policy's version
-        when the engine reports none.
+        when the engine reports none. ``model_dir=None`` reloads the original base weights.
 
         Raises:
             ConfigError: the engine cannot reload full weights (vLLM outside its dev mode).
@@ -132,14 +132,29 @@ class RunSession:
                 f"engine.kind {self.config.engine.kind!r} cannot reload full weights; "
                 "use finetune: lora, or engine.kind: builtin"
             )
-        version = await engine.reload_weights(str(model_dir))
-        previous = self.model_name
-        self.model_name = self.config.model
+        version = await engine.reload_weights(None if model_dir is None else str(model_dir))
+        await self.retire_adapters()
         self.policy_version = str(version) if version is not None else name
+
+    async def retire_adapters(self) -> None:
+        """Unload every policy adapter: the engine serves its base weights under the base name.
+
+        ``policy_version`` becomes ``None`` (the base) while no full weights were reloaded.
+        """
+        previous = self.model_name
         retired = {*self.loaded_adapters, previous}
         self.loaded_adapters.clear()
+        self.model_name = self.config.model
+        if self.state.weights is None:
+            self.policy_version = None
         for adapter in sorted(n for n in retired if n.startswith(_ADAPTER_PREFIX)):
-            await engine.unload_adapter(adapter)
+            await self.stack.engine.unload_adapter(adapter)
+
+    async def retire_role_adapter(self, role: str) -> None:
+        """Unload ``role``'s adapter: its agents get the served policy again."""
+        name = self.role_models.pop(role, None)
+        if name is not None:
+            await self.stack.engine.unload_adapter(name)
 
     async def restore_policy(self) -> None:
         """Serve what the saved state says the engine served when the run stopped.

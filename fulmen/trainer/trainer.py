@@ -14,7 +14,7 @@ import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from fulmen.errors import ConfigError
 from fulmen.settings import Settings
@@ -23,6 +23,9 @@ from fulmen.trainer.data import load_tasks, task_id_of
 from fulmen.trainer.metrics import MetricsLogger
 from fulmen.trainer.preflight import check_before_start
 from fulmen.trainer.stack import TrainingStack
+
+if TYPE_CHECKING:
+    from fulmen.trainer.best import EndOfRun
 
 __all__ = ["Trainer"]
 
@@ -50,6 +53,8 @@ class Trainer:
         self.config = config
         self.store_token = store_token
         self.settings = settings if settings is not None else Settings.from_env()
+        #: what the end of the last ``fit`` decided (``None``: it did not validate)
+        self.end_of_run: EndOfRun | None = None
         for entry in config.python_path:
             if str(entry) not in sys.path:
                 sys.path.insert(0, str(entry))
@@ -71,9 +76,12 @@ class Trainer:
     ) -> list[dict[str, float]]:
         """Train the agent (default: ``config.agent``) on ``train_data`` (default: config).
 
-        Resumes at the stage and step where an earlier run in the same directory stopped.
+        Resumes at the stage and step where an earlier run in the same directory stopped. At
+        the end the run serves its best validated version (``validation.keep_best``) and
+        ``end_of_run`` says what it decided (``fulmen.trainer.best``).
         """
         from fulmen.engines.models import resolve_model
+        from fulmen.trainer import best
         from fulmen.trainer.run_record import RunRecorder, new_run
         from fulmen.trainer.session import RunSession
         from fulmen.trainer.stages import run_stages
@@ -81,6 +89,7 @@ class Trainer:
         from fulmen.types import RunStatus
 
         config = self.config
+        self.end_of_run = None
         runs_agent = config.data.from_store is None  # offline training runs no agent
         # Before anything starts: a wrong agent or data path fails in a second, not after
         # the engine and gateway are up.
@@ -141,6 +150,7 @@ class Trainer:
                 status = RunStatus.FAILED
                 try:
                     history = await run_stages(session)
+                    self.end_of_run = await best.end_run(session)
                     status = RunStatus.SUCCEEDED
                     return history
                 except (KeyboardInterrupt, asyncio.CancelledError):

@@ -55,7 +55,9 @@ def test_second_stage_starts_from_the_adapter_the_first_published(tmp_path: Path
         (2, 1, "grpo", False),
         (3, 1, "grpo", False),
         (3, 1, "grpo", True),  # after stage 1
+        (3, 1, "grpo", False),  # the end of the run: which version it serves (end/*)
     ]
+    assert "end/served_step" in records[-1]
     assert (run_dir / "stages" / "0-sft" / "adapters" / "round-001").is_dir()
     assert (run_dir / "stages" / "1-grpo" / "adapters" / "step-00002").is_dir()
     # GRPO's first rollouts were sampled from the sft adapter ...

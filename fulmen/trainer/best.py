@@ -1,0 +1,402 @@
+"""The end of a run: serve the best validated version, and say loudly when validation fell.
+
+Every validation of a run (before training, every ``validation.every`` steps, after each stage)
+appends a ``Validated`` line to ``RUN_DIR/validations.jsonl``: its step (numbered across
+stages), its ``val/*`` scores, each validation task's reward, and what was served then — the
+full weights, the adapter, each role's adapter (paths relative to the run directory) and the
+carried resources (prompt templates). The file outlives restarts, so a resumed run compares
+every version validated since the run began; a step validated again (a run killed during its
+closing validation) keeps its latest line.
+
+At the end of the whole run (after the last stage's closing validation; once, whatever the
+stages), ``end_run``:
+
+* with ``validation.keep_best`` (the default) picks the version with the best primary score,
+  ``val/reward_mean`` (``pick_best``; ties keep the later version). When that is an earlier
+  version than the last one — the model before training included — it makes the engine serve
+  it again (its adapter hot-loaded, its full weights or the original base weights reloaded, its
+  prompts carried) and publishes a resources version naming it (later rollouts use it; its
+  metadata says ``keep_best`` and the step it was kept from). When its files are gone (a full
+  fine-tune keeps the weights of its last two steps only), it says so and keeps the last
+  version;
+* whatever ``keep_best`` says, compares the last validation with the one before training
+  (``validation_change``: per-task paired differences, the same tasks each time) and warns
+  loudly when the last is more than two standard errors lower;
+* logs what it decided as ``end/*`` metrics at the last validation's step (``metrics.jsonl``
+  and the run's record in the store) and returns it as an ``EndOfRun``, whose ``summary`` the
+  end-of-run summary of ``fulmen train`` prints.
+
+``state.json`` keeps naming the policy training reached, so a finished run started again with
+more steps trains on from it; the end of that run picks again among all its validations.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from fulmen.types import Resource
+
+if TYPE_CHECKING:
+    from fulmen.trainer.session import RunSession
+
+__all__ = [
+    "PRIMARY_SCORE",
+    "Change",
+    "EndOfRun",
+    "Validated",
+    "end_run",
+    "pick_best",
+    "read_validations",
+    "record_validation",
+    "served_now",
+    "validation_change",
+]
+
+logger = logging.getLogger("fulmen.train")
+
+#: The score that ranks validated versions (the one the end-of-run summary shows).
+PRIMARY_SCORE = "val/reward_mean"
+
+#: How many standard errors below the baseline the last validation may fall before the end of
+#: the run warns.
+FELL_STANDARD_ERRORS = 2.0
+
+_FILE = "validations.jsonl"
+
+
+class Validated(BaseModel):
+    """One validation of a run and what was served when it ran.
+
+    Attributes:
+        run_id: the run it belongs to (a line of another run in the same directory is ignored).
+        step: the run's step it validated (numbered across stages; 0: before training).
+        stage / algorithm: the stage that validated it.
+        scores: its ``val/*`` metrics; ``PRIMARY_SCORE`` among them.
+        rewards: each validation task's reward, in the order of the validation tasks.
+        weights: the full-weight model directory served as the base (``None``: the original).
+        adapter: the policy adapter served (``None``: none).
+        role_adapters: with one adapter per role, each role's adapter.
+        resources: the carried resources other than ``llm`` (prompt templates).
+    """
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    run_id: str
+    step: int = Field(ge=0)
+    stage: int = 0
+    algorithm: str = ""
+    scores: dict[str, float]
+    rewards: list[float] = Field(default_factory=list[float])
+    weights: str | None = None
+    adapter: str | None = None
+    role_adapters: dict[str, str] = Field(default_factory=dict[str, str])
+    resources: dict[str, Resource] = Field(default_factory=dict[str, Resource])
+
+    @property
+    def score(self) -> float:
+        """The primary score (NaN when it was not measured)."""
+        return self.scores.get(PRIMARY_SCORE, math.nan)
+
+    @property
+    def is_base(self) -> bool:
+        """Whether it served the original model with no adapter."""
+        return self.weights is None and self.adapter is None and not self.role_adapters
+
+    def model_files(self) -> list[str]:
+        """Return the directories of its weights and adapters, relative to the run directory."""
+        named = [self.weights, self.adapter, *self.role_adapters.values()]
+        return [path for path in named if path is not None]
+
+    def name(self) -> str:
+        """``step 3's version``; the step-0 base model says it is the model before training."""
+        if self.step == 0 and self.is_base:
+            return "step 0's version (the model before training)"
+        return f"step {self.step}'s version"
+
+
+def record_validation(run_dir: Path, validated: Validated) -> None:
+    """Append ``validated`` to ``RUN_DIR/validations.jsonl`` (a non-finite score is not kept)."""
+    if not math.isfinite(validated.score):
+        return
+    finite = {k: v for k, v in validated.scores.items() if math.isfinite(v)}
+    line = validated.model_copy(update={"scores": finite}).model_dump_json()
+    with (run_dir / _FILE).open("a", encoding="utf-8") as out:
+        out.write(line + "\n")
+
+
+def read_validations(run_dir: Path, run_id: str) -> list[Validated]:
+    """Return run ``run_id``'s validations by step; a step validated again keeps its latest.
+
+    A line that cannot be read (a torn last line after a crash) is skipped.
+    """
+    path = run_dir / _FILE
+    if not path.exists():
+        return []
+    by_step: dict[int, Validated] = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            validated = Validated.model_validate_json(line)
+        except ValidationError:
+            continue
+        if validated.run_id == run_id:
+            by_step[validated.step] = validated
+    return [by_step[step] for step in sorted(by_step)]
+
+
+def pick_best(validated: Sequence[Validated]) -> Validated | None:
+    """Return the version with the highest primary score; ties keep the later one.
+
+    ``None`` when none has a finite score.
+    """
+    best: Validated | None = None
+    for candidate in sorted(validated, key=lambda v: v.step):
+        if math.isfinite(candidate.score) and (best is None or candidate.score >= best.score):
+            best = candidate
+    return best
+
+
+@dataclass(frozen=True)
+class Change:
+    """The last validation's score against the baseline's, with its standard error.
+
+    Attributes:
+        baseline / final: the two primary scores.
+        standard_error: of ``final - baseline``: per-task paired (the same validation tasks
+            both times) when each has a reward per task, else unpaired from the two spreads
+            (for 0/1 rewards, the binomial one); NaN when it cannot be estimated (fewer than
+            two tasks).
+        tasks: the validation tasks it rests on.
+        paired: whether ``standard_error`` is the paired one.
+    """
+
+    baseline: float
+    final: float
+    standard_error: float
+    tasks: int
+    paired: bool
+
+    @property
+    def delta(self) -> float:
+        """``final - baseline``."""
+        return self.final - self.baseline
+
+    @property
+    def fell(self) -> bool:
+        """Whether the final is more than two standard errors below the baseline."""
+        if not math.isfinite(self.standard_error):
+            return False
+        return self.delta < -FELL_STANDARD_ERRORS * self.standard_error
+
+    @property
+    def errors_below(self) -> float:
+        """How many standard errors the final is below the baseline (inf for an exact drop)."""
+        if self.standard_error > 0:
+            return -self.delta / self.standard_error
+        return math.inf if self.delta < 0 else 0.0
+
+
+def validation_change(baseline: Validated, final: Validated) -> Change:
+    """Compare ``final``'s primary score with ``baseline``'s (see ``Change``)."""
+    before, after = baseline.rewards, final.rewards
+    if len(before) == len(after) and len(before) >= 2:
+        differences = [b - a for a, b in zip(before, after, strict=True)]
+        error = statistics.stdev(differences) / math.sqrt(len(differences))
+        return Change(baseline.score, final.score, error, len(differences), paired=True)
+    if len(before) >= 2 and len(after) >= 2:
+        error = math.sqrt(
+            statistics.variance(before) / len(before) + statistics.variance(after) / len(after)
+        )
+    else:
+        error = math.nan
+    return Change(baseline.score, final.score, error, min(len(before), len(after)), paired=False)
+
+
+@dataclass
+class EndOfRun:
+    """What the end of a run decided (see the module docstring).
+
+    Attributes:
+        final: the run's last validation.
+        keep_best: ``validation.keep_best``.
+        best: the best-scoring version when it is an earlier one than ``final``.
+        kept: ``best``, when the run ends serving it.
+        missing: the files of ``best`` that no longer exist (it was not served again).
+        change: the last validation against the one before training (``None``: no baseline).
+    """
+
+    final: Validated
+    keep_best: bool
+    best: Validated | None = None
+    kept: Validated | None = None
+    missing: tuple[str, ...] = ()
+    change: Change | None = None
+
+    def warnings(self) -> list[str]:
+        """Return the lines not to be missed: validation fell well below the baseline."""
+        change = self.change
+        if change is None or not change.fell:
+            return []
+        how = "paired over" if change.paired else "over"
+        below = change.errors_below
+        errors = (
+            "every task fell as much" if math.isinf(below) else f"{below:.1f} standard errors below"
+        )
+        return [
+            f"!!! WARNING: validation FELL during training: {change.baseline:.3f} before training "
+            f"-> {change.final:.3f} after ({change.delta:+.3f}; {errors}, "
+            f"{how} {change.tasks} validation tasks)"
+        ]
+
+    def notes(self) -> list[str]:
+        """Say which version the run ends serving when the best is not the last one."""
+        best, final = self.best, self.final
+        if best is None:
+            return []
+        scores = f"{best.score:.3f} beat the final {final.score:.3f}"
+        if self.kept is not None:
+            return [f"serving {best.name()}: its validation {scores} (validation.keep_best)"]
+        if self.missing:
+            return [
+                f"{best.name()} had the best validation ({scores}), but its files are gone "
+                f"({', '.join(self.missing)}): serving the final version"
+            ]
+        return [
+            f"{best.name()} had the best validation ({scores}); validation.keep_best is off: "
+            "serving the final version"
+        ]
+
+    def summary(self) -> list[str]:
+        """Return the lines ``fulmen train`` prints at the end: warnings first."""
+        return [*self.warnings(), *self.notes()]
+
+    def metrics(self) -> dict[str, float]:
+        """Return the ``end/*`` metrics of the decision (logged at the last validation's step)."""
+        served = self.kept or self.final
+        out = {
+            "end/served_step": float(served.step),
+            "end/served_reward_mean": served.score,
+            "end/final_reward_mean": self.final.score,
+            "end/kept_earlier": float(self.kept is not None),
+        }
+        if self.best is not None:
+            out["end/best_step"] = float(self.best.step)
+            out["end/best_reward_mean"] = self.best.score
+        if self.missing:
+            out["end/best_files_missing"] = 1.0
+        change = self.change
+        if change is not None:
+            out["end/val_change"] = change.delta
+            out["end/val_change_se"] = change.standard_error
+            out["end/val_fell"] = float(change.fell)
+        return out
+
+
+async def end_run(session: RunSession) -> EndOfRun | None:
+    """Decide, at the end of the whole run, which validated version it ends serving.
+
+    Returns ``None`` when the run did not validate. See the module docstring.
+    """
+    config = session.config
+    validation = config.validation
+    if validation is None or not session.val_tasks:
+        return None
+    validated = read_validations(config.run_dir, session.state.run_id)
+    if not validated:
+        return None
+    final = validated[-1]
+    report = EndOfRun(final=final, keep_best=validation.keep_best)
+    baseline = validated[0]
+    if baseline.step == 0 and baseline is not final:
+        report.change = validation_change(baseline, final)
+    best = pick_best(validated)
+    if best is not None and best.step != final.step:
+        report.best = best
+        if validation.keep_best:
+            report.missing = tuple(
+                path for path in best.model_files() if not (config.run_dir / path).exists()
+            )
+            if not report.missing:
+                await _serve_again(session, best)
+                report.kept = best
+    _report(session, report)
+    return report
+
+
+async def _serve_again(session: RunSession, kept: Validated) -> None:
+    """Make the engine serve ``kept`` instead of what it serves now, and publish it."""
+    from fulmen.trainer.context import StageContext
+
+    run_dir = session.config.run_dir
+    state = session.state
+    reloaded = kept.weights != state.weights
+    if reloaded:
+        weights = None if kept.weights is None else run_dir / kept.weights
+        await session.serve_weights(weights, f"weights-{kept.step}-kept")  # retires adapters
+    if kept.adapter is not None and (reloaded or kept.adapter != state.adapter):
+        await session.serve_adapter(run_dir / kept.adapter, f"policy-{kept.step}-kept")
+    elif kept.adapter is None and state.adapter is not None and not reloaded:
+        await session.retire_adapters()
+    for role in sorted(set(state.role_adapters) - set(kept.role_adapters)):
+        await session.retire_role_adapter(role)
+    for role, path in sorted(kept.role_adapters.items()):
+        if path != state.role_adapters.get(role):
+            name = f"policy-{role}-{kept.step}-kept"
+            await session.serve_role_adapter(role, run_dir / path, name)
+    plan = session.config.plan()
+    index = min(state.stage, len(plan) - 1)
+    context = StageContext(session, index=index, name=plan[index].name)
+    # The kept version's prompts are published; state.json keeps what training reached (the
+    # weights and adapter it names are not changed either), so a resumed run trains on from it.
+    reached = state.resources
+    state.resources = dict(kept.resources)
+    try:
+        await context.publish(metadata={"keep_best": True, "kept_step": kept.step})
+    finally:
+        state.resources = reached
+
+
+def _report(session: RunSession, report: EndOfRun) -> None:
+    """Log the decision's metrics and lines (warnings as warnings)."""
+    plan = session.config.plan()
+    index = min(session.state.stage, len(plan) - 1)
+    labels: dict[str, str | int] = (
+        {"stage": index, "algorithm": plan[index].name} if session.uses_stages else {}
+    )
+    session.metrics.log(report.final.step, report.metrics(), labels=labels, echo=False)
+    for line in report.warnings():
+        logger.warning("%s", line)
+    for line in report.notes():
+        logger.info("%s", line)
+
+
+def served_now(
+    session: RunSession,
+    *,
+    step: int,
+    stage: int,
+    algorithm: str,
+    scores: Mapping[str, float],
+    rewards: Sequence[float],
+) -> Validated:
+    """Describe what ``session`` serves now, validated at the run's ``step`` with ``scores``."""
+    state = session.state
+    return Validated(
+        run_id=state.run_id,
+        step=step,
+        stage=stage,
+        algorithm=algorithm,
+        scores={k: v for k, v in scores.items() if k.startswith("val/")},
+        rewards=list(rewards),
+        weights=state.weights,
+        adapter=state.adapter,
+        role_adapters=dict(state.role_adapters),
+        resources=dict(state.resources),
+    )
