@@ -8,7 +8,9 @@ held-out problems before anything changes (the baseline: the calc prompt as ship
 three hand-written examples, the base weights, greedy decoding, in the same run) and after the
 last stage. Prints one JSON line with ``accuracy_before``, ``accuracy_after``, their binomial
 standard errors (``sqrt(p (1 - p) / n)``), the gain and its standard error, ``gain_shown`` (the
-gain is at least twice its standard error), the number of seeds (one run: 1), ``minutes`` (wall
+gain is at least twice its standard error), ``paired_gain`` / ``paired_gain_se`` /
+``paired_gain_shown`` (the same problems scored twice: the standard error of the per-problem
+differences, read from the run's store), the number of seeds (one run: 1), ``minutes`` (wall
 time of the whole run, validations included) and per algorithm its own figures: GRPO's reward
 curve, time split and importance-ratio health (``logprob_gap``: mean |engine logprob - trainer
 logprob| of the trained tokens; ``ratio_mean``); SFT's kept fraction and the mean logprob of the
@@ -21,6 +23,7 @@ kept completions before/after each round.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import logging
 import math
@@ -30,6 +33,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from learn_examples import _paired_gain, _validation_rewards
 
 from fulmen.trainer.config import load_config
 from fulmen.trainer.metrics import read_metrics
@@ -74,6 +79,9 @@ def main() -> int:
     val = [r for r in records if r.get("val/success") is not None]
     before = val[0]["val/success"] if val else None
     after = val[-1]["val/success"] if len(val) > 1 else None
+    per_task = asyncio.run(_validation_rewards(run_dir / "store.db"))
+    tags = sorted(per_task, key=lambda tag: int(tag.removeprefix("val")))
+    paired = _paired_gain(per_task[tags[0]], per_task[tags[-1]]) if len(tags) > 1 else {}
     result: dict[str, Any] = {
         "algorithm": args.algorithm,
         "accuracy_before": _round(before),
@@ -81,6 +89,8 @@ def main() -> int:
         "accuracy_after": _round(after),
         "accuracy_after_se": _round(_binomial_se(after, args.val_tasks)),
         **_gain(before, after, args.val_tasks),
+        # the same held-out problems scored before and after: the paired standard error
+        **{f"paired_{key}": value for key, value in paired.items()},
         "seeds": 1,
         "minutes": round(wall, 2),
         "validation_minutes": round(sum(r.get("time/val_s", 0.0) for r in val) / 60, 2),
