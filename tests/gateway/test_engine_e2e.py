@@ -1,7 +1,14 @@
-"""End to end with the real built-in inference engine (tiny model on CPU) behind the gateway."""
+"""End to end with the real built-in inference engine (tiny model on CPU) behind the gateway.
+
+Also a training rollout's ``top_k``: an agent that sends ``top_k: 20`` in a training rollout
+must get tokens sampled from, and logprobs recorded of, the whole distribution at the behaviour
+temperature, the ones GRPO's trainer recomputes. A seeded call samples the same tokens whatever
+else the engine runs, so a validation call with the same seed and no ``top_k`` is the reference.
+"""
 
 from __future__ import annotations
 
+import math
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -9,7 +16,7 @@ import openai
 import pytest
 
 from fulmen.gateway import GatewayConfig, create_app
-from fulmen.types import Mode
+from fulmen.types import LLMCall, LLMResource, Mode, ResourcesCreate
 from tests.gateway.conftest import Running, SpyStore, add_sampling, new_attempt
 from tests.gateway.scripted_upstream import Script, serve_app
 
@@ -78,3 +85,51 @@ async def test_completion_on_token_ids_continues_a_chat_call(egw: Running) -> No
     _, completion = await egw.calls(rollout_id)
     assert completion.endpoint == "completions" and completion.is_token_level
     assert completion.prompt_token_ids == prompt
+
+
+async def seeded_call(gw: Running, mode: Mode, version: int, **fields: Any) -> LLMCall:
+    """One seeded chat call in a new rollout of ``mode``; returns its record."""
+    rollout_id, attempt_id = await new_attempt(gw.store, mode=mode, resources_version=version)
+    client = openai.AsyncOpenAI(base_url=gw.base_url(rollout_id, attempt_id), api_key="x")
+    async with client:
+        await client.chat.completions.create(
+            model="tiny",
+            messages=MESSAGES,
+            max_tokens=8,
+            seed=7,
+            logprobs=True,
+            top_logprobs=20,
+            extra_body=fields,
+        )
+    (record,) = await gw.calls(rollout_id)
+    assert record.is_token_level
+    return record
+
+
+def top_mass(record: LLMCall) -> list[float]:
+    """Per generated token, the probability mass of the 20 most likely tokens shown."""
+    content = record.response["choices"][0]["logprobs"]["content"]
+    return [sum(math.exp(t["logprob"]) for t in entry["top_logprobs"]) for entry in content]
+
+
+async def test_an_agents_top_k_does_not_truncate_a_training_rollouts_distribution(
+    egw: Running,
+) -> None:
+    llm = LLMResource(
+        base_url="http://unused/v1",
+        model="tiny",
+        sampling={"train": {"temperature": 1.0, "top_p": 1.0}, "val": {"temperature": 1.0}},
+        behaviour_modes=(Mode.TRAIN,),
+    )
+    resources = await egw.store.add_resources(ResourcesCreate(resources={"llm": llm}))
+    version = resources.version
+    trained = await seeded_call(egw, Mode.TRAIN, version, top_k=20)
+    reference = await seeded_call(egw, Mode.VAL, version)
+    truncated = await seeded_call(egw, Mode.VAL, version, top_k=20)  # validation honours it
+    assert trained.request["top_k"] == 20  # what the agent sent is what the record shows
+    assert trained.choices[0].token_ids == reference.choices[0].token_ids
+    assert trained.choices[0].logprobs == pytest.approx(reference.choices[0].logprobs, abs=1e-5)
+    # The whole vocabulary (1024 tokens of a random model): the top 20 hold far from all of
+    # it, while the truncated distribution is renormalised over exactly those 20.
+    assert all(mass < 0.9 for mass in top_mass(trained))
+    assert top_mass(truncated) == pytest.approx([1.0] * len(top_mass(truncated)), abs=1e-3)

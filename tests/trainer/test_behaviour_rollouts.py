@@ -18,19 +18,7 @@ from fulmen.store import open_store
 from fulmen.trainer.config import RolloutSettings, load_config
 from fulmen.trainer.context import StageContext
 from fulmen.types import LLMResource, Mode
-
-BASE = """
-model: tiny
-agent: agent:toy_agent
-data:
-  train: agent:train_tasks
-"""
-
-
-def write(tmp_path: Path, text: str) -> Path:
-    path = tmp_path / "config.yaml"
-    path.write_text(text, encoding="utf-8")
-    return path
+from tests.trainer.test_config import BASE, write
 
 
 @pytest.mark.parametrize(
