@@ -19,6 +19,7 @@ from fulmen.errors import NotFound
 from fulmen.gateway.errors import AttemptFinished, UnknownAttempt
 from fulmen.store.base import Store
 from fulmen.types import Attempt, LLMResource, Resources, Rollout
+from fulmen.types.sampling_seed import seed_of
 
 __all__ = ["CallContext", "ContextResolver", "sampling_overrides"]
 
@@ -48,12 +49,18 @@ class _LRU(Generic[K, V]):
 
 @dataclass(frozen=True)
 class CallContext:
-    """A tracked call's rollout, attempt, mode and the resources the rollout runs with."""
+    """A tracked call's rollout, attempt, mode and the resources the rollout runs with.
+
+    ``sampling_seed`` is the rollout's (``fulmen.types.sampling_seed``; ``None``: unseeded) and
+    ``attempt_number`` the attempt's number, from which the gateway derives each call's seed.
+    """
 
     rollout_id: str
     attempt_id: str
     mode: str
     resources: Resources | None = field(default=None, compare=False)
+    sampling_seed: int | None = None
+    attempt_number: int = 1
 
     def overrides(self, model: Any, agent_name: str | None = None) -> dict[str, Any]:
         """Return the request fields to force on a call for ``model`` by ``agent_name``.
@@ -141,7 +148,14 @@ class ContextResolver:
         resources = None
         if rollout.resources_version is not None:
             resources = await self._resources_of(rollout.resources_version)
-        return CallContext(rollout_id, attempt_id, rollout.mode.value, resources)
+        return CallContext(
+            rollout_id,
+            attempt_id,
+            rollout.mode.value,
+            resources,
+            sampling_seed=seed_of(rollout.metadata),
+            attempt_number=attempt.number,
+        )
 
     async def _rollout(self, rollout_id: str) -> Rollout:
         rollout = self._rollouts.get(rollout_id)

@@ -43,6 +43,7 @@ from fulmen.gateway.recorder import CallRecorder, FlushOutcome
 from fulmen.gateway.redaction import Redactor
 from fulmen.gateway.responses import ResponseIds, chat_request, response_from_chat
 from fulmen.gateway.responses_stream import ResponseEvents
+from fulmen.gateway.seeds import CallSeeds
 from fulmen.gateway.sessions import SessionCapture
 from fulmen.gateway.streaming import SSEDecoder, StreamAccumulator, event_data
 from fulmen.gateway.upstreams import Upstream, UpstreamPool
@@ -108,6 +109,7 @@ class Gateway:
                 clock=clock,
             )
         self.forwarder = Forwarder(self.pool, self.config)
+        self.seeds = CallSeeds()
         self._is_started = False
         self._noted: OrderedDict[str, None] = OrderedDict()
 
@@ -243,6 +245,9 @@ class _Call:
         self.upstream: Upstream | None = None
         self.agent_name = _agent_name(request)
         self._overrides = ctx.overrides(body.get("model"), self.agent_name) if ctx else {}
+        # A seeded rollout's call: the seed replaces the agent's own (a fixed agent seed would
+        # give every member of a group the same sample).
+        self._seed = gateway.seeds.seed_for(ctx, body)
         self._prepared: dict[bool, bytes] = {}
         self.asked = Asked()
         # A Responses call for a token-level engine travels as a chat completion.
@@ -278,10 +283,14 @@ class _Call:
         if prepared is None:
             if self._engine_body is None:
                 self._engine_body = chat_request(self.body) if self.ids else self.body
+            overrides = self._overrides
+            if level and self._seed is not None and self.engine_endpoint in TOKEN_ENDPOINTS:
+                # Only fulmen's engines get it: a hosted API may not know ``seed``.
+                overrides = {**overrides, "seed": self._seed}
             body, self.asked = prepare_request(
                 self._engine_body,
                 endpoint=self.engine_endpoint,
-                overrides=self._overrides,
+                overrides=overrides,
                 is_token_level=level,
             )
             prepared = self._prepared[level] = orjson.dumps(body)

@@ -211,7 +211,9 @@ class TrainConfig(_Strict):
             or ``$FULMEN_STORE_TOKEN``. Rollout ids start with the run's id (``state.json``),
             so runs sharing a store never reuse each other's; on resume a run cancels the
             rollouts its earlier start left unfinished there, and only those.
-        seed: seeds task sampling and the trainer.
+        seed: seeds task sampling, the trainer and the model's samples in every rollout the
+            trainer runs (``fulmen.types.sampling_seed``): the same config and seed sample the
+            same tokens in another run.
         data / engine / rollouts / validation: see their classes.
         algorithm: what improves the agent, selected by ``name`` (``grpo`` when omitted; see
             ``AlgorithmConfig``); ``algorithm: sft`` is short for ``algorithm: {name: sft}``.

@@ -28,6 +28,7 @@ from fulmen.types import (
     RolloutCreate,
     RolloutStatus,
 )
+from fulmen.types.sampling_seed import SAMPLING_SEED_KEY, rollout_seed
 
 if TYPE_CHECKING:
     from fulmen.adapter.transitions import AttemptRecords, TransitionOptions
@@ -195,7 +196,12 @@ class StageContext:
         tag: str,
         group_size: int = 1,
     ) -> list[Rollout]:
-        """Run ``group_size`` rollouts per task with resources ``version``; wait for them."""
+        """Run ``group_size`` rollouts per task with resources ``version``; wait for them.
+
+        Each rollout's model calls are sampled with seeds derived from the run's seed and the
+        rollout's place in the run (``fulmen.types.sampling_seed``): the same config and seed
+        sample the same way in another run.
+        """
         creates = [
             self._rollout_create(
                 task,
@@ -207,6 +213,7 @@ class StageContext:
                     else f"{self._prefix}-{tag}-t{index}"
                 ),
                 version=version,
+                seed=rollout_seed(self.seed, self.index, mode.value, tag, k, index, j),
             )
             for k, (index, task) in enumerate(batch)
             for j in range(group_size)
@@ -364,7 +371,7 @@ class StageContext:
             self.session.recorder.model_served(kind, path, self.global_step(step))
 
     def _rollout_create(
-        self, task: Any, mode: Mode, *, task_id: str, rollout_id: str, version: int
+        self, task: Any, mode: Mode, *, task_id: str, rollout_id: str, version: int, seed: int
     ) -> RolloutCreate:
         settings = self.session.config.rollouts
         return RolloutCreate(
@@ -373,6 +380,7 @@ class StageContext:
             task_id=task_id,
             rollout_id=rollout_id,
             resources_version=version,
+            metadata={SAMPLING_SEED_KEY: seed},
             config=RolloutConfig(
                 timeout_s=settings.timeout_s,
                 max_attempts=settings.max_attempts,
