@@ -14,7 +14,9 @@ differences, read from the run's store), the number of seeds (one run: 1), ``min
 time of the whole run, validations included) and per algorithm its own figures: GRPO's reward
 curve, time split and importance-ratio health (``logprob_gap``: mean |engine logprob - trainer
 logprob| of the trained tokens; ``ratio_mean``); SFT's kept fraction and the mean logprob of the
-kept completions before/after each round.
+kept completions before/after each round; what the run ended serving (``served_step``,
+``reward_served``: ``validation.keep_best``). ``benchmarks/over_seeds.py`` runs it once per
+seed and reports the mean gain over seeds.
 
     python benchmarks/learn_calc.py --algorithm rl --minutes 45
     python benchmarks/learn_calc.py --algorithm sft
@@ -34,7 +36,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from learn_examples import _paired_gain, _validation_rewards
+from learn_examples import _end_figures, _paired_gain, _training_figures, _validation_rewards
 
 from fulmen.trainer.config import load_config
 from fulmen.trainer.metrics import read_metrics
@@ -97,6 +99,7 @@ def main() -> int:
         "val_tasks": args.val_tasks,
         **_grpo_figures(records),
         **_sft_figures(records),
+        **_end_figures(records),
         "run_dir": str(run_dir),
     }
     print(json.dumps(result))
@@ -136,6 +139,7 @@ def _grpo_figures(records: list[dict[str, Any]]) -> dict[str, Any]:
             _significant(max(ratios, default=None), 7),
         ],
         "reward_curve": [round(r["reward/mean"], 3) for r in steps],
+        **_training_figures(steps),
         "reward_mean_first5": round(statistics.fmean(r["reward/mean"] for r in steps[:5]), 3),
         "reward_mean_last5": round(statistics.fmean(r["reward/mean"] for r in steps[-5:]), 3),
     }

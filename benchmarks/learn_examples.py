@@ -13,7 +13,11 @@ their standard errors (``stdev / sqrt(n)``), ``gain`` with the standard error of
 differences (the same tasks are scored before and after), ``gain_shown`` (the gain is at least
 twice its standard error), ``n_heldout``, ``seeds`` (one run: 1), ``train_minutes`` (the GRPO
 steps), ``minutes`` (the whole run, validations included), the training reward curve and the
-per-role transition counts when the config has adapters.
+per-role transition counts when the config has adapters, how many steps made an update, the
+policy's entropy over the first and last five steps, and what the run ended serving
+(``served_step``, ``reward_served``: ``validation.keep_best`` serves the best validated
+version, the base model included). ``benchmarks/over_seeds.py`` runs it once per seed and
+reports the mean gain over seeds.
 
     python benchmarks/learn_examples.py --example sql --minutes 45
     python benchmarks/learn_examples.py --example sql --config roles.yaml --minutes 45
@@ -88,6 +92,8 @@ def main() -> int:
         "minutes": round(wall, 2),
         "grpo_steps": len(steps),
         "reward_curve": [round(r["reward/mean"], 3) for r in steps],
+        **_training_figures(steps),
+        **_end_figures(records),
         "transitions_per_role": _per_role(steps),
         "run_dir": str(run_dir),
     }
@@ -136,6 +142,37 @@ def _paired_gain(before: dict[str, float], after: dict[str, float]) -> dict[str,
     gain = statistics.fmean(diffs)
     se = statistics.stdev(diffs) / math.sqrt(len(diffs))
     return {"gain": _round(gain), "gain_se": _round(se), "gain_shown": gain >= 2 * se > 0}
+
+
+def _training_figures(steps: list[dict[str, Any]]) -> dict[str, Any]:
+    """How many steps updated the policy, and its entropy over the first and last five steps.
+
+    A step makes no update when every group scored the same; a rising entropy is a policy
+    spreading out (on a sparse reward: pushed away from failures, towards nothing in particular).
+    """
+    entropy = [r["entropy"] for r in steps if r.get("entropy") is not None]
+    return {
+        "updated_steps": sum(1 for r in steps if r.get("updated") == 1.0),
+        "entropy_first5": _mean(entropy[:5]),
+        "entropy_last5": _mean(entropy[-5:]),
+    }
+
+
+def _end_figures(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """What the end of the run served (``validation.keep_best``), from its ``end/*`` metrics."""
+    end = next((r for r in reversed(records) if r.get("end/served_step") is not None), None)
+    if end is None:
+        return {}
+    return {
+        "served_step": int(end["end/served_step"]),
+        "reward_served": _round(end["end/served_reward_mean"]),
+        "kept_earlier": bool(end.get("end/kept_earlier")),
+        "val_fell": bool(end.get("end/val_fell")),
+    }
+
+
+def _mean(values: list[float]) -> float | None:
+    return round(statistics.fmean(values), 3) if values else None
 
 
 def _per_role(steps: list[dict[str, Any]]) -> dict[str, int]:
