@@ -74,11 +74,11 @@ def measure(directory: Path, setting: str, steps: int) -> dict[str, Any]:
     """Run one setting in this process; return its timings."""
     import torch
 
-    from fulmen.algorithms.data_parallel import DataParallelConfig
     from fulmen.algorithms.grpo.config import GRPOConfig
     from fulmen.algorithms.grpo.engine import GRPOEngine
+    from fulmen.algorithms.parallel.config import DataParallelConfig
+    from fulmen.algorithms.parallel.workers import EngineSpec, open_update_workers
     from fulmen.algorithms.policy import load_causal_lm
-    from fulmen.algorithms.update_workers import EngineSpec, open_update_workers
     from fulmen.types.transitions import Transition
 
     if setting != "w1":
@@ -93,7 +93,7 @@ def measure(directory: Path, setting: str, steps: int) -> dict[str, Any]:
         os.environ["OMP_NUM_THREADS"] = "1"  # the spawned rank's torch threads
         workers = open_update_workers(DataParallelConfig(world_size=2, backend="gloo"))
         assert workers is not None
-        spec = EngineSpec("grpo", str(directory / "model"), config.model_dump(mode="json"))
+        spec = EngineSpec.of(engine, directory / "model")
         workers.attach(engine, spec)
     try:
         engine.train_step(batch)  # warm-up

@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
+    from collections import Counter
+
     from fulmen.adapter.transitions import AttemptRecords, TransitionOptions
     from fulmen.algorithms.source import StoreSource
     from fulmen.types import LLMCallCreate, Mode, Resource, Rollout, Trajectory
@@ -208,6 +210,19 @@ class AlgorithmContext(Protocol):
         The store (kept production traffic, an earlier run, a teacher's) is only read; its
         filter picks succeeded rollouts by mode, task, version, end time, agent and reward,
         at most ``max_rollouts`` of them, in enqueue order.
+        """
+        ...
+
+    async def behaviour_calls(
+        self, source: StoreSource, attempts: Sequence[AttemptRecords], *, temperature: float
+    ) -> tuple[list[AttemptRecords], Counter[str]]:
+        """Drop the token-level calls of ``attempts`` not sampled from the behaviour policy.
+
+        Each call (of ``source``'s store) is judged on the request its engine got: the
+        recorded request with its rollout's sampling fields applied, sampled at
+        ``temperature`` with nothing that reshapes the distribution
+        (``fulmen.types.behaviour``). Returns the attempts with only the other calls, and how
+        many calls were dropped for each reason.
         """
         ...
 

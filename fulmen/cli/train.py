@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import json
 import signal
+import textwrap
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
@@ -20,16 +21,22 @@ _SET_HELP = (
 
 def register(subparsers: Any) -> None:
     """Add the ``train`` and ``dev`` subcommands."""
+    from fulmen.algorithms.registry import ALGORITHMS
+
     train = subparsers.add_parser(
         "train",
         help="train an agent end to end (store, engine, gateway, runners, then the algorithm)",
-        description=(
+        description=textwrap.fill(
             "Start the embedded SQLite store, the inference engine, the gateway and a runner, "
-            "then improve the agent with the config's algorithm (grpo, sft, demos) or its "
-            "stages, one after the other. Progress, rewards and step times go to the console; "
-            "metrics to RUN_DIR/metrics.jsonl (and TensorBoard). Running it again with the same "
-            "run_dir resumes at the stage and step it stopped at."
+            "then improve the agent with the config's algorithm or its stages, one after the "
+            "other. Progress, rewards and step times go to the console; metrics to "
+            "RUN_DIR/metrics.jsonl (and TensorBoard). Running it again with the same run_dir "
+            "resumes at the stage and step it stopped at."
         ),
+        # Raw, so the table keeps its lines (the description is wrapped above).
+        epilog="algorithms (algorithm.name):\n"
+        + "\n".join(f"  {a.name:<7} {a.summary}" for a in ALGORITHMS),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     train.add_argument("config", help="path to the YAML config")
     train.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help=_SET_HELP)
@@ -116,7 +123,7 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _is_torchrun_update_rank() -> bool:
-    from fulmen.algorithms.data_parallel import torchrun_rank
+    from fulmen.algorithms.parallel.config import torchrun_rank
 
     launched = torchrun_rank()
     return launched is not None and launched[0] != 0
@@ -124,7 +131,7 @@ def _is_torchrun_update_rank() -> bool:
 
 def _update_rank(config: Any) -> int:
     """Under ``torchrun``, ranks other than 0 only take updates (``docs/data-parallel.md``)."""
-    from fulmen.algorithms.update_workers import run_torchrun_rank
+    from fulmen.algorithms.parallel.workers import run_torchrun_rank
 
     stages = config.stages or [config.algorithm]
     settings = next((s.data_parallel for s in stages if getattr(s, "data_parallel", None)), None)

@@ -26,6 +26,7 @@ from urllib.parse import quote
 from pydantic import BaseModel, ConfigDict, Field
 
 from fulmen import __version__
+from fulmen.algorithms.registry import PROMPT_ONLY
 from fulmen.errors import ConfigError
 from fulmen.trainer.config import TrainConfig
 
@@ -46,8 +47,6 @@ APP_DIR = PurePosixPath("/app")
 RUN_DIR = PurePosixPath("/var/lib/fulmen/run")
 #: The model cache inside containers (``$FULMEN_CACHE_DIR``).
 CACHE_DIR = PurePosixPath("/var/cache/fulmen/models")
-
-_PROMPT_ONLY = frozenset({"apo", "demos"})
 
 
 class DeployOptions(BaseModel):
@@ -160,7 +159,7 @@ class ServiceSpec:
 
 def trains_weights(config: TrainConfig) -> bool:
     """Return True when some stage of ``config`` updates model weights (not only prompts)."""
-    return any(stage.name not in _PROMPT_ONLY for stage in config.plan())
+    return any(stage.name not in PROMPT_ONLY for stage in config.plan())
 
 
 def plan_services(

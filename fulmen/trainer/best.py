@@ -38,7 +38,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -46,6 +46,7 @@ from fulmen.types import Resource
 
 if TYPE_CHECKING:
     from fulmen.trainer.session import RunSession
+    from fulmen.types.limits import JsonData
 
 __all__ = [
     "PRIMARY_SCORE",
@@ -299,10 +300,24 @@ class EndOfRun:
         return out
 
 
-async def end_run(session: RunSession) -> EndOfRun | None:
+class Publisher(Protocol):
+    """Publishes a resources version naming what the engine serves (``StageContext``)."""
+
+    async def publish(
+        self,
+        resources: Mapping[str, Resource] | None = None,
+        *,
+        metadata: Mapping[str, JsonData] | None = None,
+    ) -> int:
+        """Store the served policy plus the carried resources; return the version."""
+        ...
+
+
+async def end_run(session: RunSession, publisher: Publisher) -> EndOfRun | None:
     """Decide, at the end of the whole run, which validated version it ends serving.
 
-    Returns ``None`` when the run did not validate. See the module docstring.
+    ``publisher`` is the last stage's context: a version served again is published through
+    it. Returns ``None`` when the run did not validate. See the module docstring.
     """
     config = session.config
     validation = config.validation
@@ -324,16 +339,14 @@ async def end_run(session: RunSession) -> EndOfRun | None:
                 path for path in best.model_files() if not (config.run_dir / path).exists()
             )
             if not report.missing:
-                await _serve_again(session, best)
+                await _serve_again(session, best, publisher)
                 report.kept = best
     _report(session, report)
     return report
 
 
-async def _serve_again(session: RunSession, kept: Validated) -> None:
+async def _serve_again(session: RunSession, kept: Validated, publisher: Publisher) -> None:
     """Make the engine serve ``kept`` instead of what it serves now, and publish it."""
-    from fulmen.trainer.context import StageContext
-
     run_dir = session.config.run_dir
     state = session.state
     reloaded = kept.weights != state.weights
@@ -350,15 +363,12 @@ async def _serve_again(session: RunSession, kept: Validated) -> None:
         if path != state.role_adapters.get(role):
             name = f"policy-{role}-{kept.step}-kept"
             await session.serve_role_adapter(role, run_dir / path, name)
-    plan = session.config.plan()
-    index = min(state.stage, len(plan) - 1)
-    context = StageContext(session, index=index, name=plan[index].name)
     # The kept version's prompts are published; state.json keeps what training reached (the
     # weights and adapter it names are not changed either), so a resumed run trains on from it.
     reached = state.resources
     state.resources = dict(kept.resources)
     try:
-        await context.publish(metadata={"keep_best": True, "kept_step": kept.step})
+        await publisher.publish(metadata={"keep_best": True, "kept_step": kept.step})
     finally:
         state.resources = reached
 

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, m
 from fulmen.algorithms.apo.config import APOConfig
 from fulmen.algorithms.demos.config import DemosConfig
 from fulmen.algorithms.grpo.config import GRPOAlgorithmConfig
+from fulmen.algorithms.registry import OFFLINE, PROMPT_ONLY, available, names
 from fulmen.algorithms.sft.config import SFTAlgorithmConfig
 from fulmen.algorithms.source import StoreFilter
 from fulmen.cluster.config import ClusterConfig
@@ -179,20 +180,14 @@ class ValidationConfig(_Strict):
     keep_best: bool = True
 
 
-#: The algorithms ``algorithm:`` (or each entry of ``stages:``) selects by ``name``. To add one:
-#: its config model (with ``name: Literal["..."]``) joins this union and its run function joins
-#: ``fulmen.trainer.stages.run_function``.
+#: What ``algorithm:`` (or each entry of ``stages:``) holds, selected by ``name``: the config
+#: model of every algorithm of ``fulmen.algorithms.registry`` (a test checks they agree).
 AlgorithmConfig: TypeAlias = Annotated[
-    GRPOAlgorithmConfig | DemosConfig | SFTAlgorithmConfig | APOConfig,
+    GRPOAlgorithmConfig | SFTAlgorithmConfig | APOConfig | DemosConfig,
     Field(discriminator="name"),
 ]
 
-#: Algorithms that publish prompts and never weights: they may run against any endpoint.
-_PROMPT_ONLY_ALGORITHMS = frozenset({"apo", "demos"})
-_PROMPT_ONLY_NAMES = ", ".join(sorted(_PROMPT_ONLY_ALGORITHMS))
-
-#: Algorithms the issue tracker plans but this version does not have yet.
-_PLANNED_ALGORITHMS: tuple[str, ...] = ()
+_PROMPT_ONLY_NAMES = ", ".join(sorted(PROMPT_ONLY))
 
 
 class TrainConfig(_Strict):
@@ -260,7 +255,7 @@ class TrainConfig(_Strict):
             stages = cast("list[Any]", out["stages"])
             out["stages"] = [_algorithm_section(s, f"stages.{i}") for i, s in enumerate(stages)]
         _give_offline_source(out)
-        from fulmen.trainer.behaviour import align_behaviour_temperature
+        from fulmen.algorithms.grpo.behaviour import align_behaviour_temperature
 
         return align_behaviour_temperature(out)
 
@@ -268,7 +263,7 @@ class TrainConfig(_Strict):
     def _no_dead_options(self) -> TrainConfig:
         if self.validation is not None and self.data.val is None:
             raise ValueError("validation is configured but data.val is not set")
-        weights = [s.name for s in self.plan() if s.name not in _PROMPT_ONLY_ALGORITHMS]
+        weights = [s.name for s in self.plan() if s.name not in PROMPT_ONLY]
         if self.engine.kind == "endpoint" and weights:
             raise ValueError(
                 f"engine.kind 'endpoint' cannot take new weights ({', '.join(weights)}); use it "
@@ -359,10 +354,6 @@ def _trains_full_weights(stage: AlgorithmConfig) -> bool:
     return False
 
 
-#: Algorithms that can learn from a store's recorded rollouts (``data.from_store``).
-_OFFLINE_ALGORITHMS = ("grpo", "sft")
-
-
 def _give_offline_source(raw: dict[str, Any]) -> None:
     """Hand ``data.from_store`` and ``data.filter`` to every algorithm section as ``source``.
 
@@ -384,10 +375,10 @@ def _give_offline_source(raw: dict[str, Any]) -> None:
             continue  # the model's own validation reports it
         section = cast("dict[str, Any]", section)
         name = section.get("name")
-        if name not in _OFFLINE_ALGORITHMS:
+        if name not in OFFLINE:
             raise ValueError(
                 f"{where}.name {name!r} cannot learn from data.from_store (offline training "
-                f"supports: {', '.join(_OFFLINE_ALGORITHMS)})"
+                f"supports: {', '.join(OFFLINE)})"
             )
         if section.get("source") is not None:
             raise ValueError(f"set data.from_store or {where}.source, not both")
@@ -397,7 +388,8 @@ def _give_offline_source(raw: dict[str, Any]) -> None:
 def _algorithm_section(value: Any, where: str) -> Any:
     """Expand ``sft`` to ``{name: sft}`` and default the name to ``grpo``.
 
-    An algorithm this version does not have yet is refused with a message that says so.
+    A name no algorithm has is refused with the names there are
+    (``fulmen.algorithms.registry``).
     """
     if isinstance(value, str):
         value = {"name": value}
@@ -405,11 +397,8 @@ def _algorithm_section(value: Any, where: str) -> Any:
         return value  # the model's own validation reports it
     section = dict(cast("dict[str, Any]", value))
     name = section.setdefault("name", "grpo")
-    if name in _PLANNED_ALGORITHMS:
-        raise ValueError(
-            f"{where}.name {name!r} is not available in this version of fulmen "
-            "(available: grpo, apo, demos, sft)"
-        )
+    if name not in names():
+        raise ValueError(f"{where}.name {name!r}: no such algorithm (available: {available()})")
     return section
 
 

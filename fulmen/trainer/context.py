@@ -31,6 +31,8 @@ from fulmen.types import (
 from fulmen.types.sampling_seed import SAMPLING_SEED_KEY, rollout_seed
 
 if TYPE_CHECKING:
+    from collections import Counter
+
     from fulmen.adapter.transitions import AttemptRecords, TransitionOptions
     from fulmen.algorithms.source import StoreSource
     from fulmen.types import LLMCallCreate, Trajectory
@@ -266,6 +268,14 @@ class StageContext:
                 if keeps(wanted, rollout, reward=reward, agents=agents):
                     attempts.append(records)
         return attempts
+
+    async def behaviour_calls(
+        self, source: StoreSource, attempts: Sequence[AttemptRecords], *, temperature: float
+    ) -> tuple[list[AttemptRecords], Counter[str]]:
+        """Drop the calls of ``attempts`` not sampled from the behaviour policy (offline GRPO)."""
+        from fulmen.trainer.offline_source import behaviour_calls
+
+        return await behaviour_calls(source.store, attempts, temperature=temperature)
 
     async def rewards(self, rollouts: Sequence[Rollout]) -> list[float]:
         """Each rollout's final reward (0.0 when it failed or emitted none)."""

@@ -1,7 +1,7 @@
 """Running a config's algorithms: dispatch by name, one stage after the other, with resume.
 
-``run_function(name)`` maps an algorithm's name to its run function (a plain ``if`` chain, so
-the torch-heavy modules load only for the algorithm that runs). ``run_stages`` runs the plan
+Each stage's algorithm is looked up by name in ``fulmen.algorithms.registry``, which imports
+its run function only when it runs. ``run_stages`` runs the plan
 (``stages:``, or ``[algorithm]``) from where ``state.json`` says the run stopped: it serves the
 weights and adapter the run had reached, cancels the rollouts a killed start of this run left
 behind (never another run's in a shared store), validates before the
@@ -13,45 +13,15 @@ the previous one published. The validation after one stage is also the one befor
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
-from typing import Any
 
-from fulmen.errors import ConfigError
+from fulmen.algorithms.registry import algorithm
 from fulmen.trainer.context import StageContext
 from fulmen.trainer.session import RunSession
 from fulmen.types import RolloutQuery, RolloutStatus
 
-__all__ = ["RunFunction", "run_function", "run_stages"]
+__all__ = ["last_stage_context", "run_stages"]
 
 logger = logging.getLogger("fulmen.train")
-
-#: ``run(config, context) -> metrics of each step run now`` (``fulmen.algorithms.context``).
-RunFunction = Callable[[Any, StageContext], Awaitable[list[dict[str, float]]]]
-
-
-def run_function(name: str) -> RunFunction:
-    """Return the run function of algorithm ``name``.
-
-    Raises:
-        ConfigError: no algorithm has that name.
-    """
-    if name == "grpo":
-        from fulmen.trainer.loop import run_grpo
-
-        return run_grpo
-    if name == "demos":
-        from fulmen.algorithms.demos.optimizer import run_demos
-
-        return run_demos
-    if name == "sft":
-        from fulmen.algorithms.sft.algorithm import run_sft
-
-        return run_sft
-    if name == "apo":
-        from fulmen.algorithms.apo.algorithm import run_apo
-
-        return run_apo
-    raise ConfigError(f"no algorithm named {name!r} (available: grpo, apo, demos, sft)")
 
 
 async def run_stages(session: RunSession) -> list[dict[str, float]]:
@@ -73,7 +43,7 @@ async def run_stages(session: RunSession) -> list[dict[str, float]]:
             await context.validate(0)
         if session.uses_stages:
             logger.info("stage %d/%d: %s", index + 1, len(plan), config.name)
-        steps = await run_function(config.name)(config, context)
+        steps = await algorithm(config.name).run_function()(config, context)
         history.extend(steps)
         # also when a run killed during this validation restarts with no step left to run
         if steps or is_fresh or state.validated_step != state.step:
@@ -83,6 +53,13 @@ async def run_stages(session: RunSession) -> list[dict[str, float]]:
         if index < len(plan) - 1:
             state.finish_stage()
     return history
+
+
+def last_stage_context(session: RunSession) -> StageContext:
+    """Return the context of the stage the run stopped in (its last one when it finished)."""
+    plan = session.config.plan()
+    index = min(session.state.stage, len(plan) - 1)
+    return StageContext(session, index=index, name=plan[index].name)
 
 
 async def _cancel_leftovers(session: RunSession) -> None:

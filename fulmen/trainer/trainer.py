@@ -84,7 +84,7 @@ class Trainer:
         from fulmen.trainer import best
         from fulmen.trainer.run_record import RunRecorder, new_run
         from fulmen.trainer.session import RunSession
-        from fulmen.trainer.stages import run_stages
+        from fulmen.trainer.stages import last_stage_context, run_stages
         from fulmen.trainer.state import RunState
         from fulmen.types import RunStatus
 
@@ -150,7 +150,7 @@ class Trainer:
                 status = RunStatus.FAILED
                 try:
                     history = await run_stages(session)
-                    self.end_of_run = await best.end_run(session)
+                    self.end_of_run = await best.end_run(session, last_stage_context(session))
                     status = RunStatus.SUCCEEDED
                     return history
                 except (KeyboardInterrupt, asyncio.CancelledError):

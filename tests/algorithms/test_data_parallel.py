@@ -23,19 +23,19 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from fulmen.algorithms.batching import TokenSample  # noqa: E402
-from fulmen.algorithms.data_parallel import DataParallelConfig  # noqa: E402
-from fulmen.algorithms.distributed import split_samples  # noqa: E402
 from fulmen.algorithms.grpo.config import GRPOConfig  # noqa: E402
 from fulmen.algorithms.grpo.engine import GRPOEngine  # noqa: E402
-from fulmen.algorithms.policy import load_causal_lm  # noqa: E402
-from fulmen.algorithms.sft.config import SFTConfig  # noqa: E402
-from fulmen.algorithms.sft.dataset import SFTExample  # noqa: E402
-from fulmen.algorithms.sft.engine import SFTEngine  # noqa: E402
-from fulmen.algorithms.update_workers import (  # noqa: E402
+from fulmen.algorithms.parallel.collective import split_samples  # noqa: E402
+from fulmen.algorithms.parallel.config import DataParallelConfig  # noqa: E402
+from fulmen.algorithms.parallel.workers import (  # noqa: E402
     EngineSpec,
     UpdateWorkers,
     open_update_workers,
 )
+from fulmen.algorithms.policy import load_causal_lm  # noqa: E402
+from fulmen.algorithms.sft.config import SFTConfig  # noqa: E402
+from fulmen.algorithms.sft.dataset import SFTExample  # noqa: E402
+from fulmen.algorithms.sft.engine import SFTEngine  # noqa: E402
 from fulmen.errors import ConfigError  # noqa: E402
 from fulmen.types.transitions import Transition  # noqa: E402
 from tests.algorithms.builders import transition  # noqa: E402
@@ -120,7 +120,7 @@ class TestOneStepOnTwoRanks:
         single = GRPOEngine(load_causal_lm(model_dir), config=config)
         parallel = GRPOEngine(load_causal_lm(model_dir), config=config)
         batch = _batch(single.model)
-        workers.attach(parallel, EngineSpec("grpo", str(model_dir), config.model_dump(mode="json")))
+        workers.attach(parallel, EngineSpec.of(parallel, model_dir))
         for _ in range(2):
             expected = single.train_step(batch)
             got = parallel.train_step(batch)
@@ -151,7 +151,7 @@ class TestOneStepOnTwoRanks:
         single = GRPOEngine(load_causal_lm(model_dir), config=config)
         parallel = GRPOEngine(load_causal_lm(model_dir), config=config)
         batch = _batch(single.model)
-        workers.attach(parallel, EngineSpec("grpo", str(model_dir), config.model_dump(mode="json")))
+        workers.attach(parallel, EngineSpec.of(parallel, model_dir))
         expected = single.train_step(batch)
         got = parallel.train_step(batch)
         assert got["grad_norm"] == pytest.approx(expected["grad_norm"], rel=1e-5)
@@ -177,7 +177,7 @@ class TestOneStepOnTwoRanks:
             )
         single = SFTEngine(load_causal_lm(model_dir), config=config)
         parallel = SFTEngine(load_causal_lm(model_dir), config=config)
-        workers.attach(parallel, EngineSpec("sft", str(model_dir), config.model_dump(mode="json")))
+        workers.attach(parallel, EngineSpec.of(parallel, model_dir))
         expected = single.train(examples)
         got = parallel.train(examples)
         assert got["sft/steps"] == expected["sft/steps"] == 6
@@ -231,7 +231,7 @@ def _local_ranks_alive() -> list[int]:
     ranks = []
     for pid in children:
         with contextlib.suppress(OSError):
-            if b"fulmen.algorithms.local_ranks" in Path(f"/proc/{pid}/cmdline").read_bytes():
+            if b"fulmen.algorithms.parallel.rank_main" in Path(f"/proc/{pid}/cmdline").read_bytes():
                 ranks.append(pid)
     return ranks
 
@@ -321,8 +321,8 @@ def test_nccl_without_cuda_is_refused_before_any_process_starts() -> None:
 
 _LEADER = """
 import sys, time
-from fulmen.algorithms.data_parallel import DataParallelConfig
-from fulmen.algorithms.update_workers import open_update_workers
+from fulmen.algorithms.parallel.config import DataParallelConfig
+from fulmen.algorithms.parallel.workers import open_update_workers
 workers = open_update_workers(DataParallelConfig(world_size=2, backend="gloo"))
 print(workers.spawned[0].pid, flush=True)
 time.sleep(600)

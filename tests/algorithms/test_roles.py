@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from fulmen.algorithms.grpo import GRPOConfig
-from fulmen.algorithms.grpo.roles import RolePolicies, role_of
+from fulmen.algorithms.grpo.role_policies import RolePolicies
+from fulmen.algorithms.grpo.roles import role_of
 from fulmen.algorithms.policy import load_adapter_weights
 
 from .builders import transition

@@ -91,7 +91,7 @@ def _check_nothing_left_running(db: Path) -> None:
 
 
 def test_staleness_histogram_refuses_a_transition_past_the_bound() -> None:
-    from fulmen.trainer.async_loop import staleness_metrics
+    from fulmen.algorithms.grpo.async_loop import staleness_metrics
 
     metrics = staleness_metrics([0, 1, 1, 2], max_staleness=2)
     assert [metrics[f"async/staleness/{s}"] for s in range(3)] == [1.0, 2.0, 1.0]

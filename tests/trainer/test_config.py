@@ -158,7 +158,14 @@ def test_algorithm_defaults_to_grpo_and_stages_chain_named_algorithms(tmp_path: 
             "critic.base_url is set, so critic.model is needed",
         ),
         ("stages: [grpo, {name: demos, demos: 0}]\n", "stages.1.demos.demos: Input should be"),
-        ("algorithm: {name: nope}\n", "does not match any of the expected tags"),
+        (
+            "algorithm: {name: nope}\n",
+            "algorithm.name 'nope': no such algorithm .available: grpo, sft, apo, demos",
+        ),
+        (
+            "stages: [grpo, nope]\n",
+            "stages.1.name 'nope': no such algorithm .available: grpo, sft, apo, demos",
+        ),
         ("algorithm: grpo\nstages: [grpo]\n", "either algorithm or stages"),
         ("stages: []\n", "stages"),
         (

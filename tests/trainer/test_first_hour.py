@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from fulmen.algorithms.grpo.diagnose import no_update_reason
 from fulmen.cli.main import main
-from fulmen.trainer.diagnose import no_update_reason
 
 AGENT = '''
 from typing import Any
@@ -116,7 +116,7 @@ def test_missing_tasks_file_says_where_relative_paths_start(
 
 
 def test_progress_bar_keeps_log_lines_off_the_bar_line(monkeypatch: pytest.MonkeyPatch) -> None:
-    from fulmen.trainer.loop import progress_bar
+    from fulmen.algorithms.grpo.loop import progress_bar
 
     stream = io.StringIO()
     monkeypatch.setattr(sys, "stderr", stream)  # the bar and the console handler both use it

@@ -37,6 +37,7 @@ from fulmen.trainer.config import load_config
 from fulmen.trainer.metrics import MetricsLogger, read_metrics
 from fulmen.trainer.run_record import RunRecorder
 from fulmen.trainer.session import RunSession
+from fulmen.trainer.stages import last_stage_context
 from fulmen.trainer.state import RunState
 from fulmen.types import LLMResource, PromptTemplate, Run, RunStatus
 from tests.algorithms.sft.test_sft_train import example_imports_restored
@@ -216,7 +217,7 @@ async def test_an_earlier_adapter_that_scored_higher_is_served_again(tmp_path: P
     async with running_session(tmp_path) as (session, store):
         trained(tmp_path, (1, 0.5), (2, 0.1))
         await serve_final(session, "adapters/step-00002", "policy-2")
-        report = await end_run(session)
+        report = await end_run(session, last_stage_context(session))
         await session.recorder.finish(RunStatus.SUCCEEDED)
         engine = session.stack.engine
         assert report is not None and report.kept is not None and report.kept.step == 1
@@ -244,12 +245,12 @@ async def test_the_model_before_training_is_served_again_when_it_was_best(tmp_pa
     async with running_session(tmp_path) as (session, store):
         trained(tmp_path, (1, 0.2), (2, 0.3))  # a tie with the base model: the later wins
         await serve_final(session, "adapters/step-00002", "policy-2")
-        report = await end_run(session)
+        report = await end_run(session, last_stage_context(session))
         assert report is not None and report.kept is None and report.best is None
         assert session.stack.engine.adapters == {"policy-2": str(tmp_path / "adapters/step-00002")}
         # step 2 validated again (a restart), worse: the base model (no adapter) comes back
         record_validation(tmp_path, validated(2, 0.0, adapter="adapters/step-00002"))
-        report = await end_run(session)
+        report = await end_run(session, last_stage_context(session))
         assert report is not None and report.kept is not None and report.kept.step == 0
         assert session.stack.engine.adapters == {}
         assert session.model_name == "tiny" and session.policy_version is None
@@ -267,7 +268,7 @@ async def test_with_keep_best_off_or_files_gone_the_final_version_stays(tmp_path
         await serve_final(session, "adapters/step-00002", "policy-2")
         calls = list(session.stack.engine.calls)
         published = await store.latest_resources()
-        report = await end_run(session)
+        report = await end_run(session, last_stage_context(session))
         assert report is not None and report.kept is None and report.best is not None
         assert session.stack.engine.calls == calls and session.model_name == "policy-2"
         assert await store.latest_resources() == published
@@ -281,7 +282,7 @@ async def test_with_keep_best_off_or_files_gone_the_final_version_stays(tmp_path
             tmp_path / "config.yaml", overrides=[f"run_dir={tmp_path}"]
         )  # keep_best on, but step 1's adapter is gone
         shutil.rmtree(tmp_path / "adapters" / "step-00001")
-        report = await end_run(session)
+        report = await end_run(session, last_stage_context(session))
         assert report is not None and report.kept is None and report.missing
         assert session.stack.engine.calls == calls
         assert (
@@ -297,7 +298,7 @@ async def test_full_weights_give_way_to_the_original_ones(tmp_path: Path) -> Non
         record_validation(tmp_path, validated(2, 0.2, weights="weights/step-00002"))
         await session.serve_weights(tmp_path / "weights" / "step-00002", "weights-2")
         session.state.weights = "weights/step-00002"
-        report = await end_run(session)
+        report = await end_run(session, last_stage_context(session))
         assert report is not None and report.kept is not None and report.kept.step == 0
         engine = session.stack.engine
         assert engine.calls[-1] == ("reload", None) and engine.weights == "original"
@@ -326,7 +327,7 @@ async def test_stages_pick_once_across_the_run_with_the_kept_prompts(tmp_path: P
         record_validation(tmp_path, validated(5, 0.4, adapter=grpo_adapter, stage=1))
         session.state.stage, session.state.step_offset = 1, 2
         await serve_final(session, grpo_adapter, "policy-5")
-        report = await end_run(session)
+        report = await end_run(session, last_stage_context(session))
         assert report is not None and report.kept is not None and report.kept.step == 2
         assert session.stack.engine.adapters == {"policy-2-kept": str(tmp_path / sft_adapter)}
         latest = await store.latest_resources()
@@ -371,8 +372,8 @@ def served(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     seen: dict[str, Any] = {}
     real = best.end_run
 
-    async def end_and_look(session: Any) -> Any:
-        report = await real(session)
+    async def end_and_look(session: Any, publisher: Any) -> Any:
+        report = await real(session, publisher)
         async with httpx.AsyncClient() as client:
             response = await client.get(f"{session.stack.engine_url}/models")
         seen["engine"] = {m["id"]: m["root"] for m in response.json()["data"]}

@@ -16,9 +16,10 @@ from typing import Any
 
 from fulmen.adapter.transitions import AttemptRecords, load_attempt
 from fulmen.algorithms.grpo.config import GRPOAlgorithmConfig
+from fulmen.algorithms.grpo.offline_loop import OfflineGRPOLoop
 from fulmen.algorithms.source import StoreSource
 from fulmen.store import open_store
-from fulmen.trainer.offline import OfflineGRPOLoop, behaviour_calls
+from fulmen.trainer.offline_source import behaviour_calls
 from fulmen.types import (
     AttemptStatus,
     LLMCallCreate,
@@ -131,7 +132,14 @@ async def test_the_offline_loop_trains_only_the_behaviour_calls(tmp_path: Path) 
         return attempts
 
     config = GRPOAlgorithmConfig(steps=1, source=StoreSource(store=url))
-    loop = OfflineGRPOLoop(config, SimpleNamespace(read_source=read_source, seed=0))  # type: ignore[arg-type]
+
+    async def drop_off_behaviour(
+        source: StoreSource, attempts: list[AttemptRecords], *, temperature: float
+    ) -> Any:
+        return await behaviour_calls(source.store, attempts, temperature=temperature)
+
+    context = SimpleNamespace(read_source=read_source, behaviour_calls=drop_off_behaviour, seed=0)
+    loop = OfflineGRPOLoop(config, context)  # type: ignore[arg-type]
     batch = await loop._read()
     assert loop._off_behaviour == 5
     assert len(batch.transitions) == 6

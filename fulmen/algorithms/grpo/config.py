@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, model_validator
 
 from fulmen.algorithms.compute import ComputeSettings
-from fulmen.algorithms.data_parallel import DataParallelConfig
 from fulmen.algorithms.lora import LoraSettings
+from fulmen.algorithms.parallel.config import DataParallelConfig
 from fulmen.algorithms.source import StoreSource
 
 if TYPE_CHECKING:

@@ -29,11 +29,11 @@ from torch import nn
 
 from fulmen.algorithms import checkpoint
 from fulmen.algorithms.batching import MicroBatch, TokenSample, collate, plan_micro_batches
-from fulmen.algorithms.distributed import Collective, split_samples
 from fulmen.algorithms.grpo.config import GRPOConfig
 from fulmen.algorithms.grpo.losses import KL_ESTIMATORS, POLICY_LOSSES, correct_stale_tokens
 from fulmen.algorithms.grpo.samples import build_samples
 from fulmen.algorithms.optimizer import apply_gradients, build_optimizer
+from fulmen.algorithms.parallel.collective import Collective, split_samples
 from fulmen.algorithms.policy import (
     ReferencePolicy,
     autocast_context,
@@ -198,6 +198,10 @@ class GRPOEngine:
             learning_rate=cfg.learning_rate,
         )
         return metrics
+
+    def train_part(self, part: Sequence[TokenSample]) -> None:
+        """Train on this rank's share of a step (``parallel.workers.UpdateEngine``)."""
+        self.train_samples(part)
 
     def train_samples(self, samples: Sequence[TokenSample]) -> tuple[_Totals, float]:
         """Take the step's ``epochs`` optimizer steps from built samples; return totals, norm.

@@ -18,7 +18,7 @@ from typing import Any
 
 from fulmen.adapter.transitions import AttemptRecords
 from fulmen.algorithms.context import AlgorithmContext
-from fulmen.algorithms.data_parallel import data_parallel
+from fulmen.algorithms.parallel.group import data_parallel
 from fulmen.algorithms.rewards import reward_metrics
 from fulmen.algorithms.serving import keep_newest, serve_policy
 from fulmen.algorithms.sft.config import SFTAlgorithmConfig
@@ -40,7 +40,6 @@ async def run_sft(config: SFTAlgorithmConfig, context: AlgorithmContext) -> list
     async with data_parallel(  # with algorithm.data_parallel: the steps run on every rank
         engine,
         config.data_parallel,
-        kind="sft",
         model_path=context.model_path,
         weights=progress.weights,
         adapter=progress.adapter,

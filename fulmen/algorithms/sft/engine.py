@@ -28,8 +28,8 @@ from torch import nn
 
 from fulmen.algorithms import checkpoint
 from fulmen.algorithms.batching import MicroBatch, TokenSample, collate, plan_micro_batches
-from fulmen.algorithms.distributed import Collective, split_samples
 from fulmen.algorithms.optimizer import apply_gradients, build_optimizer
+from fulmen.algorithms.parallel.collective import Collective, split_samples
 from fulmen.algorithms.policy import (
     autocast_context,
     causal_lm_of,
@@ -118,6 +118,11 @@ class SFTEngine:
             total += float(logprobs.sum())
             count += batch.num_tokens
         return total / count if count else float("nan")
+
+    def train_part(self, part: tuple[Sequence[TokenSample], int]) -> None:
+        """Train on this rank's share of a step: ``(samples, tokens)`` as ``train_batch`` takes."""
+        samples, tokens = part
+        self.train_batch(samples, tokens=tokens)
 
     def train_batch(self, samples: Sequence[TokenSample], *, tokens: int) -> tuple[float, float]:
         """Take one optimizer step on the mean NLL over ``tokens``; return loss and grad norm.

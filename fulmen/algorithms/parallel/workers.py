@@ -7,7 +7,9 @@ stage that starts from an adapter starts every rank alike), ``step`` (its share 
 trained with the batch's loss weights and summed gradients), ``release`` (the stage is over;
 wait for the next ``build``) and ``stop``.
 
-``open_update_workers`` gives rank 0 its ``UpdateWorkers``: under ``torchrun`` the other ranks
+The engines are the algorithms' (``UpdateEngine``: ``GRPOEngine``, ``SFTEngine``), named
+here only as ``"module:Class"`` in an ``EngineSpec``. ``open_update_workers`` gives rank 0 its
+``UpdateWorkers``: under ``torchrun`` the other ranks
 are already running (``fulmen train`` on them calls ``run_update_worker``); otherwise it spawns
 ``world_size - 1`` local processes itself. ``run_update_worker`` is a plain importable
 function, so another launcher (a Ray actor, say) can start ranks with it.
@@ -17,24 +19,26 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import importlib
 import logging
 import shutil
 import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol, cast
 
 import torch
 from torch import nn
 
-from fulmen.algorithms.data_parallel import DataParallelConfig, torchrun_rank
-from fulmen.algorithms.distributed import Collective, resolve_backend
+from fulmen.algorithms.parallel.collective import Collective, resolve_backend
+from fulmen.algorithms.parallel.config import DataParallelConfig, torchrun_rank
 from fulmen.errors import ConfigError, FulmenError
 from fulmen.settings import launcher_variable
 
 __all__ = [
     "EngineSpec",
+    "UpdateEngine",
     "UpdateWorkers",
     "open_update_workers",
     "run_torchrun_rank",
@@ -47,13 +51,27 @@ logger = logging.getLogger("fulmen.train")
 _JOIN_TIMEOUT_S = 30.0
 
 
-class _Engine(Protocol):
-    """What the workers need of ``GRPOEngine`` and ``SFTEngine``."""
+class UpdateEngine(Protocol):
+    """What an algorithm's optimizer wrapper offers to be trained on several ranks.
+
+    ``GRPOEngine`` and ``SFTEngine`` implement it; the plumbing here names neither. A rank
+    other than 0 builds the same wrapper from an ``EngineSpec`` (its class, its config model
+    and what the stage starts from) and runs ``train_part`` on its share of each step.
+    """
 
     model: nn.Module
-    optimizer: torch.optim.AdamW
+    optimizer: torch.optim.Optimizer
     step: int
     collective: Collective | None
+
+    @property
+    def config(self) -> Any:
+        """The wrapper's settings: a pydantic model with ``dtype`` and ``finetune``."""
+        ...
+
+    def train_part(self, part: Any) -> None:
+        """Train on this rank's share of a step, the way rank 0 trains on its own share."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -61,19 +79,40 @@ class EngineSpec:
     """How a worker builds the same engine as rank 0 (the paths must be readable by it).
 
     Attributes:
-        kind: ``grpo`` or ``sft``.
+        engine: ``"module:Class"`` of the wrapper; built as ``Class(model, config=settings)``.
+        settings: ``"module:Class"`` of its config model (with ``dtype`` and ``finetune``).
         model_path: the base model directory.
-        config: the engine's config (``GRPOConfig`` / ``SFTConfig``) as JSON.
+        config: the engine's config as JSON.
         weights / adapter: what the stage starts from (``policy.load_stage_policy``).
     """
 
-    kind: Literal["grpo", "sft"]
+    engine: str
+    settings: str
     model_path: str
     config: dict[str, Any] = field(default_factory=dict[str, Any])
     weights: str | None = None
     adapter: str | None = None
 
-    def build(self, *, rank: int = 0) -> _Engine:
+    @classmethod
+    def of(
+        cls,
+        engine: UpdateEngine,
+        model_path: str | Path,
+        *,
+        weights: str | Path | None = None,
+        adapter: str | Path | None = None,
+    ) -> EngineSpec:
+        """Return the spec that rebuilds ``engine`` (its class and config) on another rank."""
+        return cls(
+            _qualified(type(engine)),
+            _qualified(type(engine.config)),
+            str(model_path),
+            engine.config.model_dump(mode="json"),
+            weights=str(weights) if weights else None,
+            adapter=str(adapter) if adapter else None,
+        )
+
+    def build(self, *, rank: int = 0) -> UpdateEngine:
         """Load the policy and build the engine, as rank 0 did before restoring its state.
 
         A policy on a GPU goes to this rank's own (``cuda:LOCAL_RANK``, else ``cuda:rank``,
@@ -81,22 +120,11 @@ class EngineSpec:
         """
         from fulmen.algorithms.policy import load_stage_policy
 
-        kind = self.kind
         config = dict(self.config)
         if str(config.get("device", "cpu")).startswith("cuda"):
             local = int(launcher_variable("LOCAL_RANK") or rank)
             config["device"] = f"cuda:{local % max(torch.cuda.device_count(), 1)}"
-        settings: Any
-        if kind == "grpo":
-            from fulmen.algorithms.grpo.config import GRPOConfig
-            from fulmen.algorithms.grpo.engine import GRPOEngine as engine_class
-
-            settings = GRPOConfig.model_validate(config)
-        else:
-            from fulmen.algorithms.sft.config import SFTConfig
-            from fulmen.algorithms.sft.engine import SFTEngine as engine_class
-
-            settings = SFTConfig.model_validate(config)
+        settings = _load(self.settings).model_validate(config)
         model = load_stage_policy(
             self.model_path,
             dtype=settings.dtype,
@@ -104,10 +132,19 @@ class EngineSpec:
             weights=Path(self.weights) if self.weights else None,
             adapter=Path(self.adapter) if self.adapter else None,
         )
-        return engine_class(model, config=settings)
+        return cast("UpdateEngine", _load(self.engine)(model, config=settings))
 
 
-def _state(engine: _Engine) -> dict[str, Any]:
+def _qualified(kind: type) -> str:
+    return f"{kind.__module__}:{kind.__qualname__}"
+
+
+def _load(path: str) -> Any:
+    module, _, name = path.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def _state(engine: UpdateEngine) -> dict[str, Any]:
     """Trainable weights, optimizer state and step, on the CPU (ranks may use other GPUs)."""
     trainable = {n: p.detach().cpu() for n, p in engine.model.named_parameters() if p.requires_grad}
     optimizer = engine.optimizer.state_dict()
@@ -118,27 +155,13 @@ def _state(engine: _Engine) -> dict[str, Any]:
     return {"params": trainable, "optimizer": optimizer, "step": engine.step}
 
 
-def _load_state(engine: _Engine, state: dict[str, Any]) -> None:
+def _load_state(engine: UpdateEngine, state: dict[str, Any]) -> None:
     params = dict(engine.model.named_parameters())
     with torch.no_grad():
         for name, value in state["params"].items():
             params[name].copy_(value)
     engine.optimizer.load_state_dict(state["optimizer"])
     engine.step = int(state["step"])
-
-
-def _train_part(engine: _Engine, part: Any) -> None:
-    """Train on this rank's share of a step, the way its engine's rank 0 does."""
-    from fulmen.algorithms.grpo.engine import GRPOEngine
-    from fulmen.algorithms.sft.engine import SFTEngine
-
-    if isinstance(engine, GRPOEngine):
-        engine.train_samples(part)
-    elif isinstance(engine, SFTEngine):
-        samples, tokens = part
-        engine.train_batch(samples, tokens=tokens)
-    else:
-        raise FulmenError(f"no update for an engine of type {type(engine).__name__}")
 
 
 def run_update_worker(
@@ -168,7 +191,7 @@ def run_update_worker(
         backend=resolve_backend(backend),
         timeout_s=timeout_s,
     )
-    engine: _Engine | None = None
+    engine: UpdateEngine | None = None
     try:
         while True:
             op, part = collective.receive()
@@ -182,7 +205,7 @@ def run_update_worker(
                 built.collective = collective
                 engine = built
             elif op == "step" and engine is not None:
-                _train_part(engine, part)
+                engine.train_part(part)
             else:
                 raise FulmenError(f"update worker {rank}: unexpected message {op!r}")
     finally:
@@ -235,14 +258,14 @@ class UpdateWorkers:
         self.collective = collective
         self.spawned = spawned or []
         self._scratch = scratch
-        self._engine: _Engine | None = None
+        self._engine: UpdateEngine | None = None
 
     @property
     def world_size(self) -> int:
         """Processes taking each update, this one included."""
         return self.collective.world_size
 
-    def attach(self, engine: _Engine, spec: EngineSpec) -> None:
+    def attach(self, engine: UpdateEngine, spec: EngineSpec) -> None:
         """Give every rank a copy of ``engine`` (weights and optimizer state as they are now).
 
         From then on the engine's updates run on every rank.
@@ -311,7 +334,7 @@ def open_update_workers(config: DataParallelConfig | None) -> UpdateWorkers | No
         return _torchrun_leader
     if config is None:
         return None
-    from fulmen.algorithms.local_ranks import spawn_local_ranks
+    from fulmen.algorithms.parallel.spawn import spawn_local_ranks
 
     collective, spawned, scratch = spawn_local_ranks(config)
     return UpdateWorkers(collective, spawned=spawned, scratch=scratch)

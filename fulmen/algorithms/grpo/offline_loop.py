@@ -9,10 +9,10 @@ when it was served, clipped to ``[1 - clip_low, 1 + clip_high]``. Saving, hot-lo
 checkpoints are the on-policy loop's, so a killed run resumes after its last step.
 
 That ratio is right only for tokens sampled from ``softmax(logits / temperature)`` at the
-trainer's temperature. :func:`behaviour_calls` drops, before transitions are built, every
-token-level call whose request (as the engine got it: the agent's body with its rollout's
-sampling fields applied, ``LLMResource.request_fields``) was sampled otherwise: another
-temperature, ``top_p`` < 1, ``top_k``, penalties, structured output
+trainer's temperature. ``AlgorithmContext.behaviour_calls`` drops, before transitions are
+built, every token-level call whose request (as the engine got it: the agent's body with its
+rollout's sampling fields applied, ``LLMResource.request_fields``) was sampled otherwise:
+another temperature, ``top_p`` < 1, ``top_k``, penalties, structured output
 (``fulmen.types.behaviour.off_behaviour_reason``). They are counted as
 ``offline/off_behaviour_calls_skipped`` and their reasons logged. In a merged chain a dropped
 call's tokens become part of the next call's observation, masked out like a tool result.
@@ -21,24 +21,19 @@ call's tokens become part of the next call's observation, masked out like a tool
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import time
-from collections import Counter
-from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from fulmen.algorithms.grpo.diagnose import no_update_reason
+from fulmen.algorithms.grpo.loop import GRPOLoop
 from fulmen.algorithms.grpo.offline import OfflineBatch, offline_batch
 from fulmen.algorithms.rewards import reward_metrics
-from fulmen.trainer.diagnose import no_update_reason
-from fulmen.trainer.loop import GRPOLoop
-from fulmen.types import LLMCall, Mode, Resources
-from fulmen.types.behaviour import off_behaviour_reason
 
 if TYPE_CHECKING:
-    from fulmen.adapter.transitions import AttemptRecords
+    pass
 
-__all__ = ["OfflineGRPOLoop", "behaviour_calls"]
+__all__ = ["OfflineGRPOLoop"]
 
 logger = logging.getLogger("fulmen.train")
 
@@ -55,7 +50,9 @@ class OfflineGRPOLoop(GRPOLoop):
             raise ValueError("the offline GRPO loop needs algorithm.source (data.from_store)")
         attempts = await self.context.read_source(source)
         temperature = self.config.engine_config(seed=self.context.seed).temperature
-        attempts, reasons = await behaviour_calls(source.store, attempts, temperature=temperature)
+        attempts, reasons = await self.context.behaviour_calls(
+            source, attempts, temperature=temperature
+        )
         self._off_behaviour = sum(reasons.values())
         if reasons:
             logger.warning(
@@ -113,43 +110,3 @@ class OfflineGRPOLoop(GRPOLoop):
         if metrics.get("updated") == 0.0:
             logger.warning("step %d made no update: %s", step + 1, no_update_reason(metrics))
         return metrics
-
-
-async def behaviour_calls(
-    store_url: str, attempts: Sequence[AttemptRecords], *, temperature: float
-) -> tuple[list[AttemptRecords], Counter[str]]:
-    """Drop the token-level calls of ``attempts`` not sampled from the behaviour distribution.
-
-    Each call is judged on the request its engine got: the recorded request with the sampling
-    fields its rollout's resources set for its mode (none for production traffic, which the
-    gateway forwards as the agent sent it), read from the store at ``store_url``. Returns the
-    attempts with only the other calls, and how many calls were dropped for each reason.
-    """
-    from fulmen.gateway.context import sampling_overrides
-    from fulmen.store import open_store
-
-    reasons: Counter[str] = Counter()
-    kept: list[AttemptRecords] = []
-    resources: dict[int, Resources] = {}
-    async with open_store(store_url, watchdog_interval=None) as store:
-        for attempt in attempts:
-            rollout = await store.get_rollout(attempt.rollout_id)
-            version = rollout.resources_version
-            shaping: Resources | None = None  # what the gateway applied (nothing to sessions)
-            if rollout.mode is not Mode.PRODUCTION and version is not None:
-                if version not in resources:
-                    resources[version] = await store.get_resources(version)
-                shaping = resources[version]
-            calls: list[LLMCall] = []
-            for call in attempt.calls:
-                request = call.request
-                if shaping is not None:
-                    model = request.get("model")
-                    request = {**request, **sampling_overrides(shaping, rollout.mode.value, model)}
-                reason = off_behaviour_reason(request, temperature=temperature)
-                if call.is_token_level and reason is not None:
-                    reasons[reason] += 1
-                else:
-                    calls.append(call)
-            kept.append(dataclasses.replace(attempt, calls=calls))
-    return kept, reasons

@@ -1,6 +1,6 @@
 """The synchronous on-policy GRPO loop: roll out, build transitions, update, push weights.
 
-``run_grpo`` is ``algorithm: grpo``'s run function (see ``fulmen.algorithms.context``). Each
+``GRPOLoop`` is the loop ``run_grpo`` (``fulmen.algorithms.grpo.run``) runs by default. Each
 step publishes a resources version naming the current policy, runs ``group_size`` rollouts for
 each of ``tasks_per_step`` tasks, turns their records into transitions (``fulmen.adapter``),
 takes one policy update (``GRPOEngine``), saves the LoRA adapter and hot-loads it into the
@@ -23,40 +23,16 @@ from typing import Any
 
 from fulmen.adapter.attribution import AttributionCheck
 from fulmen.algorithms.context import AlgorithmContext
-from fulmen.algorithms.data_parallel import data_parallel
 from fulmen.algorithms.grpo.config import GRPOAlgorithmConfig, GRPOConfig
+from fulmen.algorithms.grpo.diagnose import no_update_reason
+from fulmen.algorithms.parallel.group import data_parallel
 from fulmen.algorithms.rewards import reward_metrics
 from fulmen.algorithms.serving import keep_newest, serve_policy
-from fulmen.trainer.diagnose import no_update_reason
 from fulmen.types import Mode, Rollout, RolloutStatus
 
-__all__ = ["GRPOLoop", "progress_bar", "run_grpo"]
+__all__ = ["GRPOLoop", "progress_bar"]
 
 logger = logging.getLogger("fulmen.train")
-
-
-async def run_grpo(
-    config: GRPOAlgorithmConfig, context: AlgorithmContext
-) -> list[dict[str, float]]:
-    """Run ``config.steps`` GRPO steps, resuming the stage's progress.
-
-    Returns the metrics of each step run now. With ``config.source`` the steps learn
-    off-policy from that store's recorded rollouts (``fulmen.trainer.offline``); with
-    ``config.async_`` the rollouts run while the trainer updates (``fulmen.trainer.async_loop``).
-    """
-    if config.source is not None:
-        from fulmen.trainer.offline import OfflineGRPOLoop
-
-        return await OfflineGRPOLoop(config, context).run()
-    if config.async_ is not None:
-        from fulmen.trainer.async_loop import AsyncGRPOLoop
-
-        return await AsyncGRPOLoop(config, context).run()
-    if config.adapters is not None:
-        from fulmen.trainer.role_loop import RoleGRPOLoop
-
-        return await RoleGRPOLoop(config, context).run()
-    return await GRPOLoop(config, context).run()
 
 
 class GRPOLoop:
@@ -81,7 +57,6 @@ class GRPOLoop:
         async with data_parallel(
             self._trainer,
             self.config.data_parallel,
-            kind="grpo",
             model_path=self.context.model_path,
             weights=progress.weights,
             adapter=progress.adapter,

@@ -13,7 +13,7 @@ from typing import Any, cast
 import pytest
 
 from fulmen.algorithms.context import AlgorithmContext
-from fulmen.trainer.group_pool import GroupPool
+from fulmen.algorithms.grpo.group_pool import GroupPool
 from fulmen.types import Mode, Rollout, RolloutConfig, RolloutStatus
 
 

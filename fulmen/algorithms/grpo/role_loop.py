@@ -1,6 +1,6 @@
 """The GRPO loop with one LoRA adapter per role (``algorithm.adapters``).
 
-The step is the synchronous loop's (``fulmen.trainer.loop``): publish, roll out, build the
+The step is the synchronous loop's (``fulmen.algorithms.grpo.loop``): publish, roll out, build the
 transitions of the agents some adapter names, update, serve, checkpoint. What differs: the
 update is one ``GRPOEngine`` step per adapter on its role's transitions
 (``fulmen.algorithms.grpo.roles.RolePolicies``), each updated adapter is saved to
@@ -17,7 +17,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from fulmen.trainer.loop import GRPOLoop
+from fulmen.algorithms.grpo.loop import GRPOLoop
 
 __all__ = ["RoleGRPOLoop"]
 
@@ -48,7 +48,7 @@ class RoleGRPOLoop(GRPOLoop):
         return await self._run_steps()
 
     def _build_trainer(self) -> None:
-        from fulmen.algorithms.grpo.roles import RolePolicies
+        from fulmen.algorithms.grpo.role_policies import RolePolicies
         from fulmen.algorithms.policy import load_adapter_weights
 
         progress = self.context.progress

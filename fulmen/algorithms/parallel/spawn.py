@@ -1,6 +1,6 @@
 """Ranks 1..W-1 of a data-parallel update started on this machine by ``fulmen train`` itself.
 
-``spawn_local_ranks`` starts each as ``python -m fulmen.algorithms.local_ranks`` (a fresh
+``spawn_local_ranks`` starts each as ``python -m fulmen.algorithms.parallel.rank_main`` (a fresh
 interpreter: no fork of a process holding threads, and no re-import of the caller's
 ``__main__`` as ``multiprocessing``'s spawn does), meets them through a file rendezvous in a
 scratch directory, and returns rank 0's ``Collective``. A child exits when its parent dies,
@@ -9,7 +9,6 @@ so a killed trainer leaves no rank waiting for its collective timeout.
 
 from __future__ import annotations
 
-import argparse
 import logging
 import os
 import shutil
@@ -17,15 +16,14 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 from pathlib import Path
 
-from fulmen.algorithms.data_parallel import DataParallelConfig
-from fulmen.algorithms.distributed import Collective, resolve_backend
+from fulmen.algorithms.parallel.collective import Collective, resolve_backend
+from fulmen.algorithms.parallel.config import DataParallelConfig
 from fulmen.errors import FulmenError
 from fulmen.settings import launcher_variable
 
-__all__ = ["main", "spawn_local_ranks"]
+__all__ = ["spawn_local_ranks"]
 
 logger = logging.getLogger("fulmen.train")
 
@@ -45,7 +43,7 @@ def spawn_local_ranks(
     scratch = Path(tempfile.mkdtemp(prefix="fulmen-dp-"))
     init_method = f"file://{scratch / 'rendezvous'}"
     # The children import fulmen from where this process did, whatever their working dir.
-    root = str(Path(__file__).resolve().parents[2])
+    root = str(Path(__file__).resolve().parents[3])
     inherited = launcher_variable("PYTHONPATH") or ""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, inherited])}
     spawned = [
@@ -53,7 +51,7 @@ def spawn_local_ranks(
             [
                 sys.executable,
                 "-m",
-                "fulmen.algorithms.local_ranks",
+                "fulmen.algorithms.parallel.rank_main",
                 f"--rank={rank}",
                 f"--world-size={config.world_size}",
                 f"--init-method={init_method}",
@@ -111,41 +109,3 @@ def _join(
     if failure:
         raise FulmenError("could not form the data-parallel group") from failure[0]
     return joined[0]
-
-
-def _exit_with_parent(parent: int) -> None:
-    """End this process once ``parent`` is gone (re-parented), checked every second."""
-
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(1.0)
-        os._exit(1)  # the trainer died: nothing will ever be sent to this rank
-
-    threading.Thread(target=watch, name="fulmen-dp-parent", daemon=True).start()
-
-
-def main(argv: list[str] | None = None) -> None:
-    """Run one local rank (what ``spawn_local_ranks`` starts)."""
-    from fulmen.algorithms.update_workers import run_update_worker
-
-    parser = argparse.ArgumentParser(prog="python -m fulmen.algorithms.local_ranks")
-    parser.add_argument("--rank", type=int, required=True)
-    parser.add_argument("--world-size", type=int, required=True)
-    parser.add_argument("--init-method", required=True)
-    parser.add_argument("--backend", default=None)
-    parser.add_argument("--timeout-s", type=float, default=600.0)
-    parser.add_argument("--parent", type=int, default=None)
-    args = parser.parse_args(argv)
-    if args.parent is not None:
-        _exit_with_parent(args.parent)
-    run_update_worker(
-        args.rank,
-        args.world_size,
-        args.init_method,
-        backend=args.backend,
-        timeout_s=args.timeout_s,
-    )
-
-
-if __name__ == "__main__":
-    main()

@@ -28,9 +28,9 @@ from typing import Any
 
 from fulmen.algorithms.context import AlgorithmContext
 from fulmen.algorithms.grpo.config import AsyncSettings, GRPOAlgorithmConfig
+from fulmen.algorithms.grpo.group_pool import FinishedGroup, GroupPool, Harvest, group_rollouts
+from fulmen.algorithms.grpo.loop import GRPOLoop
 from fulmen.algorithms.serving import serve_policy
-from fulmen.trainer.group_pool import FinishedGroup, GroupPool, Harvest, group_rollouts
-from fulmen.trainer.loop import GRPOLoop
 from fulmen.types import Transition
 
 __all__ = ["AsyncGRPOLoop", "labelled_transitions", "policy_label", "staleness_metrics"]

@@ -1,7 +1,7 @@
 """Why a training step made no update, in one sentence a person can act on.
 
 GRPO skips the optimizer step when nothing in the batch carries a learning signal. The step's
-flat metrics (``fulmen.trainer.loop``) hold every count needed to say which cause it was, so
+flat metrics (``fulmen.algorithms.grpo.loop``) hold every count needed to say which cause it was, so
 the console can say it instead of leaving ``updated: 0`` in ``metrics.jsonl`` unexplained.
 """
 
