@@ -89,6 +89,8 @@ echo "== lint and types"
 .venv/bin/ruff check fulmen tests benchmarks examples
 .venv/bin/ruff format --check fulmen tests benchmarks examples
 .venv/bin/pyright --pythonpath .venv/bin/python fulmen
+# The layers and the no-cycle rule (pyproject.toml [tool.importlinter], docs/architecture.md).
+.venv/bin/lint-imports
 
 echo "== framework integrations (openai >= 3)"
 .venvs/integrations/bin/python -m pytest -q -p no:cacheprovider tests/integrations \

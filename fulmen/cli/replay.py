@@ -21,9 +21,10 @@ __all__ = ["register"]
 
 
 def _replay(args: argparse.Namespace) -> int:
+    from fulmen.agent.rollouts import RolloutSettings
     from fulmen.debugging.replay import format_replay, replay_rollout
     from fulmen.errors import ConfigError
-    from fulmen.trainer.config import RolloutSettings, load_config
+    from fulmen.trainer.config import load_config
     from fulmen.trainer.preflight import check_before_start
 
     config = load_config(args.config) if args.config else None

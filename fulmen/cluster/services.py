@@ -23,7 +23,8 @@ from fulmen.engines.base import Capabilities
 from fulmen.errors import ConfigError
 
 if TYPE_CHECKING:
-    from fulmen.trainer.config import EngineConfig, RolloutSettings
+    from fulmen.agent.rollouts import RolloutSettings
+    from fulmen.engines.config import EngineConfig
 
 __all__ = ["RayServices"]
 

@@ -39,7 +39,6 @@ from starlette.responses import FileResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from fulmen import __version__
 from fulmen.adapter.transitions import TransitionOptions
 from fulmen.dashboard.bodies import json_body, validated
 from fulmen.dashboard.debug_api import DebugActions, DebugTools
@@ -54,6 +53,7 @@ from fulmen.dashboard.runs_view import RunVersions, list_runs, run_metrics
 from fulmen.errors import ConfigError, FulmenError, InvalidRequest, NotFound
 from fulmen.types import LLMResource, Mode, RolloutStatus
 from fulmen.types.limits import Id
+from fulmen.version import __version__
 
 if TYPE_CHECKING:
     from fulmen.store.base import Store

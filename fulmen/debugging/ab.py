@@ -26,8 +26,9 @@ from fulmen.errors import ConfigError
 from fulmen.types import PromptTemplate
 
 if TYPE_CHECKING:
+    from fulmen.agent.rollouts import RolloutSettings
     from fulmen.prompts import PromptVersion
-    from fulmen.trainer.config import RolloutSettings, TrainConfig
+    from fulmen.trainer.config import TrainConfig
     from fulmen.trainer.stack import TrainingStack
 
 __all__ = [

@@ -27,8 +27,8 @@ from fulmen.errors import ConfigError
 if TYPE_CHECKING:
     from starlette.applications import Starlette
 
+    from fulmen.agent.rollouts import RolloutSettings
     from fulmen.store.base import Store
-    from fulmen.trainer.config import RolloutSettings
     from fulmen.types import LLMCall, Resources, Rollout
 
 __all__ = [
@@ -188,7 +188,7 @@ async def _run_replay(
 ) -> tuple[float | None, str, str | None]:
     """Run the rollout once on a private stack; return its reward, status and error."""
     from fulmen.adapter.transitions import load_attempt
-    from fulmen.trainer.config import EngineConfig
+    from fulmen.engines.config import EngineConfig
     from fulmen.trainer.stack import TrainingStack
     from fulmen.types import ResourcesCreate, RolloutConfig, RolloutCreate
 

@@ -25,10 +25,10 @@ from urllib.parse import quote
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from fulmen import __version__
 from fulmen.algorithms.registry import PROMPT_ONLY
 from fulmen.errors import ConfigError
 from fulmen.trainer.config import TrainConfig
+from fulmen.version import __version__
 
 __all__ = [
     "APP_DIR",

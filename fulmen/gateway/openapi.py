@@ -19,8 +19,8 @@ from typing import Any, Literal
 
 from pydantic import TypeAdapter
 
-from fulmen import __version__
 from fulmen.types import Reward, RewardCreate
+from fulmen.version import __version__
 
 __all__ = ["build_gateway_openapi", "gateway_openapi_json"]
 

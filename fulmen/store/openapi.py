@@ -15,10 +15,10 @@ from typing import Any, Literal
 from pydantic import TypeAdapter
 from pydantic.json_schema import JsonSchemaValue
 
-from fulmen import __version__
 from fulmen.store.base import Store
 from fulmen.store.routes import OPERATIONS, PATH_PARAMETERS, Operation
 from fulmen.store.wire import ErrorBody
+from fulmen.version import __version__
 
 __all__ = ["build_openapi", "openapi_json"]
 

@@ -28,12 +28,12 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from fulmen import __version__
 from fulmen.errors import FulmenError, PayloadTooLarge, StoreUnavailable, Unauthorized
 from fulmen.store.base import Store
 from fulmen.store.coalescer import WriteCoalescer
 from fulmen.store.routes import OPERATIONS, Call, Operation
 from fulmen.store.wire import ServiceInfo
+from fulmen.version import __version__
 
 if TYPE_CHECKING:
     from starlette.types import ASGIApp, Receive, Scope, Send

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any, Literal, TypeAlias, cast
+from typing import Annotated, Any, TypeAlias, cast
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from fulmen.agent.rollouts import RolloutSettings
 from fulmen.algorithms.apo.config import APOConfig
 from fulmen.algorithms.demos.config import DemosConfig
 from fulmen.algorithms.grpo.config import GRPOAlgorithmConfig
@@ -20,13 +21,12 @@ from fulmen.algorithms.registry import OFFLINE, PROMPT_ONLY, available, names
 from fulmen.algorithms.sft.config import SFTAlgorithmConfig
 from fulmen.algorithms.source import StoreFilter
 from fulmen.cluster.config import ClusterConfig
+from fulmen.engines.config import EngineConfig
 from fulmen.errors import ConfigError
 
 __all__ = [
     "AlgorithmConfig",
     "DataConfig",
-    "EngineConfig",
-    "RolloutSettings",
     "TrainConfig",
     "ValidationConfig",
     "load_config",
@@ -35,60 +35,6 @@ __all__ = [
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class EngineConfig(_Strict):
-    """Which inference engine serves the policy.
-
-    Attributes:
-        kind: ``builtin`` (fulmen's transformers server, started as a child process),
-            ``vllm`` (vLLM's OpenAI server, started as a child process) or ``endpoint`` (an
-            OpenAI-compatible server that is already running, a hosted model say; it cannot
-            take new weights, so only ``dev`` and prompt-only algorithms such as ``demos`` use it).
-        url: base URL of the ``endpoint`` engine (``.../v1``).
-        max_batch: sequences the built-in engine decodes together.
-        dtype: precision of the built-in engine's weights and KV cache (``fulmen serve
-            --dtype``); ``bfloat16`` samples about twice as fast on CPU, and its logprobs differ
-            from a float32 trainer's by a few hundredths on average (docs/engine.md).
-        prefix_cache: the built-in engine reuses the KV of prompt prefixes it has seen.
-        threads: torch threads of the built-in engine (``fulmen serve --threads``). 1 leaves
-            the other cores to the update and the agents; a synchronous run, where the update
-            waits while rollouts run, samples faster with more (docs/engine.md).
-        max_lora_rank: largest adapter rank the engine accepts (vLLM needs it up front).
-        startup_timeout_s: how long to wait for the engine to become healthy.
-    """
-
-    kind: Literal["builtin", "vllm", "endpoint"] = "builtin"
-    url: str | None = None
-    max_batch: int = Field(default=8, ge=1)
-    dtype: Literal["float32", "bfloat16"] = "float32"
-    prefix_cache: bool = True
-    threads: int = Field(default=1, ge=1, le=1024)
-    max_lora_rank: int = Field(default=64, ge=1)
-    startup_timeout_s: float = Field(default=300.0, gt=0)
-
-    @model_validator(mode="after")
-    def _url_only_for_endpoint(self) -> EngineConfig:
-        if self.kind == "endpoint" and not self.url:
-            raise ValueError("engine.kind 'endpoint' needs engine.url")
-        if self.kind != "endpoint" and self.url is not None:
-            raise ValueError(f"engine.url has no effect with engine.kind {self.kind!r}")
-        if self.kind != "builtin":
-            for name in ("max_batch", "dtype", "prefix_cache", "threads"):
-                if name in self.model_fields_set:
-                    raise ValueError(f"engine.{name} has no effect with engine.kind {self.kind!r}")
-        return self
-
-    def builtin_serve_flags(self) -> list[str]:
-        """Return the ``fulmen serve`` flags that set a built-in engine's dtype and prefix cache.
-
-        ``max_batch`` is not among them: each launcher takes it as a number.
-        """
-        return [
-            "--dtype",
-            self.dtype,
-            "--prefix-cache" if self.prefix_cache else "--no-prefix-cache",
-        ]
 
 
 class DataConfig(_Strict):
@@ -132,31 +78,6 @@ class DataConfig(_Strict):
                 "training learns from the store's rollouts and runs no tasks)"
             )
         return self
-
-
-class RolloutSettings(_Strict):
-    """How each rollout is run by the runners.
-
-    Attributes:
-        concurrency: rollouts running at once in the trainer's runner.
-        timeout_s: wall-clock limit of one attempt.
-        max_attempts: attempts per rollout (timeouts and lost workers are retried).
-        sync_isolation: where sync agents run (``process`` can be killed on timeout).
-        train_sampling / val_sampling: request fields the gateway applies to every model call
-            of train / validation rollouts (``temperature``, ``max_tokens``, ...). Train
-            rollouts sample the behaviour policy, so ``train_sampling`` always carries
-            ``temperature`` (> 0, the same as ``algorithm.grpo.temperature``; each is derived
-            from the other) and ``top_p: 1.0``; fields that truncate or reshape the
-            distribution (``top_p`` < 1, ``top_k``, ``min_p``, penalties, ``logit_bias``) are
-            refused there, because the trainer's logprobs could not match them.
-    """
-
-    concurrency: int = Field(default=8, ge=1)
-    timeout_s: float = Field(default=300.0, gt=0)
-    max_attempts: int = Field(default=2, ge=1)
-    sync_isolation: Literal["process", "thread"] = "thread"
-    train_sampling: dict[str, JsonValue] = Field(default_factory=lambda: {"temperature": 1.0})
-    val_sampling: dict[str, JsonValue] = Field(default_factory=lambda: {"temperature": 0.0})
 
 
 class ValidationConfig(_Strict):

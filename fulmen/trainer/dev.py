@@ -15,7 +15,7 @@ import time
 from collections.abc import Sequence
 from typing import Any, TextIO
 
-from fulmen.trainer.config import RolloutSettings
+from fulmen.agent.rollouts import RolloutSettings
 from fulmen.trainer.stack import TrainingStack
 from fulmen.types import (
     LLMResource,

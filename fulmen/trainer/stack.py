@@ -17,10 +17,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from fulmen.agent.rollouts import RolloutSettings
 from fulmen.asgi_task import AppTask, loopback_socket
+from fulmen.engines.config import EngineConfig
 from fulmen.errors import EngineError
 from fulmen.store import Store, open_store
-from fulmen.trainer.config import EngineConfig, RolloutSettings
 
 if TYPE_CHECKING:
     from fulmen.cluster.config import ClusterConfig

@@ -16,9 +16,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
+from fulmen.engines.config import EngineConfig
 from fulmen.errors import ConfigError
 from fulmen.settings import Settings
-from fulmen.trainer.config import EngineConfig, TrainConfig
+from fulmen.trainer.config import TrainConfig
 from fulmen.trainer.data import load_tasks, task_id_of
 from fulmen.trainer.metrics import MetricsLogger
 from fulmen.trainer.preflight import check_before_start

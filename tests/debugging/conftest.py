@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 
-from fulmen.trainer.config import EngineConfig, RolloutSettings
+from fulmen.agent.rollouts import RolloutSettings
+from fulmen.engines.config import EngineConfig
 from fulmen.trainer.stack import TrainingStack
 from fulmen.types import LLMResource, Mode, ResourcesCreate, RolloutConfig, RolloutCreate
 

@@ -13,9 +13,10 @@ from typing import Any
 
 import pytest
 
+from fulmen.agent.rollouts import RolloutSettings
 from fulmen.errors import ConfigError
 from fulmen.store import open_store
-from fulmen.trainer.config import RolloutSettings, load_config
+from fulmen.trainer.config import load_config
 from fulmen.trainer.context import StageContext
 from fulmen.types import LLMResource, Mode
 from tests.trainer.test_config import BASE, write

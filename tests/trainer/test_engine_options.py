@@ -10,7 +10,8 @@ import httpx
 import pytest
 
 import fulmen
-from fulmen.trainer.config import EngineConfig, RolloutSettings
+from fulmen.agent.rollouts import RolloutSettings
+from fulmen.engines.config import EngineConfig
 from fulmen.trainer.stack import TrainingStack
 
 

@@ -1,0 +1,40 @@
+"""``RolloutSettings``: how the runners run each rollout, as a training config's ``rollouts:``.
+
+The runner's settings, kept with the runner; ``TrainConfig`` composes them, and the trainer's
+stack, the cluster's runners and ``fulmen replay`` / ``fulmen ab`` read them.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
+
+__all__ = ["RolloutSettings"]
+
+
+class RolloutSettings(BaseModel):
+    """How each rollout is run by the runners.
+
+    Attributes:
+        concurrency: rollouts running at once in the trainer's runner.
+        timeout_s: wall-clock limit of one attempt.
+        max_attempts: attempts per rollout (timeouts and lost workers are retried).
+        sync_isolation: where sync agents run (``process`` can be killed on timeout).
+        train_sampling / val_sampling: request fields the gateway applies to every model call
+            of train / validation rollouts (``temperature``, ``max_tokens``, ...). Train
+            rollouts sample the behaviour policy, so ``train_sampling`` always carries
+            ``temperature`` (> 0, the same as ``algorithm.grpo.temperature``; each is derived
+            from the other) and ``top_p: 1.0``; fields that truncate or reshape the
+            distribution (``top_p`` < 1, ``top_k``, ``min_p``, penalties, ``logit_bias``) are
+            refused there, because the trainer's logprobs could not match them.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    concurrency: int = Field(default=8, ge=1)
+    timeout_s: float = Field(default=300.0, gt=0)
+    max_attempts: int = Field(default=2, ge=1)
+    sync_isolation: Literal["process", "thread"] = "thread"
+    train_sampling: dict[str, JsonValue] = Field(default_factory=lambda: {"temperature": 1.0})
+    val_sampling: dict[str, JsonValue] = Field(default_factory=lambda: {"temperature": 0.0})
