@@ -3,7 +3,7 @@
 A random-weight Llama (``--hidden``, ``--layers``, ``--vocab``) is saved once; a batch of
 ``--groups`` x ``--group-size`` rollouts of ``--tokens`` completion tokens (random ids, rewards
 alternating inside each group so every sequence is trained) is built once. Each setting runs in
-its own process: one warm-up step, then ``--steps`` timed ``GRPOEngine.train_step`` calls on the
+its own process: one warm-up step, then ``--steps`` timed ``GRPOUpdater.train_step`` calls on the
 same batch (LoRA r=16). Settings: ``w1`` (one process, torch's default threads), ``w1-t1`` (one
 process, one thread) and ``w2`` (two gloo processes on this machine, one thread each, spawned
 as ``algorithm.data_parallel`` does). Prints one JSON line per setting and a final line with
@@ -75,16 +75,16 @@ def measure(directory: Path, setting: str, steps: int) -> dict[str, Any]:
     import torch
 
     from fulmen.algorithms.grpo.config import GRPOConfig
-    from fulmen.algorithms.grpo.engine import GRPOEngine
+    from fulmen.algorithms.grpo.updater import GRPOUpdater
     from fulmen.algorithms.parallel.config import DataParallelConfig
-    from fulmen.algorithms.parallel.workers import EngineSpec, open_update_workers
+    from fulmen.algorithms.parallel.workers import UpdaterSpec, open_update_workers
     from fulmen.algorithms.policy import load_causal_lm
     from fulmen.types.transitions import Transition
 
     if setting != "w1":
         torch.set_num_threads(1)
     config = GRPOConfig(learning_rate=1e-4, micro_batch_tokens=4096)
-    engine = GRPOEngine(load_causal_lm(directory / "model"), config=config)
+    engine = GRPOUpdater(load_causal_lm(directory / "model"), config=config)
     batch = [
         Transition.model_validate(t) for t in json.loads((directory / "batch.json").read_text())
     ]
@@ -93,7 +93,7 @@ def measure(directory: Path, setting: str, steps: int) -> dict[str, Any]:
         os.environ["OMP_NUM_THREADS"] = "1"  # the spawned rank's torch threads
         workers = open_update_workers(DataParallelConfig(world_size=2, backend="gloo"))
         assert workers is not None
-        spec = EngineSpec.of(engine, directory / "model")
+        spec = UpdaterSpec.of(engine, directory / "model")
         workers.attach(engine, spec)
     try:
         engine.train_step(batch)  # warm-up

@@ -8,7 +8,7 @@ step's ``logprob_gap`` shows what a lower-precision trainer adds. Rewards altern
 prompt's group, so every sequence has a non-zero advantage and is trained.
 
 Each setting runs in its own process (its peak RSS is its own): one warm-up step, then
-``--steps`` timed ``GRPOEngine.train_step`` calls on the same batch. Settings:
+``--steps`` timed ``GRPOUpdater.train_step`` calls on the same batch. Settings:
 
 - ``float32``: today's default (float32 weights, float32 LoRA).
 - ``bfloat16``: bfloat16 base weights; peft keeps the LoRA weights (the trained, master
@@ -108,7 +108,7 @@ def run_setting(args: argparse.Namespace) -> dict[str, Any]:
     import torch
 
     from fulmen.algorithms.grpo.config import GRPOConfig
-    from fulmen.algorithms.grpo.engine import GRPOEngine
+    from fulmen.algorithms.grpo.updater import GRPOUpdater
     from fulmen.engines.models import resolve_model
     from fulmen.types.transitions import Transition
 
@@ -123,7 +123,7 @@ def run_setting(args: argparse.Namespace) -> dict[str, Any]:
         device=args.device,
         autocast="bfloat16" if args.setting == "float32+autocast" else None,
     )
-    engine = GRPOEngine.from_pretrained(resolve_model(args.model), config=config)
+    engine = GRPOUpdater.from_pretrained(resolve_model(args.model), config=config)
     rows = json.loads(Path(args.batch).read_text())
     transitions = [Transition.model_validate(row) for row in rows]
     times: list[float] = []

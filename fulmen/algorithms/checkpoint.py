@@ -1,6 +1,6 @@
 """Saving and restoring a trained policy: resumable checkpoints, LoRA adapters, full models.
 
-Shared by every weight-training algorithm (``GRPOEngine``, ``SFTEngine``): a checkpoint holds
+Shared by every weight-training algorithm (``GRPOUpdater``, ``SFTUpdater``): a checkpoint holds
 the trainable parameters, the optimizer and torch RNG state, and a small JSON state the engine
 chooses (its step, its policy version, its config). An adapter or model whose trained weights
 hold a NaN or an infinity is never written for serving (``save_adapter``, ``save_model``): the

@@ -14,7 +14,7 @@ __all__ = ["ComputeSettings"]
 
 
 class ComputeSettings(BaseModel):
-    """The training engine's device and autocast (a base of ``GRPOConfig`` and ``SFTConfig``).
+    """The updater's device and autocast (a base of ``GRPOConfig`` and ``SFTConfig``).
 
     Attributes:
         device: ``cpu`` (default), ``cuda`` or ``cuda:N``; a GPU torch cannot see is an error

@@ -19,7 +19,7 @@ __all__ = ["PolicyWriter", "keep_newest", "serve_policy"]
 
 
 class PolicyWriter(Protocol):
-    """What ``serve_policy`` needs of a training engine (``GRPOEngine``, ``SFTEngine``)."""
+    """What ``serve_policy`` needs of a updater (``GRPOUpdater``, ``SFTUpdater``)."""
 
     @property
     def is_full(self) -> bool:

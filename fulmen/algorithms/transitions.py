@@ -6,23 +6,17 @@ cannot check.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
-from pydantic import JsonValue
-
 from fulmen.adapter.transitions import TransitionOptions
 
-__all__ = ["transition_options"]
+__all__ = ["check_transitions"]
 
 
-def transition_options(raw: Mapping[str, JsonValue]) -> TransitionOptions:
-    """Build the adapter's ``TransitionOptions`` from an ``algorithm.transitions`` mapping.
+def check_transitions(options: TransitionOptions) -> None:
+    """Check an ``algorithm.transitions`` section beyond what its model checks.
 
     Raises:
-        ValueError: an unknown option, or ``gamma`` with a credit strategy other than
-            ``discounted`` (it would have no effect).
+        ValueError: ``gamma`` with a credit strategy other than ``discounted`` (it would have
+            no effect).
     """
-    options = TransitionOptions.model_validate(dict(raw))
     if options.gamma is not None and options.credit != "discounted":
         raise ValueError("algorithm.transitions.gamma has effect only with credit 'discounted'")
-    return options

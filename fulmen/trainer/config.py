@@ -249,7 +249,7 @@ class TrainConfig(_Strict):
         """Build the ``GRPOConfig`` of the first ``grpo`` stage (with the run's seed)."""
         for stage in self.plan():
             if isinstance(stage, GRPOAlgorithmConfig):
-                return stage.engine_config(seed=self.seed)
+                return stage.update_config(seed=self.seed)
         raise ConfigError("this config has no grpo stage")
 
     def transition_options(self) -> Any:
@@ -271,7 +271,7 @@ def _trains_full_weights(stage: AlgorithmConfig) -> bool:
     if isinstance(stage, SFTAlgorithmConfig):
         return stage.sft.finetune == "full"
     if isinstance(stage, GRPOAlgorithmConfig):
-        return stage.engine_config(seed=0).finetune == "full"
+        return stage.update_config(seed=0).finetune == "full"
     return False
 
 

@@ -13,8 +13,8 @@ import torch
 
 from fulmen.adapter import TransitionOptions, build_trajectory
 from fulmen.algorithms.grpo import GRPOConfig
-from fulmen.algorithms.grpo.engine import GRPOEngine
 from fulmen.algorithms.grpo.samples import build_samples
+from fulmen.algorithms.grpo.updater import GRPOUpdater
 from fulmen.algorithms.policy import token_logprobs
 from fulmen.types.transitions import Transition
 from tests.adapter.factories import call, reward_span
@@ -128,7 +128,7 @@ def test_transition_advantages_reach_the_engine_gradient_once() -> None:
     On-policy (ratio 1) the clipped loss's gradient is ``-sum(norm * A * grad logprob)``; with
     token normalization ``norm`` is 1 / trained tokens.
     """
-    engine = GRPOEngine(
+    engine = GRPOUpdater(
         tiny_llama(seed=3), config=_config("transition", finetune="full", learning_rate=1e-3)
     )
     transitions = _transitions("discounted", model=engine.model)

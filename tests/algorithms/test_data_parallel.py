@@ -24,18 +24,18 @@ torch = pytest.importorskip("torch")
 
 from fulmen.algorithms.batching import TokenSample  # noqa: E402
 from fulmen.algorithms.grpo.config import GRPOConfig  # noqa: E402
-from fulmen.algorithms.grpo.engine import GRPOEngine  # noqa: E402
+from fulmen.algorithms.grpo.updater import GRPOUpdater  # noqa: E402
 from fulmen.algorithms.parallel.collective import split_samples  # noqa: E402
 from fulmen.algorithms.parallel.config import DataParallelConfig  # noqa: E402
 from fulmen.algorithms.parallel.workers import (  # noqa: E402
-    EngineSpec,
+    UpdaterSpec,
     UpdateWorkers,
     open_update_workers,
 )
 from fulmen.algorithms.policy import load_causal_lm  # noqa: E402
 from fulmen.algorithms.sft.config import SFTConfig  # noqa: E402
 from fulmen.algorithms.sft.dataset import SFTExample  # noqa: E402
-from fulmen.algorithms.sft.engine import SFTEngine  # noqa: E402
+from fulmen.algorithms.sft.updater import SFTUpdater  # noqa: E402
 from fulmen.errors import ConfigError  # noqa: E402
 from fulmen.types.transitions import Transition  # noqa: E402
 from tests.algorithms.builders import transition  # noqa: E402
@@ -117,10 +117,10 @@ class TestOneStepOnTwoRanks:
             loss_normalization="token",
             **settings,  # type: ignore[arg-type]
         )
-        single = GRPOEngine(load_causal_lm(model_dir), config=config)
-        parallel = GRPOEngine(load_causal_lm(model_dir), config=config)
+        single = GRPOUpdater(load_causal_lm(model_dir), config=config)
+        parallel = GRPOUpdater(load_causal_lm(model_dir), config=config)
         batch = _batch(single.model)
-        workers.attach(parallel, EngineSpec.of(parallel, model_dir))
+        workers.attach(parallel, UpdaterSpec.of(parallel, model_dir))
         for _ in range(2):
             expected = single.train_step(batch)
             got = parallel.train_step(batch)
@@ -133,7 +133,7 @@ class TestOneStepOnTwoRanks:
         assert difference <= TOLERANCE
         assert (
             _max_difference(
-                single.model, GRPOEngine(load_causal_lm(model_dir), config=config).model
+                single.model, GRPOUpdater(load_causal_lm(model_dir), config=config).model
             )
             > 1e-4
         )
@@ -148,10 +148,10 @@ class TestOneStepOnTwoRanks:
         config = GRPOConfig(
             loss_normalization="rollout", learning_rate=1e-3, lora={"r": 4, "alpha": 8}
         )  # type: ignore[arg-type]
-        single = GRPOEngine(load_causal_lm(model_dir), config=config)
-        parallel = GRPOEngine(load_causal_lm(model_dir), config=config)
+        single = GRPOUpdater(load_causal_lm(model_dir), config=config)
+        parallel = GRPOUpdater(load_causal_lm(model_dir), config=config)
         batch = _batch(single.model)
-        workers.attach(parallel, EngineSpec.of(parallel, model_dir))
+        workers.attach(parallel, UpdaterSpec.of(parallel, model_dir))
         expected = single.train_step(batch)
         got = parallel.train_step(batch)
         assert got["grad_norm"] == pytest.approx(expected["grad_norm"], rel=1e-5)
@@ -175,9 +175,9 @@ class TestOneStepOnTwoRanks:
                     call_ids=[f"c{i}"],
                 )
             )
-        single = SFTEngine(load_causal_lm(model_dir), config=config)
-        parallel = SFTEngine(load_causal_lm(model_dir), config=config)
-        workers.attach(parallel, EngineSpec.of(parallel, model_dir))
+        single = SFTUpdater(load_causal_lm(model_dir), config=config)
+        parallel = SFTUpdater(load_causal_lm(model_dir), config=config)
+        workers.attach(parallel, UpdaterSpec.of(parallel, model_dir))
         expected = single.train(examples)
         got = parallel.train(examples)
         assert got["sft/steps"] == expected["sft/steps"] == 6

@@ -7,14 +7,14 @@ import torch
 
 from fulmen.adapter import TransitionOptions, build_trajectory
 from fulmen.algorithms.grpo import GRPOConfig
-from fulmen.algorithms.grpo.engine import GRPOEngine
+from fulmen.algorithms.grpo.updater import GRPOUpdater
 from tests.adapter.factories import call, reward_span
 
 from .builders import gradient, model_logprobs, transition
 from .models import tiny_llama
 
 
-def _chain_calls(engine: GRPOEngine, rollout: str, seed: int):
+def _chain_calls(engine: GRPOUpdater, rollout: str, seed: int):
     """Three calls whose prompts extend each other token-exactly, logprobs from the model."""
     gen = torch.Generator().manual_seed(seed)
 
@@ -39,7 +39,7 @@ def test_per_call_and_merged_transitions_give_the_same_loss_and_gradient(
     config = GRPOConfig(
         finetune="full", loss_normalization=normalization, kl_coef=0.05, learning_rate=1e-3
     )
-    engine = GRPOEngine(tiny_llama(), config=config)
+    engine = GRPOUpdater(tiny_llama(), config=config)
     results = {}
     records = {
         r: (_chain_calls(engine, r, seed), [reward_span(9, reward, rollout_id=r)])
@@ -81,7 +81,7 @@ def test_one_micro_batch_of_eight_equals_eight_of_one() -> None:
         batch.append(transition(model, f"r{i}", prompt, completion, float(i % 3), task=f"t{i % 2}"))
     grads = {}
     for budget in (10_000, 1):
-        engine = GRPOEngine(
+        engine = GRPOUpdater(
             tiny_llama(seed=1),
             config=GRPOConfig(micro_batch_tokens=budget, kl_coef=0.1, loss_normalization="rollout"),
         )
@@ -99,7 +99,7 @@ def test_a_rollout_with_three_calls_weighs_the_same_as_one_with_one_call() -> No
     batch.append(transition(model, "one", prompt, completion, 0.0))
     norms = {}
     for normalization in ("rollout", "token"):
-        engine = GRPOEngine(
+        engine = GRPOUpdater(
             tiny_llama(seed=2),
             config=GRPOConfig(finetune="full", loss_normalization=normalization),
         )

@@ -14,7 +14,7 @@ import torch
 
 from fulmen.adapter import TransitionOptions, build_trajectory
 from fulmen.algorithms.grpo import GRPOConfig, LoraSettings
-from fulmen.algorithms.grpo.engine import GRPOEngine
+from fulmen.algorithms.grpo.updater import GRPOUpdater
 from fulmen.types import LLMCall, LLMChoice
 from tests.adapter.factories import reward_span
 
@@ -26,7 +26,7 @@ SAMPLES_PER_TASK = 8
 LENGTH = 8
 
 
-def _rollouts(engine: GRPOEngine, step: int) -> tuple[list, float]:
+def _rollouts(engine: GRPOUpdater, step: int) -> tuple[list, float]:
     """Sample every task's group with the policy and return its transitions and mean reward."""
     tasks = [task for task in PROMPTS for _ in range(SAMPLES_PER_TASK)]
     ids = torch.tensor([PROMPTS[task] for task in tasks])
@@ -78,7 +78,7 @@ def _rollouts(engine: GRPOEngine, step: int) -> tuple[list, float]:
 def test_reward_rises_on_a_tiny_model_with_lora() -> None:
     torch.manual_seed(0)
     config = GRPOConfig(learning_rate=3e-2, lora=LoraSettings(r=8, alpha=16), seed=0)
-    engine = GRPOEngine(tiny_llama(seed=0, vocab=32, init=0.1, hidden=64), config=config)
+    engine = GRPOUpdater(tiny_llama(seed=0, vocab=32, init=0.1, hidden=64), config=config)
     curve, gaps = [], []
     for step in range(14):
         transitions, mean_reward = _rollouts(engine, step)

@@ -17,8 +17,8 @@ import torch
 
 from fulmen.algorithms.grpo import GRPOConfig
 from fulmen.algorithms.grpo.config import GRPOAlgorithmConfig
-from fulmen.algorithms.grpo.engine import GRPOEngine
 from fulmen.algorithms.grpo.samples import build_samples
+from fulmen.algorithms.grpo.updater import GRPOUpdater
 from fulmen.errors import ConfigError
 from fulmen.trainer.config import load_config
 from fulmen.types.transitions import Transition
@@ -50,7 +50,7 @@ def _rollouts(
     return out
 
 
-def _params(engine: GRPOEngine) -> torch.Tensor:
+def _params(engine: GRPOUpdater) -> torch.Tensor:
     return torch.cat([p.detach().flatten() for p in engine.model.parameters()]).clone()
 
 
@@ -62,7 +62,7 @@ UNEVEN = {"a": 1, "b": 2, "c": 3, "d": 6}
 
 @pytest.mark.parametrize("kl_coef", [0.0, 0.1])
 def test_equal_rewards_with_uneven_call_counts_take_no_step(kl_coef: float) -> None:
-    engine = GRPOEngine(
+    engine = GRPOUpdater(
         tiny_llama(),
         config=GRPOConfig(advantage="transition", learning_rate=1e-2, kl_coef=kl_coef),
     )

@@ -6,7 +6,7 @@ TRL keeps its advantages and loss inside trainer methods, so the reference side 
 that carries the attributes they read: its "generation" returns the batch's token ids and
 masks, its "reward function" the batch's rewards, and its "model" the batch's per-token
 logprobs. fulmen's side goes through ``build_samples`` -> ``collate`` -> the loss tables, as
-``GRPOEngine`` does. Both differentiate one float64 leaf tensor of per-token logprobs.
+``GRPOUpdater`` does. Both differentiate one float64 leaf tensor of per-token logprobs.
 
 What corresponds (TRL -> fulmen):
 
@@ -183,7 +183,7 @@ def make_batch(seed: int = 0, *, max_calls: int = 1) -> Batch:
 
 
 # ---------------------------------------------------------------------------------------------
-# fulmen's side: build_samples -> collate -> the loss tables, as GRPOEngine._accumulate
+# fulmen's side: build_samples -> collate -> the loss tables, as GRPOUpdater._accumulate
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,8 @@ from pydantic import ValidationError
 
 from fulmen.algorithms.grpo import GRPOConfig
 from fulmen.algorithms.grpo.config import GRPOAlgorithmConfig
-from fulmen.algorithms.grpo.engine import GRPOEngine
 from fulmen.algorithms.grpo.losses import correct_stale_tokens
+from fulmen.algorithms.grpo.updater import GRPOUpdater
 from fulmen.errors import ConfigError
 from fulmen.types import Transition
 
@@ -77,7 +77,7 @@ def _gradient(
     is_cap: float | None, *, stale_gap: float, fresh_gap: float, fresh_only: bool = False
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """The loss gradient of one pass, behaviour logprobs taken from the engine's own policy."""
-    engine = GRPOEngine(tiny_llama(), config=GRPOConfig(is_cap=is_cap, clip_high=0.2))
+    engine = GRPOUpdater(tiny_llama(), config=GRPOConfig(is_cap=is_cap, clip_high=0.2))
     # a LoRA adapter starts at zero (B = 0): move it so the gradients reach every matrix
     with torch.no_grad():
         for name, p in engine.model.named_parameters():
@@ -120,9 +120,9 @@ def test_stale_tokens_are_weighted_by_the_truncated_ratio() -> None:
 def test_async_settings_are_validated() -> None:
     config = GRPOAlgorithmConfig.model_validate({"async": {"max_staleness": 2, "is_cap": 3.0}})
     assert config.async_ is not None and config.async_.max_staleness == 2
-    assert config.engine_config(seed=0).is_cap == 3.0
+    assert config.update_config(seed=0).is_cap == 3.0
     assert config.model_dump()["async"]["is_cap"] == 3.0
-    assert GRPOAlgorithmConfig().engine_config(seed=0).is_cap is None
+    assert GRPOAlgorithmConfig().update_config(seed=0).is_cap is None
     for bad, match in (
         ({"async": {"max_staleness": 0}}, "max_staleness"),
         ({"async": {"is_cap": 0}}, "is_cap"),

@@ -146,7 +146,7 @@ def test_algorithm_defaults_to_grpo_and_stages_chain_named_algorithms(tmp_path: 
     )
     assert [stage.steps for stage in chained.plan()] == [20, 2]
     # every grpo stage trains at the one behaviour temperature
-    assert {stage.engine_config(seed=0).temperature for stage in chained.plan()} == {0.7}
+    assert {stage.update_config(seed=0).temperature for stage in chained.plan()} == {0.7}
 
 
 @pytest.mark.parametrize(

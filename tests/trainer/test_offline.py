@@ -4,7 +4,7 @@ A SQLite store is filled the way the gateway keeps a deployed agent's traffic: f
 ``mode: production`` sessions (rollouts ``session-<id>``), their calls with token ids and
 behaviour logprobs, or text only (a hosted model's), and rewards posted afterwards by session
 id. Then ``fulmen train`` runs offline SFT or an off-policy GRPO step on it with the real
-training engine and the ``tiny`` model.
+updater and the ``tiny`` model.
 """
 
 from __future__ import annotations

@@ -1,21 +1,20 @@
 """GRPO's configuration, each option documented once.
 
-``GRPOAlgorithmConfig`` is the loop (``algorithm: grpo``); ``GRPOConfig`` the training engine.
+``GRPOAlgorithmConfig`` is the loop (``algorithm: grpo``); ``GRPOConfig`` the updater.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from fulmen.adapter.transitions import TransitionOptions
 from fulmen.algorithms.compute import ComputeSettings
 from fulmen.algorithms.lora import LoraSettings
 from fulmen.algorithms.parallel.config import DataParallelConfig
 from fulmen.algorithms.source import StoreSource
-
-if TYPE_CHECKING:
-    from fulmen.adapter.transitions import TransitionOptions
+from fulmen.algorithms.transitions import check_transitions
 
 __all__ = ["AsyncSettings", "GRPOAlgorithmConfig", "GRPOConfig", "LoraSettings"]
 
@@ -148,7 +147,7 @@ class AsyncSettings(BaseModel):
 
 
 class GRPOAlgorithmConfig(BaseModel):
-    """``algorithm: grpo`` (the default): the on-policy loop around the training engine.
+    """``algorithm: grpo`` (the default): the on-policy loop around the updater.
 
     Attributes:
         name: ``grpo``.
@@ -157,7 +156,7 @@ class GRPOAlgorithmConfig(BaseModel):
         group_size: rollouts per task (the GRPO group).
         transitions: how call records become transitions (``fulmen.adapter``'s options:
             ``merge``, ``agents``, ``credit``, ``gamma``, ``missing_reward``).
-        grpo: the training engine's settings (``GRPOConfig``).
+        grpo: the updater's settings (``GRPOConfig``).
         checkpoint_every: save a resumable checkpoint every this many steps (and at the end).
         max_minutes: stop starting new steps once this much wall time has passed in this run
             (then validate and checkpoint as after the last step); ``None``: no limit.
@@ -186,8 +185,8 @@ class GRPOAlgorithmConfig(BaseModel):
     steps: int = Field(default=20, ge=1)
     tasks_per_step: int = Field(default=4, ge=1)
     group_size: int = Field(default=4, ge=2)
-    transitions: dict[str, JsonValue] = Field(default_factory=dict)
-    grpo: dict[str, JsonValue] = Field(default_factory=dict)
+    transitions: TransitionOptions = Field(default_factory=TransitionOptions)
+    grpo: GRPOConfig = Field(default_factory=GRPOConfig)
     checkpoint_every: int = Field(default=1, ge=1)
     max_minutes: float | None = Field(default=None, gt=0)
     source: StoreSource | None = None
@@ -197,6 +196,7 @@ class GRPOAlgorithmConfig(BaseModel):
 
     @model_validator(mode="after")
     def _no_dead_options(self) -> GRPOAlgorithmConfig:
+        check_transitions(self.transitions)
         if self.adapters is not None:
             self._check_adapters()
         if self.source is not None:
@@ -208,7 +208,7 @@ class GRPOAlgorithmConfig(BaseModel):
                 )
         if self.async_ is not None and self.source is not None:
             raise ValueError("algorithm.async has no effect with a source store (no sampling)")
-        grpo = self.engine_config(seed=0)  # validates the nested settings now, not at step 1
+        grpo = self.update_config(seed=0)  # validates the nested settings now, not at step 1
         if self.async_ is not None and grpo.finetune != "lora":
             # full weights reload in place: a running rollout would mix two policies
             raise ValueError("algorithm.async needs grpo.finetune 'lora'")
@@ -228,38 +228,40 @@ class GRPOAlgorithmConfig(BaseModel):
             )
         return self
 
-    def engine_config(self, *, seed: int) -> GRPOConfig:
-        """Build the ``GRPOConfig`` from ``grpo``, checked for dead options.
+    def update_config(self, *, seed: int) -> GRPOConfig:
+        """Return ``grpo`` completed for this run, checked for dead options.
 
-        ``seed`` is the run's seed, used unless ``grpo.seed`` is set.
+        ``seed`` is the run's seed, used unless ``grpo.seed`` is set; with ``async`` the
+        staleness correction's cap is ``async.is_cap``.
         """
-        settings = dict(self.grpo)
-        settings.setdefault("seed", seed)
-        if "is_cap" in settings:
+        given = self.grpo.model_fields_set
+        update: dict[str, object] = {}
+        if "seed" not in given:
+            update["seed"] = seed
+        if "is_cap" in given:
             raise ValueError("algorithm.grpo.is_cap is set by algorithm.async.is_cap")
         if self.async_ is not None:
-            if settings.get("epochs", 1) != 1:
+            if self.grpo.epochs != 1:
                 raise ValueError("algorithm.async needs grpo.epochs 1 (one pass per step)")
-            settings["is_cap"] = self.async_.is_cap
-        config = GRPOConfig.model_validate(settings)
-        given = set(self.grpo)
-        if config.finetune == "full" and "lora" in given:
+            update["is_cap"] = self.async_.is_cap
+        if self.grpo.finetune == "full" and "lora" in given:
             raise ValueError("algorithm.grpo.lora has no effect with finetune 'full'")
-        if config.kl_coef == 0 and "kl_estimator" in given:
+        if self.grpo.kl_coef == 0 and "kl_estimator" in given:
             raise ValueError("algorithm.grpo.kl_estimator has no effect with kl_coef 0")
-        return config
+        return self.grpo.model_copy(update=update)
 
     def _check_adapters(self) -> None:
         from fulmen.algorithms.grpo.roles import check_adapters
 
         assert self.adapters is not None
         check_adapters(self.adapters)
-        if "agents" in self.transitions:
+        given = self.transitions.model_fields_set
+        if "agents" in given:
             raise ValueError(
                 "algorithm.adapters names the trained agents: leave out algorithm.transitions."
                 "agents"
             )
-        if self.transitions.get("names", "call") != "call":
+        if "names" in given and self.transitions.names != "call":
             raise ValueError(
                 "algorithm.adapters trains each call into the adapter its x-fulmen-agent header "
                 "routed it to: algorithm.transitions.names must be 'call' (or left out)"
@@ -272,7 +274,7 @@ class GRPOAlgorithmConfig(BaseModel):
         for option, value in unsupported.items():
             if value is not None:
                 raise ValueError(f"algorithm.adapters does not work with algorithm.{option} yet")
-        if self.engine_config(seed=0).finetune != "lora":
+        if self.update_config(seed=0).finetune != "lora":
             raise ValueError("algorithm.adapters needs grpo.finetune 'lora'")
 
     def transition_options(self) -> TransitionOptions:
@@ -281,9 +283,7 @@ class GRPOAlgorithmConfig(BaseModel):
         With ``adapters`` the trained agents are those some adapter names, by the name each
         call carried to the gateway (``names: call``): that name routed it to its adapter.
         """
-        from fulmen.algorithms.transitions import transition_options
-
-        options = transition_options(self.transitions)
+        options = self.transitions
         if self.adapters is not None:
             patterns = tuple(p for agents in self.adapters.values() for p in agents)
             options = options.model_copy(update={"agents": patterns, "names": "call"})

@@ -3,7 +3,7 @@
 ``GRPOLoop`` is the loop ``run_grpo`` (``fulmen.algorithms.grpo.run``) runs by default. Each
 step publishes a resources version naming the current policy, runs ``group_size`` rollouts for
 each of ``tasks_per_step`` tasks, turns their records into transitions (``fulmen.adapter``),
-takes one policy update (``GRPOEngine``), saves the LoRA adapter and hot-loads it into the
+takes one policy update (``GRPOUpdater``), saves the LoRA adapter and hot-loads it into the
 engine under a new name (``finetune: full``: saves the model and has the engine reload it as its
 weights), and checkpoints. Validation runs on its schedule between steps (the stage runner
 validates before and after the stage). A stage that already has a checkpoint resumes after its
@@ -103,13 +103,13 @@ class GRPOLoop:
         )
 
     def _build_trainer(self) -> None:
-        from fulmen.algorithms.grpo.engine import GRPOEngine
+        from fulmen.algorithms.grpo.updater import GRPOUpdater
         from fulmen.algorithms.policy import load_adapter_weights
 
         progress = self.context.progress
-        config = self.config.engine_config(seed=self.context.seed)
+        config = self.config.update_config(seed=self.context.seed)
         model = self._stage_model(config, adapter=progress.adapter)
-        self._trainer = GRPOEngine(model, config=config)
+        self._trainer = GRPOUpdater(model, config=config)
         if progress.checkpoint is not None:
             logger.info("resuming after step %d from %s", progress.step, progress.checkpoint)
             self._trainer.load_checkpoint(progress.checkpoint)

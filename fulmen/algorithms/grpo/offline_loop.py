@@ -3,7 +3,7 @@
 ``OfflineGRPOLoop`` is ``GRPOLoop`` with its rollouts replaced by a store's finished ones
 (``source``, filled from ``data.from_store``): they are read once, turned into transitions by
 the adapter (latest reward, credit, merging) and regrouped (``fulmen.algorithms.grpo.offline``);
-each step is one ``GRPOEngine.train_step`` over all of them, whose importance ratio divides the
+each step is one ``GRPOUpdater.train_step`` over all of them, whose importance ratio divides the
 policy's probability of each recorded token by the behaviour probability the gateway recorded
 when it was served, clipped to ``[1 - clip_low, 1 + clip_high]``. Saving, hot-loading and
 checkpoints are the on-policy loop's, so a killed run resumes after its last step.
@@ -49,7 +49,7 @@ class OfflineGRPOLoop(GRPOLoop):
         if source is None:
             raise ValueError("the offline GRPO loop needs algorithm.source (data.from_store)")
         attempts = await self.context.read_source(source)
-        temperature = self.config.engine_config(seed=self.context.seed).temperature
+        temperature = self.config.update_config(seed=self.context.seed).temperature
         attempts, reasons = await self.context.behaviour_calls(
             source, attempts, temperature=temperature
         )

@@ -2,7 +2,7 @@
 
 The step is the synchronous loop's (``fulmen.algorithms.grpo.loop``): publish, roll out, build the
 transitions of the agents some adapter names, update, serve, checkpoint. What differs: the
-update is one ``GRPOEngine`` step per adapter on its role's transitions
+update is one ``GRPOUpdater`` step per adapter on its role's transitions
 (``fulmen.algorithms.grpo.roles.RolePolicies``), each updated adapter is saved to
 ``RUN_DIR/adapters/ROLE/step-N`` and hot-loaded under its own name, and every publish routes
 each role's calls to its adapter (``LLMResource.agent_models``); agents no adapter names run on
@@ -52,7 +52,7 @@ class RoleGRPOLoop(GRPOLoop):
         from fulmen.algorithms.policy import load_adapter_weights
 
         progress = self.context.progress
-        config = self.config.engine_config(seed=self.context.seed)
+        config = self.config.update_config(seed=self.context.seed)
         model = self._stage_model(config, adapter=None)  # adapters are loaded per role below
         policies = RolePolicies(model, config=config, adapters=self.config.adapters or {})
         if progress.checkpoint is not None:

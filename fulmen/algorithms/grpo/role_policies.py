@@ -1,4 +1,4 @@
-"""``RolePolicies``: one ``GRPOEngine`` per role's LoRA adapter over one shared peft model.
+"""``RolePolicies``: one ``GRPOUpdater`` per role's LoRA adapter over one shared peft model.
 
 The roles and their patterns are ``roles``; see its docstring for how calls are assigned.
 """
@@ -9,15 +9,15 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from fulmen.algorithms.grpo.engine import GRPOEngine
 from fulmen.algorithms.grpo.roles import check_adapters, role_of
+from fulmen.algorithms.grpo.updater import GRPOUpdater
 from fulmen.types.transitions import Transition
 
 __all__ = ["RolePolicies"]
 
 
 class RolePolicies:
-    """A ``GRPOEngine`` per adapter, all over one peft model (see the module docstring).
+    """A ``GRPOUpdater`` per adapter, all over one peft model (see the module docstring).
 
     Args:
         model: the base causal LM (wrapped once, then each adapter is added to it).
@@ -28,9 +28,9 @@ class RolePolicies:
     def __init__(self, model: Any, *, config: Any, adapters: Mapping[str, Sequence[str]]) -> None:
         check_adapters(adapters)
         self.adapters = {name: tuple(patterns) for name, patterns in adapters.items()}
-        self.engines: dict[str, GRPOEngine] = {}
+        self.engines: dict[str, GRPOUpdater] = {}
         for name in self.adapters:
-            engine = GRPOEngine(model, config=config, adapter_name=name)
+            engine = GRPOUpdater(model, config=config, adapter_name=name)
             model = engine.model  # the next adapter is added to this peft model
             self.engines[name] = engine
 

@@ -2,7 +2,7 @@
 
 ``algorithm.adapters`` maps an adapter name to the agent names (``fnmatch`` patterns) whose
 calls it serves and learns from, e.g. ``{writer: [write_query], rewriter: [rewrite_query]}``.
-``role_policies.RolePolicies`` keeps one ``GRPOEngine`` per adapter over one shared peft
+``role_policies.RolePolicies`` keeps one ``GRPOUpdater`` per adapter over one shared peft
 model: the base weights are in memory once, each adapter has its own optimizer state, and each
 engine makes its adapter the active one before it computes, so a step of one role leaves the
 other adapters bit-identical. A transition belongs to the first adapter whose patterns match

@@ -31,7 +31,7 @@ async def data_parallel(
 ) -> AsyncIterator[UpdateWorkers | None]:
     """Run the body with ``engine``'s updates spread over the data-parallel ranks.
 
-    ``engine`` is an ``UpdateEngine`` (``parallel.workers``): any algorithm's optimizer
+    ``engine`` is an ``Updater`` (``parallel.workers``): any algorithm's optimizer
     wrapper that can be rebuilt from its class and config and trains a share of a step.
 
     Yields ``None`` (and does nothing) without ``config`` outside ``torchrun``. Otherwise the
@@ -43,9 +43,9 @@ async def data_parallel(
     if config is None and torchrun_rank() is None:
         yield None
         return
-    from fulmen.algorithms.parallel.workers import EngineSpec, open_update_workers
+    from fulmen.algorithms.parallel.workers import UpdaterSpec, open_update_workers
 
-    spec = EngineSpec.of(engine, model_path, weights=weights, adapter=adapter)
+    spec = UpdaterSpec.of(engine, model_path, weights=weights, adapter=adapter)
     workers = await asyncio.to_thread(open_update_workers, config)
     if workers is None:
         yield None

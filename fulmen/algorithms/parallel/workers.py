@@ -2,13 +2,13 @@
 
 Rank 0 runs the whole training stack; every other rank runs ``run_update_worker``, which only
 takes updates. It waits for rank 0's messages (``Collective.share``): ``build`` (an
-``EngineSpec`` and rank 0's trainable weights, optimizer state and step, so a resumed run or a
+``UpdaterSpec`` and rank 0's trainable weights, optimizer state and step, so a resumed run or a
 stage that starts from an adapter starts every rank alike), ``step`` (its share of a step,
 trained with the batch's loss weights and summed gradients), ``release`` (the stage is over;
 wait for the next ``build``) and ``stop``.
 
-The engines are the algorithms' (``UpdateEngine``: ``GRPOEngine``, ``SFTEngine``), named
-here only as ``"module:Class"`` in an ``EngineSpec``. ``open_update_workers`` gives rank 0 its
+The engines are the algorithms' (``Updater``: ``GRPOUpdater``, ``SFTUpdater``), named
+here only as ``"module:Class"`` in an ``UpdaterSpec``. ``open_update_workers`` gives rank 0 its
 ``UpdateWorkers``: under ``torchrun`` the other ranks
 are already running (``fulmen train`` on them calls ``run_update_worker``); otherwise it spawns
 ``world_size - 1`` local processes itself. ``run_update_worker`` is a plain importable
@@ -37,8 +37,8 @@ from fulmen.errors import ConfigError, FulmenError
 from fulmen.settings import launcher_variable
 
 __all__ = [
-    "EngineSpec",
-    "UpdateEngine",
+    "UpdaterSpec",
+    "Updater",
     "UpdateWorkers",
     "open_update_workers",
     "run_torchrun_rank",
@@ -51,11 +51,11 @@ logger = logging.getLogger("fulmen.train")
 _JOIN_TIMEOUT_S = 30.0
 
 
-class UpdateEngine(Protocol):
-    """What an algorithm's optimizer wrapper offers to be trained on several ranks.
+class Updater(Protocol):
+    """What an algorithm's updater offers to be trained on several ranks.
 
-    ``GRPOEngine`` and ``SFTEngine`` implement it; the plumbing here names neither. A rank
-    other than 0 builds the same wrapper from an ``EngineSpec`` (its class, its config model
+    ``GRPOUpdater`` and ``SFTUpdater`` implement it; the plumbing here names neither. A rank
+    other than 0 builds the same wrapper from an ``UpdaterSpec`` (its class, its config model
     and what the stage starts from) and runs ``train_part`` on its share of each step.
     """
 
@@ -75,7 +75,7 @@ class UpdateEngine(Protocol):
 
 
 @dataclass(frozen=True)
-class EngineSpec:
+class UpdaterSpec:
     """How a worker builds the same engine as rank 0 (the paths must be readable by it).
 
     Attributes:
@@ -96,12 +96,12 @@ class EngineSpec:
     @classmethod
     def of(
         cls,
-        engine: UpdateEngine,
+        engine: Updater,
         model_path: str | Path,
         *,
         weights: str | Path | None = None,
         adapter: str | Path | None = None,
-    ) -> EngineSpec:
+    ) -> UpdaterSpec:
         """Return the spec that rebuilds ``engine`` (its class and config) on another rank."""
         return cls(
             _qualified(type(engine)),
@@ -112,7 +112,7 @@ class EngineSpec:
             adapter=str(adapter) if adapter else None,
         )
 
-    def build(self, *, rank: int = 0) -> UpdateEngine:
+    def build(self, *, rank: int = 0) -> Updater:
         """Load the policy and build the engine, as rank 0 did before restoring its state.
 
         A policy on a GPU goes to this rank's own (``cuda:LOCAL_RANK``, else ``cuda:rank``,
@@ -132,7 +132,7 @@ class EngineSpec:
             weights=Path(self.weights) if self.weights else None,
             adapter=Path(self.adapter) if self.adapter else None,
         )
-        return cast("UpdateEngine", _load(self.engine)(model, config=settings))
+        return cast("Updater", _load(self.engine)(model, config=settings))
 
 
 def _qualified(kind: type) -> str:
@@ -144,7 +144,7 @@ def _load(path: str) -> Any:
     return getattr(importlib.import_module(module), name)
 
 
-def _state(engine: UpdateEngine) -> dict[str, Any]:
+def _state(engine: Updater) -> dict[str, Any]:
     """Trainable weights, optimizer state and step, on the CPU (ranks may use other GPUs)."""
     trainable = {n: p.detach().cpu() for n, p in engine.model.named_parameters() if p.requires_grad}
     optimizer = engine.optimizer.state_dict()
@@ -155,7 +155,7 @@ def _state(engine: UpdateEngine) -> dict[str, Any]:
     return {"params": trainable, "optimizer": optimizer, "step": engine.step}
 
 
-def _load_state(engine: UpdateEngine, state: dict[str, Any]) -> None:
+def _load_state(engine: Updater, state: dict[str, Any]) -> None:
     params = dict(engine.model.named_parameters())
     with torch.no_grad():
         for name, value in state["params"].items():
@@ -191,7 +191,7 @@ def run_update_worker(
         backend=resolve_backend(backend),
         timeout_s=timeout_s,
     )
-    engine: UpdateEngine | None = None
+    engine: Updater | None = None
     try:
         while True:
             op, part = collective.receive()
@@ -258,14 +258,14 @@ class UpdateWorkers:
         self.collective = collective
         self.spawned = spawned or []
         self._scratch = scratch
-        self._engine: UpdateEngine | None = None
+        self._engine: Updater | None = None
 
     @property
     def world_size(self) -> int:
         """Processes taking each update, this one included."""
         return self.collective.world_size
 
-    def attach(self, engine: UpdateEngine, spec: EngineSpec) -> None:
+    def attach(self, engine: Updater, spec: UpdaterSpec) -> None:
         """Give every rank a copy of ``engine`` (weights and optimizer state as they are now).
 
         From then on the engine's updates run on every rank.

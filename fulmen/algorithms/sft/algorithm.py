@@ -2,7 +2,7 @@
 
 A round gets its attempts (sampled now with the served policy, or read from ``source.store``),
 keeps those whose reward reaches the threshold, builds the examples (``dataset``), measures the
-mean logprob of the kept completions, fine-tunes (``SFTEngine``), measures it again, publishes
+mean logprob of the kept completions, fine-tunes (``SFTUpdater``), measures it again, publishes
 the new policy — a LoRA adapter hot-loaded into the engine, or with ``finetune: full`` the whole
 model, which the engine reloads as its weights — and checkpoints, then logs the round's
 metrics: kept fraction, loss, logprob before/after, retokenized examples. A killed run resumes
@@ -94,7 +94,7 @@ async def _rounds(
 
 def _build_engine(config: SFTAlgorithmConfig, context: AlgorithmContext) -> Any:
     from fulmen.algorithms.policy import load_adapter_weights, load_stage_policy
-    from fulmen.algorithms.sft.engine import SFTEngine
+    from fulmen.algorithms.sft.updater import SFTUpdater
 
     settings = config.sft
     if settings.seed is None:
@@ -109,7 +109,7 @@ def _build_engine(config: SFTAlgorithmConfig, context: AlgorithmContext) -> Any:
         weights=progress.weights,
         adapter=progress.adapter,
     )
-    engine = SFTEngine(model, config=settings)
+    engine = SFTUpdater(model, config=settings)
     if progress.checkpoint is not None:
         logger.info("resuming sft after round %d from %s", progress.step, progress.checkpoint)
         engine.load_checkpoint(progress.checkpoint)

@@ -6,17 +6,16 @@ the policy is fine-tuned on them.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from fulmen.adapter.transitions import TransitionOptions
 from fulmen.algorithms.compute import ComputeSettings
 from fulmen.algorithms.lora import LoraSettings
 from fulmen.algorithms.parallel.config import DataParallelConfig
 from fulmen.algorithms.source import StoreFilter, StoreSource
-
-if TYPE_CHECKING:
-    from fulmen.adapter.transitions import TransitionOptions
+from fulmen.algorithms.transitions import check_transitions
 
 __all__ = ["SFTAlgorithmConfig", "SFTConfig", "StoreFilter", "StoreSource"]
 
@@ -110,13 +109,13 @@ class SFTAlgorithmConfig(_Strict):
     tasks_per_round: int | None = Field(default=None, ge=1)
     min_reward: float | None = None
     source: StoreSource | None = None
-    transitions: dict[str, JsonValue] = Field(default_factory=dict)
+    transitions: TransitionOptions = Field(default_factory=TransitionOptions)
     sft: SFTConfig = Field(default_factory=SFTConfig)
     data_parallel: DataParallelConfig | None = None
 
     @model_validator(mode="after")
     def _no_dead_options(self) -> SFTAlgorithmConfig:
-        self.transition_options()  # validates the section now, not at round 1
+        check_transitions(self.transitions)
         if self.source is not None:
             if self.min_reward is not None and self.source.filter.min_reward is not None:
                 raise ValueError(
@@ -141,7 +140,5 @@ class SFTAlgorithmConfig(_Strict):
         return success_threshold
 
     def transition_options(self) -> TransitionOptions:
-        """Build the adapter's ``TransitionOptions`` from ``transitions``."""
-        from fulmen.algorithms.transitions import transition_options
-
-        return transition_options(self.transitions)
+        """Return the adapter's ``TransitionOptions`` (``transitions``)."""
+        return self.transitions

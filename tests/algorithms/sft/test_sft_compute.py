@@ -7,7 +7,7 @@ import torch
 from fulmen.algorithms.lora import LoraSettings
 from fulmen.algorithms.sft.config import SFTConfig
 from fulmen.algorithms.sft.dataset import SFTExample
-from fulmen.algorithms.sft.engine import SFTEngine, _sample
+from fulmen.algorithms.sft.updater import SFTUpdater, _sample
 
 from ..models import tiny_llama
 
@@ -19,7 +19,7 @@ def test_autocast_sft_keeps_float32_adapter_and_raises_the_likelihood() -> None:
         )
         for i in range(4)
     ]
-    engine = SFTEngine(
+    engine = SFTUpdater(
         tiny_llama(hidden=64),
         config=SFTConfig(autocast="bfloat16", learning_rate=5e-2, batch_size=4, seed=0),
     )
@@ -43,7 +43,7 @@ def _examples() -> list[SFTExample]:
 def test_checkpointing_with_lora_dropout_trains() -> None:
     # The recompute in backward ran in eval mode while the forward ran with dropout:
     # torch refused it (CheckpointError).
-    engine = SFTEngine(
+    engine = SFTUpdater(
         tiny_llama(),
         config=SFTConfig(
             gradient_checkpointing=True, lora=LoraSettings(dropout=0.3), batch_size=4, seed=0
@@ -57,7 +57,7 @@ def test_checkpointing_with_lora_dropout_trains() -> None:
 def test_lora_dropout_is_not_ignored() -> None:
     # The model stayed in eval mode, so lora.dropout did nothing: two passes over the same
     # examples gave the same gradient.
-    engine = SFTEngine(
+    engine = SFTUpdater(
         tiny_llama(), config=SFTConfig(lora=LoraSettings(dropout=0.5), batch_size=4, seed=0)
     )
     samples = [_sample(e) for e in _examples()]

@@ -10,8 +10,8 @@ import torch
 from pydantic import ValidationError
 
 from fulmen.algorithms.grpo import GRPOConfig
-from fulmen.algorithms.grpo.engine import GRPOEngine
 from fulmen.algorithms.grpo.samples import build_samples
+from fulmen.algorithms.grpo.updater import GRPOUpdater
 from fulmen.algorithms.lora import LoraSettings
 from fulmen.errors import ConfigError
 
@@ -29,12 +29,12 @@ def _batch(model, *, rewards=(1.0, 0.0, 0.5, 0.0), prefix: str = "r", **fields):
     return out
 
 
-def _params(engine: GRPOEngine) -> torch.Tensor:
+def _params(engine: GRPOUpdater) -> torch.Tensor:
     return torch.cat([p.detach().flatten() for p in engine.model.parameters()]).clone()
 
 
 def test_lora_step_changes_only_the_adapter_and_reports_metrics() -> None:
-    engine = GRPOEngine(tiny_llama(), config=GRPOConfig(learning_rate=1e-2, kl_coef=0.1))
+    engine = GRPOUpdater(tiny_llama(), config=GRPOConfig(learning_rate=1e-2, kl_coef=0.1))
     frozen = {n: p.detach().clone() for n, p in engine.model.named_parameters() if "lora" not in n}
     batch = _batch(engine.model)
     first = engine.train_step(batch)
@@ -54,7 +54,7 @@ def test_lora_step_changes_only_the_adapter_and_reports_metrics() -> None:
 
 
 def test_full_finetune_keeps_a_frozen_reference() -> None:
-    engine = GRPOEngine(
+    engine = GRPOUpdater(
         tiny_llama(), config=GRPOConfig(finetune="full", kl_coef=0.5, learning_rate=1e-3)
     )
     batch = _batch(engine.model)
@@ -64,7 +64,7 @@ def test_full_finetune_keeps_a_frozen_reference() -> None:
 
 
 def test_batch_without_signal_takes_no_step() -> None:
-    engine = GRPOEngine(tiny_llama(), config=GRPOConfig(learning_rate=1e-2))
+    engine = GRPOUpdater(tiny_llama(), config=GRPOConfig(learning_rate=1e-2))
     before = _params(engine)
     metrics = engine.train_step(_batch(engine.model, rewards=(1.0, 1.0, 1.0)))
     assert metrics["updated"] == 0.0 and metrics["skipped_zero_advantage"] == 3
@@ -77,17 +77,17 @@ def test_stale_truncated_and_overlong_are_counted() -> None:
         *_batch(model, rewards=(1.0, 0.0), policy_version="v1"),
         *_batch(model, rewards=(1.0, 0.0), prefix="s", policy_version="v2", is_truncated=True),
     ]
-    engine = GRPOEngine(model, config=GRPOConfig(skip_truncated=True, max_seq_len=100))
+    engine = GRPOUpdater(model, config=GRPOConfig(skip_truncated=True, max_seq_len=100))
     metrics = engine.train_step(batch, policy_version="v2")
     assert (metrics["stale"], metrics["truncated"], metrics["dropped_truncated"]) == (2, 2, 2)
     assert metrics["trained_tokens"] == 8
-    short = GRPOEngine(tiny_llama(), config=GRPOConfig(max_seq_len=7))
+    short = GRPOUpdater(tiny_llama(), config=GRPOConfig(max_seq_len=7))
     assert short.train_step(batch)["dropped_overlong"] == 4
 
 
 def test_checkpoint_resume_reproduces_the_next_step(tmp_path: Path) -> None:
     config = GRPOConfig(learning_rate=1e-2)
-    engine = GRPOEngine(tiny_llama(), config=config)
+    engine = GRPOUpdater(tiny_llama(), config=config)
     batch_a = _batch(engine.model)
     batch_b = _batch(engine.model, prefix="other", rewards=(0.0, 1.0, 1.0, 0.2))
     engine.train_step(batch_a)
@@ -96,7 +96,7 @@ def test_checkpoint_resume_reproduces_the_next_step(tmp_path: Path) -> None:
     engine.train_step(batch_b)
     continued = _params(engine)
 
-    resumed = GRPOEngine(tiny_llama(), config=config)
+    resumed = GRPOUpdater(tiny_llama(), config=config)
     resumed.load_checkpoint(tmp_path / "ckpt")
     assert (resumed.step, resumed.policy_version) == (1, "v1")
     resumed.train_step(batch_b)
@@ -105,17 +105,17 @@ def test_checkpoint_resume_reproduces_the_next_step(tmp_path: Path) -> None:
 
 
 def test_checkpoint_of_another_policy_is_refused(tmp_path: Path) -> None:
-    GRPOEngine(tiny_llama(), config=GRPOConfig(finetune="full")).save_checkpoint(tmp_path / "c")
+    GRPOUpdater(tiny_llama(), config=GRPOConfig(finetune="full")).save_checkpoint(tmp_path / "c")
     with pytest.raises(ConfigError, match="does not fit"):
-        GRPOEngine(tiny_llama()).load_checkpoint(tmp_path / "c")
+        GRPOUpdater(tiny_llama()).load_checkpoint(tmp_path / "c")
     with pytest.raises(ConfigError, match="not a checkpoint"):
-        GRPOEngine(tiny_llama()).load_checkpoint(tmp_path / "nothing")
+        GRPOUpdater(tiny_llama()).load_checkpoint(tmp_path / "nothing")
 
 
 def test_saved_adapter_loads_into_the_base_model_with_the_same_outputs(tmp_path: Path) -> None:
     from peft import PeftModel
 
-    engine = GRPOEngine(tiny_llama(seed=4), config=GRPOConfig(learning_rate=5e-2))
+    engine = GRPOUpdater(tiny_llama(seed=4), config=GRPOConfig(learning_rate=5e-2))
     engine.train_step(_batch(engine.model))
     out = engine.save_adapter(tmp_path / "adapter")
     assert (out / "adapter_config.json").is_file()
@@ -133,7 +133,7 @@ def test_saved_adapter_loads_into_the_base_model_with_the_same_outputs(tmp_path:
 def test_save_model_merges_lora_and_full_mode_has_no_adapter(tmp_path: Path) -> None:
     from transformers import AutoModelForCausalLM
 
-    engine = GRPOEngine(tiny_llama(seed=4), config=GRPOConfig(learning_rate=5e-2))
+    engine = GRPOUpdater(tiny_llama(seed=4), config=GRPOConfig(learning_rate=5e-2))
     engine.train_step(_batch(engine.model))
     merged = AutoModelForCausalLM.from_pretrained(str(engine.save_model(tmp_path / "m"))).eval()
     ids = torch.tensor([[1, 5, 9, 13, 17]])
@@ -141,7 +141,7 @@ def test_save_model_merges_lora_and_full_mode_has_no_adapter(tmp_path: Path) -> 
         torch.testing.assert_close(
             merged(input_ids=ids).logits, engine.model(input_ids=ids).logits, atol=1e-5, rtol=1e-4
         )
-    full = GRPOEngine(tiny_llama(), config=GRPOConfig(finetune="full"))
+    full = GRPOUpdater(tiny_llama(), config=GRPOConfig(finetune="full"))
     with pytest.raises(ConfigError, match="finetune='lora'"):
         full.save_adapter(tmp_path / "x")
 
@@ -159,7 +159,7 @@ def test_gradient_checkpointing_gives_the_same_gradient() -> None:
     batch = _batch(tiny_llama())
     grads, layer_calls = [], []
     for checkpointing in (False, True):
-        engine = GRPOEngine(
+        engine = GRPOUpdater(
             tiny_llama(), config=GRPOConfig(finetune="full", gradient_checkpointing=checkpointing)
         )
         modes: list[bool] = []
@@ -175,14 +175,14 @@ def test_gradient_checkpointing_gives_the_same_gradient() -> None:
 
 
 def test_two_epochs_move_the_ratio_away_from_one() -> None:
-    engine = GRPOEngine(tiny_llama(), config=GRPOConfig(learning_rate=5e-2, epochs=2))
+    engine = GRPOUpdater(tiny_llama(), config=GRPOConfig(learning_rate=5e-2, epochs=2))
     metrics = engine.train_step(_batch(engine.model))
     assert metrics["ratio_mean"] != pytest.approx(1.0, abs=1e-6)
     assert engine.step == 1
 
 
 def test_bfloat16_policy_trains_with_float32_adapter_and_logits() -> None:
-    engine = GRPOEngine(tiny_llama(), config=GRPOConfig(dtype="bfloat16", learning_rate=1e-2))
+    engine = GRPOUpdater(tiny_llama(), config=GRPOConfig(dtype="bfloat16", learning_rate=1e-2))
     dtypes = {n: p.dtype for n, p in engine.model.named_parameters()}
     assert all(d == torch.float32 for n, d in dtypes.items() if "lora_" in n)
     assert dtypes["base_model.model.lm_head.weight"] == torch.bfloat16
@@ -198,7 +198,7 @@ def test_autocast_runs_bfloat16_math_on_float32_weights() -> None:
     batch = _batch(tiny_llama(hidden=64))
     grads, gaps = [], []
     for autocast in (None, "bfloat16"):
-        engine = GRPOEngine(
+        engine = GRPOUpdater(
             tiny_llama(hidden=64), config=GRPOConfig(finetune="full", autocast=autocast)
         )
         metrics = engine.compute_gradients(batch)
@@ -222,7 +222,7 @@ def test_autocast_with_bfloat16_weights_and_unknown_devices_are_refused() -> Non
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error where there is no GPU")
 def test_cuda_device_without_a_gpu_is_a_clear_error() -> None:
     with pytest.raises(ConfigError, match="torch sees 0 CUDA device"):
-        GRPOEngine(tiny_llama(), config=GRPOConfig(device="cuda"))
+        GRPOUpdater(tiny_llama(), config=GRPOConfig(device="cuda"))
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -232,7 +232,7 @@ def test_cuda_step_matches_the_cpu_step() -> None:
     batch = _batch(tiny_llama())
     params = []
     for device in ("cpu", "cuda"):
-        engine = GRPOEngine(
+        engine = GRPOUpdater(
             tiny_llama(), config=GRPOConfig(finetune="full", learning_rate=1e-2, device=device)
         )
         metrics = engine.train_step(batch)
@@ -262,7 +262,7 @@ def _dropout_llama(p: float = 0.3):
 )
 def test_gradient_checkpointing_with_dropout_trains(config: GRPOConfig) -> None:
     # The recompute in backward must run in the forward's mode (it ran in eval: CheckpointError).
-    engine = GRPOEngine(_dropout_llama(), config=config)
+    engine = GRPOUpdater(_dropout_llama(), config=config)
     before = _params(engine)
     metrics = engine.train_step(_batch(engine.model))
     assert metrics["updated"] == 1.0
@@ -273,7 +273,7 @@ def test_gradient_checkpointing_with_dropout_trains(config: GRPOConfig) -> None:
 def test_checkpointing_leaves_the_models_own_dropout_off() -> None:
     # Train mode for checkpointing must not switch on the base model's attention dropout: the
     # trainer's logprobs would no longer be the sampler's (ratio != 1 on-policy).
-    engine = GRPOEngine(_dropout_llama(0.5), config=GRPOConfig(gradient_checkpointing=True))
+    engine = GRPOUpdater(_dropout_llama(0.5), config=GRPOConfig(gradient_checkpointing=True))
     metrics = engine.compute_gradients(_batch(engine.model))
     assert metrics["logprob_gap"] < 1e-5
 
@@ -284,7 +284,7 @@ def test_lora_dropout_applies_in_the_update() -> None:
     from .builders import gradient
 
     for dropout, same in ((0.0, True), (0.5, False)):
-        engine = GRPOEngine(tiny_llama(), config=GRPOConfig(lora=LoraSettings(dropout=dropout)))
+        engine = GRPOUpdater(tiny_llama(), config=GRPOConfig(lora=LoraSettings(dropout=dropout)))
         batch = _batch(engine.model)
         grads = []
         for _ in range(2):
@@ -295,7 +295,7 @@ def test_lora_dropout_applies_in_the_update() -> None:
 
 
 def test_a_non_finite_gradient_takes_no_step() -> None:
-    engine = GRPOEngine(tiny_llama(), config=GRPOConfig(learning_rate=1e-2))
+    engine = GRPOUpdater(tiny_llama(), config=GRPOConfig(learning_rate=1e-2))
     samples, _ = build_samples(_batch(engine.model), config=engine.config)
     poisoned = [
         dataclasses.replace(s, advantages=[float("inf")] * len(s.advantages)) for s in samples
@@ -316,7 +316,7 @@ def test_a_non_finite_gradient_takes_no_step() -> None:
 def test_a_nan_adapter_is_never_saved_for_serving(tmp_path: Path) -> None:
     from fulmen.errors import FulmenError
 
-    engine = GRPOEngine(tiny_llama())
+    engine = GRPOUpdater(tiny_llama())
     with torch.no_grad():
         next(p for p in engine.model.parameters() if p.requires_grad).fill_(float("nan"))
     with pytest.raises(FulmenError, match="NaN or inf"):

@@ -1,6 +1,6 @@
-"""The SFT training engine: negative log-likelihood of the selected completion tokens.
+"""The SFT updater: negative log-likelihood of the selected completion tokens.
 
-``SFTEngine.train(examples)`` shuffles the examples (seeded), takes one optimizer step per
+``SFTUpdater.train(examples)`` shuffles the examples (seeded), takes one optimizer step per
 ``batch_size`` sequences for ``epochs`` passes, and averages the loss over the trained tokens
 of each step; gradients of a step are accumulated over micro-batches planned by a padded-token
 budget, so the split does not change the update. ``mean_logprob`` measures the policy's mean
@@ -42,12 +42,12 @@ from fulmen.algorithms.policy import (
 from fulmen.algorithms.sft.config import SFTConfig
 from fulmen.algorithms.sft.dataset import SFTExample
 
-__all__ = ["SFTEngine"]
+__all__ = ["SFTUpdater"]
 
 logger = logging.getLogger(__name__)
 
 
-class SFTEngine:
+class SFTUpdater:
     """Owns the policy and its optimizer; fine-tunes on SFT examples.
 
     Args:
@@ -73,7 +73,7 @@ class SFTEngine:
         self.collective: Collective | None = None
 
     @classmethod
-    def from_pretrained(cls, path: str | Path, *, config: SFTConfig) -> SFTEngine:
+    def from_pretrained(cls, path: str | Path, *, config: SFTConfig) -> SFTUpdater:
         """Load the policy from a local Hugging Face directory and build an engine for it."""
         return cls(load_causal_lm(path, dtype=config.dtype), config=config)
 

@@ -1,6 +1,6 @@
-"""The GRPO training engine: one policy update from a batch of transitions, and checkpoints.
+"""The GRPO updater: one policy update from a batch of transitions, and checkpoints.
 
-``GRPOEngine.train_step(transitions)`` computes group-relative advantages over the batch,
+``GRPOUpdater.train_step(transitions)`` computes group-relative advantages over the batch,
 splits it into micro-batches by a padded-token budget, accumulates the gradient of the clipped
 importance-ratio loss (plus the optional KL to the reference) over them, and takes one
 optimizer step per epoch. With a ``collective`` (``docs/data-parallel.md``) this rank trains
@@ -46,7 +46,7 @@ from fulmen.algorithms.policy import (
 )
 from fulmen.types.transitions import Transition
 
-__all__ = ["GRPOEngine"]
+__all__ = ["GRPOUpdater"]
 
 logger = logging.getLogger(__name__)
 
@@ -102,7 +102,7 @@ class _Totals:
         }
 
 
-class GRPOEngine:
+class GRPOUpdater:
     """Owns the policy, its optimizer and (with KL) the reference; updates from transitions.
 
     Args:
@@ -154,7 +154,7 @@ class GRPOEngine:
             self.model.set_adapter(self.adapter_name)  # type: ignore[operator]
 
     @classmethod
-    def from_pretrained(cls, path: str | Path, *, config: GRPOConfig | None = None) -> GRPOEngine:
+    def from_pretrained(cls, path: str | Path, *, config: GRPOConfig | None = None) -> GRPOUpdater:
         """Load the policy from a local Hugging Face directory and build an engine for it."""
         cfg = config or GRPOConfig()
         return cls(load_causal_lm(path, dtype=cfg.dtype), config=cfg)
@@ -200,7 +200,7 @@ class GRPOEngine:
         return metrics
 
     def train_part(self, part: Sequence[TokenSample]) -> None:
-        """Train on this rank's share of a step (``parallel.workers.UpdateEngine``)."""
+        """Train on this rank's share of a step (``parallel.workers.Updater``)."""
         self.train_samples(part)
 
     def train_samples(self, samples: Sequence[TokenSample]) -> tuple[_Totals, float]:
