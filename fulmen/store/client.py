@@ -24,7 +24,7 @@ from fulmen.store.arguments import check_arguments
 from fulmen.store.base import Capabilities, ReconcileReport
 from fulmen.store.client_runs import RunsOverHttp
 from fulmen.store.clock import new_id
-from fulmen.store.session import StoreSession
+from fulmen.store.connection import StoreConnection
 from fulmen.store.wire import (
     AttemptUpdate,
     ClaimRequest,
@@ -91,10 +91,10 @@ class StoreClient(RunsOverHttp):
     run and model-version methods come from ``RunsOverHttp``.
     """
 
-    def __init__(self, session: StoreSession, info: ServiceInfo) -> None:
-        self._session = session
+    def __init__(self, connection: StoreConnection, info: ServiceInfo) -> None:
+        self._connection = connection
         self._info = info
-        self._send = session.send
+        self._send = connection.send
 
     @classmethod
     async def connect(
@@ -120,16 +120,16 @@ class StoreClient(RunsOverHttp):
                 server process runs the watchdog.
         """
         del watchdog_interval
-        session = StoreSession.open(
+        connection = StoreConnection.open(
             url, token=token, transport=transport, timeout=timeout, retries=retries
         )
         try:
-            info = ServiceInfo.model_validate_json(await session.send("GET", "/v1/info"))
+            info = ServiceInfo.model_validate_json(await connection.send("GET", "/v1/info"))
         except BaseException:
-            await session.aclose()
+            await connection.aclose()
             raise
-        session.max_body_bytes = info.max_body_bytes
-        return cls(session, info)
+        connection.max_body_bytes = info.max_body_bytes
+        return cls(connection, info)
 
     @property
     def capabilities(self) -> Capabilities:
@@ -389,7 +389,7 @@ class StoreClient(RunsOverHttp):
 
     async def aclose(self) -> None:
         """Close the connection pool; the client may not be used afterwards."""
-        await self._session.aclose()
+        await self._connection.aclose()
 
 
 def _record_params(attempt_id: str | None, after_sequence: int, limit: int) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""StoreSession: one HTTP connection pool to a store service, with retries and error mapping.
+"""StoreConnection: one HTTP connection pool to a store service, with retries and error mapping.
 
 ``StoreClient`` turns ``Store`` calls into requests; this module sends them. A request that
 hits a network error or a 5xx answer is repeated with capped, jittered exponential backoff
@@ -27,7 +27,7 @@ from fulmen.errors import (
     error_class_for_code,
 )
 
-__all__ = ["Recover", "StoreSession"]
+__all__ = ["Recover", "StoreConnection"]
 
 logger = logging.getLogger(__name__)
 
@@ -65,7 +65,7 @@ def _default_transport(url: str) -> httpx.AsyncBaseTransport | None:
     return FastHTTPTransport()
 
 
-class StoreSession:
+class StoreConnection:
     """An ``httpx.AsyncClient`` bound to one store service.
 
     Args:
@@ -94,7 +94,7 @@ class StoreSession:
         transport: httpx.AsyncBaseTransport | None,
         timeout: float,
         retries: int,
-    ) -> StoreSession:
+    ) -> StoreConnection:
         """Create a session for the service at ``url`` (no request is sent yet)."""
         headers = {"authorization": f"Bearer {token}"} if token else {}
         http = httpx.AsyncClient(
