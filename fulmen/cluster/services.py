@@ -102,16 +102,12 @@ class RayServices:
             ports.add(free_port(self.node_ip))
         specs = [
             engine_spec(
+                engine,
                 name=f"{self.fleet.namespace}-engine-{i}",
-                kind=engine.kind,
                 model=model,
                 port=port,
-                max_batch=engine.max_batch,
-                builtin_flags=engine.builtin_serve_flags(),
-                max_lora_rank=engine.max_lora_rank,
                 threads=max(1, int(self.config.engine_cpus)),
                 log_dir=self._log_dir,
-                ready_timeout_s=engine.startup_timeout_s,
                 board=self.fleet.board_name,
             )
             for i, port in enumerate(sorted(ports))

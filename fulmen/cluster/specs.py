@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from fulmen.cluster.actors import ServiceSpec
+from fulmen.engines.config import EngineConfig
 from fulmen.settings import launcher_variable
 
 __all__ = ["engine_spec", "runner_spec", "store_spec"]
@@ -35,26 +36,24 @@ def store_spec(*, name: str, db_url: str, token: str, port: int, log_dir: Path) 
 
 
 def engine_spec(
+    engine: EngineConfig,
     *,
     name: str,
-    kind: str,
     model: str,
     port: int,
-    max_batch: int,
-    builtin_flags: Sequence[str],
-    max_lora_rank: int,
     threads: int,
     log_dir: Path,
-    ready_timeout_s: float,
     board: str,
 ) -> ServiceSpec:
-    """Run the engine server (``python -m fulmen.cli.serve``), ``builtin`` or ``vllm``.
+    """Run the engine server (``python -m fulmen.cli.serve``) that ``engine`` describes.
 
-    ``builtin_flags`` (``EngineConfig.builtin_serve_flags``) go to a built-in engine only.
+    ``builtin`` or ``vllm``; the built-in engine's batch, dtype and prefix cache come from
+    ``engine``, its torch threads from ``threads`` (the replica's CPUs).
     """
-    args = ["--model", model, "--max-lora-rank", str(max_lora_rank)]
-    if kind == "builtin":
-        args += ["--max-batch", str(max_batch), "--threads", str(threads), *builtin_flags]
+    args = ["--model", model, "--max-lora-rank", str(engine.max_lora_rank)]
+    if engine.kind == "builtin":
+        args += ["--max-batch", str(engine.max_batch), "--threads", str(threads)]
+        args += engine.builtin_serve_flags()
     else:
         args += ["--engine", "vllm"]
     return ServiceSpec(
@@ -66,7 +65,7 @@ def engine_spec(
         port=port,
         health_path="/health",
         allow_remote_flag=True,
-        ready_timeout_s=ready_timeout_s,
+        ready_timeout_s=engine.startup_timeout_s,
         death_signal=signal.SIGTERM,  # `fulmen serve` then stops a vLLM server it started
         board=board,
     )
