@@ -19,7 +19,7 @@ __all__ = ["PolicyWriter", "keep_newest", "serve_policy"]
 
 
 class PolicyWriter(Protocol):
-    """What ``serve_policy`` needs of a updater (``GRPOUpdater``, ``SFTUpdater``)."""
+    """What ``serve_policy`` needs of an updater (``GRPOUpdater``, ``SFTUpdater``)."""
 
     @property
     def is_full(self) -> bool:
@@ -36,27 +36,36 @@ class PolicyWriter(Protocol):
 
 
 async def serve_policy(
-    engine: PolicyWriter,
+    updater: PolicyWriter,
     context: AlgorithmContext,
     *,
     name: str,
     step: int,
     keep_loaded: int = 1,
-) -> None:
-    """Save ``engine``'s policy as ``name`` and make the inference engine serve it from ``step``.
+    role: str | None = None,
+) -> str | None:
+    """Save ``updater``'s policy as ``name`` and make the engine serve it from ``step``.
 
-    A LoRA adapter goes to ``RUN_DIR/adapters/NAME`` and is hot-loaded (the newest
-    ``keep_loaded`` stay loaded); full weights go to ``RUN_DIR/weights/NAME`` and the engine
-    reloads them as its base weights.
+    The one way every loop hands a new policy to the engine. A LoRA adapter goes to
+    ``RUN_DIR/adapters/NAME`` and is hot-loaded (the newest ``keep_loaded`` stay loaded);
+    full weights go to ``RUN_DIR/weights/NAME`` and the engine reloads them as its base
+    weights; with ``role`` (one adapter per role) the adapter goes to
+    ``RUN_DIR/adapters/ROLE/NAME`` and is served for that role's calls. Returns the policy
+    version the engine serves it under (the context's ``policy_version``, or the role's).
     """
-    if engine.is_full:
+    if role is not None:
+        adapter_dir = context.run_dir / "adapters" / role / name
+        await asyncio.to_thread(updater.save_adapter, adapter_dir)
+        return await context.serve_role_adapter(role, adapter_dir, step)
+    if updater.is_full:
         model_dir = context.run_dir / "weights" / name
-        await asyncio.to_thread(engine.save_model, model_dir)
+        await asyncio.to_thread(updater.save_model, model_dir)
         await context.serve_weights(model_dir, step)
     else:
         adapter_dir = context.run_dir / "adapters" / name
-        await asyncio.to_thread(engine.save_adapter, adapter_dir)
+        await asyncio.to_thread(updater.save_adapter, adapter_dir)
         await context.serve_adapter(adapter_dir, step, keep_loaded=keep_loaded)
+    return context.policy_version
 
 
 def keep_newest(folder: Path, *, pattern: str, keep: int = 2) -> None:

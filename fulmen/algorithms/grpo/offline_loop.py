@@ -29,6 +29,7 @@ from fulmen.algorithms.grpo.diagnose import no_update_reason
 from fulmen.algorithms.grpo.loop import GRPOLoop
 from fulmen.algorithms.grpo.offline import OfflineBatch, offline_batch
 from fulmen.algorithms.rewards import reward_metrics
+from fulmen.algorithms.serving import serve_policy
 
 if TYPE_CHECKING:
     pass
@@ -85,10 +86,10 @@ class OfflineGRPOLoop(GRPOLoop):
             self._trainer.train_step, batch.transitions, policy_version=context.policy_version
         )
         trained = time.perf_counter()
-        adapter_dir = context.run_dir / "adapters" / f"step-{step + 1:05d}"
-        await asyncio.to_thread(self._trainer.save_adapter, adapter_dir)
-        await context.serve_adapter(adapter_dir, step + 1)
-        self._trainer.policy_version = context.policy_version
+        name = f"step-{step + 1:05d}"
+        self._trainer.policy_version = await serve_policy(
+            self._trainer, context, name=name, step=step + 1
+        )
         await self._checkpoint(step + 1)
         rewards = [t.rollout_reward for t in {t.rollout_id: t for t in batch.transitions}.values()]
         metrics: dict[str, float] = {

@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from fulmen.algorithms.grpo.loop import GRPOLoop
+from fulmen.algorithms.serving import serve_policy
 
 __all__ = ["RoleGRPOLoop"]
 
@@ -87,8 +88,6 @@ class RoleGRPOLoop(GRPOLoop):
         for role, engine in self._trainer.engines.items():
             if not train_metrics.get(f"{role}/updated"):
                 continue  # its served adapter is still its newest
-            adapter_dir = self.context.run_dir / "adapters" / role / f"step-{completed:05d}"
-            await asyncio.to_thread(engine.save_adapter, adapter_dir)
-            engine.policy_version = await self.context.serve_role_adapter(
-                role, adapter_dir, completed
+            engine.policy_version = await serve_policy(
+                engine, self.context, name=f"step-{completed:05d}", step=completed, role=role
             )
