@@ -26,6 +26,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 __all__ = [
+    "AgentFailed",
     "ConfigError",
     "Conflict",
     "EngineError",
@@ -39,6 +40,7 @@ __all__ = [
     "StoreUnavailable",
     "Unauthorized",
     "error_class_for_code",
+    "error_summary",
 ]
 
 
@@ -139,6 +141,13 @@ class ConfigError(FulmenError):
     http_status = 400
 
 
+class AgentFailed(FulmenError):
+    """Every rollout failed, step after step: the agent (or its reward code) is broken."""
+
+    code = "agent_failed"
+    http_status = 500
+
+
 _BY_CODE: dict[str, type[FulmenError]] = {
     cls.code: cls
     for cls in (
@@ -154,6 +163,7 @@ _BY_CODE: dict[str, type[FulmenError]] = {
         GatewayError,
         EngineError,
         ConfigError,
+        AgentFailed,
     )
 }
 
@@ -161,3 +171,17 @@ _BY_CODE: dict[str, type[FulmenError]] = {
 def error_class_for_code(code: str) -> type[FulmenError]:
     """Return the exception class of ``code``; unknown codes map to ``StoreError``."""
     return _BY_CODE.get(code, StoreError)
+
+
+def error_summary(text: str | None) -> str:
+    """Return the line of a stored error that says what happened.
+
+    For a traceback (what a failed attempt stores) that is its last line, the exception
+    (``KeyError: 'expected'``); for anything else its first non-empty line.
+    """
+    lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
+    if not lines:
+        return ""
+    if lines[0].startswith("Traceback (most recent call last)"):
+        return lines[-1]
+    return lines[0]

@@ -129,6 +129,11 @@ class AlgorithmContext(Protocol):
         ...
 
     @property
+    def store_url(self) -> str:
+        """The run's store, as ``fulmen rollouts --store`` takes it (for the hints printed)."""
+        ...
+
+    @property
     def engine_model(self) -> str:
         """The model name the engine serves the policy under now."""
         ...

@@ -65,6 +65,21 @@ def _clip(text: str, width: int) -> str:
     return text if len(text) <= width else text[: max(width - 1, 1)] + "…"
 
 
+#: Lines of a stored error ``rollouts show`` prints: a traceback's end (its exception) matters.
+_ERROR_LINES = 40
+
+
+def _error_lines(error: str, label: str) -> list[str]:
+    """``error`` in full, indented under ``label`` (a long traceback: its last lines)."""
+    text = error.rstrip().splitlines() or [""]
+    pad = " " * len(label)
+    shown = text
+    if len(text) > _ERROR_LINES:
+        skipped = len(text) - _ERROR_LINES
+        shown = [f"... {skipped} lines above (--json shows all)", *text[-_ERROR_LINES:]]
+    return [label + shown[0], *(pad + line for line in shown[1:])]
+
+
 def _terminal_width() -> int:
     return shutil.get_terminal_size((120, 24)).columns
 
@@ -241,8 +256,8 @@ def _render_show(rollout: Rollout, attempts: list[Attempt], spans: list[Span],
     ]
     if rollout.metadata:
         lines.append("  metadata " + _clip(json.dumps(rollout.metadata), width - 11))
-    if rollout.error:
-        lines.append("  error    " + _clip(rollout.error, width - 11))
+    if rollout.error and (not attempts or rollout.error != attempts[-1].error):
+        lines += _error_lines(rollout.error, "  error    ")  # else shown under its attempt
     headers = ["SEQ", "KIND", "NAME", "TOOK", "TOKENS in/out", "REWARD", "STATUS"]
     name_width = max(20, min(60, width - 60))
     for attempt in attempts:
@@ -252,7 +267,7 @@ def _render_show(rollout: Rollout, attempts: list[Attempt], spans: list[Span],
             f"  worker {attempt.worker_id}  took {_seconds(attempt.started_at, attempt.ended_at)}",
         ]
         if attempt.error:
-            lines.append("  error " + _clip(attempt.error, width - 8))
+            lines += _error_lines(attempt.error, "  error ")
         if attempt.late_status is not None:
             lines.append(f"  late report: {attempt.late_status.value} {attempt.late_error or ''}")
         mine_s = [s for s in spans if s.attempt_id == attempt.attempt_id]

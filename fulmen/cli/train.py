@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import json
 import signal
+import sys
 import textwrap
 from collections.abc import Coroutine
 from typing import Any, TypeVar
@@ -70,11 +71,19 @@ def register(subparsers: Any) -> None:
         help="run a few rollouts and print calls, rewards and transitions (no training)",
         description=(
             "Dry run: execute a few rollouts with the configured model (or any "
-            "OpenAI-compatible endpoint) and print every call, reward and transition."
+            "OpenAI-compatible endpoint) and print every call, reward and transition. Exits 1 "
+            "when every rollout failed."
         ),
     )
     dev.add_argument("config", help="path to the YAML config")
     dev.add_argument("-n", type=int, default=4, help="number of tasks to run (default 4)")
+    dev.add_argument(
+        "--split",
+        choices=("train", "val"),
+        default="train",
+        help="train (default): training tasks, sampled as training samples them "
+        "(rollouts.train_sampling); val: validation tasks at rollouts.val_sampling",
+    )
     dev.add_argument("--endpoint", help="OpenAI-compatible base URL to use instead of the engine")
     dev.add_argument("--model", help="model name to request from --endpoint")
     dev.add_argument("--json", action="store_true", help="also print the summary as JSON")
@@ -98,7 +107,7 @@ def _train(args: argparse.Namespace) -> int:
     trainer = Trainer(config, store_token=token, settings=settings)
     work = trainer.afit()
     if args.dashboard:
-        work = _with_dashboard(work, config, token)
+        work = _with_dashboard(work, config, token, port=args.dashboard_port)
     try:
         history = asyncio.run(_until_signal(work))
     except asyncio.CancelledError:
@@ -106,12 +115,12 @@ def _train(args: argparse.Namespace) -> int:
         return 143
     records = read_metrics(config.run_dir / "metrics.jsonl")
     train = [r["reward/mean"] for r in records if r.get("reward/mean") is not None]
-    val = [r["val/reward_mean"] for r in records if r.get("val/reward_mean") is not None]
+    val = [r for r in records if r.get("val/reward_mean") is not None]
     print(f"done: {len(history)} steps in this run, {len(train)} in all")
     if train:
         print(f"train reward: first step {train[0]:.3f} -> last step {train[-1]:.3f}")
     if val:
-        print(f"validation reward: before {val[0]:.3f} -> after {val[-1]:.3f}")
+        print(f"validation reward: before {_val(val[0])} -> after {_val(val[-1])}")
     if trainer.end_of_run is not None:
         for line in trainer.end_of_run.summary():
             print(line)
@@ -120,6 +129,15 @@ def _train(args: argparse.Namespace) -> int:
     store = config.store_url or f"sqlite:///{config.run_dir / 'store.db'}"
     print(f"run: {run_id} in the store (fulmen runs show {run_id} --store {store})")
     return 0
+
+
+def _val(record: dict[str, Any]) -> str:
+    """Format a validation's mean reward with how many of its rollouts failed (left out)."""
+    failed = int(record.get("val/failed", 0))
+    mean = record["val/reward_mean"]
+    if failed and mean != mean:  # NaN: no rollout gave a reward
+        return "none (every validation rollout failed)"
+    return f"{mean:.3f}" + (f" ({failed} validation rollouts failed)" if failed else "")
 
 
 def _is_torchrun_update_rank() -> bool:
@@ -140,7 +158,7 @@ def _update_rank(config: Any) -> int:
 
 
 def _with_dashboard(
-    work: Coroutine[Any, Any, _T], config: Any, token: str | None
+    work: Coroutine[Any, Any, _T], config: Any, token: str | None, *, port: int = 0
 ) -> Coroutine[Any, Any, _T]:
     """Wrap the run so the dashboard over its store is served (and its URL printed) meanwhile."""
     from fulmen.cli.store import store_options
@@ -155,6 +173,7 @@ def _with_dashboard(
         # read-only: the run's own store runs the watchdog
         store_options=store_options(url, token) or {"watchdog_interval": None},
         announce=lambda address: print(f"dashboard: {address}", flush=True),
+        port=port,
         token=token,
         transition_options=config.transition_options(),
         debug=DebugTools(config=config),  # replay and A/B with the run's own agent and tasks
@@ -176,13 +195,24 @@ async def _until_signal(work: Coroutine[Any, Any, _T]) -> _T:
 
 
 def _dev(args: argparse.Namespace) -> int:
+    from fulmen.errors import error_summary
     from fulmen.trainer.config import load_config
     from fulmen.trainer.trainer import Trainer
 
     if args.n < 1:
         raise SystemExit("fulmen dev: -n must be at least 1")
     config = load_config(args.config, overrides=args.set)
-    report = Trainer(config).dev(n=args.n, endpoint=args.endpoint, model=args.model)
+    report = Trainer(config).dev(
+        n=args.n, split=args.split, endpoint=args.endpoint, model=args.model
+    )
     if args.json:
         print(json.dumps(report))
+    failed = [r for r in report if r["status"] != "succeeded"]
+    if report and len(failed) == len(report):
+        first = error_summary(failed[0]["error"]) or failed[0]["status"]
+        print(
+            f"fulmen dev: every rollout failed; the first: {first} (its traceback is above)",
+            file=sys.stderr,
+        )
+        return 1
     return 0

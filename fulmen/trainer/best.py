@@ -81,7 +81,8 @@ class Validated(BaseModel):
         step: the run's step it validated (numbered across stages; 0: before training).
         stage / algorithm: the stage that validated it.
         scores: its ``val/*`` metrics; ``PRIMARY_SCORE`` among them.
-        rewards: each validation task's reward, in the order of the validation tasks.
+        rewards: each validation task's reward, in the order of the validation tasks
+            (``None``: its rollout failed or gave no reward).
         weights: the full-weight model directory served as the base (``None``: the original).
         adapter: the policy adapter served (``None``: none).
         role_adapters: with one adapter per role, each role's adapter.
@@ -95,7 +96,7 @@ class Validated(BaseModel):
     stage: int = 0
     algorithm: str = ""
     scores: dict[str, float]
-    rewards: list[float] = Field(default_factory=list[float])
+    rewards: list[float | None] = Field(default_factory=list[float | None])
     weights: str | None = None
     adapter: str | None = None
     role_adapters: dict[str, str] = Field(default_factory=dict[str, str])
@@ -206,11 +207,19 @@ class Change:
 
 def validation_change(baseline: Validated, final: Validated) -> Change:
     """Compare ``final``'s primary score with ``baseline``'s (see ``Change``)."""
-    before, after = baseline.rewards, final.rewards
-    if len(before) == len(after) and len(before) >= 2:
-        differences = [b - a for a, b in zip(before, after, strict=True)]
-        error = statistics.stdev(differences) / math.sqrt(len(differences))
-        return Change(baseline.score, final.score, error, len(differences), paired=True)
+    if len(baseline.rewards) == len(final.rewards):
+        # Paired over the tasks scored both times (a failed rollout has no reward to pair).
+        pairs = [
+            (a, b)
+            for a, b in zip(baseline.rewards, final.rewards, strict=True)
+            if a is not None and b is not None
+        ]
+        if len(pairs) >= 2:
+            differences = [b - a for a, b in pairs]
+            error = statistics.stdev(differences) / math.sqrt(len(differences))
+            return Change(baseline.score, final.score, error, len(differences), paired=True)
+    before = [r for r in baseline.rewards if r is not None]
+    after = [r for r in final.rewards if r is not None]
     if len(before) >= 2 and len(after) >= 2:
         error = math.sqrt(
             statistics.variance(before) / len(before) + statistics.variance(after) / len(after)
@@ -394,7 +403,7 @@ def served_now(
     stage: int,
     algorithm: str,
     scores: Mapping[str, float],
-    rewards: Sequence[float],
+    rewards: Sequence[float | None],
 ) -> Validated:
     """Describe what ``session`` serves now, validated at the run's ``step`` with ``scores``."""
     state = session.state

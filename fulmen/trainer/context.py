@@ -9,6 +9,7 @@ progress is saved in the run's ``state.json``.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -39,6 +40,8 @@ if TYPE_CHECKING:
     from fulmen.types.limits import JsonData
 
 __all__ = ["StageContext", "rollout_prefix"]
+
+_log = logging.getLogger("fulmen.train")
 
 #: The algorithm whose training rollouts sample the behaviour policy of its importance ratios.
 _BEHAVIOUR_ALGORITHM = "grpo"
@@ -124,6 +127,11 @@ class StageContext:
     def engine_url(self) -> str:
         """The engine's ``.../v1`` URL."""
         return self.session.stack.engine_url
+
+    @property
+    def store_url(self) -> str:
+        """The run's store, as ``fulmen rollouts --store`` takes it."""
+        return self.session.stack.store_url
 
     @property
     def engine_model(self) -> str:
@@ -277,18 +285,23 @@ class StageContext:
 
         return await behaviour_calls(source.store, attempts, temperature=temperature)
 
-    async def rewards(self, rollouts: Sequence[Rollout]) -> list[float]:
-        """Each rollout's final reward (0.0 when it failed or emitted none)."""
+    async def scored(self, rollouts: Sequence[Rollout]) -> list[float | None]:
+        """Each rollout's final reward; ``None`` for one that failed or emitted none."""
         from fulmen.adapter.transitions import load_attempt
 
-        out: list[float] = []
+        out: list[float | None] = []
         for rollout in rollouts:
             reward = None
             if rollout.status is RolloutStatus.SUCCEEDED:
-                records = await load_attempt(self.session.stack.store, rollout.rollout_id)
-                reward = records.final_reward
-            out.append(0.0 if reward is None else reward)
+                reward = (
+                    await load_attempt(self.session.stack.store, rollout.rollout_id)
+                ).final_reward
+            out.append(reward)
         return out
+
+    async def rewards(self, rollouts: Sequence[Rollout]) -> list[float]:
+        """Each rollout's final reward (0.0 when it failed or emitted none)."""
+        return [0.0 if r is None else r for r in await self.scored(rollouts)]
 
     async def validate(self, step: int) -> dict[str, float] | None:
         """Validate the served policy with the carried resources; log at ``step``.
@@ -307,12 +320,17 @@ class StageContext:
         finished = await self.run_tasks(
             list(enumerate(session.val_tasks)), mode=Mode.VAL, version=version, tag=f"val{step}"
         )
-        rewards = await self.rewards(finished)  # in task order: the store answers in it
-        metrics = reward_metrics("val/reward", rewards, session.config.success_threshold)
+        # In task order (the store answers in it); None: the rollout failed or gave no reward.
+        rewards = await self.scored(finished)
+        scored = [r for r in rewards if r is not None]
+        metrics = reward_metrics("val/reward", scored, session.config.success_threshold)
         metrics["val/success"] = metrics.pop("val/reward/success")
         metrics["val/reward_mean"] = metrics.pop("val/reward/mean")
+        metrics["val/failed"] = float(len(rewards) - len(scored))
         metrics["time/val_s"] = time.perf_counter() - started
         self.log(step, metrics)
+        if len(scored) < len(rewards):
+            _warn_failed_validation(step, finished, len(rewards) - len(scored), self.store_url)
         validated = served_now(
             session,
             step=self.global_step(step),
@@ -415,6 +433,26 @@ class StageContext:
                     f"{len(ids) - len(done)} rollouts did not finish in {limit:.0f} s"
                 )
         return done
+
+
+def _warn_failed_validation(
+    step: int, finished: Sequence[Rollout], failed: int, store_url: str
+) -> None:
+    """Say that validation rollouts failed: they are left out of ``val/reward_mean``."""
+    from fulmen.errors import error_summary
+
+    first = next((r for r in finished if r.status is not RolloutStatus.SUCCEEDED), None)
+    what = f"the first: {error_summary(first.error)}" if first and first.error else "no reward"
+    _log.warning(
+        "validation at step %d: %d of %d rollouts failed or gave no reward (%s); they are "
+        "counted in val/failed, not in val/reward_mean. `fulmen rollouts list --status failed "
+        "--mode val --store %s` lists them",
+        step,
+        failed,
+        len(finished),
+        what,
+        store_url,
+    )
 
 
 def rollout_prefix(run_id: str, generation: int, stage: int) -> str:

@@ -104,9 +104,14 @@ async def run_dev(
     model: str,
     options: Any,
     rollouts: RolloutSettings,
+    mode: Mode = Mode.VAL,
     out: TextIO,
 ) -> list[dict[str, Any]]:
-    """Run one validation-mode rollout per task on ``stack`` and print a report to ``out``."""
+    """Run one rollout of ``mode`` per task on ``stack`` and print a report to ``out``.
+
+    ``mode`` picks the sampling: ``train`` at ``rollouts.train_sampling``, else
+    ``val_sampling``.
+    """
     from fulmen.adapter.transitions import load_attempt
 
     store = stack.store
@@ -120,7 +125,7 @@ async def run_dev(
         [
             RolloutCreate(
                 input=task,
-                mode=Mode.VAL,
+                mode=mode,
                 task_id=task_id,
                 resources_version=version,
                 config=RolloutConfig(timeout_s=rollouts.timeout_s),

@@ -81,6 +81,11 @@ class TrainingStack:
         self._ray: RayServices | None = None
 
     @property
+    def store_url(self) -> str:
+        """The store this run opened, as configured (what ``fulmen rollouts --store`` takes)."""
+        return self._store_url
+
+    @property
     def store(self) -> Store:
         """The run's store (available inside the context)."""
         if self._store is None:

@@ -10,11 +10,12 @@ prints what happened: calls, rewards and the transitions training would use.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any, Literal, TextIO
 
 from fulmen.engines.config import EngineConfig
 from fulmen.errors import ConfigError
@@ -24,6 +25,7 @@ from fulmen.trainer.data import load_tasks, task_id_of
 from fulmen.trainer.metrics import MetricsLogger
 from fulmen.trainer.preflight import check_before_start
 from fulmen.trainer.stack import TrainingStack
+from fulmen.types import Mode
 
 if TYPE_CHECKING:
     from fulmen.trainer.best import EndOfRun
@@ -166,6 +168,7 @@ class Trainer:
         tasks: str | Sequence[Any] | None = None,
         *,
         n: int = 4,
+        split: Literal["train", "val"] = "train",
         endpoint: str | None = None,
         model: str | None = None,
         out: TextIO | None = None,
@@ -174,14 +177,24 @@ class Trainer:
 
         Args:
             agent: what to run (default: ``config.agent``).
-            tasks: where tasks come from (default: the validation data, else the training data).
+            tasks: where tasks come from (default: the ``split``'s data).
             n: how many tasks to run.
+            split: ``train`` runs training tasks at ``rollouts.train_sampling``, as training
+                rollouts run; ``val`` validation tasks at ``rollouts.val_sampling``.
             endpoint: an OpenAI-compatible base URL to use instead of starting the engine.
             model: the model name to request from ``endpoint`` (default: ``config.model``).
             out: where the report goes (default: stdout).
         """
         return asyncio.run(
-            self.adev(agent, tasks, n=n, endpoint=endpoint, model=model, out=out or sys.stdout)
+            self.adev(
+                agent,
+                tasks,
+                n=n,
+                split=split,
+                endpoint=endpoint,
+                model=model,
+                out=out or sys.stdout,
+            )
         )
 
     async def adev(
@@ -190,6 +203,7 @@ class Trainer:
         tasks: str | Sequence[Any] | None = None,
         *,
         n: int = 4,
+        split: Literal["train", "val"] = "train",
         endpoint: str | None = None,
         model: str | None = None,
         out: TextIO,
@@ -204,10 +218,13 @@ class Trainer:
                 "(data.from_store) without one"
             )
         check_before_start(agent or config.agent, config.python_path)
-        source = tasks or config.data.val or config.data.train
+        source = tasks or (config.data.train if split == "train" else config.data.val)
         if source is None:
-            raise ConfigError("fulmen dev needs tasks: pass them, or set data.val or data.train")
+            raise ConfigError(
+                f"fulmen dev --split {split} needs data.{split} (or tasks passed to dev)"
+            )
         chosen = load_tasks(source, python_path=config.python_path)[:n]
+        out.write(_dev_header(len(chosen), split, config, given=tasks is not None) + "\n")
         engine = EngineConfig(kind="endpoint", url=endpoint) if endpoint else config.engine
         stack = TrainingStack(
             store_url="memory://",
@@ -226,5 +243,19 @@ class Trainer:
                 model=model or config.model,
                 options=config.transition_options(),
                 rollouts=config.rollouts,
+                mode=Mode.TRAIN if split == "train" else Mode.VAL,
                 out=out,
             )
+
+
+def _dev_header(n: int, split: str, config: TrainConfig, *, given: bool) -> str:
+    """Say which tasks ``fulmen dev`` runs and how it samples them."""
+    origin = "the tasks given" if given else f"data.{split}"
+    if split == "train":
+        sampling = json.dumps(config.rollouts.train_sampling)
+        return (
+            f"fulmen dev: {n} training tasks ({origin}) sampled as training does "
+            f"(rollouts.train_sampling {sampling}); --split val runs validation tasks"
+        )
+    sampling = json.dumps(config.rollouts.val_sampling)
+    return f"fulmen dev: {n} validation tasks ({origin}) at rollouts.val_sampling {sampling}"

@@ -18,6 +18,7 @@ from fulmen.types import (
     AttemptStatus,
     LLMCallCreate,
     LLMChoice,
+    Mode,
     RolloutCreate,
     SpanCreate,
 )
@@ -200,3 +201,29 @@ def test_serve_reports_a_busy_port() -> None:
         )  # fmt: skip
     assert result.returncode == 1
     assert f"cannot listen on 127.0.0.1:{port}" in result.stderr
+
+
+def test_show_prints_a_failed_attempts_error_in_full(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The exception is a traceback's last line: cutting after the first hid it."""
+    url = f"sqlite:///{tmp_path / 'failed.db'}"
+    frames = "".join(f'  File "agent.py", line {n}, in step_{n}\n    x = f()\n' for n in range(30))
+    traceback = f"Traceback (most recent call last):\n{frames}KeyError: 'expected'\n"
+
+    async def fail() -> str:
+        async with open_store(url) as store:
+            await store.enqueue([RolloutCreate(input={"q": 1}, mode=Mode.TRAIN)])
+            (claim,) = await store.claim("worker-7")
+            attempt = claim.attempt.attempt_id
+            await store.update_attempt(attempt, status=AttemptStatus.FAILED, error=traceback)
+            return claim.rollout.rollout_id
+
+    rid = asyncio.run(fail())
+    code, out, _ = run_cli(["rollouts", "show", rid, "--store", url], capsys)
+    assert code == 0
+    lines = out.splitlines()
+    (start,) = [i for i, line in enumerate(lines) if line.startswith("  error ")]
+    assert lines[start] == "  error ... 22 lines above (--json shows all)"
+    assert lines[start + 40] == "        KeyError: 'expected'"
+    assert 'File "agent.py", line 29, in step_29' in [line.strip() for line in lines]

@@ -188,8 +188,9 @@ def test_without_the_right_token_the_page_gets_no_data(dashboard: Any, browser: 
     context.close()
 
 
-def test_fulmen_train_printed_the_dashboard_url(toy_store: Any) -> None:
-    assert re.search(r"^dashboard: http://127\.0\.0\.1:\d+/$", toy_store.train_output, re.M)
+def test_fulmen_train_served_the_dashboard_on_the_port_asked_for(toy_store: Any) -> None:
+    url = f"http://127.0.0.1:{toy_store.dashboard_port}/"
+    assert re.search(rf"^dashboard: {re.escape(url)}$", toy_store.train_output, re.M)
 
 
 def test_runs_page_plots_the_metrics_the_store_holds(

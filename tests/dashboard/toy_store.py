@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import io
+import socket
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,6 +50,7 @@ class ToyStore:
     run_dir: Path
     prompt_refs: tuple[str, str]
     train_output: str
+    dashboard_port: int
 
 
 def record_toy_store(root: Path) -> ToyStore:
@@ -67,9 +69,11 @@ def record_toy_store(root: Path) -> ToyStore:
     ]
     path, modules = list(sys.path), set(sys.modules)
     output = io.StringIO()
+    port = _free_port()
+    args = ["train", str(TOY), "--dashboard-port", str(port)]
     try:
         with contextlib.redirect_stdout(output):
-            code = main(["train", str(TOY), *(a for o in overrides for a in ("--set", o))])
+            code = main([*args, *(a for o in overrides for a in ("--set", o))])
         if code != 0:
             raise RuntimeError(f"fulmen train exited with {code}: {output.getvalue()}")
     finally:  # the toy's ``agent`` module must not leak into other examples' tests
@@ -79,7 +83,19 @@ def record_toy_store(root: Path) -> ToyStore:
                 del sys.modules[name]
     url = f"sqlite:///{run_dir / 'store.db'}"
     refs = asyncio.run(_add_cases(url))
-    return ToyStore(url=url, run_dir=run_dir, prompt_refs=refs, train_output=output.getvalue())
+    return ToyStore(
+        url=url,
+        run_dir=run_dir,
+        prompt_refs=refs,
+        train_output=output.getvalue(),
+        dashboard_port=port,
+    )
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
 
 
 async def _add_cases(url: str) -> tuple[str, str]:

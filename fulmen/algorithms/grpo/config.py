@@ -175,6 +175,9 @@ class GRPOAlgorithmConfig(BaseModel):
             (``fulmen.algorithms.grpo.roles``, ``docs/roles.md``). Calls of other agents are
             served by the base model and not trained. ``None``: one adapter serves and learns
             from every call ``transitions.agents`` selects.
+        max_failed_steps: stop the run (an error naming the first failure) after this many
+            steps in a row in which every rollout failed: the agent or its reward code is
+            broken and nothing can be learned; ``None``: never stop for that.
     """
 
     model_config = ConfigDict(
@@ -193,6 +196,7 @@ class GRPOAlgorithmConfig(BaseModel):
     data_parallel: DataParallelConfig | None = None
     async_: AsyncSettings | None = Field(default=None, alias="async")
     adapters: dict[str, list[str]] | None = None
+    max_failed_steps: int | None = Field(default=3, ge=1)
 
     @model_validator(mode="after")
     def _no_dead_options(self) -> GRPOAlgorithmConfig:

@@ -17,8 +17,10 @@ def _count(metrics: Mapping[str, float], key: str) -> int:
     return int(value) if value == value else 0  # NaN counts as 0
 
 
-def no_update_reason(metrics: Mapping[str, float]) -> str:
+def no_update_reason(metrics: Mapping[str, float], *, store_url: str = "STORE_URL") -> str:
     """Explain, from a step's metrics, why the step took no optimizer step.
+
+    ``store_url`` is the run's store, for the commands the explanation suggests.
 
     A step skipped for a non-finite gradient says so first. Then the causes are checked from
     the earliest stage of the pipeline to the last: failed
@@ -36,7 +38,7 @@ def no_update_reason(metrics: Mapping[str, float]) -> str:
     if finished and failed == finished:
         return (
             f"all {finished} rollouts failed; see their errors with "
-            "`fulmen rollouts list --status failed --store RUN_DIR/store.db`"
+            f"`fulmen rollouts list --status failed --store {store_url}`"
         )
     if _count(metrics, "transitions") == 0:
         calls = _count(metrics, "adapter/calls")

@@ -28,6 +28,7 @@ from fulmen.algorithms.grpo.diagnose import no_update_reason
 from fulmen.algorithms.parallel.group import data_parallel
 from fulmen.algorithms.rewards import reward_metrics
 from fulmen.algorithms.serving import keep_newest, serve_policy
+from fulmen.errors import AgentFailed, error_summary
 from fulmen.types import Mode, Rollout, RolloutStatus
 
 __all__ = ["GRPOLoop", "progress_bar"]
@@ -45,6 +46,9 @@ class GRPOLoop:
         self._attribution = AttributionCheck(self.options)
         self.history: list[dict[str, float]] = []
         self._trainer: Any = None
+        self._failed_steps = 0  # steps in a row whose every rollout failed
+        self._first_failure: str | None = None
+        self._step_failure: str | None = None
 
     async def run(self) -> list[dict[str, float]]:
         """Train to the configured number of steps; returns the metrics of each step run.
@@ -75,6 +79,7 @@ class GRPOLoop:
             for step in range(first, total):
                 metrics = await self._step(step)
                 self.history.append(metrics)
+                self._stop_if_failing(step + 1, metrics)
                 progress.update(1)
                 progress.set_postfix(
                     reward=f"{metrics['reward/mean']:.3f}", step_s=f"{metrics['time/step_s']:.1f}"
@@ -157,7 +162,8 @@ class GRPOLoop:
         metrics["time/step_s"] = time.perf_counter() - started
         self.context.log(step + 1, metrics)
         if metrics.get("updated") == 0.0:
-            logger.warning("step %d made no update: %s", step + 1, no_update_reason(metrics))
+            reason = no_update_reason(metrics, store_url=self.context.store_url)
+            logger.warning("step %d made no update: %s", step + 1, reason)
         return metrics
 
     async def _train(self, transitions: Sequence[Any]) -> dict[str, float]:
@@ -172,6 +178,30 @@ class GRPOLoop:
         await serve_policy(self._trainer, self.context, name=name, step=completed)
         self._trainer.policy_version = self.context.policy_version
 
+    def _stop_if_failing(self, completed: int, metrics: Mapping[str, float]) -> None:
+        """Raise ``AgentFailed`` once ``max_failed_steps`` steps in a row had only failed rollouts.
+
+        Such a run learns nothing and would otherwise end looking finished; the error names
+        the first failure of the first of those steps and where to read every one.
+        """
+        finished = metrics.get("rollouts/finished", 0.0)
+        if not finished or metrics.get("rollouts/failed") != finished:
+            self._failed_steps, self._first_failure = 0, None
+            return
+        self._failed_steps += 1
+        if self._first_failure is None:
+            self._first_failure = self._step_failure
+        limit = self.config.max_failed_steps
+        if limit is None or self._failed_steps < limit:
+            return
+        raise AgentFailed(
+            f"every rollout of the last {self._failed_steps} steps (to step {completed}) failed; "
+            f"the first error: {error_summary(self._first_failure) or 'none recorded'}. Each "
+            f"traceback: `fulmen rollouts list --status failed --store {self.context.store_url}` "
+            "then `fulmen rollouts show ID`; `fulmen dev CONFIG` runs the agent without "
+            "training (algorithm.max_failed_steps sets how many such steps stop the run)"
+        )
+
     def _metrics(
         self,
         finished: Sequence[Rollout],
@@ -180,6 +210,9 @@ class GRPOLoop:
         train_metrics: dict[str, Any],
     ) -> dict[str, float]:
         rewards = [tr.final_reward for tr in trajectories if tr.final_reward is not None]
+        self._step_failure = next(
+            (r.error for r in finished if r.status is not RolloutStatus.SUCCEEDED), None
+        )
         metrics: dict[str, float] = {
             **reward_metrics("reward", rewards, self.context.success_threshold),
             "rollouts/finished": float(len(finished)),

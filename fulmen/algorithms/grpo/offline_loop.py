@@ -109,5 +109,6 @@ class OfflineGRPOLoop(GRPOLoop):
         metrics["task/success"] = metrics.pop("reward/success")
         context.log(step + 1, metrics)
         if metrics.get("updated") == 0.0:
-            logger.warning("step %d made no update: %s", step + 1, no_update_reason(metrics))
+            reason = no_update_reason(metrics, store_url=context.store_url)
+            logger.warning("step %d made no update: %s", step + 1, reason)
         return metrics
