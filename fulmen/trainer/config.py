@@ -7,6 +7,9 @@ without validation data, a KL estimator without a KL coefficient, and so on.
 
 from __future__ import annotations
 
+import difflib
+import types
+import typing
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, TypeAlias, cast
@@ -359,11 +362,85 @@ def load_config(path: str | Path, *, overrides: Sequence[str] = ()) -> TrainConf
     try:
         return TrainConfig.model_validate(raw)
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or 'config'}: {err['msg']}"
-            for err in exc.errors()
-        )
+        problems = "; ".join(_problem(err["loc"], err["type"], err["msg"]) for err in exc.errors())
         raise ConfigError(f"invalid config {path}: {problems}") from exc
+
+
+def _problem(loc: Sequence[int | str], kind: str, message: str) -> str:
+    """One validation error as ``key.path: message``, with a suggestion for an unknown key.
+
+    The path is the one written in the config: pydantic adds the algorithm's name after
+    ``algorithm`` (and ``stages.N``), which is no key of the file. An unknown key names the
+    closest option of its section (``did you mean algorithm.group_size?``), or lists them.
+    """
+    path = _config_path(loc)
+    where = ".".join(str(p) for p in path) or "config"
+    if kind != "extra_forbidden" or not path:
+        return f"{where}: {message}"
+    options = _options_at(loc)
+    if not options:
+        return f"{where}: {message}"
+    close = difflib.get_close_matches(str(path[-1]), options, n=1, cutoff=0.6)
+    if close:
+        section = ".".join(str(p) for p in (*path[:-1], close[0]))
+        return f"{where}: unknown option; did you mean {section}?"
+    return f"{where}: unknown option (options here: {', '.join(sorted(options))})"
+
+
+def _config_path(loc: Sequence[int | str]) -> list[int | str]:
+    """``loc`` without the algorithm names pydantic's discriminated union inserts."""
+    out: list[int | str] = []
+    for index, part in enumerate(loc):
+        previous = loc[index - 1] if index else None
+        is_tag = part in names() and (
+            previous == "algorithm"
+            or (isinstance(previous, int) and index >= 2 and loc[index - 2] == "stages")
+        )
+        if not is_tag:
+            out.append(part)
+    return out
+
+
+def _options_at(loc: Sequence[int | str]) -> list[str]:
+    """Return the option names of the section holding the last key of ``loc`` (pydantic's)."""
+    model: Any = TrainConfig
+    parts = list(loc[:-1])
+    index = 0
+    while index < len(parts):
+        fields = model.model_fields
+        name = str(parts[index])
+        info = fields.get(name) or next((f for f in fields.values() if f.alias == name), None)
+        if info is None:
+            return []
+        model, index = _section_model(info.annotation, parts, index + 1)
+        if model is None:
+            return []
+    return [info.alias or name for name, info in model.model_fields.items()]
+
+
+def _section_model(annotation: Any, parts: list[int | str], index: int) -> tuple[Any, int]:
+    """Follow ``annotation`` (optional, list, discriminated union) to the model at ``parts``."""
+    origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:
+        return _section_model(typing.get_args(annotation)[0], parts, index)
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation, index
+    if origin is list and index < len(parts) and isinstance(parts[index], int):
+        return _section_model(typing.get_args(annotation)[0], parts, index + 1)
+    if origin in (typing.Union, types.UnionType):
+        members = [a for a in typing.get_args(annotation) if a is not type(None)]
+        if len(members) == 1:
+            return _section_model(members[0], parts, index)
+        for member in members:  # a discriminated union: the next part is the tag
+            if (
+                isinstance(member, type)
+                and issubclass(member, BaseModel)
+                and index < len(parts)
+                and "name" in member.model_fields
+                and member.model_fields["name"].default == parts[index]
+            ):
+                return member, index + 1
+    return None, index
 
 
 def _apply_override(raw: dict[str, Any], override: str) -> None:

@@ -152,12 +152,12 @@ def test_algorithm_defaults_to_grpo_and_stages_chain_named_algorithms(tmp_path: 
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
-        ("algorithm: {name: apo, selection: best}\n", "algorithm.apo.selection: Input should"),
+        ("algorithm: {name: apo, selection: best}\n", "algorithm.selection: Input should"),
         (
             "stages: [grpo, {name: apo, critic: {base_url: 'https://api.example/v1'}}]\n",
             "critic.base_url is set, so critic.model is needed",
         ),
-        ("stages: [grpo, {name: demos, demos: 0}]\n", "stages.1.demos.demos: Input should be"),
+        ("stages: [grpo, {name: demos, demos: 0}]\n", "stages.1.demos: Input should be"),
         (
             "algorithm: {name: nope}\n",
             "algorithm.name 'nope': no such algorithm .available: grpo, sft, apo, demos",
@@ -192,3 +192,37 @@ def test_overrides_reach_into_stages_by_index(tmp_path: Path) -> None:
         load_config(
             write(tmp_path, BASE + "stages: [grpo, grpo]\n"), overrides=["stages.2.steps=1"]
         )
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (
+            "algorithm: {gruop_size: 4}\n",
+            "algorithm.gruop_size: unknown option; did you mean algorithm.group_size?",
+        ),
+        (
+            "algorithm: {grpo: {learnig_rate: 0.1}}\n",
+            "algorithm.grpo.learnig_rate: unknown option; did you mean "
+            "algorithm.grpo.learning_rate?",
+        ),
+        (
+            "stages: [grpo, {name: sft, sft: {lora: {rr: 4}}}]\n",
+            "stages.1.sft.lora.rr: unknown option; did you mean stages.1.sft.lora.r?",
+        ),
+        (
+            "rollouts: {concurency: 2}\n",
+            "rollouts.concurency: unknown option; did you mean rollouts.concurrency?",
+        ),
+        ("zzz: 1\n", "zzz: unknown option (options here: agent, algorithm, cluster, data,"),
+    ],
+)
+def test_an_unknown_key_is_reported_where_it_is_written_with_the_closest_option(
+    tmp_path: Path, extra: str, message: str
+) -> None:
+    """Pydantic's path adds the algorithm's name (``algorithm.grpo.gruop_size``): not a key."""
+    path = tmp_path / "c.yaml"
+    path.write_text(BASE + extra)
+    with pytest.raises(ConfigError) as raised:
+        load_config(path)
+    assert message in str(raised.value)
