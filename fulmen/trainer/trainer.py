@@ -93,6 +93,10 @@ class Trainer:
 
         config = self.config
         self.end_of_run = None
+        finished = _finished_plan(config, RunState(config.run_dir))
+        if finished is not None:
+            logger.warning("%s", finished)
+            return []
         runs_agent = config.data.from_store is None  # offline training runs no agent
         # Before anything starts: a wrong agent or data path fails in a second, not after
         # the engine and gateway are up.
@@ -259,3 +263,29 @@ def _dev_header(n: int, split: str, config: TrainConfig, *, given: bool) -> str:
         )
     sampling = json.dumps(config.rollouts.val_sampling)
     return f"fulmen dev: {n} validation tasks ({origin}) at rollouts.val_sampling {sampling}"
+
+
+def _finished_plan(config: TrainConfig, state: Any) -> str | None:
+    """Say so when ``config.run_dir`` already ran its whole plan: a restart would do nothing.
+
+    ``None`` when there is work left (or the last stage's length is not known up front).
+    """
+    plan = config.plan()
+    if not state.path.exists() or state.stage < len(plan) - 1:
+        return None
+    last = plan[-1]
+    planned = last.planned()
+    if planned is None or state.step < planned[0] or state.validated_step != state.step:
+        return None
+    where = "algorithm" if config.stages is None else f"stages.{len(plan) - 1}"
+    count, option = planned
+    if option == "source":
+        return (
+            f"{config.run_dir} already trained on its source store ({last.name}, "
+            "state.json): nothing to do; to train again, use another run_dir"
+        )
+    return (
+        f"{config.run_dir} already finished its plan ({count} {option} of {last.name}, "
+        f"state.json): nothing to do. To train on from it, raise {where}.{option} "
+        f"(e.g. --set {where}.{option}={count * 2}); to start over, use another run_dir"
+    )

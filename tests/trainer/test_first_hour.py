@@ -187,6 +187,13 @@ def test_train_says_why_a_step_made_no_update_and_dev_numbers_calls_from_one(
     own_line = line.split("\r")[-1]
     assert re.match(r"\d{4}-\d\d-\d\d [\d:,]+ WARNING fulmen\.train: step 1", own_line), line
 
+    # Started again, the finished run says so before starting anything.
+    again = fulmen("train", str(config))
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "already finished its plan (1 steps of grpo" in again.stderr
+    assert "--set algorithm.steps=2" in again.stderr
+    assert "starting the builtin engine" not in again.stderr
+
     dev = fulmen("dev", str(config), "-n", "1")
     assert dev.returncode == 0, dev.stderr[-3000:]
     calls = [line.split()[1] for line in dev.stdout.splitlines() if line.strip().startswith("call")]

@@ -96,6 +96,10 @@ class APOConfig(BaseModel):
                 raise ValueError(f"algorithm.{role}.base_url is set, so {role}.model is needed")
         return self
 
+    def planned(self) -> tuple[int, str]:
+        """Return how many rounds the stage runs, and the option that sets it."""
+        return self.rounds, "rounds"
+
     def editor_endpoint(self) -> OptimizerEndpoint:
         """Return the editor's endpoint (the critic's when ``editor`` is unset)."""
         return self.editor or self.critic

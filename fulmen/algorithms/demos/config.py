@@ -73,6 +73,10 @@ class DemosConfig(BaseModel):
             raise ValueError(f"{', '.join(unused)} has no effect with collect_rollouts 0")
         return self
 
+    def planned(self) -> tuple[int, str] | None:
+        """``None``: how many candidates the search scores depends on the pool it collects."""
+        return None
+
     def initial_prompt(self) -> PromptTemplate:
         """Import the ``initial`` prompt (``ConfigError`` naming it when unset or not one)."""
         from fulmen.prompts.loading import import_prompt

@@ -254,6 +254,10 @@ class GRPOAlgorithmConfig(BaseModel):
             raise ValueError("algorithm.grpo.kl_estimator has no effect with kl_coef 0")
         return self.grpo.model_copy(update=update)
 
+    def planned(self) -> tuple[int, str]:
+        """Return how many steps the stage runs, and the option that sets it."""
+        return self.steps, "steps"
+
     def _check_adapters(self) -> None:
         from fulmen.algorithms.grpo.roles import check_adapters
 

@@ -139,6 +139,10 @@ class SFTAlgorithmConfig(_Strict):
             return self.source.filter.min_reward
         return success_threshold
 
+    def planned(self) -> tuple[int, str]:
+        """Return how many rounds the stage runs (one over a source), and the option."""
+        return (1, "source") if self.source is not None else (self.rounds, "rounds")
+
     def transition_options(self) -> TransitionOptions:
         """Return the adapter's ``TransitionOptions`` (``transitions``)."""
         return self.transitions
