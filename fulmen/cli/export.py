@@ -8,6 +8,7 @@ Kinds: ``transitions`` (token ids, logprobs, masks, credited rewards, as the tra
 from __future__ import annotations
 
 import argparse
+from collections import Counter
 from typing import Any
 
 from fulmen.cli.store import add_store_options, open_cli_store, run_async
@@ -29,7 +30,11 @@ def register(subparsers: Any) -> None:
     parser.add_argument("kind", choices=["transitions", "sft", "preferences"])
     parser.add_argument("--out", required=True, help="output file (.jsonl or .parquet)")
     add_store_options(parser)
-    parser.add_argument("--mode", choices=["train", "val", "test"], help="only this mode")
+    parser.add_argument(
+        "--mode",
+        choices=["train", "val", "test", "production"],
+        help="only this mode (default: every mode; the summary line counts the rollouts of each)",
+    )
     parser.add_argument(
         "--all-statuses",
         action="store_true",
@@ -59,12 +64,14 @@ def _export(args: argparse.Namespace) -> int:
             "--credit per_call with --merge would give each merged row only its last call's "
             "reward; leave out --merge to export one row per call with its own reward"
         )
-    count = run_async(lambda: _run(args))
-    print(f"wrote {count} {args.kind} rows to {args.out}")
+    count, modes = run_async(lambda: _run(args))
+    read = ", ".join(f"{n} {mode}" for mode, n in sorted(modes.items())) or "none"
+    hint = "" if args.mode or len(modes) < 2 else "; --mode picks one"
+    print(f"wrote {count} {args.kind} rows to {args.out} (rollouts read: {read}{hint})")
     return 0
 
 
-async def _run(args: argparse.Namespace) -> int:
+async def _run(args: argparse.Namespace) -> tuple[int, Counter[str]]:
     from fulmen.adapter.export import preference_rows, sft_rows, transition_rows, write_rows
     from fulmen.adapter.transitions import AttemptRecords, TransitionOptions, load_attempt
     from fulmen.store.reading import iter_rollouts
@@ -72,6 +79,7 @@ async def _run(args: argparse.Namespace) -> int:
 
     options = TransitionOptions(agents=tuple(args.agents), merge=args.merge, credit=args.credit)
     attempts: list[AttemptRecords] = []
+    modes: Counter[str] = Counter()
     async with open_cli_store(args) as store:
         query = RolloutQuery(
             mode=Mode(args.mode) if args.mode else None,
@@ -79,6 +87,7 @@ async def _run(args: argparse.Namespace) -> int:
             limit=500,
         )
         async for rollout in iter_rollouts(store, query):
+            modes[rollout.mode.value] += 1
             attempts.append(await load_attempt(store, rollout.rollout_id))
     if args.kind == "transitions":
         rows = transition_rows(
@@ -89,4 +98,4 @@ async def _run(args: argparse.Namespace) -> int:
     else:
         rows = preference_rows(attempts)
     write_rows(args.out, rows)
-    return len(rows)
+    return len(rows), modes

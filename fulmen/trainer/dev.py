@@ -153,6 +153,10 @@ async def run_dev(
         )
         if error:
             out.write(f"   error: {_tail(error, 300)}\n")
+        named = _named_rewards(records)
+        if len(named) > 1 or (named and "reward" not in named):
+            parts = " ".join(f"{name}={value:.3f}" for name, value in sorted(named.items()))
+            out.write(f"   rewards: {parts}\n")
         tool_calls = 0
         # Numbered within the rollout; the store's sequence numbers also count spans.
         for number, call in enumerate(records.calls, start=1):
@@ -187,6 +191,7 @@ async def run_dev(
                 "calls": len(records.calls),
                 "tool_calls": tool_calls,
                 "transitions": len(trajectory.transitions),
+                "rewards": named,
                 "error": error,
             }
         )
@@ -198,6 +203,16 @@ async def run_dev(
         f"{sum(r['transitions'] for r in report)} transitions\n"
     )
     return report
+
+
+def _named_rewards(records: Any) -> dict[str, float]:
+    """Every named reward of the attempt: emitted (reward spans), then posted, later wins."""
+    from fulmen.tracing.semconv import rewards_from_spans
+
+    named = rewards_from_spans(records.spans)
+    for posted in sorted(records.rewards, key=lambda r: r.sequence):
+        named.update(posted.values)
+    return named
 
 
 async def _in_order(store: Any, ids: Sequence[str]) -> list[Any]:

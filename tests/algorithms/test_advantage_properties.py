@@ -382,7 +382,7 @@ def test_finite_rewards_give_finite_advantages(batch: Batch, normalize_std: bool
     for s in samples:
         assert all(math.isfinite(a) and abs(a) <= 3.5e38 for a in s.advantages)
         assert all(math.isfinite(w) for w in s.norm)
-    assert math.isfinite(stats.reward_mean)
+    assert math.isfinite(stats.trained_reward_mean)
     if normalize_std:  # bounded by the group size (at most 4 rollouts of 6 calls here)
         assert all(abs(a) <= 8.0 for s in samples for a in s.advantages)
 

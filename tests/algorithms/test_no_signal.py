@@ -136,7 +136,7 @@ def test_advantages_beyond_float32_are_an_error_not_inf() -> None:
     assert [s.advantages[0] for s in samples] == pytest.approx(
         [1 / math.sqrt(2), -1 / math.sqrt(2)]
     )
-    assert math.isfinite(stats.reward_mean) and math.isfinite(stats.reward_std)
+    assert math.isfinite(stats.trained_reward_mean) and math.isfinite(stats.trained_reward_std)
 
 
 PER_CALL_MERGED = {"credit": "per_call", "merge": True}

@@ -45,7 +45,7 @@ def test_lora_step_changes_only_the_adapter_and_reports_metrics() -> None:
     assert first["updated"] == 1.0 and first["trained_tokens"] == 16
     assert first["entropy"] > 0 and first["tokens_per_s"] > 0 and first["grad_norm"] > 0
     assert (first["rollouts"], first["groups"]) == (4.0, 1.0)
-    assert first["reward_mean"] == pytest.approx(0.375)
+    assert first["trained_reward_mean"] == pytest.approx(0.375)
     second = engine.train_step(batch)
     assert second["kl"] > 0 and second["logprob_gap"] > 0 and engine.step == 2
     for name, p in engine.model.named_parameters():

@@ -15,6 +15,7 @@ from fulmen.types import (
     AttemptStatus,
     LLMCallCreate,
     LLMChoice,
+    Mode,
     RolloutCreate,
     SpanCreate,
 )
@@ -88,6 +89,24 @@ def test_export_transitions(
     assert rows[0]["prompt_token_ids"] == [1, 2, 3] and rows[0]["completion_token_ids"] == [4, 5]
     assert rows[0]["logprobs"] == [-1.0, -2.0]
     assert "wrote 2 transitions rows" in capsys.readouterr().out
+
+
+def test_export_says_which_modes_it_read(
+    store_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Validation rollouts are exported too unless --mode says otherwise: the summary says so."""
+
+    async def add_val() -> None:
+        async with open_store(store_url, watchdog_interval=None) as store:
+            await store.enqueue([RolloutCreate(input={"q": 9}, mode=Mode.VAL)])
+
+    asyncio.run(add_val())
+    out = str(tmp_path / "t.jsonl")
+    args = ["export", "transitions", "--store", store_url, "--out", out, "--all-statuses"]
+    assert main(args) == 0
+    assert "(rollouts read: 2 train, 1 val; --mode picks one)" in capsys.readouterr().out
+    assert main([*args, "--mode", "train"]) == 0
+    assert "(rollouts read: 2 train)" in capsys.readouterr().out
 
 
 def test_export_sft_keeps_only_good_rollouts(store_url: str, tmp_path: Path) -> None:

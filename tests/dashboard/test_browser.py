@@ -211,6 +211,13 @@ def test_runs_page_plots_the_metrics_the_store_holds(
     assert page.locator('figure[data-chart="train reward (mean)"] circle').count() == train
     assert page.locator('figure[data-chart="validation reward"] circle').count() == val
     assert page.locator('figure[data-chart^="time split"] .seg').count() == 4
+    # A two-step run counts two steps (step 0 is the validation before training) ...
+    row = page.locator(f'tr[data-run-id="{run_id}"] td.num').first
+    assert row.inner_text() == "2"
+    # ... and its step axis names whole steps only (it ticked 0.5, 1.5 before).
+    labels = page.locator('figure[data-chart="validation reward"] text.tick').all_inner_texts()
+    steps = [label for label in labels if label != "step"][-3:]
+    assert steps == ["0", "1", "2"], labels
 
 
 def test_serve_this_version_loads_it_into_the_engine(

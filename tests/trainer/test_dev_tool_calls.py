@@ -62,6 +62,7 @@ async def multiplier(task: dict[str, Any], llm: fulmen.LLM) -> float:
         )
     finally:
         await client.close()
+    fulmen.emit_reward({"used_tool": 1.0 if message.tool_calls else 0.0}, primary="used_tool")
     return 1.0 if second.choices[0].message.content == task["answer"] else 0.0
 """
 
@@ -101,6 +102,9 @@ async def test_dev_prints_tool_calls_and_tool_results(tmp_path: Path) -> None:
     assert 'tool call:   multiply({"a": 6, "b": 7})' in lines[first:second], text
     assert "tool result: multiply -> 42" in lines[second:], text
     assert not any(line.startswith("tool result") for line in lines[first:second]), text
+    # Every named reward is shown, not only the primary one.
+    assert "rewards: reward=1.000 used_tool=1.000" in lines, text
+    assert report[0]["rewards"] == {"used_tool": 1.0, "reward": 1.0}
 
 
 def _call_line(lines: list[str], number: int) -> str:

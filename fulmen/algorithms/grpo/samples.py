@@ -61,8 +61,10 @@ class SampleStats:
     skipped_zero_advantage: int = 0
     zeroed_advantage_tokens: int = 0
     trained_tokens: int = 0
-    reward_mean: float = 0.0
-    reward_std: float = 0.0
+    # Over the rollouts whose transitions were kept for training (``reward/mean`` and
+    # ``reward/std`` of a step are over all its rollouts).
+    trained_reward_mean: float = 0.0
+    trained_reward_std: float = 0.0
 
     def as_metrics(self) -> dict[str, float]:
         """Flat float metrics for logging."""
@@ -116,7 +118,7 @@ def build_samples(
     if not kept:
         return [], stats
     rollout_rewards = torch.tensor(index.rollout_rewards, dtype=torch.float64)
-    stats.reward_mean, stats.reward_std = _mean_std(rollout_rewards)
+    stats.trained_reward_mean, stats.trained_reward_std = _mean_std(rollout_rewards)
     positions = [_positions(t) for t in kept]
     if config.advantage == "transition":
         weights = [_relative_weights(t, pos) for t, pos in zip(kept, positions, strict=True)]

@@ -9,6 +9,14 @@ function ticks(lo, hi, count = 4) {
   return Array.from({ length: count + 1 }, (_, i) => lo + i * step);
 }
 
+// Steps are whole numbers: ticks at 1.75 or 2.5 steps would name steps that do not exist.
+function integerTicks(lo, hi, count = 4) {
+  const step = Math.max(1, Math.ceil((hi - lo) / count));
+  const out = [];
+  for (let x = Math.ceil(lo); x <= hi; x += step) out.push(x);
+  return out;
+}
+
 /**
  * series: [{name, color, points: [[x, y], ...], dashed}]; returns a <figure>.
  */
@@ -36,7 +44,8 @@ export function lineChart(title, series, { width = 460, height = 220, xLabel = "
     root.append(svg("line", { x1: pad.left, x2: width - pad.right, y1: sy(y), y2: sy(y), class: "grid" }));
     root.append(svg("text", { x: pad.left - 6, y: sy(y) + 4, "text-anchor": "end", class: "tick" }, fmt(y, 3)));
   }
-  for (const x of ticks(x0, x1)) {
+  const xTicks = xs.every(Number.isInteger) ? integerTicks(x0, x1) : ticks(x0, x1);
+  for (const x of xTicks) {
     root.append(svg("text", { x: sx(x), y: height - 12, "text-anchor": "middle", class: "tick" }, fmt(Math.round(x * 100) / 100, 4)));
   }
   root.append(svg("text", { x: width - pad.right, y: height - 1, "text-anchor": "end", class: "tick" }, xLabel));

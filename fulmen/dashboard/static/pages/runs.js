@@ -47,7 +47,8 @@ export async function runsPage(main, { poller }) {
       el("td", {}, el("span", { class: `status ${run.status}` }, run.status)),
       el("td", {}, run.host || "–"),
       el("td", {}, when(run.started_at)), el("td", {}, when(run.ended_at)),
-      el("td", { class: "num" }, new Set((records.get(run.run_id) || []).map((m) => m.step)).size),
+      // The last step: step 0 holds the validation before training, not a step.
+      el("td", { class: "num" }, Math.max(0, ...(records.get(run.run_id) || []).map((m) => m.step))),
       el("td", { class: "num reward" }, fmt(last(run, "reward/mean"), 4)),
       el("td", { class: "num" }, fmt(last(run, "val/reward_mean"), 4)))));
     const shown = runs.filter((r) => chosen.has(r.run_id));
