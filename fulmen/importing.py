@@ -7,11 +7,13 @@ name that cannot be imported should fail the same way, as a ``ConfigError`` that
 from __future__ import annotations
 
 import importlib
+import traceback
+from pathlib import Path
 from typing import Any
 
 from fulmen.errors import ConfigError
 
-__all__ = ["import_object"]
+__all__ = ["import_object", "user_frame"]
 
 
 def import_object(spec: str, *, what: str) -> Any:
@@ -28,5 +30,27 @@ def import_object(spec: str, *, what: str) -> Any:
         for part in attr_path.split("."):
             value = getattr(value, part)
     except (ImportError, AttributeError) as exc:
-        raise ConfigError(f"cannot import {what} {spec!r}: {exc}") from exc
+        raise ConfigError(f"cannot import {what} {spec!r}: {exc}{user_frame(exc)}") from exc
+    except Exception as exc:  # the module itself raised while it was imported
+        raise ConfigError(
+            f"cannot import {what} {spec!r}: its module raised {type(exc).__name__}: {exc}"
+            f"{user_frame(exc)}"
+        ) from exc
     return value
+
+
+def user_frame(exc: BaseException) -> str:
+    """Return `` (at FILE:LINE)``: the deepest frame of ``exc`` outside importlib and fulmen.
+
+    An import that fails inside the user's module (a ``NameError``, a missing package) then
+    points at the user's line, without the dozens of frames of importlib and fulmen above it.
+    """
+    fulmen_dir = str(Path(__file__).parent)
+    frames = [
+        f
+        for f in traceback.extract_tb(exc.__traceback__)
+        if not f.filename.startswith(("<", fulmen_dir))  # "<frozen importlib._bootstrap>"
+    ]
+    if not frames:
+        return ""
+    return f" (at {frames[-1].filename}:{frames[-1].lineno})"

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, overload
 
 from fulmen.errors import ConfigError
+from fulmen.importing import user_frame
 from fulmen.types import LLMResource, Mode
 
 if TYPE_CHECKING:
@@ -189,7 +190,12 @@ def load_target(spec: str) -> RolloutTarget:
     try:
         obj = _import_attr(spec)
     except (ImportError, AttributeError) as exc:
-        raise ConfigError(f"cannot import agent {spec!r}: {exc}") from exc
+        raise ConfigError(f"cannot import agent {spec!r}: {exc}{user_frame(exc)}") from exc
+    except Exception as exc:  # the module itself raised while it was imported
+        raise ConfigError(
+            f"cannot import agent {spec!r}: its module raised {type(exc).__name__}: {exc}"
+            f"{user_frame(exc)}"
+        ) from exc
     return RolloutTarget.of(obj, spec)
 
 

@@ -7,6 +7,8 @@ error says what to change (most often ``python_path``).
 
 from __future__ import annotations
 
+import difflib
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -41,14 +43,34 @@ def check_agent(agent: Any, python_path: Sequence[Path]) -> None:
         load_target(agent)
     except ConfigError as exc:
         cause = exc.__cause__
-        if isinstance(cause, ModuleNotFoundError) and cause.name == agent.split(":", 1)[0]:
-            where = ", ".join(str(p) for p in python_path) or "none"
-            hint = f"{PYTHON_PATH_HINT}; python_path now: {where}"
+        module = agent.split(":", 1)[0]
+        if isinstance(cause, ModuleNotFoundError) and cause.name == module:
+            hint = _module_hint(module, python_path)
+        elif isinstance(cause, ModuleNotFoundError):
+            hint = (
+                f"the agent's module imports {cause.name!r}, which is not installed in this "
+                f"environment ({sys.executable}): install it there"
+            )
         elif isinstance(cause, AttributeError):
             hint = "check the name after ':' (a @fulmen.rollout function or a fulmen.Agent)"
         else:
-            hint = "fix the import error above in the agent's module"
+            hint = "fix the agent's module at the line named"
         raise ConfigError(f"agent: {exc.message}; {hint}") from exc
+
+
+def _module_hint(module: str, python_path: Sequence[Path]) -> str:
+    """Say what to change when the agent's module itself is not found."""
+    if not python_path:
+        return f"{PYTHON_PATH_HINT}; python_path now: none"
+    where = ", ".join(str(p) for p in python_path)
+    top = module.split(".", 1)[0]
+    found = sorted(
+        {p.stem for entry in python_path for p in Path(entry).glob("*.py")}
+        | {p.name for entry in python_path for p in Path(entry).iterdir() if p.is_dir()}
+    )
+    close = difflib.get_close_matches(top, found, n=1, cutoff=0.6)
+    suggestion = f"; did you mean {close[0]!r}?" if close else ""
+    return f"no module {top!r} in python_path ({where}){suggestion}"
 
 
 def check_before_start(agent: Any, python_path: Sequence[Path]) -> None:

@@ -198,3 +198,40 @@ def test_train_says_why_a_step_made_no_update_and_dev_numbers_calls_from_one(
     assert dev.returncode == 0, dev.stderr[-3000:]
     calls = [line.split()[1] for line in dev.stdout.splitlines() if line.strip().startswith("call")]
     assert calls == ["#1"], dev.stdout
+
+
+@pytest.mark.parametrize(
+    ("module_text", "agent", "expected"),
+    [
+        # A package the agent imports is missing: say which, and where to install it.
+        (
+            "import not_installed_pkg\n",
+            "my_agent:constant",
+            "imports 'not_installed_pkg', which is not installed in this environment",
+        ),
+        # The module raises while imported: its own line, not fulmen's frames.
+        ("x = undefined_name\n", "my_agent:constant", "NameError: name 'undefined_name'"),
+        # A misspelt module with python_path set: no python_path hint, the closest module.
+        ("", "my_agnet:constant", "no module 'my_agnet' in python_path"),
+    ],
+)
+def test_import_errors_point_at_the_cause(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    module_text: str,
+    agent: str,
+    expected: str,
+) -> None:
+    monkeypatch.delitem(sys.modules, "my_agent", raising=False)  # another test's project
+    config = write_project(tmp_path, agent=agent, extra="python_path: ['.']\n")
+    agent_file = tmp_path / "my_agent.py"
+    agent_file.write_text(module_text + agent_file.read_text())
+    code, err = run_cli(["train", str(config)], capsys)
+    assert code == 1
+    assert expected in err
+    assert "fix the import error above" not in err and "Traceback" not in err
+    if "undefined_name" in module_text or "not_installed" in module_text:
+        assert f"(at {agent_file}:1)" in err
+    if agent == "my_agnet:constant":
+        assert "did you mean 'my_agent'?" in err and "add `python_path: [.]`" not in err
