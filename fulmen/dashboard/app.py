@@ -30,6 +30,7 @@ from importlib.resources import files
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import httpx
 import orjson
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.applications import Starlette
@@ -45,6 +46,7 @@ from fulmen.dashboard.debug_api import DebugActions, DebugTools
 from fulmen.dashboard.engine_link import EngineLink
 from fulmen.dashboard.gate import SecurityHeaders, TokenGate
 from fulmen.dashboard.jobs import Jobs
+from fulmen.dashboard.local_tokens import LocalTokens
 from fulmen.dashboard.resources_view import model_versions, prompt_diff, prompt_versions
 from fulmen.dashboard.rewards import RewardReader
 from fulmen.dashboard.rollout_detail import rollout_detail
@@ -142,6 +144,7 @@ class _Api:
         self.rewards = RewardReader(store)
         self.table = RolloutTable(store, self.rewards)
         self.run_versions = RunVersions(store)
+        self.local_tokens = LocalTokens(store)
 
     async def engine(self) -> EngineLink | None:
         """Return the linked engine: the one given, or with ``auto`` the latest ``llm``'s.
@@ -243,17 +246,34 @@ class _Api:
         return served
 
     async def tokens(self, request: Request) -> Any:
-        engine = await self.engine()
-        if engine is None:
-            return {"texts": {}}
+        """Each token id's text: from the linked engine, else the run's tokenizer on disk.
+
+        ``source`` says which; without either, ``why`` says what would name them.
+        """
         raw = request.query_params.get("ids", "")
         try:
             ids = [int(part) for part in raw.split(",") if part][:4096]
         except ValueError:
             message = f"ids must be comma-separated token ids, got {raw[:80]!r}"
             raise InvalidRequest(message) from None
-        texts = await engine.token_texts(ids)
-        return {"texts": {str(k): v for k, v in texts.items()}}
+        engine = await self.engine()
+        if engine is not None:
+            try:
+                texts = await engine.token_texts(ids)
+                return {"texts": {str(k): v for k, v in texts.items()}, "source": engine.url}
+            except (httpx.HTTPError, FulmenError) as exc:  # an engine that ended with the run
+                logger.info("dashboard: engine %s names no tokens (%s)", engine.url, exc)
+        local, model = await self.local_tokens.texts(ids)
+        if model is not None:
+            return {
+                "texts": {str(k): v for k, v in local.items()},
+                "source": f"tokenizer of {model}",
+            }
+        return {
+            "texts": {},
+            "why": "no engine answers and the store's newest run names no model on this machine: "
+            "start the dashboard with --engine URL, or where the run's model is",
+        }
 
 
 async def _index(request: Request) -> Response:

@@ -71,3 +71,29 @@ async def test_errors_name_the_bad_value(open_api: httpx.AsyncClient) -> None:
     bad = await open_api.get("/api/rollouts", params={"mode": "sideways"})
     assert bad.status_code == 422 and "mode" in bad.json()["error"]
     assert "sideways" in bad.json()["error"]
+
+
+async def test_tokens_are_named_by_the_runs_tokenizer_when_no_engine_answers() -> None:
+    """After a run its engine is gone: the page showed ``#782`` ids, now the model's text."""
+    pytest.importorskip("transformers")
+    from transformers import AutoTokenizer
+
+    from fulmen.engines.models import resolve_model
+    from fulmen.types import Run
+
+    tokenizer = AutoTokenizer.from_pretrained(str(resolve_model("tiny")))
+    ids = tokenizer.encode("hello world", add_special_tokens=False)
+    async with open_store("memory://", watchdog_interval=None) as store:
+        # The linked engine ended with the run: nothing listens on port 9 of loopback.
+        app = create_app(store, engine_url="http://127.0.0.1:9/v1")
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
+            query = {"ids": ",".join(map(str, ids))}
+            unnamed = (await client.get("/api/tokens", params=query)).json()
+            assert unnamed["texts"] == {} and "--engine URL" in unnamed["why"]
+            await store.start_run(
+                Run(run_id="r", name="r", config={"model": "tiny"}, started_at=1.0)
+            )
+            named = (await client.get("/api/tokens", params=query)).json()
+    assert named["source"] == "tokenizer of tiny"
+    assert "".join(named["texts"][str(i)] for i in ids) == "hello world"

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from fulmen.errors import ConfigError
 
-__all__ = ["KNOWN_MODELS", "default_cache_dir", "resolve_model"]
+__all__ = ["KNOWN_MODELS", "cached_model", "default_cache_dir", "resolve_model"]
 
 #: Built-in model names and the module whose ``build(target: Path)`` writes them.
 KNOWN_MODELS: dict[str, str] = {
@@ -42,6 +42,20 @@ def _builder(name: str) -> tuple[Callable[[Path], None], str]:
 
     module = importlib.import_module(KNOWN_MODELS[name])
     return module.build, str(module.RECIPE_VERSION)
+
+
+def cached_model(name_or_path: str, *, cache_dir: Path | None = None) -> Path | None:
+    """Return the local model directory ``resolve_model`` would, if it exists now; never build.
+
+    For readers that must not download or build anything (the dashboard naming tokens).
+    """
+    if name_or_path in KNOWN_MODELS:
+        _, version = _builder(name_or_path)
+        root = cache_dir if cache_dir is not None else default_cache_dir()
+        target = root / f"{name_or_path}-{version}"
+    else:
+        target = Path(name_or_path).expanduser()
+    return target if (target / "config.json").is_file() else None
 
 
 def resolve_model(name_or_path: str | os.PathLike[str], *, cache_dir: Path | None = None) -> Path:

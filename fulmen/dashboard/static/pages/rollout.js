@@ -144,7 +144,8 @@ export async function rolloutPage(main, { arg, params, poller }) {
     if (key === lastKey) return d;
     lastKey = key;
     const ids = [...new Set(d.calls.flatMap((c) => (c.tokens ? c.tokens.ids : [])).concat(d.transitions.flatMap((t) => t.completion_ids)))];
-    const texts = ids.length ? (await get(`/api/tokens?ids=${ids.slice(0, 4096).join(",")}`)).texts : {};
+    const named = ids.length ? await get(`/api/tokens?ids=${ids.slice(0, 4096).join(",")}`) : { texts: {} };
+    const texts = named.texts;
     const r = d.rollout;
     append(clear(body), [
       el("h1", {}, "Rollout ", el("code", {}, r.rollout_id)),
@@ -157,7 +158,8 @@ export async function rolloutPage(main, { arg, params, poller }) {
       d.attempts.length > 1 ? el("p", {}, "show attempt: ", d.attempts.map((a) => el("a", { href: `#/rollout/${encodeURIComponent(r.rollout_id)}?attempt=${encodeURIComponent(a.attempt_id)}`, class: a.attempt_id === d.attempt_id ? "active" : "" }, ` #${a.number} `))) : null,
       el("h2", {}, "Reward"), rewardsView(d.rewards),
       el("h2", {}, `LLM calls (${d.calls.length})`),
-      el("p", { class: "legend-tokens muted" }, "tokens: darker = less likely under the sampling policy; outlined = trained; hatched = masked"),
+      el("p", { class: "legend-tokens muted" }, "tokens: darker = less likely under the sampling policy; outlined = trained; hatched = masked",
+        named.source ? ` · text from ${named.source}` : "", named.why ? el("span", { class: "tokens-why" }, ` · shown as ids: ${named.why}`) : null),
       d.calls.map((c, i) => callView(c, i, texts)),
       el("h2", {}, `Transitions (${d.transitions.length})`), transitionsView(d.transitions, texts),
       el("h2", {}, `Spans (${d.spans.length})`), spanTree(d.spans)]);
