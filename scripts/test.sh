@@ -91,6 +91,10 @@ echo "== lint and types"
 .venv/bin/pyright --pythonpath .venv/bin/python fulmen
 # The layers and the no-cycle rule (pyproject.toml [tool.importlinter], docs/architecture.md).
 .venv/bin/lint-imports
+# The docs site: a link to a page or an anchor that does not exist fails (mkdocs.yml).
+docs_site="$(mktemp -d)"
+.venv/bin/mkdocs build --strict -q -d "$docs_site"
+rm -rf "$docs_site"
 
 echo "== framework integrations (openai >= 3)"
 .venvs/integrations/bin/python -m pytest -q -p no:cacheprovider tests/integrations \
