@@ -87,7 +87,7 @@ class VLLMLauncher(EngineProcess):
         if interpreter is None:
             raise ConfigError(
                 "no python with vllm found: pass --vllm-python or set FULMEN_VLLM_PYTHON "
-                "(see README: vLLM runs from its own environment)"
+                "(see docs/engine.md: vLLM runs from its own environment)"
             )
         port = port or free_port(host)
         path = resolve_model(model)
