@@ -15,10 +15,8 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
-from urllib.parse import quote
 
 import httpx
-from pydantic import TypeAdapter
 
 from fulmen.store.arguments import check_arguments
 from fulmen.store.base import Capabilities, ReconcileReport
@@ -69,19 +67,6 @@ if TYPE_CHECKING:
     from fulmen.types.sessions import SessionCreate
 
 __all__ = ["StoreClient"]
-
-_ROLLOUTS = TypeAdapter(list[Rollout])
-_ATTEMPTS = TypeAdapter(list[Attempt])
-_CLAIMS = TypeAdapter(list[Claim])
-_SPANS = TypeAdapter(list[Span])
-_CALLS = TypeAdapter(list[LLMCall])
-_WORKERS = TypeAdapter(list[Worker])
-_MAYBE_RESOURCES = TypeAdapter(Resources | None)
-_REWARDS = TypeAdapter(list[Reward])
-
-
-def _segment(value: str) -> str:
-    return quote(value, safe="")
 
 
 class StoreClient(RunsOverHttp):
@@ -147,7 +132,7 @@ class StoreClient(RunsOverHttp):
             for r in rollouts
         ]
         request = EnqueueRequest.model_construct(rollouts=keyed)
-        return _ROLLOUTS.validate_json(await self._send("POST", "/v1/rollouts", request))
+        return await self._call("enqueue", request)
 
     async def claim(
         self,
@@ -164,7 +149,7 @@ class StoreClient(RunsOverHttp):
             modes=list(modes) if modes is not None else None,
             claim_id=claim_id or new_id("claim"),
         )
-        return _CLAIMS.validate_json(await self._send("POST", "/v1/rollouts/claim", request))
+        return await self._call("claim", request)
 
     async def update_rollout(
         self,
@@ -181,7 +166,6 @@ class StoreClient(RunsOverHttp):
             # JSON serialization would turn a NaN into null: refuse it here, as the server would.
             check_arguments(metadata=metadata)
             fields["metadata"] = metadata
-        path = f"/v1/rollouts/{_segment(rollout_id)}"
 
         async def recover() -> bytes | None:
             # A cancel that reached the server before the connection broke must not be sent
@@ -195,25 +179,21 @@ class StoreClient(RunsOverHttp):
                 return current.model_dump_json().encode()
             return None
 
-        raw = await self._send(
-            "PATCH", path, RolloutUpdate.model_construct(**fields), recover=recover, partial=True
-        )
-        return Rollout.model_validate_json(raw)
+        body = RolloutUpdate.model_construct(**fields)
+        path = {"rollout_id": rollout_id}
+        return await self._call("update_rollout", body, path=path, recover=recover, partial=True)
 
     async def get_rollout(self, rollout_id: str) -> Rollout:
         """See ``Store.get_rollout``."""
-        raw = await self._send("GET", f"/v1/rollouts/{_segment(rollout_id)}")
-        return Rollout.model_validate_json(raw)
+        return await self._call("get_rollout", path={"rollout_id": rollout_id})
 
     async def list_attempts(self, rollout_id: str) -> list[Attempt]:
         """See ``Store.list_attempts``."""
-        raw = await self._send("GET", f"/v1/rollouts/{_segment(rollout_id)}/attempts")
-        return _ATTEMPTS.validate_json(raw)
+        return await self._call("list_attempts", path={"rollout_id": rollout_id})
 
     async def query_rollouts(self, query: RolloutQuery) -> Page[Rollout]:
         """See ``Store.query_rollouts``."""
-        raw = await self._send("POST", "/v1/rollouts/query", query)
-        return Page[Rollout].model_validate_json(raw)
+        return await self._call("query_rollouts", query)
 
     async def wait_for_rollouts(
         self, rollout_ids: Sequence[str], *, timeout: float
@@ -224,8 +204,9 @@ class StoreClient(RunsOverHttp):
         while True:
             wait = min(max(deadline - time.monotonic(), 0.0), self._info.max_wait_s)
             request = WaitRequest.model_construct(rollout_ids=ids, timeout=wait)
-            raw = await self._send("POST", "/v1/rollouts/wait", request, extra_timeout=wait)
-            final = _ROLLOUTS.validate_json(raw)
+            final: list[Rollout] = await self._call(
+                "wait_for_rollouts", request, extra_timeout=wait
+            )
             if len(final) == len(ids) or time.monotonic() >= deadline:
                 return final
 
@@ -233,8 +214,7 @@ class StoreClient(RunsOverHttp):
 
     async def get_attempt(self, attempt_id: str) -> Attempt:
         """See ``Store.get_attempt``."""
-        raw = await self._send("GET", f"/v1/attempts/{_segment(attempt_id)}")
-        return Attempt.model_validate_json(raw)
+        return await self._call("get_attempt", path={"attempt_id": attempt_id})
 
     async def update_attempt(
         self,
@@ -261,14 +241,9 @@ class StoreClient(RunsOverHttp):
                 return current.model_dump_json().encode()
             return None
 
-        raw = await self._send(
-            "PATCH",
-            f"/v1/attempts/{_segment(attempt_id)}",
-            AttemptUpdate.model_construct(**fields),
-            recover=recover,
-            partial=True,
-        )
-        return Attempt.model_validate_json(raw)
+        body = AttemptUpdate.model_construct(**fields)
+        path = {"attempt_id": attempt_id}
+        return await self._call("update_attempt", body, path=path, recover=recover, partial=True)
 
     async def heartbeat(
         self,
@@ -282,25 +257,23 @@ class StoreClient(RunsOverHttp):
         request = HeartbeatRequest.model_construct(
             worker_id=worker_id, attempt_ids=list(attempt_ids), metadata=metadata
         )
-        return Worker.model_validate_json(
-            await self._send("POST", "/v1/workers/heartbeat", request)
-        )
+        return await self._call("heartbeat", request)
 
     async def list_workers(self) -> list[Worker]:
         """See ``Store.list_workers``."""
-        return _WORKERS.validate_json(await self._send("GET", "/v1/workers"))
+        return await self._call("list_workers")
 
     # -- spans and LLM calls --------------------------------------------------------------------
 
     async def add_spans(self, spans: Sequence[SpanCreate]) -> list[Span]:
         """See ``Store.add_spans``; idempotent by ``(attempt_id, span_id)``, so retried."""
         request = SpansRequest.model_construct(spans=list(spans))
-        return _SPANS.validate_json(await self._send("POST", "/v1/spans", request))
+        return await self._call("add_spans", request)
 
     async def add_llm_calls(self, calls: Sequence[LLMCallCreate]) -> list[LLMCall]:
         """See ``Store.add_llm_calls``; idempotent by ``call_id``, so retried."""
         request = LLMCallsRequest.model_construct(calls=list(calls))
-        return _CALLS.validate_json(await self._send("POST", "/v1/llm_calls", request))
+        return await self._call("add_llm_calls", request)
 
     async def query_spans(
         self,
@@ -311,12 +284,8 @@ class StoreClient(RunsOverHttp):
         limit: int = 1000,
     ) -> Page[Span]:
         """See ``Store.query_spans``."""
-        raw = await self._send(
-            "GET",
-            f"/v1/rollouts/{_segment(rollout_id)}/spans",
-            params=_record_params(attempt_id, after_sequence, limit),
-        )
-        return Page[Span].model_validate_json(raw)
+        params = _record_params(attempt_id, after_sequence, limit)
+        return await self._call("query_spans", path={"rollout_id": rollout_id}, params=params)
 
     async def query_llm_calls(
         self,
@@ -327,12 +296,8 @@ class StoreClient(RunsOverHttp):
         limit: int = 1000,
     ) -> Page[LLMCall]:
         """See ``Store.query_llm_calls``."""
-        raw = await self._send(
-            "GET",
-            f"/v1/rollouts/{_segment(rollout_id)}/llm_calls",
-            params=_record_params(attempt_id, after_sequence, limit),
-        )
-        return Page[LLMCall].model_validate_json(raw)
+        params = _record_params(attempt_id, after_sequence, limit)
+        return await self._call("query_llm_calls", path={"rollout_id": rollout_id}, params=params)
 
     # -- resources ------------------------------------------------------------------------------
 
@@ -340,15 +305,15 @@ class StoreClient(RunsOverHttp):
         """See ``Store.add_resources``; a missing ``resources_id`` is generated for safe retries."""
         if resources.resources_id is None:
             resources = resources.model_copy(update={"resources_id": new_id("res")})
-        return Resources.model_validate_json(await self._send("POST", "/v1/resources", resources))
+        return await self._call("add_resources", resources)
 
     async def get_resources(self, version: int) -> Resources:
         """See ``Store.get_resources``."""
-        return Resources.model_validate_json(await self._send("GET", f"/v1/resources/{version}"))
+        return await self._call("get_resources", path={"version": version})
 
     async def latest_resources(self) -> Resources | None:
         """See ``Store.latest_resources``."""
-        return _MAYBE_RESOURCES.validate_json(await self._send("GET", "/v1/resources/latest"))
+        return await self._call("latest_resources")
 
     # -- rewards and retention ------------------------------------------------------------------
 
@@ -356,30 +321,29 @@ class StoreClient(RunsOverHttp):
         """See ``Store.add_reward``; a missing ``key`` is generated so a retry stores once."""
         if reward.key is None:
             reward = reward.model_copy(update={"key": new_id("rw")})
-        return Reward.model_validate_json(await self._send("POST", "/v1/rewards", reward))
+        return await self._call("add_reward", reward)
 
     async def list_rewards(self, rollout_id: str) -> list[Reward]:
         """See ``Store.list_rewards``."""
-        raw = await self._send("GET", f"/v1/rollouts/{_segment(rollout_id)}/rewards")
-        return _REWARDS.validate_json(raw)
+        return await self._call("list_rewards", path={"rollout_id": rollout_id})
 
     async def record_session(self, session: SessionCreate) -> Claim:
         """See ``Store.record_session``; the caller's ``attempt_id`` makes a retry store once."""
-        return Claim.model_validate_json(await self._send("POST", "/v1/sessions", session))
+        return await self._call("record_session", session)
 
     async def prune(self, request: PruneRequest) -> PruneReport:
         """See ``Store.prune``; a retried prune deletes nothing twice (its counts are its own)."""
-        return PruneReport.model_validate_json(await self._send("POST", "/v1/prune", request))
+        return await self._call("prune", request)
 
     # -- watchdog, statistics, lifecycle --------------------------------------------------------
 
     async def stats(self) -> StoreStats:
         """See ``Store.stats``."""
-        return StoreStats.model_validate_json(await self._send("GET", "/v1/stats"))
+        return await self._call("stats")
 
     async def reconcile(self) -> ReconcileReport:
         """See ``Store.reconcile``: asks the server to run one watchdog pass now."""
-        result = ReconcileResult.model_validate_json(await self._send("POST", "/v1/reconcile"))
+        result: ReconcileResult = await self._call("reconcile")
         return ReconcileReport(
             timed_out=tuple(result.timed_out),
             lost=tuple(result.lost),

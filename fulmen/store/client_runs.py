@@ -8,12 +8,13 @@ never duplicate one. ``update_run`` sets a value, which is the same when repeate
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 from urllib.parse import quote
 
 from pydantic import BaseModel, TypeAdapter
 
+from fulmen.store.client_ops import OperationCalls
 from fulmen.store.runs import (
     MAX_METRICS_LIMIT,
     MAX_RUNS_LIMIT,
@@ -28,14 +29,12 @@ __all__ = ["RunsOverHttp"]
 _MODEL_VERSIONS = TypeAdapter(list[ModelVersion])
 
 
-class RunsOverHttp:
-    """``Store``'s run methods as HTTP requests through ``self._send``."""
-
-    _send: Callable[..., Awaitable[bytes]]
+class RunsOverHttp(OperationCalls):
+    """``Store``'s run methods as HTTP requests, each named by its operation."""
 
     async def start_run(self, run: Run) -> Run:
         """See ``Store.start_run``."""
-        return Run.model_validate_json(await self._send("POST", "/v1/runs", run))
+        return await self._call("start_run", run)
 
     async def update_run(
         self,
@@ -52,24 +51,22 @@ class RunsOverHttp:
         if ended_at is not UNSET:
             fields["ended_at"] = ended_at
         body: BaseModel = RunUpdate.model_construct(**fields)
-        raw = await self._send("PATCH", f"/v1/runs/{_segment(run_id)}", body, partial=True)
-        return Run.model_validate_json(raw)
+        return await self._call("update_run", body, path={"run_id": run_id}, partial=True)
 
     async def add_run_metrics(self, metrics: Sequence[RunMetrics]) -> None:
         """See ``Store.add_run_metrics``."""
         if metrics:
             request = RunMetricsRequest.model_construct(metrics=list(metrics))
-            await self._send("POST", "/v1/runs/metrics", request)
+            await self._call("add_run_metrics", request)
 
     async def list_runs(self, *, limit: int = 100, offset: int = 0) -> Page[Run]:
         """See ``Store.list_runs``."""
         check_run_paging(limit=limit, maximum=MAX_RUNS_LIMIT, offset=offset)
-        raw = await self._send("GET", "/v1/runs", params={"limit": limit, "offset": offset})
-        return Page[Run].model_validate_json(raw)
+        return await self._call("list_runs", params={"limit": limit, "offset": offset})
 
     async def get_run(self, run_id: str) -> Run:
         """See ``Store.get_run``."""
-        return Run.model_validate_json(await self._send("GET", f"/v1/runs/{_segment(run_id)}"))
+        return await self._call("get_run", path={"run_id": run_id})
 
     async def query_run_metrics(
         self, run_id: str, *, after_step: int | None = None, limit: int = 1000
@@ -79,19 +76,16 @@ class RunsOverHttp:
         params: dict[str, Any] = {"limit": limit}
         if after_step is not None:
             params["after_step"] = after_step
-        raw = await self._send("GET", f"/v1/runs/{_segment(run_id)}/metrics", params=params)
-        return Page[RunMetrics].model_validate_json(raw)
+        return await self._call("query_run_metrics", path={"run_id": run_id}, params=params)
 
     async def add_model_version(self, version: ModelVersion) -> ModelVersion:
         """See ``Store.add_model_version``."""
-        raw = await self._send("POST", "/v1/model_versions", version)
-        return ModelVersion.model_validate_json(raw)
+        return await self._call("add_model_version", version)
 
     async def list_model_versions(self, run_id: str | None = None) -> list[ModelVersion]:
         """See ``Store.list_model_versions``."""
         params = {"run_id": run_id} if run_id is not None else None
-        raw = await self._send("GET", "/v1/model_versions", params=params)
-        return _MODEL_VERSIONS.validate_json(raw)
+        return await self._call("list_model_versions", params=params)
 
 
 def _segment(value: str) -> str:
