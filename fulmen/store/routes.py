@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated, Any, TypeVar
 
 from pydantic import BaseModel, Field, TypeAdapter, ValidationError
@@ -93,17 +93,30 @@ class Call:
 
 @dataclass(frozen=True)
 class Operation:
-    """One route: ``name`` is the ``Store`` method it exposes (and the OpenAPI operationId)."""
+    """One route: ``name`` is the ``Store`` method it exposes (and the OpenAPI operationId).
+
+    ``handler`` returns the method's result; ``encode`` writes it as ``response`` says (the
+    same type the OpenAPI spec documents and the client parses).
+    """
 
     name: str
     method: str
     path: str
     summary: str
-    handler: Callable[[Call], Awaitable[bytes]]
+    handler: Callable[[Call], Awaitable[Any]]
     response: Any
     body: type[BaseModel] | None = None
     query: type[BaseModel] | None = None
     is_public: bool = False  # readable without a token
+    _adapter: TypeAdapter[Any] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        response = self.response if self.response is not None else type(None)
+        object.__setattr__(self, "_adapter", TypeAdapter(response))
+
+    def encode(self, result: Any) -> bytes:
+        """Return ``result`` as the JSON body of this operation's answer."""
+        return self._adapter.dump_json(result)
 
 
 def _validation_error(exc: ValidationError, where: str) -> InvalidRequest:
@@ -159,73 +172,62 @@ def _parse_query(model: type[_M], query: Mapping[str, str]) -> _M:
         raise _validation_error(exc, "query string") from None
 
 
-_ROLLOUTS = TypeAdapter(list[Rollout])
-_ATTEMPTS = TypeAdapter(list[Attempt])
-_CLAIMS = TypeAdapter(list[Claim])
-_SPANS = TypeAdapter(list[Span])
-_CALLS = TypeAdapter(list[LLMCall])
-_WORKERS = TypeAdapter(list[Worker])
-_MAYBE_RESOURCES = TypeAdapter(Resources | None)
-_REWARDS = TypeAdapter(list[Reward])
-_MODEL_VERSIONS = TypeAdapter(list[ModelVersion])
+async def _info(call: Call) -> Any:
+    return call.info
 
 
-async def _info(call: Call) -> bytes:
-    return call.info.model_dump_json().encode()
+_HEALTHY = HealthStatus()
 
 
-_HEALTHY = HealthStatus().model_dump_json().encode()
-
-
-async def _health(call: Call) -> bytes:
+async def _health(call: Call) -> HealthStatus:
     del call
     return _HEALTHY
 
 
-async def _enqueue(call: Call) -> bytes:
+async def _enqueue(call: Call) -> Any:
     request = parse_body(EnqueueRequest, call.body)
-    return _ROLLOUTS.dump_json(await call.store.enqueue(request.rollouts))
+    return await call.store.enqueue(request.rollouts)
 
 
-async def _claim(call: Call) -> bytes:
+async def _claim(call: Call) -> Any:
     r = parse_body(ClaimRequest, call.body)
     claims = await call.store.claim(r.worker_id, limit=r.limit, modes=r.modes, claim_id=r.claim_id)
-    return _CLAIMS.dump_json(claims)
+    return claims
 
 
-async def _query_rollouts(call: Call) -> bytes:
+async def _query_rollouts(call: Call) -> Any:
     page = await call.store.query_rollouts(parse_body(RolloutQuery, call.body))
-    return page.model_dump_json().encode()
+    return page
 
 
-async def _wait(call: Call) -> bytes:
+async def _wait(call: Call) -> Any:
     r = parse_body(WaitRequest, call.body)
     # Long poll, capped so a request never outlives proxies' and clients' read timeouts; the
     # client repeats the request until its own timeout is spent.
     timeout = min(r.timeout, call.info.max_wait_s)
-    return _ROLLOUTS.dump_json(await call.store.wait_for_rollouts(r.rollout_ids, timeout=timeout))
+    return await call.store.wait_for_rollouts(r.rollout_ids, timeout=timeout)
 
 
-async def _get_rollout(call: Call) -> bytes:
+async def _get_rollout(call: Call) -> Any:
     rollout = await call.store.get_rollout(_path_parameter(call, "rollout_id"))
-    return rollout.model_dump_json().encode()
+    return rollout
 
 
-async def _update_rollout(call: Call) -> bytes:
+async def _update_rollout(call: Call) -> Any:
     r = parse_body(RolloutUpdate, call.body)
     rollout = await call.store.update_rollout(
         _path_parameter(call, "rollout_id"),
         status=r.status if r.status is not None else UNSET,
         metadata=r.metadata if r.metadata is not None else UNSET,
     )
-    return rollout.model_dump_json().encode()
+    return rollout
 
 
-async def _list_attempts(call: Call) -> bytes:
-    return _ATTEMPTS.dump_json(await call.store.list_attempts(_path_parameter(call, "rollout_id")))
+async def _list_attempts(call: Call) -> Any:
+    return await call.store.list_attempts(_path_parameter(call, "rollout_id"))
 
 
-async def _query_spans(call: Call) -> bytes:
+async def _query_spans(call: Call) -> Any:
     q = _parse_query(RecordQuery, call.query)
     page = await call.store.query_spans(
         _path_parameter(call, "rollout_id"),
@@ -233,10 +235,10 @@ async def _query_spans(call: Call) -> bytes:
         after_sequence=q.after_sequence,
         limit=q.limit,
     )
-    return page.model_dump_json().encode()
+    return page
 
 
-async def _query_llm_calls(call: Call) -> bytes:
+async def _query_llm_calls(call: Call) -> Any:
     q = _parse_query(RecordQuery, call.query)
     page = await call.store.query_llm_calls(
         _path_parameter(call, "rollout_id"),
@@ -244,82 +246,82 @@ async def _query_llm_calls(call: Call) -> bytes:
         after_sequence=q.after_sequence,
         limit=q.limit,
     )
-    return page.model_dump_json().encode()
+    return page
 
 
-async def _get_attempt(call: Call) -> bytes:
+async def _get_attempt(call: Call) -> Any:
     attempt = await call.store.get_attempt(_path_parameter(call, "attempt_id"))
-    return attempt.model_dump_json().encode()
+    return attempt
 
 
-async def _update_attempt(call: Call) -> bytes:
+async def _update_attempt(call: Call) -> Any:
     r = parse_body(AttemptUpdate, call.body)
     attempt = await call.store.update_attempt(
         _path_parameter(call, "attempt_id"),
         status=r.status if r.status is not None else UNSET,
         error=r.error if "error" in r.model_fields_set else UNSET,
     )
-    return attempt.model_dump_json().encode()
+    return attempt
 
 
-async def _add_spans(call: Call) -> bytes:
+async def _add_spans(call: Call) -> Any:
     request = parse_body(SpansRequest, call.body)
-    return _SPANS.dump_json(await call.add_spans(request.spans))
+    return await call.add_spans(request.spans)
 
 
-async def _add_llm_calls(call: Call) -> bytes:
+async def _add_llm_calls(call: Call) -> Any:
     request = parse_body(LLMCallsRequest, call.body)
-    return _CALLS.dump_json(await call.add_llm_calls(request.calls))
+    return await call.add_llm_calls(request.calls)
 
 
-async def _add_resources(call: Call) -> bytes:
+async def _add_resources(call: Call) -> Any:
     resources = await call.store.add_resources(parse_body(ResourcesCreate, call.body))
-    return resources.model_dump_json().encode()
+    return resources
 
 
-async def _latest_resources(call: Call) -> bytes:
-    return _MAYBE_RESOURCES.dump_json(await call.store.latest_resources())
+async def _latest_resources(call: Call) -> Any:
+    return await call.store.latest_resources()
 
 
-async def _get_resources(call: Call) -> bytes:
+async def _get_resources(call: Call) -> Any:
     version = _path_parameter(call, "version")
-    return (await call.store.get_resources(version)).model_dump_json().encode()
+    return await call.store.get_resources(version)
 
 
-async def _add_reward(call: Call) -> bytes:
+async def _add_reward(call: Call) -> Any:
     reward = await call.store.add_reward(parse_body(RewardCreate, call.body))
-    return reward.model_dump_json().encode()
+    return reward
 
 
-async def _list_rewards(call: Call) -> bytes:
-    return _REWARDS.dump_json(await call.store.list_rewards(_path_parameter(call, "rollout_id")))
+async def _list_rewards(call: Call) -> Any:
+    return await call.store.list_rewards(_path_parameter(call, "rollout_id"))
 
 
-async def _record_session(call: Call) -> bytes:
+async def _record_session(call: Call) -> Any:
     claim = await call.store.record_session(parse_body(SessionCreate, call.body))
-    return claim.model_dump_json().encode()
+    return claim
 
 
-async def _prune(call: Call) -> bytes:
+async def _prune(call: Call) -> Any:
     report = await call.store.prune(parse_body(PruneRequest, call.body))
-    return report.model_dump_json().encode()
+    return report
 
 
-async def _heartbeat(call: Call) -> bytes:
+async def _heartbeat(call: Call) -> Any:
     r = parse_body(HeartbeatRequest, call.body)
     worker = await call.store.heartbeat(r.worker_id, attempt_ids=r.attempt_ids, metadata=r.metadata)
-    return worker.model_dump_json().encode()
+    return worker
 
 
-async def _list_workers(call: Call) -> bytes:
-    return _WORKERS.dump_json(await call.store.list_workers())
+async def _list_workers(call: Call) -> Any:
+    return await call.store.list_workers()
 
 
-async def _stats(call: Call) -> bytes:
-    return (await call.store.stats()).model_dump_json().encode()
+async def _stats(call: Call) -> Any:
+    return await call.store.stats()
 
 
-async def _reconcile(call: Call) -> bytes:
+async def _reconcile(call: Call) -> Any:
     report = await call.store.reconcile()
     result = ReconcileResult(
         timed_out=list(report.timed_out),
@@ -327,55 +329,55 @@ async def _reconcile(call: Call) -> bytes:
         requeued=list(report.requeued),
         failed=list(report.failed),
     )
-    return result.model_dump_json().encode()
+    return result
 
 
-async def _start_run(call: Call) -> bytes:
+async def _start_run(call: Call) -> Any:
     run = await call.store.start_run(parse_body(Run, call.body))
-    return run.model_dump_json().encode()
+    return run
 
 
-async def _list_runs(call: Call) -> bytes:
+async def _list_runs(call: Call) -> Any:
     q = _parse_query(RunListQuery, call.query)
     page = await call.store.list_runs(limit=q.limit, offset=q.offset)
-    return page.model_dump_json().encode()
+    return page
 
 
-async def _get_run(call: Call) -> bytes:
-    return (await call.store.get_run(_path_parameter(call, "run_id"))).model_dump_json().encode()
+async def _get_run(call: Call) -> Any:
+    return await call.store.get_run(_path_parameter(call, "run_id"))
 
 
-async def _update_run(call: Call) -> bytes:
+async def _update_run(call: Call) -> Any:
     r = parse_body(RunUpdate, call.body)
     run = await call.store.update_run(
         _path_parameter(call, "run_id"),
         status=r.status if r.status is not None else UNSET,
         ended_at=r.ended_at if "ended_at" in r.model_fields_set else UNSET,
     )
-    return run.model_dump_json().encode()
+    return run
 
 
-async def _add_run_metrics(call: Call) -> bytes:
+async def _add_run_metrics(call: Call) -> Any:
     await call.store.add_run_metrics(parse_body(RunMetricsRequest, call.body).metrics)
-    return b"null"
+    return None
 
 
-async def _query_run_metrics(call: Call) -> bytes:
+async def _query_run_metrics(call: Call) -> Any:
     q = _parse_query(RunMetricsQuery, call.query)
     page = await call.store.query_run_metrics(
         _path_parameter(call, "run_id"), after_step=q.after_step, limit=q.limit
     )
-    return page.model_dump_json().encode()
+    return page
 
 
-async def _add_model_version(call: Call) -> bytes:
+async def _add_model_version(call: Call) -> Any:
     version = await call.store.add_model_version(parse_body(ModelVersion, call.body))
-    return version.model_dump_json().encode()
+    return version
 
 
-async def _list_model_versions(call: Call) -> bytes:
+async def _list_model_versions(call: Call) -> Any:
     q = _parse_query(ModelVersionQuery, call.query)
-    return _MODEL_VERSIONS.dump_json(await call.store.list_model_versions(q.run_id))
+    return await call.store.list_model_versions(q.run_id)
 
 
 _R = "/v1/rollouts/{rollout_id}"

@@ -124,7 +124,7 @@ def _endpoint(op: Operation, base: Call, limit: int) -> Callable[[Request], Awai
                 query=request.query_params,
                 body=body,
             )
-            payload = await op.handler(call)
+            payload = op.encode(await op.handler(call))
         except FulmenError as exc:
             return _error_response(exc, _request_id(), f"{op.method} {op.path}")
         except Exception as exc:
