@@ -30,6 +30,7 @@ _COMMAND_MODULES: tuple[str, ...] = (
     "prompts",
     "rewards",
     "runs",
+    "models",
     "export",
     "replay",
     "rescore",

@@ -1,0 +1,141 @@
+"""``fulmen models list|show|serve``: the model versions a store records, and the way back to one.
+
+``list`` prints every model version (of one run with ``--run``): run, version, step, kind,
+validation scores, the resources version that served it and its path. ``show RUN_ID VERSION``
+prints one. ``serve RUN_ID VERSION --engine URL`` makes a running engine (``fulmen serve`` or
+vLLM) serve it — an adapter hot-loaded under a model name, full weights reloaded as the base —
+the rollback path outside the dashboard. ``--json`` prints the records themselves.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from fulmen.cli.rollouts import render_table
+from fulmen.cli.store import add_store_options, open_cli_store, run_async
+from fulmen.errors import ConfigError, NotFound
+
+if TYPE_CHECKING:
+    from fulmen.types import ModelVersion
+
+__all__ = ["register"]
+
+
+def _scores(version: ModelVersion) -> str:
+    shown = [f"{k}={v:.4g}" for k, v in version.scores.items() if math.isfinite(v)]
+    return " ".join(shown) or "-"
+
+
+async def _versions(args: argparse.Namespace, run_id: str | None) -> list[ModelVersion]:
+    async with open_cli_store(args) as store:
+        if run_id is not None:
+            await store.get_run(run_id)  # NotFound names an unknown run
+        return await store.list_model_versions(run_id)
+
+
+def _find(versions: list[ModelVersion], run_id: str, number: int) -> ModelVersion:
+    found = next((v for v in versions if v.version == number), None)
+    if found is None:
+        known = ", ".join(str(v.version) for v in versions) or "none"
+        raise NotFound(f"run {run_id!r} has no model version {number} (its versions: {known})")
+    return found
+
+
+def _list(args: argparse.Namespace) -> int:
+    versions = run_async(lambda: _versions(args, args.run))
+    if args.json:
+        print(json.dumps([v.model_dump(mode="json") for v in versions], indent=2))
+        return 0
+    if not versions:
+        print("no model versions recorded: `fulmen train` records each model it serves")
+        return 0
+    rows = [
+        [
+            v.run_id,
+            str(v.version),
+            str(v.step),
+            v.kind.value,
+            _scores(v),
+            f"v{v.resources_version}" if v.resources_version is not None else "-",
+            v.path,
+        ]
+        for v in versions
+    ]
+    headers = ["RUN", "VERSION", "STEP", "KIND", "SCORES", "SERVED BY", "PATH"]
+    print(render_table(headers, rows, right={1, 2}))
+    return 0
+
+
+def _show(args: argparse.Namespace) -> int:
+    version = _find(run_async(lambda: _versions(args, args.run_id)), args.run_id, args.version)
+    if args.json:
+        print(json.dumps(version.model_dump(mode="json"), indent=2))
+        return 0
+    served = f"v{version.resources_version}" if version.resources_version is not None else "-"
+    exists = "" if Path(version.path).exists() else "  (not on this machine)"
+    print(f"run {version.run_id} model version {version.version}: {version.kind.value}")
+    print(f"  step {version.step}  served by resources {served}")
+    print(f"  path {version.path}{exists}")
+    print(f"  scores {_scores(version)}")
+    return 0
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from fulmen.dashboard.engine_link import EngineLink
+
+    version = _find(run_async(lambda: _versions(args, args.run_id)), args.run_id, args.version)
+    if not Path(version.path).exists():
+        raise ConfigError(
+            f"model version {version.version} of run {version.run_id} is at {version.path}, "
+            "which this machine does not have: serve it where its files are"
+        )
+    name = args.name or f"{version.run_id}-v{version.version}"
+
+    served: dict[str, Any] = run_async(lambda: EngineLink(args.engine).serve(version, name))
+    if args.json:
+        print(json.dumps(served))
+        return 0
+    what = f"model {served['model']!r}" if version.kind.value == "adapter" else "its base weights"
+    print(f"{args.engine} now serves run {version.run_id}'s version {version.version} as {what}")
+    return 0
+
+
+def register(subparsers: Any) -> None:
+    """Add ``fulmen models`` and its subcommands ``list``, ``show`` and ``serve``."""
+    parser = subparsers.add_parser(
+        "models",
+        help="list the model versions runs published; serve one (rollback)",
+        description="Model versions recorded in a store (each model `fulmen train` served).",
+    )
+    commands = parser.add_subparsers(dest="models_command", metavar="SUBCOMMAND", required=True)
+    listing = commands.add_parser(
+        "list", help="list model versions", description="List the model versions of the store."
+    )
+    add_store_options(listing)
+    listing.add_argument("--run", metavar="RUN_ID", help="only this run's versions")
+    listing.add_argument("--json", action="store_true", help="print the versions as JSON")
+    listing.set_defaults(func=_list)
+    for name, func, text in (
+        ("show", _show, "show one model version"),
+        ("serve", _serve, "make a running engine serve one model version"),
+    ):
+        sub = commands.add_parser(name, help=text, description=text)
+        add_store_options(sub)
+        sub.add_argument("run_id", metavar="RUN_ID", help="the run (see `fulmen runs list`)")
+        sub.add_argument("version", metavar="VERSION", type=int, help="its model version number")
+        sub.add_argument("--json", action="store_true", help="print the result as JSON")
+        if name == "serve":
+            sub.add_argument(
+                "--engine",
+                required=True,
+                metavar="URL",
+                help="the engine's base URL (http://HOST:PORT/v1 of fulmen serve or vLLM)",
+            )
+            sub.add_argument(
+                "--name", help="model name of a served adapter (default: RUN_ID-vVERSION)"
+            )
+        sub.set_defaults(func=func)

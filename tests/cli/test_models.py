@@ -1,0 +1,81 @@
+"""``fulmen models list|show|serve`` over a real SQLite store and a real built-in engine."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import httpx
+import pytest
+
+from fulmen.cli.main import main
+from fulmen.store import open_store
+from fulmen.types import ModelKind, ModelVersion, Run
+
+
+def record(url: str, weights: Path) -> None:
+    """A run with two model versions: an adapter elsewhere, and full weights on this machine."""
+
+    async def fill() -> None:
+        async with open_store(url, watchdog_interval=None) as store:
+            await store.start_run(Run(run_id="r1", name="r1", started_at=1.0))
+            await store.add_model_version(
+                ModelVersion(
+                    run_id="r1",
+                    version=1,
+                    step=1,
+                    kind=ModelKind.ADAPTER,
+                    path="/nowhere/adapters/step-00001",
+                    scores={"val/reward_mean": 0.25},
+                )
+            )
+            await store.add_model_version(
+                ModelVersion(run_id="r1", version=2, step=2, kind=ModelKind.FULL, path=str(weights))
+            )
+
+    asyncio.run(fill())
+
+
+def test_list_show_and_refusals(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    record(url, tmp_path)
+    assert main(["models", "list", "--store", url]) == 0
+    out = capsys.readouterr().out
+    assert "val/reward_mean=0.25" in out and "/nowhere/adapters/step-00001" in out
+    assert main(["models", "list", "--store", url, "--run", "r1", "--json"]) == 0
+    assert [v["version"] for v in json.loads(capsys.readouterr().out)] == [1, 2]
+    assert main(["models", "show", "r1", "1", "--store", url]) == 0
+    assert "(not on this machine)" in capsys.readouterr().out
+    assert main(["models", "show", "r1", "7", "--store", url]) == 1
+    assert "no model version 7 (its versions: 1, 2)" in capsys.readouterr().err
+    assert main(["models", "list", "--store", url, "--run", "nope"]) == 1
+    assert "nope" in capsys.readouterr().err
+    engine = "http://127.0.0.1:9/v1"
+    assert main(["models", "serve", "r1", "1", "--store", url, "--engine", engine]) == 1
+    assert "this machine does not have" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_serve_reloads_a_versions_weights_into_a_running_engine(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("torch")
+    from fulmen.engines.launcher import BuiltinLauncher
+    from fulmen.engines.models import resolve_model
+
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    record(url, resolve_model("tiny"))
+    engine = BuiltinLauncher("tiny", log_path=tmp_path / "engine.log")
+    engine.start()
+    try:
+        args = ["models", "serve", "r1", "2", "--store", url, "--engine", f"{engine.root_url}/v1"]
+        assert main([*args, "--json"]) == 0
+        served = json.loads(capsys.readouterr().out)
+        assert served["model"] == "base weights" and served["path"] == str(resolve_model("tiny"))
+        models = httpx.get(f"{engine.root_url}/v1/models", timeout=10).json()["data"]
+        assert models  # it still answers, on the reloaded weights
+        # The engine reloaded: its policy version moved on.
+        assert served["policy_version"] is not None and served["policy_version"] >= 1
+    finally:
+        engine.stop()
