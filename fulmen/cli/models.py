@@ -1,15 +1,19 @@
-"""``fulmen models list|show|serve``: the model versions a store records, and the way back to one.
+"""``fulmen models list|show|serve|compare``: a store's model versions, and the way back to one.
 
 ``list`` prints every model version (of one run with ``--run``): run, version, step, kind,
 validation scores, the resources version that served it and its path. ``show RUN_ID VERSION``
 prints one. ``serve RUN_ID VERSION --engine URL`` makes a running engine (``fulmen serve`` or
 vLLM) serve it — an adapter hot-loaded under a model name, full weights reloaded as the base —
-the rollback path outside the dashboard. ``--json`` prints the records themselves.
+the rollback path outside the dashboard. ``compare RUN_ID A B --config CONFIG`` runs the
+config's agent on the same validation tasks with version A and with version B (adapters, or
+``base``: the model before training) and reports the paired comparison ``fulmen ab`` computes.
+``--json`` prints the records themselves.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -85,7 +89,7 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from fulmen.dashboard.engine_link import EngineLink
+    from fulmen.engines.link import EngineLink
 
     version = _find(run_async(lambda: _versions(args, args.run_id)), args.run_id, args.version)
     if not Path(version.path).exists():
@@ -104,8 +108,32 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _compare(args: argparse.Namespace) -> int:
+    from fulmen.debugging.ab import format_ab
+    from fulmen.debugging.models_ab import compare_models, find_versions
+    from fulmen.trainer.config import load_config
+
+    config = load_config(args.config, overrides=args.set)
+
+    async def main() -> Any:
+        async with open_cli_store(args) as store:
+            versions = await find_versions(store, args.run_id, (args.a, args.b))
+        labels = (f"version {args.a}", f"version {args.b}")
+        return await compare_models(config, versions, labels=labels, n=args.n, split=args.split)
+
+    result = run_async(main)
+    if args.json:
+        print(json.dumps({"labels": result.labels, "task_ids": result.task_ids,
+                          "rewards_a": result.rewards_a, "rewards_b": result.rewards_b,
+                          "failed_a": result.failed_a, "failed_b": result.failed_b,
+                          "comparison": dataclasses.asdict(result.comparison)}))  # fmt: skip
+        return 0
+    print(format_ab(result, alpha=args.alpha).replace("A/B on", "model versions compared on", 1))
+    return 0
+
+
 def register(subparsers: Any) -> None:
-    """Add ``fulmen models`` and its subcommands ``list``, ``show`` and ``serve``."""
+    """Add ``fulmen models`` and its subcommands ``list``, ``show``, ``serve`` and ``compare``."""
     parser = subparsers.add_parser(
         "models",
         help="list the model versions runs published; serve one (rollback)",
@@ -139,3 +167,27 @@ def register(subparsers: Any) -> None:
                 "--name", help="model name of a served adapter (default: RUN_ID-vVERSION)"
             )
         sub.set_defaults(func=func)
+    compare = commands.add_parser(
+        "compare",
+        help="compare two model versions on the same validation tasks (paired)",
+        description=(
+            "Run the config's agent on the same tasks with version A and with version B (LoRA "
+            "adapters of the run, or 'base': the model before training), once each at the "
+            "validation sampling, and report both means, the paired difference B - A with its "
+            "95% CI, and paired t, sign and permutation tests."
+        ),
+    )
+    add_store_options(compare)
+    compare.add_argument("run_id", metavar="RUN_ID", help="the run whose versions to compare")
+    compare.add_argument("a", metavar="A", help="a model version number, or base")
+    compare.add_argument("b", metavar="B", help="a model version number, or base")
+    compare.add_argument("--config", required=True, help="the training config (agent, tasks)")
+    compare.add_argument("-n", type=int, default=32, help="tasks to run (default 32)")
+    compare.add_argument(
+        "--split", choices=("val", "train"), default="val", help="validation or training tasks"
+    )
+    compare.add_argument("--alpha", type=float, default=0.05, help="test level (default 0.05)")
+    compare.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                         help="override a config value")  # fmt: skip
+    compare.add_argument("--json", action="store_true", help="print the result as JSON")
+    compare.set_defaults(func=_compare)

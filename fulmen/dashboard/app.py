@@ -43,7 +43,6 @@ from starlette.staticfiles import StaticFiles
 from fulmen.adapter.transitions import TransitionOptions
 from fulmen.dashboard.bodies import json_body, validated
 from fulmen.dashboard.debug_api import DebugActions, DebugTools
-from fulmen.dashboard.engine_link import EngineLink
 from fulmen.dashboard.gate import SecurityHeaders, TokenGate
 from fulmen.dashboard.jobs import Jobs
 from fulmen.dashboard.local_tokens import LocalTokens
@@ -52,6 +51,7 @@ from fulmen.dashboard.rewards import RewardReader
 from fulmen.dashboard.rollout_detail import rollout_detail
 from fulmen.dashboard.rollout_table import RolloutFilter, RolloutTable
 from fulmen.dashboard.runs_view import RunVersions, list_runs, run_metrics
+from fulmen.engines.link import EngineLink
 from fulmen.errors import ConfigError, FulmenError, InvalidRequest, NotFound
 from fulmen.types import LLMResource, Mode, RolloutStatus
 from fulmen.types.limits import Id

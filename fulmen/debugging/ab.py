@@ -16,7 +16,7 @@ A prompt is named by a file (``.json`` or ``.yaml``: a ``PromptTemplate``'s fiel
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -30,15 +30,19 @@ if TYPE_CHECKING:
     from fulmen.prompts import PromptVersion
     from fulmen.trainer.config import TrainConfig
     from fulmen.trainer.stack import TrainingStack
+    from fulmen.types import LLMResource, Resource
 
 __all__ = [
     "ABResult",
     "ab_from_config",
+    "config_stack",
+    "llm_resource",
     "format_ab",
     "is_store_ref",
     "load_prompt_file",
     "resolve_prompt",
     "run_ab",
+    "run_sides",
 ]
 
 
@@ -113,21 +117,48 @@ async def run_ab(
         name: the resource name the agent receives the prompt by.
         id_prefix: rollout ids are ``{id_prefix}-a-t{i}`` and ``{id_prefix}-b-t{i}``.
     """
-    from fulmen.prompts import run_tasks
-    from fulmen.types import LLMResource, Mode, ResourcesCreate, RolloutConfig, RolloutStatus
-
-    if len(tasks) < 2:
-        raise ConfigError(f"an A/B test needs at least 2 tasks, got {len(tasks)}")
     if name == "llm":
         raise ConfigError("--name 'llm' is the model resource; name the prompt otherwise")
-    llm = LLMResource(
+    llm = llm_resource(stack, model, rollouts)
+    sides = ({"llm": llm, name: prompts[0]}, {"llm": llm, name: prompts[1]})
+    return await run_sides(
+        stack, sides, tasks, labels=labels, rollouts=rollouts, id_prefix=id_prefix
+    )
+
+
+def llm_resource(stack: TrainingStack, model: str, rollouts: RolloutSettings) -> LLMResource:
+    """Return an A/B side's ``llm``: ``model`` on the stack's engine, the run's sampling."""
+    from fulmen.types import LLMResource
+
+    return LLMResource(
         base_url=stack.engine_url,
         model=model,
         sampling={"default": rollouts.val_sampling, "train": rollouts.train_sampling},
     )
+
+
+async def run_sides(
+    stack: TrainingStack,
+    sides: tuple[Mapping[str, Resource], Mapping[str, Resource]],
+    tasks: Sequence[tuple[str, Any]],
+    *,
+    labels: tuple[str, str],
+    rollouts: RolloutSettings,
+    id_prefix: str = "ab",
+) -> ABResult:
+    """Run ``tasks`` once with each side's resources as validation rollouts; compare pairwise.
+
+    The sides differ in what is compared: a prompt (``run_ab``), or the model the ``llm``
+    resource names (two model versions, ``fulmen.debugging.models_ab``).
+    """
+    from fulmen.prompts import run_tasks
+    from fulmen.types import Mode, ResourcesCreate, RolloutConfig, RolloutStatus
+
+    if len(tasks) < 2:
+        raise ConfigError(f"an A/B test needs at least 2 tasks, got {len(tasks)}")
     versions = [
-        (await stack.store.add_resources(ResourcesCreate(resources={"llm": llm, name: p}))).version
-        for p in prompts
+        (await stack.store.add_resources(ResourcesCreate(resources=dict(side)))).version
+        for side in sides
     ]
     config = RolloutConfig(timeout_s=rollouts.timeout_s, max_attempts=rollouts.max_attempts)
     # Every attempt of both sides, run ``concurrency`` at a time, each within its timeout.
@@ -177,6 +208,23 @@ async def ab_from_config(
     tasks (``val``, the default, falling back to the training tasks when there are none) or
     the training tasks (``train``).
     """
+    stack, tasks = config_stack(config, n=n, split=split, log_dir="ab")
+    async with stack:
+        return await run_ab(
+            stack,
+            prompts,
+            tasks,
+            labels=labels,
+            model=config.model,
+            rollouts=config.rollouts,
+            name=name,
+        )
+
+
+def config_stack(
+    config: TrainConfig, *, n: int, split: str, log_dir: str
+) -> tuple[TrainingStack, list[tuple[str, Any]]]:
+    """Return a stack for ``config``'s agent (not started) and the first ``n`` ``split`` tasks."""
     import sys
 
     from fulmen.trainer.data import load_tasks, task_id_of
@@ -199,18 +247,9 @@ async def ab_from_config(
         model=config.model,
         engine=config.engine,
         rollouts=config.rollouts,
-        log_dir=Path(config.run_dir) / "ab",
+        log_dir=Path(config.run_dir) / log_dir,
     )
-    async with stack:
-        return await run_ab(
-            stack,
-            prompts,
-            tasks,
-            labels=labels,
-            model=config.model,
-            rollouts=config.rollouts,
-            name=name,
-        )
+    return stack, tasks
 
 
 def format_ab(result: ABResult, *, alpha: float = 0.05) -> str:

@@ -79,3 +79,44 @@ def test_serve_reloads_a_versions_weights_into_a_running_engine(
         assert served["policy_version"] is not None and served["policy_version"] >= 1
     finally:
         engine.stop()
+
+
+@pytest.mark.slow
+def test_compare_runs_an_adapter_against_base_on_the_same_tasks(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The toy agent with a LoRA adapter of the tiny model against the model before training."""
+    pytest.importorskip("torch")
+    from fulmen.algorithms.grpo.config import GRPOConfig
+    from fulmen.algorithms.grpo.updater import GRPOUpdater
+    from fulmen.algorithms.policy import load_causal_lm
+    from fulmen.engines.models import resolve_model
+
+    adapter = tmp_path / "adapters" / "step-00001"
+    updater = GRPOUpdater(load_causal_lm(resolve_model("tiny")), config=GRPOConfig())
+    updater.save_adapter(adapter)
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+
+    async def fill() -> None:
+        async with open_store(url, watchdog_interval=None) as store:
+            await store.start_run(Run(run_id="r1", name="r1", started_at=1.0))
+            await store.add_model_version(
+                ModelVersion(run_id="r1", version=1, step=1, kind=ModelKind.ADAPTER,
+                             path=str(adapter))
+            )  # fmt: skip
+
+    asyncio.run(fill())
+    toy = Path(__file__).resolve().parents[2] / "examples" / "toy" / "config.yaml"
+    args = ["models", "compare", "r1", "base", "1", "--store", url, "--config", str(toy)]
+    overrides = ["--set", f"run_dir={tmp_path / 'run'}", "-n", "4", "--json"]
+    assert main([*args, *overrides]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["labels"] == ["version base", "version 1"]
+    assert len(result["rewards_a"]) == len(result["rewards_b"]) == 4
+    assert result["failed_a"] == result["failed_b"] == 0
+    assert result["comparison"]["n"] == 4
+    # Side B asked for model "r1-v1", which the engine serves only once the adapter is loaded
+    # (an unknown model name is a 404, a failed rollout): no failures means it was served.
+    # An unknown version is refused before anything starts.
+    assert main(["models", "compare", "r1", "base", "9", "--store", url, "--config", str(toy)]) == 1
+    assert "no model version 9" in capsys.readouterr().err

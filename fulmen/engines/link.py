@@ -1,10 +1,11 @@
-"""The dashboard's link to a running inference engine: serve a model version, name tokens.
+"""A client of a running inference engine: serve a model version, name tokens.
 
 Both engines fulmen runs (the built-in server and vLLM) take ``POST /v1/load_lora_adapter``
 (``{"lora_name", "lora_path"}``) to serve an adapter under a model name, replacing one already
 loaded under that name; the built-in server also takes ``POST /v1/reload_weights`` for a full
 checkpoint (vLLM has no HTTP full-weight reload outside its dev mode) and ``POST /detokenize``,
-which the token view uses to print each token's text.
+which the dashboard's token view uses to print each token's text. The dashboard and
+``fulmen models serve|compare`` use it.
 """
 
 from __future__ import annotations
