@@ -16,6 +16,7 @@ import dataclasses
 import hmac
 import logging
 import secrets
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING
 from urllib.parse import unquote
@@ -31,6 +32,8 @@ from starlette.routing import Route
 from fulmen.errors import FulmenError, PayloadTooLarge, StoreUnavailable, Unauthorized
 from fulmen.store.base import Store
 from fulmen.store.coalescer import WriteCoalescer
+from fulmen.store.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from fulmen.store.metrics import StoreMetrics
 from fulmen.store.routes import OPERATIONS, Call, Operation
 from fulmen.store.wire import ServiceInfo
 from fulmen.version import __version__
@@ -113,8 +116,16 @@ async def _read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-def _endpoint(op: Operation, base: Call, limit: int) -> Callable[[Request], Awaitable[Response]]:
+def _endpoint(
+    op: Operation, base: Call, limit: int, metrics: StoreMetrics
+) -> Callable[[Request], Awaitable[Response]]:
     async def endpoint(request: Request) -> Response:
+        started = time.perf_counter()
+        response = await answer(request)
+        metrics.observe_request(op.name, response.status_code, started)
+        return response
+
+    async def answer(request: Request) -> Response:
         try:
             body = await _read_body(request, limit) if op.body is not None else b""
             call = dataclasses.replace(
@@ -124,7 +135,9 @@ def _endpoint(op: Operation, base: Call, limit: int) -> Callable[[Request], Awai
                 query=request.query_params,
                 body=body,
             )
-            payload = op.encode(await op.handler(call))
+            result = await op.handler(call)
+            metrics.observe_result(op.name, result)
+            payload = op.encode(result)
         except FulmenError as exc:
             return _error_response(exc, _request_id(), f"{op.method} {op.path}")
         except Exception as exc:
@@ -217,6 +230,18 @@ async def _unexpected(request: Request, exc: Exception) -> Response:
     return _internal_error(exc, _request_id(), f"{request.method} {request.url.path}")
 
 
+#: Prometheus metrics (``fulmen.store.metrics``); behind the token like every store route.
+METRICS_PATH = "/metrics"
+
+
+def _metrics_endpoint(metrics: StoreMetrics) -> Callable[[Request], Awaitable[Response]]:
+    async def endpoint(request: Request) -> Response:
+        del request
+        return Response(await metrics.render(), media_type=METRICS_CONTENT_TYPE)
+
+    return endpoint
+
+
 def create_app(
     store: Store,
     *,
@@ -245,24 +270,28 @@ def create_app(
         max_wait_s=max_wait_s,
         auth_required=token is not None,
     )
+    metrics = StoreMetrics(store)
     base = Call(
         store=store,
         info=info,
-        add_spans=WriteCoalescer(store.add_spans).submit,
-        add_llm_calls=WriteCoalescer(store.add_llm_calls).submit,
+        add_spans=WriteCoalescer(metrics.observed_writes("spans", store.add_spans)).submit,
+        add_llm_calls=WriteCoalescer(
+            metrics.observed_writes("llm_calls", store.add_llm_calls)
+        ).submit,
         path={},
         query={},
         body=b"",
     )
     by_path: dict[str, dict[str, Callable[[Request], Awaitable[Response]]]] = {}
     for op in OPERATIONS:
-        by_path.setdefault(op.path, {})[op.method] = _endpoint(op, base, max_body_bytes)
+        by_path.setdefault(op.path, {})[op.method] = _endpoint(op, base, max_body_bytes, metrics)
     # One route per path, whatever its methods, so a 405's ``Allow`` lists all of them.
     routes = [
         Route(path, _by_method(endpoints), methods=list(endpoints))
         for path, endpoints in by_path.items()
     ]
     routes.append(Route(_SPEC_PATH, _openapi_endpoint(), methods=["GET"]))
+    routes.append(Route(METRICS_PATH, _metrics_endpoint(metrics), methods=["GET"]))
     public = frozenset(op.path for op in OPERATIONS if op.is_public) | {_SPEC_PATH}
     return Starlette(
         routes=routes,
