@@ -7,6 +7,7 @@ Routes (``{path}`` is what follows ``/v1/``, such as ``chat/completions``)::
     POST /v1/rewards                                       a delayed reward, to the store
     GET  /healthz                                          liveness, engines, recorder counts,
                                                            production capture counters
+    GET  /metrics                                          Prometheus metrics (``metrics``)
     POST /gateway/flush                                    200 once every record is stored;
                                                            502 if the store refused some,
                                                            503 if it stayed unreachable
@@ -26,7 +27,7 @@ import hmac
 import logging
 import re
 import time
-from collections.abc import AsyncGenerator, Callable, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -42,6 +43,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from fulmen.errors import FulmenError
 from fulmen.gateway.config import GatewayConfig
 from fulmen.gateway.errors import GatewayUnauthorized, openai_error_body
+from fulmen.gateway.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from fulmen.gateway.metrics import GatewayMetrics
 from fulmen.gateway.proxy import Gateway
 from fulmen.gateway.rewards import rewards_route
 from fulmen.gateway.upstreams import Upstream
@@ -76,6 +79,7 @@ def create_app(
     """
     engines = [u if isinstance(u, Upstream) else Upstream(base_url=u) for u in upstreams]
     gateway = Gateway(store, engines, token=token, config=config, clock=clock or time.monotonic)
+    metrics = GatewayMetrics(gateway)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncGenerator[None]:
@@ -90,6 +94,7 @@ def create_app(
     # the table as the API's one description and for its 405s to other methods.
     routes = [
         Route("/healthz", _healthz, methods=["GET"]),
+        Route("/metrics", _metrics_endpoint(metrics), methods=["GET"]),
         Route("/gateway/flush", _flush, methods=["POST"]),
         Route(
             "/rollout/{rollout_id}/attempt/{attempt_id}/v1/{path:path}", _tracked, methods=_METHODS
@@ -97,7 +102,7 @@ def create_app(
         rewards_route(store, gateway),
         Route("/v1/{path:path}", _untracked, methods=_METHODS),
     ]
-    middleware = [Middleware(ModelCallDispatch, gateway=gateway)]
+    middleware = [Middleware(ModelCallDispatch, gateway=gateway, metrics=metrics)]
     if token is not None:
         middleware.insert(0, Middleware(TokenAuth, token=token, open_paths=("/healthz",)))
     app = Starlette(
@@ -116,6 +121,14 @@ def create_app(
 
 def _gateway(request: Request) -> Gateway:
     return request.app.state.gateway
+
+
+def _metrics_endpoint(metrics: GatewayMetrics) -> Callable[[Request], Awaitable[Response]]:
+    async def endpoint(request: Request) -> Response:
+        del request
+        return Response(metrics.render(), media_type=METRICS_CONTENT_TYPE)
+
+    return endpoint
 
 
 async def _tracked(request: Request) -> Response:
@@ -233,9 +246,10 @@ class ModelCallDispatch:
     exception middleware's work.
     """
 
-    def __init__(self, app: ASGIApp, *, gateway: Gateway) -> None:
+    def __init__(self, app: ASGIApp, *, gateway: Gateway, metrics: GatewayMetrics) -> None:
         self.app = app
         self._gateway = gateway
+        self._metrics = metrics
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Serve a model call directly; hand anything else to the app."""
@@ -258,11 +272,13 @@ class ModelCallDispatch:
         else:
             await self.app(scope, receive, send)
             return
+        started = time.perf_counter()
         request = Request(scope, receive)
         try:
             response = await handler(self._gateway, request)
         except Exception as exc:
             response = await _error_response(request, exc)
+        self._metrics.observe_call(scope["path_params"]["path"], response.status_code, started)
         await response(scope, receive, send)
 
 
