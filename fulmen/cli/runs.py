@@ -1,10 +1,11 @@
-"""``fulmen runs list|show``: the training runs a store holds, their metrics and model versions.
+"""``fulmen runs list|show|diagnose``: a store's training runs, their metrics and model versions.
 
 ``list`` prints one line per run, latest started first (``--limit``/``--offset`` page). ``show
 RUN_ID`` prints the run, a summary of its metrics (per metric: records, steps, first, last,
 min, max) and its model versions with their scores and the resources version serving them.
-``--json`` prints the records themselves (``show``: the run, every metrics record and every
-model version).
+``diagnose RUN_ID`` says where its step time went and what held it back
+(``fulmen.trainer.diagnosis``). ``--json`` prints the records themselves (``show``: the run,
+every metrics record and every model version).
 """
 
 from __future__ import annotations
@@ -159,8 +160,33 @@ def _show(args: argparse.Namespace) -> int:
     return 0
 
 
+def _diagnose(args: argparse.Namespace) -> int:
+    from fulmen.trainer.diagnosis import diagnose
+
+    async def main() -> tuple[Run, list[RunMetrics]]:
+        async with open_cli_store(args) as store:
+            return await store.get_run(args.run_id), await _all_metrics(store, args.run_id)
+
+    run, records = run_async(main)
+    findings = diagnose([m.values for m in records], is_async=_is_async(run.config))
+    if args.json:
+        print(json.dumps([{"what": f.what, "remedy": f.remedy} for f in findings], indent=2))
+        return 0
+    if not findings:
+        print(f"run {run.run_id}: no steps recorded yet")
+    for finding in findings:
+        print(finding.line())
+    return 0
+
+
+def _is_async(config: dict[str, Any]) -> bool:
+    """Whether a run's recorded config trains asynchronously (any stage)."""
+    stages = config.get("stages") or [config.get("algorithm")]
+    return any(isinstance(s, dict) and s.get("async") is not None for s in stages)
+
+
 def register(subparsers: Any) -> None:
-    """Add ``fulmen runs`` and its subcommands ``list`` and ``show``."""
+    """Add ``fulmen runs`` and its subcommands ``list``, ``show`` and ``diagnose``."""
     parser = subparsers.add_parser(
         "runs",
         help="list training runs, their metrics and model versions",
@@ -186,3 +212,16 @@ def register(subparsers: Any) -> None:
         "--json", action="store_true", help="print the run, its metrics and model versions"
     )
     show.set_defaults(func=_show)
+    diagnosis = commands.add_parser(
+        "diagnose",
+        help="where a run's step time went and what held it back, with what to change",
+        description=(
+            "Read a run's metrics from the store (live while it trains) and say where its step "
+            "time went (rollouts, update, weight sync; waiting when asynchronous), how much "
+            "validation took, and why steps made no update, each with the setting to change."
+        ),
+    )
+    add_store_options(diagnosis)
+    diagnosis.add_argument("run_id", metavar="RUN_ID", help="the run's id")
+    diagnosis.add_argument("--json", action="store_true", help="print the findings as JSON")
+    diagnosis.set_defaults(func=_diagnose)

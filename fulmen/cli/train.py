@@ -124,6 +124,8 @@ def _train(args: argparse.Namespace) -> int:
     if trainer.end_of_run is not None:
         for line in trainer.end_of_run.summary():
             print(line)
+    for finding in trainer.diagnosis:
+        print(f"diagnosis: {finding.line()}")
     print(f"metrics: {config.run_dir / 'metrics.jsonl'}")
     run_id = RunState(config.run_dir).run_id
     store = config.store_url or f"sqlite:///{config.run_dir / 'store.db'}"

@@ -29,6 +29,7 @@ from fulmen.types import Mode
 
 if TYPE_CHECKING:
     from fulmen.trainer.best import EndOfRun
+    from fulmen.trainer.diagnosis import Finding
 
 __all__ = ["Trainer"]
 
@@ -58,6 +59,7 @@ class Trainer:
         self.settings = settings if settings is not None else Settings.from_env()
         #: what the end of the last ``fit`` decided (``None``: it did not validate)
         self.end_of_run: EndOfRun | None = None
+        self.diagnosis: list[Finding] = []  # where the time went, what held it back
         for entry in config.python_path:
             if str(entry) not in sys.path:
                 sys.path.insert(0, str(entry))
@@ -81,7 +83,8 @@ class Trainer:
 
         Resumes at the stage and step where an earlier run in the same directory stopped. At
         the end the run serves its best validated version (``validation.keep_best``) and
-        ``end_of_run`` says what it decided (``fulmen.trainer.best``).
+        ``end_of_run`` says what it decided (``fulmen.trainer.best``); ``diagnosis`` where the
+        run's time went and what held it back (``fulmen.trainer.diagnosis``).
         """
         from fulmen.engines.models import resolve_model
         from fulmen.trainer import best
@@ -93,6 +96,7 @@ class Trainer:
 
         config = self.config
         self.end_of_run = None
+        self.diagnosis = []
         finished = _finished_plan(config, RunState(config.run_dir))
         if finished is not None:
             logger.warning("%s", finished)
@@ -158,6 +162,9 @@ class Trainer:
                 try:
                     history = await run_stages(session)
                     self.end_of_run = await best.end_run(session, last_stage_context(session))
+                    self.diagnosis = await _diagnose(config, stack)
+                    for finding in self.diagnosis:
+                        logger.info("diagnosis: %s", finding.line())
                     status = RunStatus.SUCCEEDED
                     return history
                 except (KeyboardInterrupt, asyncio.CancelledError):
@@ -289,3 +296,24 @@ def _finished_plan(config: TrainConfig, state: Any) -> str | None:
         f"state.json): nothing to do. To train on from it, raise {where}.{option} "
         f"(e.g. --set {where}.{option}={count * 2}); to start over, use another run_dir"
     )
+
+
+async def _diagnose(config: TrainConfig, stack: TrainingStack) -> list[Finding]:
+    """Diagnose the whole run from its metrics and, with the built-in engine, its counters."""
+    import httpx
+
+    from fulmen.trainer.diagnosis import diagnose, engine_counters
+    from fulmen.trainer.metrics import read_metrics
+
+    records = read_metrics(config.run_dir / "metrics.jsonl")
+    engine: dict[str, float] | None = None
+    if config.engine.kind == "builtin" and config.cluster is None:
+        root = stack.engine_url.removesuffix("/v1")
+        try:
+            async with httpx.AsyncClient(timeout=5.0) as client:
+                page = await client.get(f"{root}/metrics")
+            engine = engine_counters(page.text) if page.status_code == 200 else None
+        except httpx.HTTPError:
+            engine = None  # the diagnosis goes on without the engine's counters
+    is_async = any(getattr(stage, "async_", None) is not None for stage in config.plan())
+    return diagnose(records, is_async=is_async, engine=engine)

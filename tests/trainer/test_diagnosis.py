@@ -1,0 +1,98 @@
+"""The end-of-run diagnosis names the bottleneck a run's metrics show, with what to change.
+
+Runs whose outcome is known by construction: each record set makes one phase dominate.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fulmen.cli.main import main
+from fulmen.store import open_store
+from fulmen.trainer.diagnosis import diagnose, engine_counters
+from fulmen.types import Run, RunMetrics
+
+
+def step(rollout: float, train: float, sync: float = 0.1, **extra: float) -> dict[str, float]:
+    return {
+        "time/step_s": rollout + train + sync,
+        "time/rollout_s": rollout,
+        "time/train_s": train,
+        "time/sync_s": sync,
+        "updated": 1.0,
+        **extra,
+    }
+
+
+def lines(records: list[dict[str, float]], **options: Any) -> list[str]:
+    return [f.line() for f in diagnose(records, **options)]
+
+
+def test_rollouts_that_dominate_point_at_async() -> None:
+    found = lines([step(rollout=9.0, train=1.0)] * 5)
+    assert found[0].startswith("step time (5 steps, 0.8 min): rollouts 89%, the update 10%")
+    assert any("rollouts take 89%" in line and "algorithm.async" in line for line in found)
+
+
+def test_an_update_that_dominates_points_at_precision_and_data_parallel() -> None:
+    found = lines([step(rollout=1.0, train=9.0)] * 3)
+    assert any("the update takes 89%" in line and "autocast" in line for line in found)
+    assert not any("rollouts take" in line for line in found)
+
+
+def test_steps_without_an_update_say_the_most_common_reason() -> None:
+    same = step(
+        rollout=1.0, train=1.0, updated=0.0, transitions=8.0, groups=2.0,
+        skipped_zero_advantage=8.0, **{"reward/mean": 0.0, "rollouts/finished": 8.0},
+    )  # fmt: skip
+    found = lines([same, same, same, step(rollout=1.0, train=1.0)])
+    (line,) = [line for line in found if "made no update" in line]
+    assert line.startswith("3 of 4 steps made no update; most often (3): every rollout in each")
+    assert "algorithm.group_size" in line
+
+
+def test_validation_and_the_prefix_cache() -> None:
+    records = [step(rollout=1.0, train=1.0), {"time/val_s": 30.0}, {"time/val_s": 30.0}]
+    page = (
+        "# HELP x\nfulmen_engine_prefix_cache_enabled 1\n"
+        "fulmen_engine_prefix_cache_hit_tokens_total 10\n"
+        "fulmen_engine_prefix_cache_miss_tokens_total 90\n"
+    )
+    found = lines(records, engine=engine_counters(page))
+    assert any(line.startswith("validation took 97% of the run (2 validations") for line in found)
+    assert any("prefix cache served 10% of prompt tokens (10 of 100)" in line for line in found)
+
+
+def test_an_asynchronous_run_that_waits_for_rollouts() -> None:
+    waiting = step(rollout=0.0, train=2.0, **{"time/wait_data_s": 8.0})
+    waiting["time/step_s"] = 10.0
+    found = lines([waiting] * 2, is_async=True)
+    assert any("waited for rollouts 80%" in line and "runners" in line for line in found)
+    assert not any("rollouts take" in line for line in found)
+
+
+def test_a_healthy_run_has_only_its_time_split() -> None:
+    assert len(diagnose([step(rollout=4.0, train=4.0)] * 3)) == 1
+
+
+def test_runs_diagnose_reads_the_store(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+
+    async def fill() -> None:
+        async with open_store(url, watchdog_interval=None) as store:
+            await store.start_run(Run(run_id="r1", name="r1", started_at=1.0))
+            await store.add_run_metrics(
+                [
+                    RunMetrics(run_id="r1", step=i, time=float(i), values=step(9.0, 1.0))
+                    for i in range(1, 4)
+                ]
+            )
+
+    asyncio.run(fill())
+    assert main(["runs", "diagnose", "r1", "--store", url]) == 0
+    out = capsys.readouterr().out
+    assert "rollouts take 89% of step time" in out
