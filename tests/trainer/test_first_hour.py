@@ -181,7 +181,7 @@ def test_train_says_why_a_step_made_no_update_and_dev_numbers_calls_from_one(
     # The end of the run says where its time went (fulmen.trainer.diagnosis).
     assert "diagnosis: step time (1 steps" in trained.stdout
     lines = trained.stderr.split("\n")
-    (line,) = [line for line in lines if "made no update" in line]
+    (line,) = [line for line in lines if "step 1 made no update" in line]
     assert "step 1 made no update: every rollout in each of the 1 task groups scored the same" in (
         line
     )
