@@ -1,10 +1,11 @@
-"""``fulmen runs list|show|diagnose``: a store's training runs, their metrics and model versions.
+"""``fulmen runs list|show|diagnose|compare``: a store's runs, their metrics and model versions.
 
 ``list`` prints one line per run, latest started first (``--limit``/``--offset`` page). ``show
 RUN_ID`` prints the run, a summary of its metrics (per metric: records, steps, first, last,
 min, max) and its model versions with their scores and the resources version serving them.
 ``diagnose RUN_ID`` says where its step time went and what held it back
-(``fulmen.trainer.diagnosis``). ``--json`` prints the records themselves (``show``: the run,
+(``fulmen.trainer.diagnosis``); ``compare A B [C...]`` sets runs side by side
+(``fulmen.debugging.runs_compare``). ``--json`` prints the records themselves (``show``: the run,
 every metrics record and every model version).
 """
 
@@ -179,6 +180,72 @@ def _diagnose(args: argparse.Namespace) -> int:
     return 0
 
 
+def _compare(args: argparse.Namespace) -> int:
+    from fulmen.debugging.runs_compare import compare_runs
+
+    async def main() -> Any:
+        async with open_cli_store(args) as store:
+            return await compare_runs(store, args.run_ids)
+
+    result = run_async(main)
+    if args.json:
+        print(json.dumps(_comparison_json(result), indent=2, default=str))
+        return 0
+    rows = []
+    for s in result.runs:
+        final = "-" if s.final is None else f"{s.final:.4f}"
+        se = "-" if s.final_se is None else f"{s.final_se:.4f}"
+        split = " ".join(f"{k} {v:.0%}" for k, v in s.split.items()) or "-"
+        rows.append(
+            [s.run.run_id, s.run.name, final, se, str(len(s.rewards)), str(s.steps),
+             f"{s.train_minutes:.1f}", split]
+        )  # fmt: skip
+    headers = ["RUN", "NAME", "FINAL VAL", "SE", "TASKS", "STEPS", "TRAIN MIN", "STEP TIME"]
+    print(render_table(headers, rows, right={2, 3, 4, 5, 6}))
+    if result.differences:
+        print("\nconfig keys that differ:")
+        diff_rows = [
+            [k, *(json.dumps(v) for v in values)] for k, values in result.differences.items()
+        ]
+        print(render_table(["KEY", *(s.run.run_id for s in result.runs)], diff_rows, right=set()))
+    else:
+        print("\nthe configs are the same (run_dir aside)")
+    first = result.runs[0].run.run_id
+    for run_id, c in result.paired.items():
+        if c is None:
+            print(f"\n{run_id} vs {first}: fewer than two validation tasks scored by both")
+            continue
+        print(
+            f"\n{run_id} - {first} on {c.n} shared validation tasks: {c.mean_difference:+.4f}, "
+            f"95% CI [{c.ci_low:+.4f}, {c.ci_high:+.4f}], paired t p = "
+            f"{'-' if c.t_p is None else f'{c.t_p:.4g}'}, permutation p = {c.permutation_p:.4g}"
+        )
+    return 0
+
+
+def _comparison_json(result: Any) -> dict[str, Any]:
+    import dataclasses
+
+    return {
+        "runs": [
+            {
+                "run_id": s.run.run_id,
+                "final": s.final,
+                "final_se": s.final_se,
+                "tasks": len(s.rewards),
+                "steps": s.steps,
+                "train_minutes": s.train_minutes,
+                "split": dict(s.split),
+            }
+            for s in result.runs
+        ],
+        "differences": {k: list(v) for k, v in result.differences.items()},
+        "paired": {
+            k: None if c is None else dataclasses.asdict(c) for k, c in result.paired.items()
+        },
+    }
+
+
 def _is_async(config: dict[str, Any]) -> bool:
     """Whether a run's recorded config trains asynchronously (any stage)."""
     stages = config.get("stages") or [config.get("algorithm")]
@@ -225,3 +292,18 @@ def register(subparsers: Any) -> None:
     diagnosis.add_argument("run_id", metavar="RUN_ID", help="the run's id")
     diagnosis.add_argument("--json", action="store_true", help="print the findings as JSON")
     diagnosis.set_defaults(func=_diagnose)
+    comparing = commands.add_parser(
+        "compare",
+        help="compare runs: config differences, final validation, paired test, time split",
+        description=(
+            "Compare two or more runs of one store: the config keys that differ, each run's "
+            "final validation (mean and standard error over the tasks it scored), steps, "
+            "training minutes and step-time split, and each run against the first on the "
+            "validation tasks both scored (mean difference, 95% CI, paired t and permutation "
+            "tests)."
+        ),
+    )
+    add_store_options(comparing)
+    comparing.add_argument("run_ids", nargs="+", metavar="RUN_ID", help="two or more run ids")
+    comparing.add_argument("--json", action="store_true", help="print the comparison as JSON")
+    comparing.set_defaults(func=_compare)

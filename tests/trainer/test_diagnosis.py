@@ -6,6 +6,7 @@ Runs whose outcome is known by construction: each record set makes one phase dom
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 from typing import Any
 
@@ -96,3 +97,55 @@ def test_runs_diagnose_reads_the_store(tmp_path: Path, capsys: pytest.CaptureFix
     assert main(["runs", "diagnose", "r1", "--store", url]) == 0
     out = capsys.readouterr().out
     assert "rollouts take 89% of step time" in out
+
+
+async def _run_with_validation(
+    store: Any, run_id: str, config: dict[str, Any], rewards: list[float | None]
+) -> None:
+    """A run whose final validation (step 4) scored ``rewards`` (``None``: a failed rollout)."""
+    from fulmen.types import AttemptStatus, Mode, RewardCreate, RolloutCreate
+
+    await store.start_run(Run(run_id=run_id, name=run_id, config=config, started_at=1.0))
+    await store.add_run_metrics(
+        [RunMetrics(run_id=run_id, step=i, time=float(i), values=step(3.0, 1.0)) for i in (1, 2)]
+    )
+    for tag in ("val0", "val4"):  # the final validation is the one enqueued last
+        for i, reward in enumerate(rewards):
+            rid = f"{run_id}-g1-{tag}-t{i}"
+            await store.enqueue(
+                [RolloutCreate(input={}, mode=Mode.VAL, task_id=f"v{i}", rollout_id=rid)]
+            )
+            (claim,) = await store.claim("w")
+            if reward is None:
+                await store.update_attempt(claim.attempt.attempt_id, status=AttemptStatus.FAILED)
+                continue
+            value = reward if tag == "val4" else 0.0
+            await store.add_reward(RewardCreate(rollout_id=rid, values={"reward": value}))
+            await store.update_attempt(claim.attempt.attempt_id, status=AttemptStatus.SUCCEEDED)
+
+
+def test_runs_compare_names_the_differing_setting_and_the_paired_gain(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """B differs from A only by its learning rate and scores higher on the same tasks."""
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    base = {"model": "tiny", "run_dir": "/x/a", "algorithm": {"grpo": {"learning_rate": 1e-5}}}
+    other = {**base, "run_dir": "/x/b", "algorithm": {"grpo": {"learning_rate": 1e-4}}}
+
+    async def fill() -> None:
+        async with open_store(url, watchdog_interval=None) as store:
+            await _run_with_validation(store, "ra", base, [0.0, 0.0, 1.0, 0.0, None])
+            await _run_with_validation(store, "rb", other, [1.0, 1.0, 1.0, 0.0, 1.0])
+
+    asyncio.run(fill())
+    assert main(["runs", "compare", "ra", "rb", "--store", url, "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["differences"] == {"algorithm.grpo.learning_rate": [1e-05, 0.0001]}
+    ra, rb = result["runs"]
+    assert (ra["final"], ra["tasks"]) == (0.25, 4) and (rb["final"], rb["tasks"]) == (0.8, 5)
+    assert ra["split"]["rollouts"] == pytest.approx(3.0 / 4.1)
+    paired = result["paired"]["rb"]
+    assert paired["n"] == 4 and paired["mean_difference"] == 0.5  # v4 failed in ra: not paired
+    assert main(["runs", "compare", "ra", "rb", "--store", url]) == 0
+    text = capsys.readouterr().out
+    assert "algorithm.grpo.learning_rate" in text and "rb - ra on 4 shared validation tasks" in text
