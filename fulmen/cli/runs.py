@@ -1,12 +1,12 @@
-"""``fulmen runs list|show|diagnose|compare``: a store's runs, their metrics and model versions.
+"""``fulmen runs list|show|diagnose|compare|suggest``: a store's runs, metrics and versions.
 
 ``list`` prints one line per run, latest started first (``--limit``/``--offset`` page). ``show
 RUN_ID`` prints the run, a summary of its metrics (per metric: records, steps, first, last,
 min, max) and its model versions with their scores and the resources version serving them.
 ``diagnose RUN_ID`` says where its step time went and what held it back
 (``fulmen.trainer.diagnosis``); ``compare A B [C...]`` sets runs side by side
-(``fulmen.debugging.runs_compare``). ``--json`` prints the records themselves (``show``: the run,
-every metrics record and every model version).
+(``fulmen.debugging.runs_compare``); ``suggest CONFIG`` says which settings went with faster
+validation gain (``fulmen.debugging.suggest``). ``--json`` prints the records themselves.
 """
 
 from __future__ import annotations
@@ -246,6 +246,54 @@ def _comparison_json(result: Any) -> dict[str, Any]:
     }
 
 
+def _suggest(args: argparse.Namespace) -> int:
+    from fulmen.debugging.runs_compare import flatten
+    from fulmen.debugging.suggest import outcomes, suggest
+    from fulmen.trainer.config import load_config
+
+    config = load_config(args.config, overrides=args.set)
+    asked = flatten(json.loads(config.model_dump_json()))
+
+    async def main() -> Any:
+        async with open_cli_store(args) as store:
+            return await outcomes(store, model=config.model, agent=config.agent)
+
+    runs = run_async(main)
+    statements, proposal, varied = suggest(runs, asked, min_runs=args.min_runs)
+    changes = {k: v for k, v in proposal.items() if asked.get(k) != v}
+    if args.json:
+        print(json.dumps({
+            "runs": len(runs),
+            "varied": varied,
+            "statements": [
+                {"key": s.key, "best": s.best, "shown": s.shown, "margin": s.weakest_margin,
+                 "means": [{"value": v, "mean": m, "runs": n} for v, m, n in s.means]}
+                for s in statements
+            ],
+            "proposal": changes,
+        }, indent=2, default=str))  # fmt: skip
+        return 0
+    print(
+        f"{len(runs)} comparable finished runs (model {config.model}, agent {config.agent}); "
+        "outcome: validation gain per training minute"
+    )
+    if varied:
+        print(f"settings that varied between them: {', '.join(varied)}")
+    if not statements:
+        print(
+            f"no statement: no setting was run with two values at least {args.min_runs} times each"
+        )
+    for statement in statements:
+        print(f"- {statement.text()}")
+    if changes:
+        print("proposed next config (the shown best values):")
+        for key, value in changes.items():
+            print(f"  --set {key}={json.dumps(value)}   (now {json.dumps(asked.get(key))})")
+    else:
+        print("proposal: keep the config; no setting is shown to matter (docs/runs.md)")
+    return 0
+
+
 def _is_async(config: dict[str, Any]) -> bool:
     """Whether a run's recorded config trains asynchronously (any stage)."""
     stages = config.get("stages") or [config.get("algorithm")]
@@ -307,3 +355,22 @@ def register(subparsers: Any) -> None:
     comparing.add_argument("run_ids", nargs="+", metavar="RUN_ID", help="two or more run ids")
     comparing.add_argument("--json", action="store_true", help="print the comparison as JSON")
     comparing.set_defaults(func=_compare)
+    suggesting = commands.add_parser(
+        "suggest",
+        help="which settings went with faster validation gain; the next config to try",
+        description=(
+            "From the finished runs of a store with the config's model and agent, say which "
+            "settings went with faster validation gain per training minute, with the runs each "
+            "statement rests on, and propose the config with the settings shown (at least two "
+            "standard errors) to matter. The method: fulmen/debugging/suggest.py, docs/runs.md."
+        ),
+    )
+    add_store_options(suggesting)
+    suggesting.add_argument("config", help="the training config to improve")
+    suggesting.add_argument(
+        "--min-runs", type=int, default=2, help="runs each compared value needs (default 2)"
+    )
+    suggesting.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                            help="override a config value")  # fmt: skip
+    suggesting.add_argument("--json", action="store_true", help="print the result as JSON")
+    suggesting.set_defaults(func=_suggest)

@@ -149,3 +149,53 @@ def test_runs_compare_names_the_differing_setting_and_the_paired_gain(
     assert main(["runs", "compare", "ra", "rb", "--store", url]) == 0
     text = capsys.readouterr().out
     assert "algorithm.grpo.learning_rate" in text and "rb - ra on 4 shared validation tasks" in text
+
+
+def test_runs_suggest_names_the_setting_that_made_the_difference(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Six finished runs: the learning rate decides the gain, the group size (also varied) does
+    not; the proposal sets the learning rate only, and each statement says its runs."""
+    from fulmen.types import RunStatus
+
+    from fulmen.trainer.config import load_config
+
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    toy = Path(__file__).resolve().parents[2] / "examples" / "toy" / "config.yaml"
+    recorded = json.loads(load_config(toy).model_dump_json())
+    # (learning rate, group size, final validation after 10 minutes of steps, from 0.1)
+    plan = [(0.01, 8, 0.9), (0.01, 4, 0.85), (0.01, 8, 0.8), (0.001, 4, 0.2), (0.001, 8, 0.25),
+            (0.001, 4, 0.3)]  # fmt: skip
+
+    async def fill() -> None:
+        async with open_store(url, watchdog_interval=None) as store:
+            for i, (lr, group, final) in enumerate(plan):
+                config = json.loads(json.dumps(recorded))
+                config["algorithm"]["grpo"]["learning_rate"] = lr
+                config["algorithm"]["group_size"] = group
+                run_id = f"r{i}"
+                await store.start_run(
+                    Run(run_id=run_id, name=run_id, config=config, started_at=1.0)
+                )
+                values = [
+                    RunMetrics(run_id=run_id, step=0, time=0.0, values={"val/reward_mean": 0.1}),
+                    RunMetrics(run_id=run_id, step=1, time=1.0, values=step(299.0, 300.0, 1.0)),
+                    RunMetrics(run_id=run_id, step=2, time=2.0, values={"val/reward_mean": final}),
+                ]
+                await store.add_run_metrics(values)
+                await store.update_run(run_id, status=RunStatus.SUCCEEDED, ended_at=2.0)
+
+    asyncio.run(fill())
+    assert main(["runs", "suggest", str(toy), "--store", url, "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["runs"] == 6
+    by_key = {s["key"]: s for s in result["statements"]}
+    lr = by_key["algorithm.grpo.learning_rate"]
+    assert lr["best"] == 0.01 and lr["shown"] and [m["runs"] for m in lr["means"]] == [3, 3]
+    assert not by_key["algorithm.group_size"]["shown"]
+    assert result["proposal"] == {}  # the toy config already uses 0.01
+    assert main(["runs", "suggest", str(toy), "--store", url, "--set",
+                 "algorithm.grpo.learning_rate=0.001"]) == 0  # fmt: skip
+    text = capsys.readouterr().out
+    assert "--set algorithm.grpo.learning_rate=0.01   (now 0.001)" in text
+    assert "algorithm.group_size" in text and "not shown" in text
