@@ -156,9 +156,8 @@ def test_runs_suggest_names_the_setting_that_made_the_difference(
 ) -> None:
     """Six finished runs: the learning rate decides the gain, the group size (also varied) does
     not; the proposal sets the learning rate only, and each statement says its runs."""
-    from fulmen.types import RunStatus
-
     from fulmen.trainer.config import load_config
+    from fulmen.types import RunStatus
 
     url = f"sqlite:///{tmp_path / 'store.db'}"
     toy = Path(__file__).resolve().parents[2] / "examples" / "toy" / "config.yaml"
