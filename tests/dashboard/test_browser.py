@@ -218,6 +218,10 @@ def test_runs_page_plots_the_metrics_the_store_holds(
     labels = page.locator('figure[data-chart="validation reward"] text.tick').all_inner_texts()
     steps = [label for label in labels if label != "step"][-3:]
     assert steps == ["0", "1", "2"], labels
+    # Runs compare on one time axis too: validation reward against training minutes.
+    by_minute = page.locator('figure[data-chart="validation reward by training minute"]')
+    assert by_minute.locator("circle").count() == val
+    assert "training minutes" in by_minute.locator("text.tick").all_inner_texts()
 
 
 def test_serve_this_version_loads_it_into_the_engine(

@@ -14,6 +14,20 @@ function series(runs, records, key, color) {
   }));
 }
 
+// Validation reward against the training minutes spent before it (summed step time), so runs
+// whose steps take different time compare on one axis: which one gains faster.
+function byMinute(runs, records) {
+  return runs.map((run, i) => {
+    let minutes = 0;
+    const points = [];
+    for (const m of records.get(run.run_id) || []) {
+      minutes += (m.values["time/step_s"] || 0) / 60;
+      if (m.values["val/reward_mean"] !== undefined) points.push([Math.round(minutes * 100) / 100, m.values["val/reward_mean"]]);
+    }
+    return { name: run.name, color: COLORS[i % COLORS.length], points };
+  });
+}
+
 export async function runsPage(main, { poller }) {
   const list = el("tbody", { id: "run-rows" });
   const charts = el("div", { class: "charts", id: "run-charts" });
@@ -60,6 +74,7 @@ export async function runsPage(main, { poller }) {
     charts.append(
       lineChart("train reward (mean)", series(shown, records, "reward/mean")),
       lineChart("validation reward", series(shown, records, "val/reward_mean")),
+      lineChart("validation reward by training minute", byMinute(shown, records), { xLabel: "training minutes" }),
       lineChart("training tokens/s", series(shown, records, "tokens_per_s")),
       ...shown.map((run) => stackedBar(`time split: ${run.name}`, SPLIT.map(([name, key]) => ({
         name,
