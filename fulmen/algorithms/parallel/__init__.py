@@ -4,3 +4,5 @@ Any algorithm whose updater implements ``workers.Updater`` can share its steps
 over several processes with ``config.data_parallel``; nothing here names an algorithm
 (``docs/data-parallel.md``).
 """
+
+__all__: list[str] = []

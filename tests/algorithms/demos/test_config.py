@@ -18,8 +18,8 @@ BASE = "model: tiny\nagent: a:b\ndata: {train: a:t}\n"
     [
         ("{name: demos, demos: 5, pool: 3}", "demos (5) is more than pool (3)"),
         ("{name: demos, collect_rollouts: 0, collect_mode: train}", "collect_mode has no effect"),
-        ("{name: demos, initial: not-a-spec}", "algorithm.demos.initial: String should match"),
-        ("{name: demos, tidy: agent}", "algorithm.demos.tidy: String should match"),
+        ("{name: demos, initial: not-a-spec}", "algorithm.initial: String should match"),
+        ("{name: demos, tidy: agent}", "algorithm.tidy: String should match"),
     ],
 )
 def test_bad_demos_settings_are_named(tmp_path: Path, algorithm: str, message: str) -> None:
