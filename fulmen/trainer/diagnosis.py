@@ -173,7 +173,7 @@ def _validation(
     return [
         Finding(
             f"validation took {share:.0%} of the run ({runs} validations, "
-            f"{statistics.fmean(r['time/val_s'] for r in records if 'time/val_s' in r):.0f} s "
+            f"{statistics.fmean(r['time/val_s'] for r in records if 'time/val_s' in r):.1f} s "
             "each)",
             "a larger validation.every or a smaller validation.max_tasks",
         )
