@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, overload
 
 from fulmen.errors import ConfigError
-from fulmen.importing import user_frame
+from fulmen.importing import import_object
 from fulmen.types import LLMResource, Mode
 
 if TYPE_CHECKING:
@@ -184,19 +184,11 @@ def _import_attr(spec: str) -> Any:
 
 
 def load_target(spec: str) -> RolloutTarget:
-    """Import ``"package.module:object"`` and normalise it; ``ConfigError`` if it fails."""
-    if ":" not in spec:
-        raise ConfigError(f"agent must look like 'module:object', got {spec!r}")
-    try:
-        obj = _import_attr(spec)
-    except (ImportError, AttributeError) as exc:
-        raise ConfigError(f"cannot import agent {spec!r}: {exc}{user_frame(exc)}") from exc
-    except Exception as exc:  # the module itself raised while it was imported
-        raise ConfigError(
-            f"cannot import agent {spec!r}: its module raised {type(exc).__name__}: {exc}"
-            f"{user_frame(exc)}"
-        ) from exc
-    return RolloutTarget.of(obj, spec)
+    """Import ``"package.module:object"`` and normalise it; ``ConfigError`` if it fails.
+
+    The error is ``fulmen.importing.import_object``'s, its cause the import's own exception.
+    """
+    return RolloutTarget.of(import_object(spec, what="agent"), spec)
 
 
 def _named_values(context: RolloutContext) -> dict[str, Callable[[], Any]]:
