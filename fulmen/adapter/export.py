@@ -15,7 +15,8 @@ from typing import Any
 
 from fulmen.adapter.transitions import AttemptRecords
 from fulmen.errors import ConfigError
-from fulmen.gateway.capture import RESPONSES
+from fulmen.gateway import messages as anthropic_messages
+from fulmen.gateway.capture import MESSAGES, RESPONSES
 from fulmen.gateway.errors import BadRequest
 from fulmen.gateway.responses import assistant_message, chat_request
 from fulmen.types import LLMCall
@@ -152,12 +153,14 @@ def call_conversation(call: LLMCall) -> list[Any] | None:
 
 
 def _messages(call: LLMCall) -> list[Any] | None:
-    """Return a call's chat messages (for a Responses call, the ones the engine was sent)."""
-    if call.endpoint == RESPONSES:
-        try:
+    """Return a call's chat messages (for a Responses or Messages call, those the engine got)."""
+    try:
+        if call.endpoint == RESPONSES:
             return chat_request(call.request)["messages"]
-        except BadRequest:
-            return None
+        if call.endpoint == MESSAGES:
+            return anthropic_messages.chat_request(call.request).request["messages"]
+    except BadRequest:
+        return None
     messages = call.request.get("messages")
     return messages if isinstance(messages, list) else None
 
@@ -167,6 +170,8 @@ def _reply(call: LLMCall) -> dict[str, Any] | None:
     response = call.response or {}
     if call.endpoint == RESPONSES:
         return assistant_message(response)
+    if call.endpoint == MESSAGES:
+        return anthropic_messages.assistant_message(response)
     choices = response.get("choices")
     if isinstance(choices, list) and choices and isinstance(choices[0], dict):
         message = choices[0].get("message")

@@ -5,6 +5,7 @@ Example::
     fulmen gateway --store sqlite:///runs.db --upstream http://127.0.0.1:8000/v1 --port 8100
     fulmen gateway --store http://127.0.0.1:4747 --token "$STORE_TOKEN" --upstream ...
     fulmen gateway --config gateway.yaml --store ... --upstream ...   # capture:, redaction:
+    fulmen gateway --model-map '*=policy' --store ... --upstream ...  # any model name → policy
 
 Agents then use ``http://127.0.0.1:8100/rollout/{rollout_id}/attempt/{attempt_id}/v1`` as
 their OpenAI base URL (plain ``/v1`` works too, recorded as untracked calls).
@@ -81,8 +82,24 @@ def register(subparsers: Any) -> None:
         help="GatewayConfig as YAML, such as its capture: and redaction: sections for "
         "production traffic (docs/production.md); the options below override it",
     )
+    parser.add_argument(
+        "--model-map",
+        action="append",
+        type=_model_map_entry,
+        default=None,
+        metavar="NAME=MODEL",
+        help="send calls asking for model NAME to the engine's MODEL ('*' matches every name "
+        "not listed); repeatable, added to the config file's model_map",
+    )
     _add_config_options(parser)
     parser.set_defaults(func=_run)
+
+
+def _model_map_entry(text: str) -> tuple[str, str]:
+    name, sep, model = text.partition("=")
+    if not sep or not name or not model:
+        raise argparse.ArgumentTypeError(f"expected NAME=MODEL, got {text!r}")
+    return name, model
 
 
 def _add_config_options(parser: argparse.ArgumentParser) -> None:
@@ -203,9 +220,17 @@ def gateway_config(args: argparse.Namespace, *, spill_dir: Path | None) -> Gatew
         if not isinstance(loaded, dict | None):
             raise ConfigError(f"gateway config {str(args.config)!r} is not a YAML mapping")
         chosen.update(loaded or {})
+    entries: list[tuple[str, str]] = getattr(args, "model_map", None) or []
     chosen.update(
-        {n: v for n in GatewayConfig.model_fields if (v := getattr(args, n, None)) is not None}
+        {
+            n: v
+            for n in GatewayConfig.model_fields
+            if n != "model_map" and (v := getattr(args, n, None)) is not None
+        }
     )
+    if entries:
+        # The flags add to (and override entries of) the file's map.
+        chosen["model_map"] = {**(chosen.get("model_map") or {}), **dict(entries)}
     chosen["spill_dir"] = args.spill_dir or chosen.get("spill_dir") or spill_dir
     try:
         return GatewayConfig(**{n: v for n, v in chosen.items() if v is not None})

@@ -13,7 +13,9 @@ Routes (``{path}`` is what follows ``/v1/``, such as ``chat/completions``)::
                                                            503 if it stayed unreachable
 
 Agents see OpenAI's protocol, errors included: every failure is a JSON body in OpenAI's error
-shape. Middleware is pure ASGI (``BaseHTTPMiddleware`` would break context variables).
+shape, except on the Anthropic Messages endpoint (``.../v1/messages``), whose callers get
+Anthropic's. With a token, the gateway takes it as ``Authorization: Bearer`` or as Anthropic's
+``x-api-key``. Middleware is pure ASGI (``BaseHTTPMiddleware`` would break context variables).
 
 Model calls, the gateway's hot path, are dispatched by ``ModelCallDispatch``, a middleware that
 sits after the token check and calls the same endpoints and error handlers as the route table:
@@ -29,7 +31,7 @@ import re
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, cast
 
 import orjson
 from starlette.applications import Starlette
@@ -41,8 +43,9 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from fulmen.errors import FulmenError
+from fulmen.gateway.capture import MESSAGES
 from fulmen.gateway.config import GatewayConfig
-from fulmen.gateway.errors import GatewayUnauthorized, openai_error_body
+from fulmen.gateway.errors import GatewayUnauthorized, error_body_for, openai_error_body
 from fulmen.gateway.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from fulmen.gateway.metrics import GatewayMetrics
 from fulmen.gateway.proxy import Gateway
@@ -278,16 +281,22 @@ class ModelCallDispatch:
             response = await handler(self._gateway, request)
         except Exception as exc:
             response = await _error_response(request, exc)
+            if _is_messages(path):
+                response = _reshaped(response, MESSAGES)
         self._metrics.observe_call(scope["path_params"]["path"], response.status_code, started)
         await response(scope, receive, send)
 
 
 class TokenAuth:
-    """Pure-ASGI bearer-token check; refuses with an OpenAI-shaped 401."""
+    """Pure-ASGI token check: ``Authorization: Bearer TOKEN`` or ``x-api-key: TOKEN``.
+
+    Refuses with a 401 in OpenAI's error shape (Anthropic's on the Messages endpoint).
+    """
 
     def __init__(self, app: ASGIApp, *, token: str, open_paths: Sequence[str] = ()) -> None:
         self.app = app
         self._expected = f"Bearer {token}".encode()
+        self._key = token.encode()
         self._open_paths = frozenset(open_paths)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -295,13 +304,38 @@ class TokenAuth:
         if scope["type"] != "http" or scope["path"] in self._open_paths:
             await self.app(scope, receive, send)
             return
-        given = _header(scope, b"authorization")
-        if given is not None and hmac.compare_digest(given, self._expected):
+        if self._is_allowed(scope):
             await self.app(scope, receive, send)
             return
-        body = orjson.dumps(openai_error_body(GatewayUnauthorized("missing or wrong API key")))
+        payload = openai_error_body(GatewayUnauthorized("missing or wrong API key"))
+        endpoint = MESSAGES if _is_messages(scope["path"]) else ""
+        body = orjson.dumps(error_body_for(endpoint, 401, payload))
         response = Response(body, 401, media_type="application/json")
         await response(scope, receive, send)
+
+    def _is_allowed(self, scope: Scope) -> bool:
+        given = _header(scope, b"authorization")
+        if given is not None and hmac.compare_digest(given, self._expected):
+            return True
+        key = _header(scope, b"x-api-key")  # looked up only when the bearer did not match
+        return key is not None and hmac.compare_digest(key, self._key)
+
+
+def _is_messages(path: str) -> bool:
+    """Whether ``path`` is the Messages endpoint (``/v1/messages``, maybe with ``/v1`` twice)."""
+    return path.endswith(f"/v1/{MESSAGES}")
+
+
+def _reshaped(response: Response, endpoint: str) -> Response:
+    """Return an OpenAI-shaped JSON error ``response`` in the shape ``endpoint``'s callers read."""
+    try:
+        payload = orjson.loads(bytes(response.body))
+    except orjson.JSONDecodeError:
+        return response
+    if not isinstance(payload, dict):
+        return response
+    body = error_body_for(endpoint, response.status_code, cast("dict[str, Any]", payload))
+    return Response(orjson.dumps(body), response.status_code, media_type="application/json")
 
 
 def _header(scope: Scope, name: bytes) -> bytes | None:

@@ -26,6 +26,7 @@ from fulmen.types.assembly import assembled
 __all__ = [
     "CHAT",
     "COMPLETIONS",
+    "MESSAGES",
     "RESPONSES",
     "TOKEN_ENDPOINTS",
     "Asked",
@@ -41,6 +42,7 @@ __all__ = [
 CHAT = "chat/completions"
 COMPLETIONS = "completions"
 RESPONSES = "responses"
+MESSAGES = "messages"  # Anthropic's Messages API
 # Endpoints whose replies carry token ids when asked; others are recorded as text only.
 TOKEN_ENDPOINTS = frozenset({CHAT, COMPLETIONS})
 
@@ -137,7 +139,7 @@ class Exchange:
     so storing them twice would only cost space and validation time); ``policy_version`` a
     version read from a response header; ``agent_name`` the agent the caller named;
     ``engine_endpoint`` the endpoint the engine served when it differs from ``endpoint`` (a
-    Responses call sent as a chat completion), which is how ``response`` is read.
+    Responses or Messages call sent as a chat completion), which is how ``response`` is read.
     """
 
     call_id: str

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from fulmen.gateway.capture_config import CaptureConfig, RedactionConfig
 
@@ -44,6 +45,11 @@ class GatewayConfig(BaseModel):
             each untracked call alone, as ``record_untracked`` says.
         redaction: personal data removed from every record before it is stored
             (``RedactionConfig``); ``None`` stores records as they are.
+        model_map: the model name the engine gets for each model name an agent asks for, so
+            an agent that insists on its own name (Claude Code asks for ``claude-sonnet-4-6``,
+            Codex for ``gpt-5``) reaches the policy being trained; the key ``*`` maps every
+            name not listed. Applies to chat, completions, Responses and Messages calls; the
+            record keeps the agent's request as sent. Empty: names go through unchanged.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -67,3 +73,18 @@ class GatewayConfig(BaseModel):
     policy_version_headers: tuple[str, ...] = ("x-policy-version", "x-fulmen-policy-version")
     capture: CaptureConfig | None = None
     redaction: RedactionConfig | None = None
+    model_map: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("model_map")
+    @classmethod
+    def _names_are_set(cls, value: dict[str, str]) -> dict[str, str]:
+        empty = [f"{k!r}: {v!r}" for k, v in value.items() if not k or not v]
+        if empty:
+            raise ValueError(f"model_map names must be non-empty, got {', '.join(empty)}")
+        return value
+
+    def engine_model(self, model: Any) -> Any:
+        """Return the model name the engine gets for an agent's ``model`` (``model_map``)."""
+        if not self.model_map or not isinstance(model, str):
+            return model
+        return self.model_map.get(model, self.model_map.get("*", model))

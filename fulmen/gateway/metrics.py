@@ -27,7 +27,9 @@ __all__ = ["CONTENT_TYPE", "GatewayMetrics"]
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 #: Endpoints named in the latency label; any other path below ``/v1`` is ``other``.
-_ENDPOINTS = frozenset({"chat/completions", "completions", "responses", "models", "embeddings"})
+_ENDPOINTS = frozenset(
+    {"chat/completions", "completions", "responses", "messages", "models", "embeddings"}
+)
 
 
 class GatewayMetrics:

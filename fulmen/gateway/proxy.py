@@ -25,7 +25,7 @@ from starlette.responses import Response, StreamingResponse
 from fulmen.errors import FulmenError, PayloadTooLarge
 from fulmen.gateway.capture import (
     CHAT,
-    RESPONSES,
+    MESSAGES,
     TOKEN_ENDPOINTS,
     Asked,
     Exchange,
@@ -36,16 +36,22 @@ from fulmen.gateway.capture import (
 )
 from fulmen.gateway.config import GatewayConfig
 from fulmen.gateway.context import CallContext, ContextResolver
-from fulmen.gateway.errors import BadRequest, UpstreamTimeout, UpstreamUnavailable
+from fulmen.gateway.errors import (
+    BadRequest,
+    UpstreamTimeout,
+    UpstreamUnavailable,
+    anthropic_error_body,
+    error_body_for,
+)
 from fulmen.gateway.errors import openai_error_body as error_body
 from fulmen.gateway.forward import HOP_HEADERS, Forwarder, UpstreamReply
 from fulmen.gateway.recorder import CallRecorder, FlushOutcome
 from fulmen.gateway.redaction import Redactor
-from fulmen.gateway.responses import ResponseIds, chat_request, response_from_chat
-from fulmen.gateway.responses_stream import ResponseEvents
 from fulmen.gateway.seeds import CallSeeds
 from fulmen.gateway.sessions import SessionCapture
 from fulmen.gateway.streaming import SSEDecoder, StreamAccumulator, event_data
+from fulmen.gateway.translation import EventStream, Translation
+from fulmen.gateway.translators import TRANSLATED
 from fulmen.gateway.upstreams import Upstream, UpstreamPool
 from fulmen.store.base import Store
 from fulmen.types.behaviour import refused_field, reshaped_fields
@@ -56,9 +62,14 @@ __all__ = ["RECORDED_ENDPOINTS", "Gateway", "read_body"]
 _log = logging.getLogger(__name__)
 
 # POST endpoints that are model calls and get a record; others are forwarded unrecorded.
-RECORDED_ENDPOINTS = TOKEN_ENDPOINTS | {RESPONSES}
+RECORDED_ENDPOINTS = TOKEN_ENDPOINTS | TRANSLATED.keys()
 # Rollouts whose forced sampling fields were logged (once each), remembered at most.
 _NOTED_ROLLOUTS = 4096
+# An Anthropic client given a base URL that already ends in ``/v1`` (the rollout URL the runner
+# hands out) appends ``/v1/messages`` to it: the doubled prefix means the same endpoint.
+_ALIASES = {f"v1/{MESSAGES}": MESSAGES}
+# Headers that may carry the gateway's own token (Anthropic clients send ``x-api-key``).
+_KEY_HEADERS = frozenset({"x-api-key"})
 
 
 class Gateway:
@@ -112,6 +123,7 @@ class Gateway:
         self.seeds = CallSeeds()
         self._is_started = False
         self._noted: OrderedDict[str, None] = OrderedDict()
+        self._dropped_tools: set[str] = set()
 
     def start(self) -> None:
         """Start background recording (idempotent; needs the serving event loop)."""
@@ -136,6 +148,7 @@ class Gateway:
     async def handle(self, request: Request, endpoint: str, ctx: CallContext | None) -> Response:
         """Forward ``request`` for ``endpoint`` (the path below ``/v1``) and record it."""
         self.start()
+        endpoint = _ALIASES.get(endpoint, endpoint)
         if request.method != "POST" or endpoint not in RECORDED_ENDPOINTS:
             return await self._pass_through(request, endpoint, ctx)
         body = await self._json_body(request)
@@ -146,7 +159,8 @@ class Gateway:
         except FulmenError as exc:
             payload = error_body(exc)
             call.finish(None, error=payload["error"])
-            return _json_response(payload, exc.http_status)
+            shown = error_body_for(endpoint, exc.http_status, payload)
+            return _json_response(shown, exc.http_status)
         content_type = reply.header("content-type") or ""
         if body.get("stream") and content_type.startswith("text/event-stream"):
             return call.stream(reply)
@@ -171,7 +185,7 @@ class Gateway:
             request.method,
             endpoint,
             rollout_id=ctx.rollout_id if ctx else None,
-            headers=_forward_headers(request),
+            headers=self.forward_headers(request),
             agent_auth=self.agent_auth(request),
             body_for=lambda _u: raw or None,
             query=request.scope["query_string"],
@@ -187,14 +201,34 @@ class Gateway:
         # With a gateway token the agent's bearer is that token: never leak it upstream.
         return None if self.token is not None else request.headers.get("authorization")
 
-    def translates_responses(self, ctx: CallContext | None) -> bool:
-        """Whether a Responses call goes to the engine as a chat completion (token level).
+    def forward_headers(self, request: Request) -> dict[str, str]:
+        """Return the agent's headers to send upstream (its key only without a gateway token)."""
+        skipped = _KEY_HEADERS if self.token is not None else frozenset[str]()
+        return {
+            k: v
+            for k, v in request.headers.items()
+            if k not in HOP_HEADERS and k != AGENT_NAME_HEADER and k not in skipped
+        }
+
+    def translates(self, ctx: CallContext | None) -> bool:
+        """Whether a Responses or Messages call goes to the engine as a chat completion.
 
         It does when the engine the call would go to first returns token ids; a hosted API
-        gets the Responses call as it is (see ``fulmen.gateway.responses``).
+        gets the call as it is (see ``fulmen.gateway.translation``).
         """
         first = self.pool.ranked(ctx.rollout_id if ctx else None)[0]
         return self.pool.is_token_level(first)
+
+    def note_dropped_tools(self, kinds: Sequence[str]) -> None:
+        """Log, once per tool type, that tools of ``kinds`` were not given to the engine."""
+        new = sorted(set(kinds) - self._dropped_tools)
+        if new:
+            self._dropped_tools.update(new)
+            _log.warning(
+                "tools of type %s dropped from translated calls: a token-level engine serves "
+                "function tools only (docs/capture.md)",
+                ", ".join(new),
+            )
 
     def note_forced(self, rollout_id: str, fields: Sequence[str]) -> None:
         """Log, once per rollout, the agent's sampling ``fields`` a behaviour mode replaced."""
@@ -244,16 +278,23 @@ class _Call:
         self._t0 = time.perf_counter()
         self.upstream: Upstream | None = None
         self.agent_name = _agent_name(request)
-        self._overrides = ctx.overrides(body.get("model"), self.agent_name) if ctx else {}
+        # The name the engine gets (``GatewayConfig.model_map``); resources are matched by it.
+        self.model = gateway.config.engine_model(body.get("model"))
+        overrides = ctx.overrides(self.model, self.agent_name) if ctx else {}
+        if self.model != body.get("model"):
+            overrides = {"model": self.model, **overrides}
+        self._overrides = overrides
         # A seeded rollout's call: the seed replaces the agent's own (a fixed agent seed would
         # give every member of a group the same sample).
         self._seed = gateway.seeds.seed_for(ctx, body)
         self._prepared: dict[bool, bytes] = {}
         self.asked = Asked()
-        # A Responses call for a token-level engine travels as a chat completion.
-        is_translated = endpoint == RESPONSES and gateway.translates_responses(ctx)
-        self.ids = ResponseIds() if is_translated else None
-        self.engine_endpoint = CHAT if is_translated else endpoint
+        # A Responses or Messages call for a token-level engine travels as a chat completion.
+        make = TRANSLATED.get(endpoint)
+        self.translation: Translation | None = (
+            make(body) if make is not None and gateway.translates(ctx) else None
+        )
+        self.engine_endpoint = CHAT if self.translation is not None else endpoint
         self._engine_body: dict[str, Any] | None = None
 
     def check_behaviour(self) -> None:
@@ -262,9 +303,10 @@ class _Call:
         Raises ``BadRequest`` naming the field (``fulmen.types.behaviour.CONSTRAINT_FIELDS``).
         """
         ctx = self.ctx
-        if ctx is None or not ctx.samples_behaviour(self.body.get("model")):
+        if ctx is None or not ctx.samples_behaviour(self.model):
             return
-        refused = refused_field(self.body)
+        fields = self.body if self.translation is None else self.translation.behaviour_fields()
+        refused = refused_field(fields)
         if refused is not None:
             raise BadRequest(
                 f"{refused} constrains decoding, which a training rollout may not: its tokens "
@@ -272,9 +314,9 @@ class _Call:
                 "(docs/behaviour-policy.md); leave it out of training calls",
                 detail={"param": refused},
             )
-        reshaped = reshaped_fields(self.body)
+        reshaped = reshaped_fields(fields)
         if reshaped:
-            shown = [f"{name}={self.body[name]!r}" for name in reshaped]
+            shown = [f"{name}={fields[name]!r}" for name in reshaped]
             self.gateway.note_forced(ctx.rollout_id, shown)
 
     def _body_for(self, upstream: Upstream) -> bytes:
@@ -282,7 +324,7 @@ class _Call:
         prepared = self._prepared.get(level)
         if prepared is None:
             if self._engine_body is None:
-                self._engine_body = chat_request(self.body) if self.ids else self.body
+                self._engine_body = self._translated_body()
             overrides = self._overrides
             if level and self._seed is not None and self.engine_endpoint in TOKEN_ENDPOINTS:
                 # Only fulmen's engines get it: a hosted API may not know ``seed``.
@@ -296,16 +338,26 @@ class _Call:
             prepared = self._prepared[level] = orjson.dumps(body)
         return prepared
 
+    def _translated_body(self) -> dict[str, Any]:
+        if self.translation is None:
+            return self.body
+        chat = self.translation.chat()
+        if chat.dropped_tools:
+            self.gateway.note_dropped_tools(chat.dropped_tools)
+        return chat.request
+
     async def send(self) -> UpstreamReply:
+        """Open the engine's reply to this call (resent as text to an engine refusing ids)."""
         gateway = self.gateway
         reply = await gateway.forwarder.send(
             "POST",
             self.engine_endpoint,
             rollout_id=self.ctx.rollout_id if self.ctx else None,
-            headers=_forward_headers(self.request),
+            headers=gateway.forward_headers(self.request),
             agent_auth=gateway.agent_auth(self.request),
             body_for=self._body_for,
-            query=self.request.scope["query_string"],
+            # The agent's query string belongs to its own API (``?beta=true``), not the chat one.
+            query=b"" if self.translation is not None else self.request.scope["query_string"],
         )
         if reply.status_code == 400 and gateway.pool.is_token_level(reply.upstream):
             # A hosted API that rejects ``return_token_ids``: remember it, resend as text.
@@ -349,15 +401,15 @@ class _Call:
                 policy_version=policy_version,
                 shown=shown,
                 agent_name=self.agent_name,
-                engine_endpoint=self.engine_endpoint if self.ids else None,
+                engine_endpoint=self.engine_endpoint if self.translation is not None else None,
             ),
             session_id=session_id,
         )
 
     def view(self, response: dict[str, Any]) -> dict[str, Any]:
         """Return the successful engine reply ``response`` as the agent gets it."""
-        if self.ids is not None:
-            return response_from_chat(response, self.body, self.ids)
+        if self.translation is not None:
+            return self.translation.reply(response)
         return agent_view(response, self.asked)
 
     def _policy_version(self, reply: UpstreamReply) -> str | None:
@@ -374,7 +426,9 @@ class _Call:
         except FulmenError as exc:
             payload = error_body(exc)
             self.finish(None, error=payload["error"])
-            return _json_response(payload, exc.http_status)
+            return _json_response(
+                error_body_for(self.endpoint, exc.http_status, payload), exc.http_status
+            )
         finally:
             await reply.aclose()
         headers = reply.headers()
@@ -385,7 +439,12 @@ class _Call:
             self.finish(None, error=error)
             return Response(content, reply.status_code, headers=headers)
         error = _error_of(data) if reply.status_code >= 400 else None
-        view = self.view(data) if error is None else data
+        if error is None:
+            view = self.view(data)
+        elif self.translation is not None:
+            view = self.translation.error_reply(reply.status_code, data)
+        else:
+            view = data
         # Queued before the reply leaves, so a flush after the reply always includes it.
         self.finish(data, error=error, policy_version=self._policy_version(reply), shown=view)
         out = content if view is data else orjson.dumps(view)
@@ -403,7 +462,7 @@ class _Call:
         accumulator = StreamAccumulator(self.engine_endpoint)
         decoder = SSEDecoder()
         error: dict[str, Any] | None = None
-        events = ResponseEvents(self.body, self.ids) if self.ids is not None else None
+        events = self.translation.events() if self.translation is not None else None
         response: dict[str, Any] | None = None
         try:
             if events is not None:
@@ -418,7 +477,7 @@ class _Call:
             payload = error_body(exc)
             error = payload["error"]
             if events is None:
-                yield b"data: " + orjson.dumps(payload) + b"\n\n"
+                yield _stream_error(self.endpoint, exc, payload)
         finally:
             is_tokens = self.engine_endpoint in TOKEN_ENDPOINTS
             response = accumulator.response() if is_tokens else None
@@ -433,12 +492,12 @@ class _Call:
             yield events.closing(None if failure else response, failure)
 
     def _rewrite(
-        self, event: bytes, accumulator: StreamAccumulator, events: ResponseEvents | None
+        self, event: bytes, accumulator: StreamAccumulator, events: EventStream | None
     ) -> bytes:
         data = event_data(event)
         chunk = _loads_object(data) if data is not None and data != b"[DONE]" else None
         if chunk is None:
-            # A Responses stream has no ``[DONE]``; its end is ``response.completed``.
+            # Translated streams have no ``[DONE]``; their own last event ends them.
             return event + b"\n\n" if events is None else b""
         accumulator.add(chunk)
         if events is not None:
@@ -477,10 +536,12 @@ async def read_body(request: Request, limit: int) -> bytes:
     return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
-def _forward_headers(request: Request) -> dict[str, str]:
-    return {
-        k: v for k, v in request.headers.items() if k not in HOP_HEADERS and k != AGENT_NAME_HEADER
-    }
+def _stream_error(endpoint: str, exc: FulmenError, payload: dict[str, Any]) -> bytes:
+    """Return the event that ends a passed-through stream the engine broke."""
+    if endpoint == MESSAGES:  # a hosted Anthropic API's stream, in its own error shape
+        body = anthropic_error_body(exc.http_status, exc.message)
+        return b"event: error\ndata: " + orjson.dumps(body) + b"\n\n"
+    return b"data: " + orjson.dumps(payload) + b"\n\n"
 
 
 def _agent_name(request: Request) -> str | None:

@@ -9,11 +9,12 @@ the Responses API; the record keeps the engine's token ids, like any chat call. 
 (hosted) upstreams get the Responses call unchanged.
 
 Translated: ``instructions``; ``input`` as text or items (messages with text parts,
-``function_call``, ``function_call_output``; ``reasoning`` items are dropped); function tools;
+``function_call``, ``function_call_output``; ``reasoning`` items are dropped); function tools
+(namespaces flattened, other tools dropped: ``fulmen.gateway.responses_tools``);
 ``tool_choice``; ``max_output_tokens``; ``text.format``; ``top_logprobs`` and the
-``message.output_text.logprobs`` include. What needs server state or hosted tools
-(``previous_response_id``, ``conversation``, ``background``, ``prompt``, non-function tools,
-image or file inputs) is refused with a 400 naming it.
+``message.output_text.logprobs`` include. What needs server state (``previous_response_id``,
+``conversation``, ``background``, ``prompt``) or image or file inputs is refused with a 400
+naming it.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from typing import Any, Final
 
 from fulmen.gateway.capture import as_array, as_object
 from fulmen.gateway.errors import BadRequest
+from fulmen.gateway.responses_tools import chat_tool_choice, function_tools, served_tools
 
 __all__ = [
     "LOGPROBS_INCLUDE",
@@ -95,11 +97,11 @@ def chat_request(body: Mapping[str, Any]) -> dict[str, Any]:
             )
     out = {k: v for k, v in body.items() if k not in _DROPPED and k not in _REFUSED}
     out["messages"] = _messages(body)
-    tools = [_tool(t) for t in as_array(body.get("tools"))]
+    tools, _ = served_tools(body.get("tools"))
     if tools:
         out["tools"] = tools
     if body.get("tool_choice") is not None:
-        out["tool_choice"] = _tool_choice(body["tool_choice"])
+        out["tool_choice"] = chat_tool_choice(body["tool_choice"])
     if body.get("max_output_tokens") is not None:
         out["max_tokens"] = body["max_output_tokens"]
     response_format = _response_format(as_object(body.get("text")))
@@ -175,26 +177,6 @@ def _text(content: Any, position: int) -> str:
         text = part.get("text", part.get("refusal"))
         texts.append(text if isinstance(text, str) else "")
     return "".join(texts)
-
-
-def _tool(value: Any) -> dict[str, Any]:
-    tool = as_object(value) or {}
-    if tool.get("type") != "function":
-        raise BadRequest(
-            f"tool type {tool.get('type')!r} needs a hosted Responses API; "
-            "a token-level engine serves function tools only"
-        )
-    function = {k: tool[k] for k in ("name", "description", "parameters", "strict") if k in tool}
-    return {"type": "function", "function": function}
-
-
-def _tool_choice(value: Any) -> Any:
-    if isinstance(value, str):
-        return value
-    choice = as_object(value) or {}
-    if choice.get("type") == "function" and isinstance(choice.get("name"), str):
-        return {"type": "function", "function": {"name": choice["name"]}}
-    raise BadRequest(f"tool_choice {value!r} is not supported by a token-level engine")
 
 
 def _response_format(text: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -338,7 +320,8 @@ def response_object(
         "temperature": request.get("temperature"),
         "text": request.get("text") or {"format": {"type": "text"}},
         "tool_choice": request.get("tool_choice", "auto"),
-        "tools": request.get("tools") or [],
+        # The tools the engine was given (``fulmen.gateway.responses_tools``), not all asked for.
+        "tools": function_tools(request.get("tools")),
         "top_p": request.get("top_p"),
         "truncation": request.get("truncation") or "disabled",
     }

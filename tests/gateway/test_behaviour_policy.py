@@ -195,6 +195,23 @@ async def test_responses_calls_are_forced_and_refused_by_the_same_rule(gw: Runni
     assert len(gw.script.requests) == 2
 
 
+async def test_messages_calls_are_forced_and_refused_by_the_same_rule(gw: Running) -> None:
+    base = await attempt(gw)
+    url = f"{base}/messages"
+    ask = {"model": "tiny-model", "max_tokens": 8, "messages": MESSAGES}
+    r = await post(url, {**ask, "temperature": 0.2, "top_p": 0.3, "top_k": 7})
+    assert r.status_code == 200 and r.json()["type"] == "message"
+    (sent,) = gw.script.requests  # the chat completion the engine got
+    assert {k: sent[k] for k in NEUTRAL} == NEUTRAL
+    tool = {"name": "f", "input_schema": {"type": "object"}}
+    for choice in ({"type": "any"}, {"type": "tool", "name": "f"}):
+        r = await post(url, {**ask, "tools": [tool], "tool_choice": choice})
+        assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error"
+        assert "tool_choice" in r.json()["error"]["message"]
+    r = await post(url, {**ask, "tools": [tool], "tool_choice": {"type": "auto"}})
+    assert r.status_code == 200 and len(gw.script.requests) == 2
+
+
 async def test_training_rollouts_of_resources_without_behaviour_modes_keep_their_sampling(
     gw: Running,
 ) -> None:

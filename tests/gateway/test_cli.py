@@ -181,3 +181,17 @@ def test_capture_and_redaction_come_from_a_yaml_config_the_flags_override(
     path.write_text("capture:\n  session: {header: a, body_field: user}\n")
     with pytest.raises(ConfigError, match="exactly one of header, body_field"):
         gateway_config(build_parser().parse_args(argv), spill_dir=None)
+
+
+def test_model_map_flags_add_to_the_config_file_map(tmp_path: Path) -> None:
+    from fulmen.cli.gateway import gateway_config
+    from fulmen.cli.main import build_parser
+
+    path = tmp_path / "gateway.yaml"
+    path.write_text("model_map: {gpt-5: policy, '*': other}\n")
+    argv = ["gateway", "--upstream", "http://x/v1", "--config", str(path)]
+    argv += ["--model-map", "claude-sonnet-4-6=policy", "--model-map", "*=policy"]
+    config = gateway_config(build_parser().parse_args(argv), spill_dir=None)
+    assert config.model_map == {"gpt-5": "policy", "*": "policy", "claude-sonnet-4-6": "policy"}
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["gateway", "--model-map", "no-equals-sign"])

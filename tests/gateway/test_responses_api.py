@@ -141,6 +141,41 @@ async def test_streamed_tool_call_arrives_as_a_function_call_item(gw: Running) -
     assert call.is_token_level and call.choices[0].finish_reason == "tool_calls"
 
 
+async def test_streamed_event_sequences_are_complete(gw: Running) -> None:
+    # Clients that build their reply from the deltas (the AI SDK, OpenCode) need every event.
+    rollout_id, attempt_id = await new_attempt(gw.store)
+    gw.script.replies.extend([Reply(content="two words"), Reply(tool_calls=[("add", {"a": 1})])])
+    async with client_for(gw, rollout_id, attempt_id) as client:
+        text_stream = await client.responses.create(model="tiny-model", input="x", stream=True)
+        text = [e.type async for e in text_stream]
+        call_stream = await client.responses.create(
+            model="tiny-model", input="x", tools=[ADD_TOOL], stream=True
+        )
+        call = [e.type async for e in call_stream]
+    deltas = text.count("response.output_text.delta")
+    assert deltas > 1
+    assert text == [
+        "response.created",
+        "response.in_progress",
+        "response.output_item.added",
+        "response.content_part.added",
+        *["response.output_text.delta"] * deltas,
+        "response.output_text.done",
+        "response.content_part.done",
+        "response.output_item.done",
+        "response.completed",
+    ]
+    assert call == [
+        "response.created",
+        "response.in_progress",
+        "response.output_item.added",
+        "response.function_call_arguments.delta",
+        "response.function_call_arguments.done",
+        "response.output_item.done",
+        "response.completed",
+    ]
+
+
 async def test_logprobs_are_shown_only_when_asked(gw: Running) -> None:
     rollout_id, attempt_id = await new_attempt(gw.store)
     gw.script.replies.extend([Reply(content="ab"), Reply(content="ab")])
@@ -173,7 +208,7 @@ async def test_cut_reply_is_incomplete(gw: Running) -> None:
     ("extra", "named"),
     [
         ({"previous_response_id": "resp_1"}, "previous_response_id"),
-        ({"tools": [{"type": "web_search"}]}, "web_search"),
+        ({"conversation": "conv_1"}, "conversation"),
     ],
 )
 async def test_what_needs_a_hosted_api_is_refused_by_name(
@@ -186,6 +221,26 @@ async def test_what_needs_a_hosted_api_is_refused_by_name(
     assert gw.script.requests == []  # nothing reached the engine
     (call,) = await gw.calls(rollout_id)
     assert call.error is not None and named in str(call.error["message"])
+
+
+async def test_namespaces_are_flattened_and_hosted_tools_dropped(gw: Running) -> None:
+    # What the Codex CLI sends: MCP tools grouped in a namespace, and a hosted web search.
+    namespace = {"type": "namespace", "name": "mcp__calc", "tools": [ADD_TOOL]}
+    tools: Any = [namespace, {"type": "web_search"}]
+    rollout_id, attempt_id = await new_attempt(gw.store)
+    gw.script.replies.append(Reply(tool_calls=[("add", {"a": 1, "b": 2})]))
+    async with client_for(gw, rollout_id, attempt_id) as client:
+        response = await client.responses.create(model="tiny-model", input="1+2?", tools=tools)
+    (item,) = response.output
+    assert item.type == "function_call" and item.name == "add"
+    (sent,) = gw.script.requests
+    assert [t["function"]["name"] for t in sent["tools"]] == ["add"]
+    (call,) = await gw.calls(rollout_id)
+    assert call.is_token_level
+    assert call.request["tools"] == tools  # the agent's request as sent
+    # The response (as recorded) names the tools the engine was given: web_search was dropped.
+    assert call.response is not None
+    assert [t["name"] for t in call.response["tools"]] == ["add"]
 
 
 async def test_text_only_upstream_gets_the_responses_call_unchanged(
