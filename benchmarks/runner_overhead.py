@@ -12,8 +12,15 @@ Figures (one JSON line):
       to compare with a worker process at the same concurrency (next line).
   rollouts_per_s_sync_process / rollouts_per_s_sync_thread: a no-op sync agent in worker
       processes vs worker threads (concurrency 2).
+  command_ms_*: the command path's cost per rollout (a fresh directory, the sandbox, the
+      spawn, a verifier) for a no-op program (``true``), against ``command_ms_inprocess``, the
+      same no-op as an in-process async rollout, all at concurrency 2 and in the same run:
+      ``process`` (no bubblewrap), ``bwrap`` (no network), ``bwrap_gateway`` (the relay to a
+      model URL), ``bwrap_gateway_verifier`` (plus a verifier ``true``); ``*_ratio`` divides
+      each by the in-process figure.
 
-Run: ``python benchmarks/runner_overhead.py`` (about 20 s, memory store).
+Run: ``python benchmarks/runner_overhead.py`` (about 40 s, memory store);
+``--command-only`` measures the command path alone.
 """
 
 from __future__ import annotations
@@ -31,16 +38,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from opentelemetry.sdk.trace import TracerProvider
 
 from fulmen.agent.api import rollout
+from fulmen.agent.command import CommandAgent, CommandAgentConfig
 from fulmen.agent.runner import Runner
 from fulmen.store import open_store
 from fulmen.tracing import operation, rollout_scope
 from fulmen.tracing.exporter import StoreSpanExporter
 from fulmen.tracing.provider import create_provider, provider_tracer
-from fulmen.types import AttemptStatus, RolloutCreate, SpanCreate
+from fulmen.types import AttemptStatus, LLMResource, ResourcesCreate, RolloutCreate, SpanCreate
 
 N_SPANS = 20_000
 N_ASYNC = 2_000
 N_SYNC = 200
+N_COMMAND = 100
 SYNC_SPEC = "benchmarks.runner_overhead:noop_sync"  # worker processes import it by name
 
 
@@ -77,8 +86,11 @@ async def span_costs() -> tuple[float, float]:
     return fulmen_us, bare_us
 
 
-async def runner_rate(agent: Any, n: int, **options: Any) -> float:
+async def runner_rate(agent: Any, n: int, *, model_url: str | None = None, **options: Any) -> float:
     async with open_store("memory://", watchdog_interval=1.0) as store:
+        if model_url is not None:  # an llm resource: the command gets an endpoint (a relay)
+            llm = LLMResource(base_url=model_url, model="policy")
+            await store.add_resources(ResourcesCreate(resources={"llm": llm}))
         await store.enqueue([RolloutCreate(input=i) for i in range(n)])
         runner = Runner(store, agent, poll_interval=0.01, **options)
         start = time.perf_counter()
@@ -112,7 +124,33 @@ async def direct_rate(n: int) -> float:
         return n / (time.perf_counter() - start)
 
 
+async def command_costs() -> dict[str, float]:
+    """Milliseconds per rollout of the command path and of an in-process no-op, concurrency 2."""
+    host = {"backend": "process", "network": "host"}
+    cases: dict[str, tuple[dict[str, Any], str | None]] = {
+        "process": ({"command": ["true"], "sandbox": host}, None),
+        "bwrap": ({"command": ["true"], "sandbox": {"backend": "bwrap", "network": "none"}}, None),
+        # Nothing listens at the model URL: ``true`` never calls it; the relay starts anyway.
+        "bwrap_gateway": ({"command": ["true"]}, "http://127.0.0.1:9/v1"),
+        "bwrap_gateway_verifier": (
+            {"command": ["true"], "verifier": {"command": ["true"]}},
+            "http://127.0.0.1:9/v1",
+        ),
+    }
+    ms = {"inprocess": 1000 / await runner_rate(noop_async, N_COMMAND, concurrency=2)}
+    for name, (raw, url) in cases.items():
+        agent = CommandAgent(CommandAgentConfig.model_validate(raw))
+        ms[name] = 1000 / await runner_rate(agent, N_COMMAND, model_url=url, concurrency=2)
+    out = {f"command_ms_{k}": round(v, 2) for k, v in ms.items()}
+    out |= {f"command_ms_{k}_ratio": round(v / ms["inprocess"], 1) for k, v in ms.items()}
+    del out["command_ms_inprocess_ratio"]
+    return out
+
+
 async def main() -> None:
+    if "--command-only" in sys.argv:
+        print(json.dumps(await command_costs()))
+        return
     fulmen_us, bare_us = await span_costs()
     result = {
         "span_us_fulmen": round(fulmen_us, 2),
@@ -134,6 +172,7 @@ async def main() -> None:
         "rollouts_per_s_sync_thread": round(
             await runner_rate(noop_sync, N_SYNC, concurrency=2, sync_isolation="thread"), 1
         ),
+        **await command_costs(),
     }
     print(json.dumps(result))
 

@@ -67,6 +67,20 @@ if [ ! -x /usr/bin/chromium ]; then
   fi
 fi
 
+# Debian's bubblewrap: the default sandbox of command agents (tests/agent/command).
+if ! command -v bwrap >/dev/null; then
+  echo "== installing bubblewrap"
+  SUDO=""
+  [ "$(id -u)" = 0 ] || ! command -v sudo >/dev/null || SUDO="sudo -n"
+  if [ "$(id -u)" = 0 ] || [ -n "$SUDO" ]; then
+    $SUDO apt-get update -qq
+    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null
+  else
+    echo "bubblewrap missing: install the 'bubblewrap' package" >&2
+    [ "${CI:-}" != true ] || exit 1
+  fi
+fi
+
 echo "== installing the framework environments"
 make_venv .venvs/integrations
 .venvs/integrations/bin/pip install -q -e . pytest pytest-asyncio -r tests/integrations/requirements.txt

@@ -31,6 +31,8 @@ from typing import TYPE_CHECKING, Any
 
 from fulmen.agent.api import RolloutResult, RolloutTarget
 from fulmen.agent.attempt import RunningAttempt, StopReason, error_text
+from fulmen.agent.command.agent import CommandAgent
+from fulmen.agent.command.config import CommandAgentConfig
 from fulmen.agent.config import RunnerConfig
 from fulmen.agent.context import RolloutContext
 from fulmen.agent.execution import run_async, run_sync
@@ -95,6 +97,8 @@ class Runner:
         base = config or RunnerConfig()
         self.config = RunnerConfig.model_validate({**base.model_dump(), **options})
         self.store = store
+        if isinstance(agent, CommandAgentConfig):  # a program run per rollout
+            agent = CommandAgent(agent)
         self.target = RolloutTarget.of(agent)
         self._check_isolation()
         self.stats = RunnerStats()

@@ -4,6 +4,8 @@ r"""``fulmen runner``: claim rollouts from a store and run an agent on them.
 
     fulmen runner --store http://127.0.0.1:4747 --agent my_pkg.agent:solve \
         --concurrency 8 --gateway http://127.0.0.1:8100
+    fulmen runner --store http://127.0.0.1:4747 --gateway http://127.0.0.1:8100 \
+        --command 'node agent.js --question "${task.question}"' --verifier 'python check.py'
 
 SIGTERM or Ctrl-C stops claiming, lets running rollouts finish for ``--shutdown-grace``
 seconds and releases the rest to the queue. On exit it prints one JSON line of counts.
@@ -19,6 +21,7 @@ import json
 import os
 import sys
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any, cast
 
 from fulmen.errors import ConfigError
@@ -44,7 +47,34 @@ def register(subparsers: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_store_options(parser)
-    parser.add_argument("--agent", required=True, help="the agent as module:object")
+    which = parser.add_mutually_exclusive_group(required=True)
+    which.add_argument("--agent", help="the agent as module:object")
+    which.add_argument(
+        "--command",
+        help="a program run per rollout, as a shell would split it (no shell runs it); "
+        "templated: '${task.question}' passes a task field (docs/command-agents.md)",
+    )
+    which.add_argument(
+        "--command-config",
+        help="a command agent's full settings: a YAML/JSON file, or JSON inline "
+        "(the training config's agent: mapping)",
+    )
+    parser.add_argument(
+        "--verifier", help="with --command: a program run after it that decides the reward"
+    )
+    parser.add_argument(
+        "--verifier-reward",
+        choices=["exit_code", "json"],
+        help="with --verifier: exit code 0 scores 1 (default), or its last JSON line",
+    )
+    parser.add_argument(
+        "--command-timeout", type=float, help="with --command: seconds before it is killed"
+    )
+    parser.add_argument(
+        "--sandbox",
+        choices=["auto", "bwrap", "process"],
+        help="with --command: the sandbox backend (default auto: bubblewrap when installed)",
+    )
     parser.add_argument(
         "--concurrency", type=int, default=default("concurrency"), help="rollouts run at once"
     )
@@ -215,6 +245,74 @@ def _forwarded(parser: argparse.ArgumentParser, args: argparse.Namespace) -> lis
     return out
 
 
+def _agent(args: argparse.Namespace) -> Any:
+    """Return the agent to run: ``--agent`` as given, or a command agent's config."""
+    from fulmen.agent.command.config import CommandAgentConfig
+
+    command_only = ("verifier", "verifier_reward", "command_timeout", "sandbox")
+    if args.command is None:
+        given = [f"--{name.replace('_', '-')}" for name in command_only if getattr(args, name)]
+        if given:
+            raise ConfigError(f"{', '.join(given)} need --command")
+    if args.agent is not None:
+        return args.agent
+    if args.command_config is not None:
+        return _command_config(args.command_config)
+    raw: dict[str, Any] = {"command": args.command}
+    if args.verifier is not None:
+        raw["verifier"] = {"command": args.verifier}
+        if args.verifier_reward is not None:
+            raw["verifier"]["reward"] = args.verifier_reward
+    elif args.verifier_reward is not None:
+        raise ConfigError("--verifier-reward needs --verifier")
+    if args.command_timeout is not None:
+        raw["timeout_s"] = args.command_timeout
+    if args.sandbox is not None:
+        raw["sandbox"] = {"backend": args.sandbox}
+        if args.sandbox == "process":  # it cannot restrict the network; say so by choosing it
+            raw["sandbox"]["network"] = "host"
+    return _validated(CommandAgentConfig, raw, "--command")
+
+
+def _command_config(value: str) -> Any:
+    """Read ``--command-config``: inline JSON, or a YAML/JSON file (paths relative to it)."""
+    import yaml
+
+    from fulmen.agent.command.config import CommandAgentConfig
+
+    if value.lstrip().startswith("{"):
+        try:
+            raw = json.loads(value)
+        except ValueError as exc:
+            raise ConfigError(f"--command-config is not valid JSON: {exc}") from None
+    else:
+        path = Path(value)
+        try:
+            raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except (OSError, yaml.YAMLError) as exc:
+            raise ConfigError(f"cannot read --command-config {path}: {exc}") from exc
+        if isinstance(raw, dict) and isinstance(raw.get("agent"), dict):
+            raw = raw["agent"]  # a training config: its agent
+        if isinstance(raw, dict):
+            raw.setdefault("config_dir", str(path.parent.resolve()))
+    if not isinstance(raw, dict):
+        raise ConfigError("--command-config must hold a mapping (command: [...], ...)")
+    return _validated(CommandAgentConfig, raw, "--command-config")
+
+
+def _validated(model: Any, raw: dict[str, Any], what: str) -> Any:
+    from pydantic import ValidationError
+
+    try:
+        return model.model_validate(raw)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or 'value'}: {err['msg']}"
+            for err in exc.errors()
+        )
+        raise ConfigError(f"{what}: {problems}") from None
+
+
 async def _main(args: argparse.Namespace) -> int:
     from fulmen.agent.config import RunnerConfig
     from fulmen.agent.runner import Runner
@@ -252,7 +350,7 @@ async def _main(args: argparse.Namespace) -> int:
         what=f"connect to the store at {url}",
     )
     try:
-        runner = Runner(store, args.agent, config)
+        runner = Runner(store, _agent(args), config)
         runner.install_signal_handlers()
         stats = await runner.run(max_rollouts=args.max_rollouts, until_idle=args.until_idle)
     finally:

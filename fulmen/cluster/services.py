@@ -128,14 +128,16 @@ class RayServices:
 
     async def start_runners(self, agent: Any, gateway_url: str, rollouts: RolloutSettings) -> None:
         """Start ``runners`` runner actors claiming from the store and calling the gateway."""
-        if not isinstance(agent, str):
+        from fulmen.agent.command.config import CommandAgentConfig, runner_agent_args
+
+        if not isinstance(agent, str | CommandAgentConfig):
             raise ConfigError(
                 "cluster: runners on Ray import the agent by name: give it as 'module:object' "
-                f"(config agent), not as an object ({agent!r})"
+                f"or as a command (config agent), not as an object ({agent!r})"
             )
         args = [
             "--store", self._store_url,
-            "--agent", agent,
+            *runner_agent_args(agent),
             "--gateway", gateway_url,
             "--concurrency", str(rollouts.concurrency),
             "--sync-isolation", rollouts.sync_isolation,

@@ -51,11 +51,28 @@ async def rollout_detail(
         "attempts": [a.model_dump(mode="json") for a in attempts],
         "attempt_id": records.attempt_id,
         "spans": [_span(s) for s in records.spans],
+        "commands": _commands(records.spans),
         "calls": _calls(records, trajectory),
         "rewards": _rewards(records),
         "transitions": _transitions(trajectory),
         "diagnostics": trajectory.diagnostics.model_dump(mode="json"),
     }
+
+
+def _commands(spans: list[Span]) -> list[dict[str, Any]]:
+    """How a command agent and its verifier ended (``fulmen.command`` spans), in order."""
+    fields = {
+        "role": semconv.COMMAND_ROLE,
+        "status": semconv.COMMAND_STATUS,
+        "exit_code": semconv.COMMAND_EXIT_CODE,
+        "duration_s": semconv.COMMAND_DURATION_S,
+        "output_bytes": semconv.COMMAND_OUTPUT_BYTES,
+        "sandbox": semconv.COMMAND_SANDBOX,
+        "stdout": semconv.COMMAND_STDOUT,
+        "stderr": semconv.COMMAND_STDERR,
+    }
+    ended = sorted((s for s in spans if s.name == semconv.SPAN_COMMAND), key=lambda s: s.sequence)
+    return [{key: span.attributes.get(name) for key, name in fields.items()} for span in ended]
 
 
 def _span(span: Span) -> dict[str, Any]:

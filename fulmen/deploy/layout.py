@@ -25,6 +25,7 @@ from urllib.parse import quote
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from fulmen.agent.command.config import CommandAgentConfig, runner_agent_args
 from fulmen.algorithms.registry import PROMPT_ONLY
 from fulmen.errors import ConfigError
 from fulmen.trainer.config import TrainConfig
@@ -195,7 +196,8 @@ def plan_services(
     store_token = {"FULMEN_STORE_TOKEN": "store-token"}
     cache = {"FULMEN_CACHE_DIR": str(CACHE_DIR)}
     is_vllm = engine_kind == "vllm"
-    runner = ["runner", "--store", store_url, "--agent", config.agent, "--gateway", gateway_url]
+    runner = ["runner", "--store", store_url, *_agent_args(config, in_image)]
+    runner += ["--gateway", gateway_url]
     runner += ["--concurrency", str(config.rollouts.concurrency)]
     runner += ["--sync-isolation", config.rollouts.sync_isolation]
     gateway = ["gateway", "--store", store_url, "--upstream", engine_url]
@@ -322,6 +324,22 @@ class _ImagePaths:
                 "only the context; pass --context with a directory that contains it"
             )
         return APP_DIR.joinpath(*resolved.relative_to(self._context).parts)
+
+
+def _agent_args(config: TrainConfig, in_image: _ImagePaths) -> list[str]:
+    """Return the runner's agent options, a command agent's folders as the image has them."""
+    agent = config.agent
+    if agent is None:
+        return []
+    if isinstance(agent, CommandAgentConfig):
+        update: dict[str, Path] = {
+            "config_dir": Path(in_image(agent.folder, "the command agent's config_dir"))
+        }
+        if agent.workdir_template is not None:
+            template = in_image(agent.workdir_template, "the command agent's workdir_template")
+            update["workdir_template"] = Path(template)
+        agent = agent.model_copy(update=update)
+    return runner_agent_args(agent)
 
 
 def _model_argument(model: str, in_image: _ImagePaths) -> str:

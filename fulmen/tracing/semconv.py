@@ -25,6 +25,14 @@ if TYPE_CHECKING:
 __all__ = [
     "AGENT_NAME",
     "ATTEMPT_ID",
+    "COMMAND_DURATION_S",
+    "COMMAND_EXIT_CODE",
+    "COMMAND_OUTPUT_BYTES",
+    "COMMAND_ROLE",
+    "COMMAND_SANDBOX",
+    "COMMAND_STATUS",
+    "COMMAND_STDERR",
+    "COMMAND_STDOUT",
     "DEFAULT_REWARD_NAME",
     "EXCEPTION_MESSAGE",
     "EXCEPTION_STACKTRACE",
@@ -40,6 +48,7 @@ __all__ = [
     "REWARD_VALUES",
     "ROLLOUT_ID",
     "SPAN_AGENT",
+    "SPAN_COMMAND",
     "SPAN_EXCEPTION",
     "SPAN_MESSAGE",
     "SPAN_OBSERVATION",
@@ -62,6 +71,7 @@ SPAN_REWARD: Final = "fulmen.reward"
 SPAN_OBSERVATION: Final = "fulmen.observation"
 SPAN_MESSAGE: Final = "fulmen.message"
 SPAN_EXCEPTION: Final = "fulmen.exception"
+SPAN_COMMAND: Final = "fulmen.command"  # how a command agent (or its verifier) ended
 
 # -- attributes stamped on every span emitted inside a rollout --------------------------------
 ROLLOUT_ID: Final = "fulmen.rollout.id"
@@ -82,6 +92,14 @@ RESPONSE_ID: Final = "gen_ai.response.id"  # OTel GenAI convention
 EXCEPTION_TYPE: Final = "exception.type"  # OTel general convention
 EXCEPTION_MESSAGE: Final = "exception.message"
 EXCEPTION_STACKTRACE: Final = "exception.stacktrace"
+COMMAND_ROLE: Final = "fulmen.command.role"  # "command" or "verifier"
+COMMAND_STATUS: Final = "fulmen.command.status"  # exited, timeout, output_limit, ...
+COMMAND_EXIT_CODE: Final = "fulmen.command.exit_code"
+COMMAND_DURATION_S: Final = "fulmen.command.duration_s"
+COMMAND_STDOUT: Final = "fulmen.command.stdout"
+COMMAND_STDERR: Final = "fulmen.command.stderr"
+COMMAND_OUTPUT_BYTES: Final = "fulmen.command.output_bytes"
+COMMAND_SANDBOX: Final = "fulmen.command.sandbox"
 
 # Attributes other instrumentations use for an agent or graph-node name, in order of preference.
 _AGENT_NAME_KEYS: Final = (AGENT_NAME, "agent.name", "graph.node.name", "graph.node.id")

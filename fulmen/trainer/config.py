@@ -14,8 +14,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, TypeAlias, cast
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from fulmen.agent.command.config import CommandAgentConfig
 from fulmen.agent.rollouts import RolloutSettings
 from fulmen.algorithms.apo.config import APOConfig
 from fulmen.algorithms.demos.config import DemosConfig
@@ -121,7 +122,9 @@ class TrainConfig(_Strict):
         model: a model name fulmen can build or load offline (``tiny``, ``gemma-3-270m``) or a
             local Hugging Face directory.
         agent: the agent as ``"module:object"`` (a ``@fulmen.rollout`` function or an
-            ``Agent``); left out only with ``data.from_store`` (offline training runs none).
+            ``Agent``), or a program run per rollout (``{command: [...], ...}``, see
+            ``fulmen.agent.command.CommandAgentConfig`` and ``docs/command-agents.md``); left
+            out only with ``data.from_store`` (offline training runs none).
         run_dir: where the store, checkpoints, adapters and metrics go; a second run with the
             same directory resumes.
         store_url: an external store to use instead of ``RUN_DIR/store.db``: a ``fulmen store
@@ -149,7 +152,7 @@ class TrainConfig(_Strict):
     """
 
     model: str
-    agent: str | None = Field(default=None, min_length=1)
+    agent: str | CommandAgentConfig | None = None
     run_dir: Path = Path("runs/fulmen")
     store_url: str | None = Field(default=None, min_length=1)
     seed: int = 0
@@ -230,6 +233,13 @@ class TrainConfig(_Strict):
                 "service is used as it is; none is started on Ray)"
             )
         return self
+
+    @field_validator("agent")
+    @classmethod
+    def _agent_named(cls, agent: str | CommandAgentConfig | None) -> object:
+        if isinstance(agent, str) and not agent.strip():
+            raise ValueError("agent is empty: give 'module:object' or {command: [...]}")
+        return agent
 
     @model_validator(mode="after")
     def _offline_has_no_agent(self) -> TrainConfig:
@@ -347,6 +357,8 @@ def load_config(path: str | Path, *, overrides: Sequence[str] = ()) -> TrainConf
         if key in raw and not Path(str(raw[key])).is_absolute():
             raw[key] = str(base / str(raw[key]))
     raw["python_path"] = [str(base / str(p)) for p in raw.get("python_path", [])]
+    if isinstance(raw.get("agent"), dict):  # a command agent: its files lie beside the config
+        raw["agent"].setdefault("config_dir", str(base))
     data = raw.get("data")
     if isinstance(data, dict):
         for key in ("train", "val"):

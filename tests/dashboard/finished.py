@@ -6,6 +6,7 @@ import time
 from typing import Any
 
 from fulmen.store import Store
+from fulmen.tracing import semconv
 from fulmen.types import (
     AttemptStatus,
     LLMCallCreate,
@@ -13,6 +14,7 @@ from fulmen.types import (
     RewardCreate,
     Rollout,
     RolloutCreate,
+    SpanCreate,
 )
 
 
@@ -25,8 +27,12 @@ async def finish_rollout(
     mode: Mode = Mode.TEST,
     reply: str | None = None,
     agent: str | None = None,
+    command: dict[str, Any] | None = None,
 ) -> Rollout:
-    """Run one rollout to ``succeeded`` as a worker would, with a reward and optionally a call."""
+    """Run one rollout to ``succeeded`` as a worker would, with a reward and optionally a call.
+
+    ``command``: attributes of a ``fulmen.command`` span (how a command agent ended).
+    """
     await store.enqueue([RolloutCreate(rollout_id=rollout_id, input=task, mode=mode)])
     (claim,) = await store.claim(f"worker-{rollout_id}", modes=[mode])
     assert claim.rollout.rollout_id == rollout_id
@@ -45,6 +51,18 @@ async def finish_rollout(
                 )
             ]
         )
+    if command is not None:
+        span = SpanCreate(
+            rollout_id=rollout_id,
+            attempt_id=claim.attempt.attempt_id,
+            trace_id="c" * 32,
+            span_id="c" * 16,
+            name=semconv.SPAN_COMMAND,
+            attributes=command,
+            start_time=time.time(),
+            end_time=time.time(),
+        )
+        await store.add_spans([span])
     if reward is not None:
         await store.add_reward(RewardCreate.scalar(reward, rollout_id=rollout_id))
     await store.update_attempt(claim.attempt.attempt_id, status=AttemptStatus.SUCCEEDED)

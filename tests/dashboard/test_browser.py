@@ -13,10 +13,11 @@ import pytest
 from fulmen.adapter.transitions import load_attempt
 from fulmen.store import open_store
 from fulmen.store.reading import iter_rollouts, read_llm_calls
+from fulmen.tracing import semconv
 from fulmen.types import Mode, RolloutQuery
 from tests.dashboard.conftest import TOKEN, run_coroutine
 from tests.dashboard.finished import finish_rollout
-from tests.dashboard.toy_store import HOSTILE_ID, HOSTILE_REPLY, HOSTILE_TASK
+from tests.dashboard.toy_store import HOSTILE_COMMAND, HOSTILE_ID, HOSTILE_REPLY, HOSTILE_TASK
 
 pytestmark = pytest.mark.slow
 
@@ -167,6 +168,11 @@ def test_markup_in_agent_text_renders_as_text(page: Any, dashboard: Any) -> None
     assert page.locator(".reply pre.text").text_content() == HOSTILE_REPLY
     assert HOSTILE_TASK in page.locator("#page").text_content()
     assert "<b>x</b>" in page.locator(".call h3").text_content()  # the agent name, as text
+    # The command agent's run: its exit status, and its stderr (open: it failed) as text.
+    command = page.locator('.command[data-role="command"]')
+    assert "exit 3" in command.locator(".facts").text_content()
+    assert command.locator(".stderr pre").text_content() == HOSTILE_COMMAND[semconv.COMMAND_STDERR]
+    assert command.locator(".stderr pre").is_visible()
     assert page.locator("#page script, #page img, #page b:text('x')").count() == 0
     page.goto(f"{dashboard.url}#/rollouts?q=pwned")
     page.wait_for_selector(f'tr[data-rollout-id="{HOSTILE_ID}"]')

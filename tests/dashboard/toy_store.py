@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fulmen.store import open_store
+from fulmen.tracing import semconv
 from fulmen.types import (
     PromptLineage,
     PromptTemplate,
@@ -29,6 +30,17 @@ from tests.dashboard.finished import finish_rollout
 
 TOY = Path(__file__).resolve().parents[2] / "examples" / "toy" / "config.yaml"
 HOSTILE_ID = "hostile-markup"
+# As a command agent's run is stored (fulmen.agent.command): its stderr is the agent's too.
+HOSTILE_COMMAND = {
+    semconv.COMMAND_ROLE: "command",
+    semconv.COMMAND_STATUS: "exited",
+    semconv.COMMAND_EXIT_CODE: 3,
+    semconv.COMMAND_DURATION_S: 1.5,
+    semconv.COMMAND_OUTPUT_BYTES: 120,
+    semconv.COMMAND_SANDBOX: "bwrap",
+    semconv.COMMAND_STDOUT: "4",
+    semconv.COMMAND_STDERR: "<img src=x onerror=\"window.__pwned='stderr'\"> gave up",
+}
 HOSTILE_TASK = "<script>window.__pwned = 'task'</script> what is 2+2?"
 HOSTILE_REPLY = (
     "<img src=x onerror=\"window.__pwned='img'\"><script>window.__pwned='reply'</script>4"
@@ -110,6 +122,12 @@ async def _add_cases(url: str) -> tuple[str, str]:
         )
         second = await store.add_resources(ResourcesCreate(resources={"prompt": v2}))
         await finish_rollout(
-            store, HOSTILE_ID, task=HOSTILE_TASK, reward=0.5, reply=HOSTILE_REPLY, agent="<b>x</b>"
+            store,
+            HOSTILE_ID,
+            task=HOSTILE_TASK,
+            reward=0.5,
+            reply=HOSTILE_REPLY,
+            agent="<b>x</b>",
+            command=HOSTILE_COMMAND,
         )
     return f"prompt@{first.version}", f"prompt@{second.version}"

@@ -42,6 +42,19 @@ function spanTree(spans) {
   return el("ul", { class: "span-tree" }, (children.get(null) || []).map(node));
 }
 
+// A command agent's runs (the program, then its verifier): how each ended, and its output.
+function commandsView(commands) {
+  return el("div", { class: "commands" }, commands.map((c) => el("div", { class: "command", "data-role": c.role },
+    el("p", { class: "facts" },
+      el("b", {}, c.role), " · ",
+      el("span", { class: `status ${c.status === "exited" && c.exit_code === 0 ? "succeeded" : "failed"}` },
+        c.status === "exited" ? `exit ${c.exit_code}` : c.status),
+      ` · ${seconds(c.duration_s || 0)} · ${fmt(c.output_bytes || 0)} bytes printed`,
+      el("span", { class: "muted" }, ` · ${c.sandbox || ""}`)),
+    c.stdout ? el("details", { class: "stdout" }, el("summary", {}, "stdout"), el("pre", { class: "text" }, c.stdout)) : null,
+    c.stderr ? el("details", { class: "stderr", open: c.status !== "exited" || c.exit_code !== 0 }, el("summary", {}, "stderr"), el("pre", { class: "text" }, c.stderr)) : null)));
+}
+
 function content(value) {
   if (value === null || value === undefined) return el("span", { class: "muted" }, "(empty)");
   if (typeof value === "string") return el("pre", { class: "text" }, value);
@@ -156,6 +169,7 @@ export async function rolloutPage(main, { arg, params, poller }) {
       el("h2", {}, "Attempts"),
       d.attempts.length ? timeline(d.attempts) : el("p", { class: "muted" }, "not claimed yet"),
       d.attempts.length > 1 ? el("p", {}, "show attempt: ", d.attempts.map((a) => el("a", { href: `#/rollout/${encodeURIComponent(r.rollout_id)}?attempt=${encodeURIComponent(a.attempt_id)}`, class: a.attempt_id === d.attempt_id ? "active" : "" }, ` #${a.number} `))) : null,
+      d.commands.length ? [el("h2", {}, "Command"), commandsView(d.commands)] : null,
       el("h2", {}, "Reward"), rewardsView(d.rewards),
       el("h2", {}, `LLM calls (${d.calls.length})`),
       el("p", { class: "legend-tokens muted" }, "tokens: darker = less likely under the sampling policy; outlined = trained; hatched = masked",

@@ -1,0 +1,124 @@
+"""A rollout's own directory: ``work/`` (the command's working directory), ``home/``, ``tmp/``.
+
+``Workspaces`` hands out one per attempt under a base folder only its owner lists (mode 0711),
+each owned by the user the rollout runs as and closed to others (0700), and removes it after.
+User ids for rollouts come from a pool (``uid_base`` + slot) so that concurrent rollouts never
+share one; a slot is free again when its rollout's directory is removed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import threading
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = ["Workspace", "Workspaces"]
+
+
+@dataclass(frozen=True)
+class Workspace:
+    """One attempt's directory and the user id it runs as (``None``: the runner's own)."""
+
+    root: Path
+    uid: int | None
+
+    @property
+    def work(self) -> Path:
+        """The command's working directory."""
+        return self.root / "work"
+
+    @property
+    def home(self) -> Path:
+        """``$HOME`` for the command (its clients' config files go here)."""
+        return self.root / "home"
+
+    @property
+    def tmp(self) -> Path:
+        """``$TMPDIR`` without ``bwrap`` (which gives a private ``/tmp`` instead)."""
+        return self.root / "tmp"
+
+    @property
+    def task_file(self) -> Path:
+        """The task as JSON (``$FULMEN_TASK_FILE``), outside ``work/``: a repository stays clean."""
+        return self.root / "task.json"
+
+
+class Workspaces:
+    """Makes and removes rollout directories under ``base`` (a new temporary folder if ``None``)."""
+
+    def __init__(self, base: Path | None, *, uid_base: int | None) -> None:
+        self.base = base if base is not None else Path(tempfile.mkdtemp(prefix="fulmen-command-"))
+        self.base.mkdir(parents=True, exist_ok=True)
+        os.chmod(self.base, 0o711)  # others may pass through to their own directory only
+        self._uid_base = uid_base
+        self._slots: set[int] = set()
+        self._lock = threading.Lock()  # attempts run in threads of their own
+
+    def create(
+        self,
+        task: Any,
+        *,
+        template: Path | None,
+        files: Callable[[Workspace], dict[str, str]],
+    ) -> Workspace:
+        """Make a new attempt directory: the template copied, the task and ``files`` written.
+
+        ``files`` gives path → content for the new workspace (templates need its paths).
+        """
+        uid = self._take_uid()
+        # A short random name: the relay's Unix socket lives inside, and socket paths are
+        # limited to 107 bytes; the rollout's ids are in the command's environment anyway.
+        root = self.base / uuid.uuid4().hex[:12]
+        try:
+            root.mkdir(mode=0o700)
+            if template is not None:
+                shutil.copytree(template, root / "work", symlinks=True)
+            else:
+                (root / "work").mkdir()
+            (root / "home").mkdir()
+            (root / "tmp").mkdir()
+            space = Workspace(root, uid)
+            space.task_file.write_text(json.dumps(task, ensure_ascii=False))
+            for relative, text in files(space).items():
+                path = (
+                    space.home / relative[2:]
+                    if relative.startswith("~/")
+                    else space.work / relative
+                )
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(text)
+            if uid is not None:
+                for folder, dirs, names in os.walk(root):
+                    for entry in [folder, *(os.path.join(folder, n) for n in dirs + names)]:
+                        os.chown(entry, uid, uid, follow_symlinks=False)
+        except BaseException:
+            self._give_back(uid)
+            shutil.rmtree(root, ignore_errors=True)
+            raise
+        return space
+
+    def remove(self, space: Workspace, *, keep: bool) -> None:
+        """Remove the directory (unless ``keep``) and free its user id."""
+        if not keep:
+            shutil.rmtree(space.root, ignore_errors=True)
+        self._give_back(space.uid)
+
+    def _take_uid(self) -> int | None:
+        if self._uid_base is None:
+            return None
+        with self._lock:
+            slot = next(i for i in range(len(self._slots) + 1) if i not in self._slots)
+            self._slots.add(slot)
+        return self._uid_base + slot
+
+    def _give_back(self, uid: int | None) -> None:
+        if uid is not None and self._uid_base is not None:
+            with self._lock:
+                self._slots.discard(uid - self._uid_base)
