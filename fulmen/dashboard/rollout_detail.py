@@ -10,6 +10,7 @@ observation tokens between merged calls appear in the transition with ``loss_mas
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from fulmen.adapter.signals import read_signals
@@ -59,7 +60,7 @@ async def rollout_detail(
     }
 
 
-def _commands(spans: list[Span]) -> list[dict[str, Any]]:
+def _commands(spans: Sequence[Span]) -> list[dict[str, Any]]:
     """How a command agent and its verifier ended (``fulmen.command`` spans), in order."""
     fields = {
         "role": semconv.COMMAND_ROLE,
