@@ -1,12 +1,16 @@
 """From a finished attempt's LLM call records and spans to training transitions.
 
 Per-call mode makes one transition per token-level call. Merged mode chains the calls of one
-agent: a call whose prompt starts with the previous sequence (prompt + everything generated
-and observed so far) token-exactly is appended to it, the new prompt tokens (the observation:
-tool results, user turns) are masked out of the loss; when the prompt does not extend the
-sequence (a chat template that re-renders history, a truncated context) a new sequence starts
-and ``merge_splits`` counts it. Token ids always come from the gateway's records; text is never
-re-tokenized.
+agent: a call whose prompt starts with a sequence built so far (prompt + everything generated
+and observed) token-exactly is appended to it, the new prompt tokens (the observation: tool
+results, user turns) are masked out of the loss. Each agent can have several sequences open,
+one per *lineage*: a sub-agent or a side task whose calls interleave with the main loop's
+extends its own sequence, and a call joins the longest sequence its prompt extends. When the
+prompt extends none (a chat template that re-renders history, a truncated context) a new
+sequence starts and ``merge_splits`` counts it; a sequence whose last reply was cut by
+``max_tokens`` is not extended (``merge_stops_truncated``): the next call conditions on a
+reply the policy did not finish. Token ids always come from the gateway's records; text is
+never re-tokenized.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from fulmen.adapter.credit import CallCredit, CreditFn, CreditInput, assign_credit, resolve_credit
+from fulmen.adapter.selection import CallSelection
 from fulmen.adapter.signals import read_signals
 from fulmen.store.reading import read_llm_calls, read_spans
 from fulmen.types import LLMCall, LLMChoice, Reward, Span
@@ -46,6 +51,8 @@ class TransitionOptions(BaseModel):
         credit: built-in credit strategy name (see ``fulmen.adapter.credit``).
         gamma: discount of the ``discounted`` strategy (an error with any other strategy).
         missing_reward: reward of an attempt that emitted none; ``None`` skips such attempts.
+        calls: rules on the model name, session headers and tools a call must meet to be
+            trained (``fulmen.adapter.selection.CallSelection``; default: every call).
         names: where a call's agent name comes from: ``"call_or_spans"`` (default) the name
             the call carried to the gateway (the ``x-fulmen-agent`` header), else the one its
             spans give; ``"call"`` the header alone. Per-role adapters use ``"call"``: the
@@ -61,6 +68,7 @@ class TransitionOptions(BaseModel):
     gamma: float | None = Field(default=None, ge=0.0, le=1.0)
     missing_reward: float | None = None
     names: Literal["call_or_spans", "call"] = "call_or_spans"
+    calls: CallSelection = Field(default_factory=CallSelection)
 
     def credit_fn(self) -> CreditFn:
         """Return the credit function these options name, with ``gamma`` bound when given."""
@@ -172,10 +180,13 @@ def _select(
             diag.calls_unnamed += 1
         if not opts.selects(agent):
             diag.skipped_agent += 1
+        elif not opts.calls.keeps(call):
+            diag.skipped_selection += 1
         elif not call.choices[0].token_ids:
             diag.skipped_empty += 1
         else:
             diag.extra_choices_ignored += len(call.choices) - 1
+            diag.truncated += call.choices[0].finish_reason == "length"
             selected.append((index, call, agent))
     return selected
 
@@ -191,23 +202,44 @@ def _is_trainable(call: LLMCall) -> bool:
     )
 
 
+@dataclass
+class _Lineage:
+    """One open sequence: its calls and every token it holds so far."""
+
+    chain: list[_Piece]
+    tokens: list[int]
+
+
 def _chain(pieces: Sequence[_Piece], diag: AdapterDiagnostics) -> list[list[_Piece]]:
-    """Group pieces into token-exact chains, per agent, keeping call order inside each."""
-    open_chain: dict[str | None, tuple[list[_Piece], list[int]]] = {}
+    """Group pieces into token-exact chains per agent and lineage, in call order inside each.
+
+    A piece joins the longest open sequence of its agent that its prompt extends, unless that
+    sequence's last reply was truncated; otherwise it opens a sequence of its own.
+    """
+    lineages: dict[str | None, list[_Lineage]] = {}
     chains: list[list[_Piece]] = []
     for piece in pieces:
-        current = open_chain.get(piece.agent)
-        if current is not None:
-            chain, sequence = current
-            if piece.prompt[: len(sequence)] == sequence:
-                chain.append(piece)
-                open_chain[piece.agent] = (chain, piece.prompt + piece.completion)
-                diag.merges += 1
-                continue
+        open_ = lineages.setdefault(piece.agent, [])
+        extended = [
+            lineage
+            for lineage in open_
+            if len(lineage.tokens) <= len(piece.prompt)
+            and piece.prompt[: len(lineage.tokens)] == lineage.tokens
+        ]
+        best = max(extended, key=lambda lineage: len(lineage.tokens), default=None)
+        if best is not None and not best.chain[-1].is_truncated:
+            best.chain.append(piece)
+            best.tokens = piece.prompt + piece.completion
+            diag.merges += 1
+            continue
+        if best is not None:
+            diag.merge_stops_truncated += 1
+            open_.remove(best)  # what follows a cut reply starts afresh
+        elif open_:
             diag.merge_splits += 1
         chain = [piece]
         chains.append(chain)
-        open_chain[piece.agent] = (chain, piece.prompt + piece.completion)
+        open_.append(_Lineage(chain, piece.prompt + piece.completion))
     return chains
 
 

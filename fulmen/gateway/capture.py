@@ -138,6 +138,7 @@ class Exchange:
     token ids and logprobs the gateway asked for on its own are in the record's typed fields,
     so storing them twice would only cost space and validation time); ``policy_version`` a
     version read from a response header; ``agent_name`` the agent the caller named;
+    ``client_headers`` the session headers it sent (``GatewayConfig.session_headers``);
     ``engine_endpoint`` the endpoint the engine served when it differs from ``endpoint`` (a
     Responses or Messages call sent as a chat completion), which is how ``response`` is read.
     """
@@ -157,6 +158,7 @@ class Exchange:
     shown: dict[str, Any] | None = None
     agent_name: str | None = None
     engine_endpoint: str | None = None
+    client_headers: dict[str, str] | None = None
 
 
 def build_call(exchange: Exchange) -> LLMCallCreate:
@@ -200,6 +202,7 @@ def build_call(exchange: Exchange) -> LLMCallCreate:
         usage=usage or {},
         error=error,
         agent_name=exchange.agent_name,
+        client_headers=exchange.client_headers or {},
     )
     return assembled(LLMCallCreate, fields)
 

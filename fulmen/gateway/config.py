@@ -50,6 +50,9 @@ class GatewayConfig(BaseModel):
             Codex for ``gpt-5``) reaches the policy being trained; the key ``*`` maps every
             name not listed. Applies to chat, completions, Responses and Messages calls; the
             record keeps the agent's request as sent. Empty: names go through unchanged.
+        session_headers: request headers recorded with each call (``client_headers``)
+            because clients use them to tell their sessions, threads and sub-agents apart;
+            ``algorithm.transitions.calls.headers`` selects calls by them.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -74,6 +77,13 @@ class GatewayConfig(BaseModel):
     capture: CaptureConfig | None = None
     redaction: RedactionConfig | None = None
     model_map: dict[str, str] = Field(default_factory=dict)
+    session_headers: tuple[str, ...] = (
+        "x-claude-code-session-id",  # Claude Code
+        "session-id",  # the Codex CLI
+        "thread-id",  # the Codex CLI (a sub-agent's thread)
+        "x-session-id",  # OpenCode
+        "x-fulmen-session",  # fulmen's own clients
+    )
 
     @field_validator("model_map")
     @classmethod
@@ -82,6 +92,11 @@ class GatewayConfig(BaseModel):
         if empty:
             raise ValueError(f"model_map names must be non-empty, got {', '.join(empty)}")
         return value
+
+    @field_validator("session_headers")
+    @classmethod
+    def _lower(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(name.strip().lower() for name in value if name.strip())
 
     def engine_model(self, model: Any) -> Any:
         """Return the model name the engine gets for an agent's ``model`` (``model_map``)."""

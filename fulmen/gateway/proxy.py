@@ -402,6 +402,7 @@ class _Call:
                 shown=shown,
                 agent_name=self.agent_name,
                 engine_endpoint=self.engine_endpoint if self.translation is not None else None,
+                client_headers=_session_headers(self.request, self.gateway.config.session_headers),
             ),
             session_id=session_id,
         )
@@ -542,6 +543,18 @@ def _stream_error(endpoint: str, exc: FulmenError, payload: dict[str, Any]) -> b
         body = anthropic_error_body(exc.http_status, exc.message)
         return b"event: error\ndata: " + orjson.dumps(body) + b"\n\n"
     return b"data: " + orjson.dumps(payload) + b"\n\n"
+
+
+def _session_headers(request: Request, names: tuple[str, ...]) -> dict[str, str] | None:
+    """Return the session headers the client sent, each value cut to what a record holds."""
+    found: dict[str, str] = {}
+    for name in names:
+        value = request.headers.get(name)
+        if value:
+            value = value.replace("\0", "").strip()[:256]
+            if value:
+                found[name] = value
+    return found or None
 
 
 def _agent_name(request: Request) -> str | None:

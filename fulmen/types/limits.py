@@ -28,6 +28,7 @@ __all__ = [
     "Int32",
     "Int64",
     "JsonData",
+    "Label",
     "TaskId",
     "Text",
     "TraceId",
@@ -79,6 +80,11 @@ WorkerId: TypeAlias = Annotated[
 
 TaskId: TypeAlias = Annotated[str, StringConstraints(max_length=256), _REJECT_NUL, _NUL_PATTERN]
 """A task id: at most 256 characters, no NUL."""
+
+Label: TypeAlias = Annotated[
+    str, StringConstraints(min_length=1, max_length=256), _REJECT_NUL, _NUL_PATTERN
+]
+"""A short name or value, such as a header a client sent: 1 to 256 characters, no NUL."""
 
 TraceId: TypeAlias = Annotated[
     str, StringConstraints(min_length=1, max_length=64), _REJECT_NUL, _NUL_PATTERN

@@ -12,7 +12,7 @@ from typing import Final
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from fulmen.types.limits import FiniteFloat, Id, JsonData, Text, TraceId
+from fulmen.types.limits import FiniteFloat, Id, JsonData, Label, Text, TraceId
 
 __all__ = [
     "AGENT_NAME_HEADER",
@@ -114,6 +114,9 @@ class LLMCallCreate(BaseModel):
         latency_s / usage / error: timing, token counts and an error body for failed calls.
         agent_name: the agent that made the call, as the agent's process named it in the
             ``x-fulmen-agent`` header (``as_agent`` or a framework node); ``None`` when unnamed.
+        client_headers: the headers a client sends to tell its sessions, threads and
+            sub-agents apart (``GatewayConfig.session_headers``, such as Claude Code's
+            ``x-claude-code-session-id`` or Codex's ``session-id``), lower-case names.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -137,6 +140,7 @@ class LLMCallCreate(BaseModel):
     usage: dict[str, JsonData] = Field(default_factory=dict)
     error: dict[str, JsonData] | None = None
     agent_name: str | None = Field(default=None, min_length=1, max_length=256)
+    client_headers: dict[Label, Label] = Field(default_factory=dict, max_length=16)
 
 
 class LLMCall(LLMCallCreate):

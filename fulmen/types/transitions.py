@@ -91,6 +91,11 @@ class AdapterDiagnostics(BaseModel):
         merge_splits: merged mode started a new sequence because the next prompt did not extend
             the previous prompt+completion token-exactly.
         merges: calls appended to a previous sequence.
+        merge_stops_truncated: merged mode started a new sequence because the one the prompt
+            extended ended in a reply cut by ``max_tokens``.
+        skipped_selection: calls the ``transitions.calls`` rules left out (model name,
+            session headers, tools).
+        truncated: calls trained whose reply was cut by ``max_tokens``.
         rollouts: attempts read; rollouts_without_reward: of those, attempts with no reward.
     """
 
@@ -105,6 +110,9 @@ class AdapterDiagnostics(BaseModel):
     extra_choices_ignored: int = 0
     merge_splits: int = 0
     merges: int = 0
+    merge_stops_truncated: int = 0
+    skipped_selection: int = 0
+    truncated: int = 0
     rollouts: int = 0
     rollouts_without_reward: int = 0
 
