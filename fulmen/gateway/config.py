@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -50,6 +50,10 @@ class GatewayConfig(BaseModel):
             Codex for ``gpt-5``) reaches the policy being trained; the key ``*`` maps every
             name not listed. Applies to chat, completions, Responses and Messages calls; the
             record keeps the agent's request as sent. Empty: names go through unchanged.
+        upstream_client: the HTTP client of upstream calls: ``fulmen`` (the gateway's own,
+            ``fulmen.gateway.http1``) or ``httpx`` (``fulmen.gateway.httpx_upstream``), kept to
+            measure one against the other (``benchmarks/gateway_overhead.py
+            --compare-clients``).
         session_headers: request headers recorded with each call (``client_headers``)
             because clients use them to tell their sessions, threads and sub-agents apart;
             ``algorithm.transitions.calls.headers`` selects calls by them.
@@ -77,6 +81,7 @@ class GatewayConfig(BaseModel):
     capture: CaptureConfig | None = None
     redaction: RedactionConfig | None = None
     model_map: dict[str, str] = Field(default_factory=dict)
+    upstream_client: Literal["fulmen", "httpx"] = "fulmen"
     session_headers: tuple[str, ...] = (
         "x-claude-code-session-id",  # Claude Code
         "session-id",  # the Codex CLI

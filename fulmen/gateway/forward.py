@@ -37,6 +37,7 @@ from fulmen.gateway.http1 import (
     Origin,
     ReadTimeout,
 )
+from fulmen.gateway.httpx_upstream import HttpxClient, HttpxReply
 from fulmen.gateway.upstreams import Upstream, UpstreamPool
 
 __all__ = ["Forwarder", "UpstreamReply"]
@@ -69,7 +70,9 @@ HOP_HEADERS = frozenset(
 class UpstreamReply:
     """An opened upstream reply; ``aclose`` releases the connection and the in-flight count."""
 
-    def __init__(self, upstream: Upstream, reply: Http1Reply, pool: UpstreamPool) -> None:
+    def __init__(
+        self, upstream: Upstream, reply: Http1Reply | HttpxReply, pool: UpstreamPool
+    ) -> None:
         self.upstream = upstream
         self._reply = reply
         self._pool = pool
@@ -136,7 +139,8 @@ class Forwarder:
     def __init__(self, pool: UpstreamPool, config: GatewayConfig) -> None:
         self._pool = pool
         self._config = config
-        self._client = Http1Client(
+        client = HttpxClient if config.upstream_client == "httpx" else Http1Client
+        self._client: Http1Client | HttpxClient = client(
             max_connections=config.max_connections,
             keepalive_s=config.keepalive_s,
             connect_timeout_s=config.connect_timeout_s,
