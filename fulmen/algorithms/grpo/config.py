@@ -33,6 +33,10 @@ class GRPOConfig(ComputeSettings):
             rollout's tokens, weighted by credit) or ``"transition"`` (group-relative over
             credited transition rewards, each rollout weighted equally in the statistics).
         normalize_std: divide advantages by the group's standard deviation.
+        anchor_weight: ω of anchor-state credit: each call's advantage gains ω times its
+            step-level advantage among the calls of its group that acted from the same state
+            (the same prompt token ids); 0 (default) is plain GRPO
+            (``fulmen.algorithms.grpo.anchors``, ``docs/credit-and-advantages.md``).
         min_abs_advantage: a token whose advantage is at most this in magnitude is trained
             with advantage 0, and a batch where no token's advantage exceeds it takes no
             optimizer step, even with ``kl_coef`` > 0 (a step without signal would only move
@@ -81,6 +85,7 @@ class GRPOConfig(ComputeSettings):
     max_grad_norm: float | None = Field(default=1.0, gt=0)
     advantage: Literal["rollout", "transition"] = "rollout"
     normalize_std: bool = True
+    anchor_weight: float = Field(default=0.0, ge=0, le=100, allow_inf_nan=False)
     min_abs_advantage: float = Field(default=1e-6, ge=0, allow_inf_nan=False)
     policy_loss: str = "clipped"
     clip_low: float = Field(default=0.2, ge=0, lt=1)

@@ -31,6 +31,7 @@ import torch
 
 from fulmen.algorithms.batching import TokenSample
 from fulmen.algorithms.grpo.advantages import ADVANTAGE_ESTIMATORS
+from fulmen.algorithms.grpo.anchors import anchor_advantages
 from fulmen.algorithms.grpo.config import GRPOConfig
 from fulmen.algorithms.grpo.losses import LOSS_NORMALIZERS
 from fulmen.errors import ConfigError
@@ -60,6 +61,8 @@ class SampleStats:
     dropped_untrained: int = 0
     skipped_zero_advantage: int = 0
     zeroed_advantage_tokens: int = 0
+    anchor_calls: int = 0  # calls with an anchor group (``anchor_weight`` > 0)
+    anchor_groups: int = 0
     trained_tokens: int = 0
     # Over the rollouts whose transitions were kept for training (``reward/mean`` and
     # ``reward/std`` of a step are over all its rollouts).
@@ -132,6 +135,10 @@ def build_samples(
             transition_rewards=torch.tensor([t.reward for t in kept], dtype=torch.float64),
             normalize_std=config.normalize_std,
         ).tolist()
+    if config.anchor_weight > 0:
+        steps, anchors = anchor_advantages(kept, normalize_std=config.normalize_std)
+        stats.anchor_calls, stats.anchor_groups = anchors.anchor_calls, anchors.anchor_groups
+        advantages = [a + config.anchor_weight * s for a, s in zip(advantages, steps, strict=True)]
     token_rollout = torch.tensor(
         [r for r, pos in zip(index.rollout_of, positions, strict=True) for _ in pos]
     )
