@@ -59,10 +59,13 @@ class CreditInput:
         final_reward: the rollout's final reward.
         call_rewards: the explicit reward emitted for each credited call (``None``: none),
             in call order; its length is the number of calls to credit.
+        agents: the agent that made each credited call, in the same order (empty: unknown),
+            for strategies that discount where control passes between agents.
     """
 
     final_reward: float
     call_rewards: tuple[float | None, ...]
+    agents: tuple[str | None, ...] = ()
 
     @property
     def num_calls(self) -> int:
@@ -78,15 +81,26 @@ def final_credit(rollout: CreditInput) -> list[CallCredit]:
     return [CallCredit(rollout.final_reward, 1.0)] * rollout.num_calls
 
 
-def discounted_credit(rollout: CreditInput, *, gamma: float = 0.9) -> list[CallCredit]:
-    """Call ``i`` of ``n`` gets ``gamma ** (n - 1 - i)`` of the final reward and advantage."""
-    if not 0.0 <= gamma <= 1.0:
-        raise ConfigError(f"gamma must be in [0, 1]; got {gamma!r}")
+def discounted_credit(
+    rollout: CreditInput, *, gamma: float = 0.9, gamma_role: float = 1.0
+) -> list[CallCredit]:
+    """Call ``i`` of ``n`` gets ``gamma ** (n - 1 - i) * gamma_role ** h_i`` of the reward.
+
+    ``h_i`` counts the hand-offs after call ``i``: the later calls whose agent differs from the
+    call before them (role-aware discount: a planner's call is discounted once more for each
+    time control passed to another agent on the way to the reward). ``gamma_role`` 1 (the
+    default) or unknown agents leave plain per-call discounting.
+    """
+    for name, value in (("gamma", gamma), ("gamma_role", gamma_role)):
+        if not 0.0 <= value <= 1.0:
+            raise ConfigError(f"{name} must be in [0, 1]; got {value!r}")
     n = rollout.num_calls
-    return [
-        CallCredit(rollout.final_reward * gamma ** (n - 1 - i), gamma ** (n - 1 - i))
-        for i in range(n)
-    ]
+    agents = rollout.agents if len(rollout.agents) == n else (None,) * n
+    handoffs_after = [0] * n
+    for i in range(n - 2, -1, -1):
+        handoffs_after[i] = handoffs_after[i + 1] + (agents[i + 1] != agents[i])
+    factors = [gamma ** (n - 1 - i) * gamma_role ** handoffs_after[i] for i in range(n)]
+    return [CallCredit(rollout.final_reward * f, f) for f in factors]
 
 
 def last_credit(rollout: CreditInput) -> list[CallCredit]:

@@ -50,6 +50,8 @@ class TransitionOptions(BaseModel):
             matches as the empty name, so the default ``"*"`` trains every call.
         credit: built-in credit strategy name (see ``fulmen.adapter.credit``).
         gamma: discount of the ``discounted`` strategy (an error with any other strategy).
+        gamma_role: with ``discounted``, a further discount for each hand-off between agents
+            on the way from a call to the reward (role-aware discount; 1 = none).
         missing_reward: reward of an attempt that emitted none; ``None`` skips such attempts.
         calls: rules on the model name, session headers and tools a call must meet to be
             trained (``fulmen.adapter.selection.CallSelection``; default: every call).
@@ -66,13 +68,15 @@ class TransitionOptions(BaseModel):
     agents: tuple[str, ...] = ("*",)
     credit: str = "final"
     gamma: float | None = Field(default=None, ge=0.0, le=1.0)
+    gamma_role: float | None = Field(default=None, ge=0.0, le=1.0)
     missing_reward: float | None = None
     names: Literal["call_or_spans", "call"] = "call_or_spans"
     calls: CallSelection = Field(default_factory=CallSelection)
 
     def credit_fn(self) -> CreditFn:
         """Return the credit function these options name, with ``gamma`` bound when given."""
-        return resolve_credit(self.credit, **({} if self.gamma is None else {"gamma": self.gamma}))
+        options = {"gamma": self.gamma, "gamma_role": self.gamma_role}
+        return resolve_credit(self.credit, **{k: v for k, v in options.items() if v is not None})
 
     def selects(self, agent_name: str | None) -> bool:
         """Tell whether ``agent_name`` matches one of the patterns."""
@@ -142,7 +146,11 @@ def build_trajectory(
         selected = _select(ordered, agents, opts, diag)
         credits = assign_credit(
             credit or opts.credit_fn(),
-            CreditInput(final, tuple(signals.call_rewards[i] for i, _, _ in selected)),
+            CreditInput(
+                final,
+                tuple(signals.call_rewards[i] for i, _, _ in selected),
+                tuple(agent for _, _, agent in selected),
+            ),
             call_ids=[c.call_id for _, c, _ in selected],
         )
         pieces = [

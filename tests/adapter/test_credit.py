@@ -114,3 +114,39 @@ def test_the_adapter_names_the_call_whose_credit_is_not_finite() -> None:
         build_trajectory(
             rollout_id="r1", calls=calls, spans=[reward_span(3, 1.0)], credit=log_of_zero
         )
+
+
+def test_role_aware_discount_counts_the_hand_offs_between_agents() -> None:
+    from fulmen.adapter.credit import CreditInput, discounted_credit
+
+    agents = ("planner", "planner", "executor", "executor", "planner")
+    rollout = CreditInput(2.0, (None,) * 5, agents)
+    plain = discounted_credit(rollout, gamma=1.0, gamma_role=0.85)
+    # hand-offs on the way to the reward: 2, 2, 1, 1, 0
+    assert [c.weight for c in plain] == pytest.approx([0.85**2, 0.85**2, 0.85, 0.85, 1.0])
+    assert [c.reward for c in plain] == pytest.approx([2 * 0.85**2, 2 * 0.85**2, 1.7, 1.7, 2.0])
+    both = discounted_credit(rollout, gamma=0.5, gamma_role=0.85)
+    assert both[0].weight == pytest.approx(0.5**4 * 0.85**2)
+    assert both[3].weight == pytest.approx(0.5 * 0.85)
+    # Unknown agents (or gamma_role 1): per-call discounting alone.
+    unknown = discounted_credit(CreditInput(1.0, (None,) * 3), gamma=0.5, gamma_role=0.85)
+    assert [c.weight for c in unknown] == [0.25, 0.5, 1.0]
+    with pytest.raises(ConfigError, match="gamma_role"):
+        discounted_credit(rollout, gamma_role=1.5)
+
+
+def test_transition_options_pass_gamma_role_to_the_adapter() -> None:
+    from fulmen.adapter import TransitionOptions, build_trajectory
+
+    from .factories import agent_span, call, reward_span
+
+    calls = [call(1, [1], [2]), call(2, [3], [4]), call(3, [5], [6])]
+    spans = [
+        agent_span(10, "planner", "resp-r1-1"),
+        agent_span(11, "executor", "resp-r1-2"),
+        agent_span(12, "executor", "resp-r1-3"),
+        reward_span(13, 1.0),
+    ]
+    options = TransitionOptions(credit="discounted", gamma=1.0, gamma_role=0.5)
+    traj = build_trajectory(rollout_id="r1", calls=calls, spans=spans, options=options)
+    assert [t.reward for t in traj.transitions] == [0.5, 1.0, 1.0]
