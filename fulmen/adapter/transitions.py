@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from fulmen.adapter.air import AIRConfig, call_signals
 from fulmen.adapter.credit import CallCredit, CreditFn, CreditInput, assign_credit, resolve_credit
 from fulmen.adapter.selection import CallSelection
 from fulmen.adapter.signals import read_signals
@@ -55,6 +56,8 @@ class TransitionOptions(BaseModel):
         missing_reward: reward of an attempt that emitted none; ``None`` skips such attempts.
         calls: rules on the model name, session headers and tools a call must meet to be
             trained (``fulmen.adapter.selection.CallSelection``; default: every call).
+        air: weights of the automatic intermediate rewards (``fulmen.adapter.air``); empty
+            (default): the signals are counted and shown, not trained on.
         names: where a call's agent name comes from: ``"call_or_spans"`` (default) the name
             the call carried to the gateway (the ``x-fulmen-agent`` header), else the one its
             spans give; ``"call"`` the header alone. Per-role adapters use ``"call"``: the
@@ -72,6 +75,7 @@ class TransitionOptions(BaseModel):
     missing_reward: float | None = None
     names: Literal["call_or_spans", "call"] = "call_or_spans"
     calls: CallSelection = Field(default_factory=CallSelection)
+    air: AIRConfig = Field(default_factory=AIRConfig)
 
     def credit_fn(self) -> CreditFn:
         """Return the credit function these options name, with ``gamma`` bound when given."""
@@ -132,10 +136,18 @@ def build_trajectory(
     ordered = sorted(calls, key=lambda c: c.sequence)
     diag = AdapterDiagnostics(calls=len(ordered), rollouts=1)
     signals = read_signals(ordered, spans, rewards)
+    air = call_signals(ordered, spans)
+    for fired in air:
+        for name in fired:
+            setattr(diag, f"air_{name}", getattr(diag, f"air_{name}") + 1)
     final = signals.final_reward
     if final is None:
         diag.rollouts_without_reward = 1
         final = opts.missing_reward
+    shaping = [opts.air.shaping(fired) for fired in air] if opts.air.weights else None
+    unshaped = final
+    if final is not None and shaping is not None:
+        final += sum(shaping)
     transitions: list[Transition] = []
     if final is not None:
         agents = (
@@ -147,12 +159,17 @@ def build_trajectory(
         credits = assign_credit(
             credit or opts.credit_fn(),
             CreditInput(
-                final,
+                unshaped if unshaped is not None else final,
                 tuple(signals.call_rewards[i] for i, _, _ in selected),
                 tuple(agent for _, _, agent in selected),
             ),
             call_ids=[c.call_id for _, c, _ in selected],
         )
+        if shaping is not None:  # each call's own signals on its credited reward
+            credits = [
+                c._replace(reward=c.reward + shaping[index])
+                for (index, _, _), c in zip(selected, credits, strict=True)
+            ]
         pieces = [
             _Piece(index, call, agent, credit_)
             for (index, call, agent), credit_ in zip(selected, credits, strict=True)

@@ -13,6 +13,7 @@ import asyncio
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from fulmen.adapter.air import call_signals
 from fulmen.adapter.signals import read_signals
 from fulmen.adapter.transitions import AttemptRecords, TransitionOptions, load_attempt
 from fulmen.errors import NotFound
@@ -156,9 +157,17 @@ def _rewards(records: AttemptRecords) -> dict[str, Any]:
         for e in semconv.reward_events(records.spans)
     ]
     posted = [_posted(r) for r in records.rewards]
+    ordered = sorted(records.calls, key=lambda c: c.sequence)
+    signals = call_signals(ordered, records.spans)
+    air = [
+        {"call_index": k, "call_id": call.call_id, "signals": fired}
+        for k, (call, fired) in enumerate(zip(ordered, signals, strict=True))
+        if fired
+    ]
     return {
         "final": records.final_reward,
         "events": sorted([*emitted, *posted], key=lambda e: e["sequence"]),
+        "air": air,
     }
 
 

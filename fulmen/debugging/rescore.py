@@ -11,6 +11,7 @@ same name and value for a rollout is stored once.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import inspect
 import math
@@ -67,12 +68,17 @@ class RescoreFilter:
 
 @dataclass(frozen=True)
 class RescoredRollout:
-    """One rollout's old and new reward (``new`` is ``None`` when the function raised)."""
+    """One rollout's old and new reward (``new`` is ``None`` when the function raised).
+
+    ``air`` counts the calls on which each automatic intermediate reward fired
+    (``fulmen.adapter.air``), shown beside the rewards.
+    """
 
     rollout: RecordedRollout
     old: float | None
     new: float | None
     error: str | None = None
+    air: dict[str, int] = dataclasses.field(default_factory=dict)
 
     @property
     def change(self) -> float:
@@ -137,6 +143,7 @@ async def rescore(
     An exception or a bad return value is kept as that rollout's ``error``, and the others
     are still scored.
     """
+    from fulmen.adapter.air import call_signals
     from fulmen.adapter.transitions import load_attempt
 
     selection = selection or RescoreFilter()
@@ -146,12 +153,17 @@ async def rescore(
         attempt = await load_attempt(store, rollout.rollout_id)
         view = recorded_rollout(rollout, attempt)
         primary_names[rollout.rollout_id] = _primary_name(attempt)
+        air: dict[str, int] = {}
+        for fired in call_signals(attempt.calls, attempt.spans):
+            for name in fired:
+                air[name] = air.get(name, 0) + 1
         try:
             value = await _call(reward, view)
         except Exception as exc:  # the user's function: report it, score the rest
-            items.append(RescoredRollout(view, view.reward, None, f"{type(exc).__name__}: {exc}"))
+            error = f"{type(exc).__name__}: {exc}"
+            items.append(RescoredRollout(view, view.reward, None, error, air))
             continue
-        items.append(RescoredRollout(view, view.reward, value))
+        items.append(RescoredRollout(view, view.reward, value, air=air))
     return RescoreResult(tuple(items), primary_names)
 
 

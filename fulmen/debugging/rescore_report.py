@@ -62,9 +62,21 @@ def rescore_summary(result: RescoreResult, *, top: int = 10) -> dict[str, Any]:
         "histogram": [
             {"low": lo, "high": hi, "old": a, "new": b} for lo, hi, a, b in histogram(old, new)
         ],
+        "air": _air(result),
         "most_changed": [_item(i) for i in result.most_changed(top)],
         "errors": [_item(i) for i in result.failed[:top]],
     }
+
+
+def _air(result: RescoreResult) -> dict[str, dict[str, int]]:
+    """Per automatic signal: the calls it fired on and the rollouts holding one."""
+    out: dict[str, dict[str, int]] = {}
+    for item in result.items:
+        for name, calls in item.air.items():
+            entry = out.setdefault(name, {"calls": 0, "rollouts": 0})
+            entry["calls"] += calls
+            entry["rollouts"] += 1
+    return dict(sorted(out.items()))
 
 
 def _stats(values: Sequence[float]) -> dict[str, float | int | None]:
@@ -101,6 +113,12 @@ def format_rescore(result: RescoreResult, *, top: int = 10) -> str:
         f"  old reward: {_line(old)}",
         f"  new reward: {_line(new)}",
     ]
+    if summary["air"]:
+        fired = ", ".join(
+            f"{name} {v['calls']} calls in {v['rollouts']} rollouts"
+            for name, v in summary["air"].items()
+        )
+        lines.append(f"  automatic signals (fulmen.adapter.air): {fired}")
     rows = summary["histogram"]
     if rows:
         most = max(max(r["old"], r["new"]) for r in rows) or 1

@@ -96,6 +96,8 @@ class AdapterDiagnostics(BaseModel):
         skipped_selection: calls the ``transitions.calls`` rules left out (model name,
             session headers, tools).
         truncated: calls trained whose reply was cut by ``max_tokens``.
+        air_*: calls on which each automatic intermediate reward fired (``fulmen.adapter.air``:
+            tool_error, malformed_tool, truncated, repeated, model_error), trained or not.
         rollouts: attempts read; rollouts_without_reward: of those, attempts with no reward.
     """
 
@@ -113,6 +115,11 @@ class AdapterDiagnostics(BaseModel):
     merge_stops_truncated: int = 0
     skipped_selection: int = 0
     truncated: int = 0
+    air_tool_error: int = 0
+    air_malformed_tool: int = 0
+    air_truncated: int = 0
+    air_repeated: int = 0
+    air_model_error: int = 0
     rollouts: int = 0
     rollouts_without_reward: int = 0
 

@@ -113,7 +113,14 @@ function rewardsView(rewards) {
         el("td", { class: "num" }, e.sequence), el("td", {}, e.source || e.kind),
         el("td", {}, Object.entries(e.values).map(([k, v]) => `${k}=${fmt(v, 4)}`).join("  ")),
         el("td", {}, e.primary || "–"), el("td", {}, e.agent || "–")))))
-      : el("p", { class: "muted" }, "no reward emitted or posted"));
+      : el("p", { class: "muted" }, "no reward emitted or posted"),
+    // Automatic intermediate rewards: signals read from the records (fulmen.adapter.air).
+    (rewards.air || []).length ? el("table", { class: "rewards air" },
+      el("thead", {}, el("tr", {}, ["call", "automatic signals"].map((h) => el("th", {}, h)))),
+      el("tbody", {}, rewards.air.map((a) => el("tr", { "data-call": a.call_index },
+        el("td", { class: "num" }, `#${a.call_index + 1}`),
+        el("td", {}, Object.entries(a.signals).map(([k, v]) => `${k}=${fmt(v, 4)}`).join("  "))))))
+      : null);
 }
 
 function transitionsView(transitions, texts) {
