@@ -18,7 +18,12 @@ kept completions before/after each round; what the run ended serving (``served_s
 ``reward_served``: ``validation.keep_best``). ``benchmarks/over_seeds.py`` runs it once per
 seed and reports the mean gain over seeds.
 
+``--agent js`` (``--algorithm rl`` only) trains ``examples/calc_js/config.yaml`` instead: the
+same agent written in JavaScript and run as a command agent, with the same training settings;
+the JSON line names the ``agent``.
+
     python benchmarks/learn_calc.py --algorithm rl --minutes 45
+    python benchmarks/learn_calc.py --agent js --minutes 40
     python benchmarks/learn_calc.py --algorithm sft
 """
 
@@ -42,13 +47,20 @@ from fulmen.trainer.config import load_config
 from fulmen.trainer.metrics import read_metrics
 from fulmen.trainer.trainer import Trainer
 
-CALC = Path(__file__).resolve().parents[1] / "examples" / "calc"
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+AGENTS = {"python": EXAMPLES / "calc", "js": EXAMPLES / "calc_js"}  # the agent's folder
 CONFIGS = {"rl": "config.yaml", "demos": "demos.yaml", "sft": "sft.yaml", "chain": "chain.yaml"}
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--algorithm", choices=sorted(CONFIGS), default="rl")
+    parser.add_argument(
+        "--agent",
+        choices=sorted(AGENTS),
+        default="python",
+        help="the calc agent: examples/calc (python) or examples/calc_js (js, --algorithm rl only)",
+    )
     parser.add_argument(
         "--minutes",
         type=float,
@@ -60,13 +72,18 @@ def main() -> int:
     parser.add_argument("--run-dir", type=Path, default=None, help="keep the run here")
     parser.add_argument("--set", action="append", default=[], help="config override key=value")
     args = parser.parse_args()
+    if args.agent != "python" and args.algorithm != "rl":
+        parser.error(
+            f"--agent {args.agent} runs only with --algorithm rl: the {args.algorithm} config "
+            "exists only for the Python agent (examples/calc/)"
+        )
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     for noisy in ("httpx", "httpx2", "httpcore"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
     run_dir = args.run_dir or Path(tempfile.mkdtemp(prefix=f"fulmen-learn-calc-{args.algorithm}-"))
     config = load_config(
-        CALC / CONFIGS[args.algorithm],
+        AGENTS[args.agent] / CONFIGS[args.algorithm],
         overrides=[
             f"run_dir={run_dir}",
             f"validation.max_tasks={args.val_tasks}",
@@ -86,6 +103,7 @@ def main() -> int:
     paired = _paired_gain(per_task[tags[0]], per_task[tags[-1]]) if len(tags) > 1 else {}
     result: dict[str, Any] = {
         "algorithm": args.algorithm,
+        "agent": args.agent,
         "accuracy_before": _round(before),
         "accuracy_before_se": _round(_binomial_se(before, args.val_tasks)),
         "accuracy_after": _round(after),
