@@ -20,6 +20,9 @@ class RolloutSettings(BaseModel):
         concurrency: rollouts running at once in the trainer's runner.
         timeout_s: wall-clock limit of one attempt.
         max_attempts: attempts per rollout (timeouts and lost workers are retried).
+        heartbeat_timeout_s: an attempt whose runner sent no heartbeat for this long is found
+            lost (its machine died or was cut off) and retried; the trainer's runners beat
+            every 2 s, so keep it several times that.
         sync_isolation: where sync agents run (``process`` can be killed on timeout).
         train_sampling / val_sampling: request fields the gateway applies to every model call
             of train / validation rollouts (``temperature``, ``max_tokens``, ...). Train
@@ -35,6 +38,7 @@ class RolloutSettings(BaseModel):
     concurrency: int = Field(default=8, ge=1)
     timeout_s: float = Field(default=300.0, gt=0)
     max_attempts: int = Field(default=2, ge=1)
+    heartbeat_timeout_s: float = Field(default=30.0, ge=6.0, le=86_400)
     sync_isolation: Literal["process", "thread"] = "thread"
     train_sampling: dict[str, JsonValue] = Field(default_factory=lambda: {"temperature": 1.0})
     val_sampling: dict[str, JsonValue] = Field(default_factory=lambda: {"temperature": 0.0})

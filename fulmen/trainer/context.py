@@ -412,7 +412,7 @@ class StageContext:
             config=RolloutConfig(
                 timeout_s=settings.timeout_s,
                 max_attempts=settings.max_attempts,
-                heartbeat_timeout_s=30.0,
+                heartbeat_timeout_s=settings.heartbeat_timeout_s,
             ),
         )
 

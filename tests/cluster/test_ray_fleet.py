@@ -47,7 +47,7 @@ REPO = Path(__file__).resolve().parents[2]
 TOY = REPO / "examples" / "toy"
 STEPS, TASKS, GROUP = 12, 4, 8
 NAMESPACE = f"fulmen-test-{os.getpid()}"
-HEARTBEAT_TIMEOUT_S = 30.0  # what the trainer gives each rollout (fulmen.trainer.context)
+HEARTBEAT_TIMEOUT_S = 12.0  # rollouts.heartbeat_timeout_s: runner actors beat every 2 s
 
 
 @pytest.fixture(scope="module")
@@ -160,6 +160,7 @@ def test_toy_training_on_ray_learns_and_survives_a_killed_runner(
              "--set", f"algorithm.tasks_per_step={TASKS}", "--set", f"algorithm.group_size={GROUP}",
              "--set", "validation=null", "--set", "data.val=null",
              "--set", "rollouts.concurrency=4",
+             "--set", f"rollouts.heartbeat_timeout_s={HEARTBEAT_TIMEOUT_S}",
              # As in tests/multihost: the reward takes off within 12 steps at this rate.
              "--set", "algorithm.grpo.learning_rate=0.05",
              "--set", f"cluster={cluster}"],

@@ -35,7 +35,7 @@ TOY = REPO / "examples" / "toy"
 TOKEN, GATEWAY_TOKEN = "multihost-store-secret", "multihost-gateway-secret"
 STORE_PORT, GATEWAY_PORT, PG_PORT = 4747, 8100, 5432
 TASKS, GROUP = 4, 8
-HEARTBEAT_TIMEOUT_S = 30.0  # what the trainer gives each rollout (fulmen.trainer.context)
+HEARTBEAT_TIMEOUT_S = 12.0  # rollouts.heartbeat_timeout_s: runners here beat every second
 
 
 @pytest.fixture
@@ -118,6 +118,7 @@ def _train(
         "--set", f"run_dir={run_dir}", "--set", f"algorithm.steps={steps}",
         "--set", f"algorithm.tasks_per_step={TASKS}", "--set", f"algorithm.group_size={GROUP}",
         "--set", "validation=null", "--set", "data.val=null", "--set", "rollouts.concurrency=1",
+        "--set", f"rollouts.heartbeat_timeout_s={HEARTBEAT_TIMEOUT_S}",
         # Faster than the example's 0.01: the reward takes off within 12 steps (0.17 -> 1.0 in
         # 8 steps in one run on one host; over these hosts it took off at step 5 to 9).
         "--set", "algorithm.grpo.learning_rate=0.05",
