@@ -15,7 +15,7 @@ from sqlalchemy.engine import Connection
 
 from fulmen.store.base import ReconcileReport
 from fulmen.store.clock import utc_now
-from fulmen.store.lifecycle import expired_error, expired_status
+from fulmen.store.lifecycle import expired_attempt, expired_status
 from fulmen.store.sql.codec import attempt_from_row, rollout_from_row
 from fulmen.store.sql.dialects import SqlDialect
 from fulmen.store.sql.id_lists import one_of
@@ -110,23 +110,11 @@ def expire(conn: Connection, dialect: SqlDialect, attempt_ids: Sequence[str]) ->
         rollout = locked_rollouts.get(attempt.rollout_id) if attempt else None
         if attempt is None or rollout is None:
             continue  # ended meanwhile, or another watchdog holds it
-        outcome = expired_status(
-            rollout.config,
-            started_at=attempt.started_at,
-            last_heartbeat_at=attempt.last_heartbeat_at,
-            now=now,
-        )
-        if outcome is None:
+        ended = expired_attempt(attempt, rollout.config, now)
+        if ended is None:
             continue  # a heartbeat arrived since the scan
-        ended = attempt.model_copy(
-            update={
-                "status": outcome,
-                "ended_at": now,
-                "error": expired_error(rollout.config, outcome),
-            }
-        )
         save_attempt(conn, ended)
-        (timed_out if outcome is AttemptStatus.TIMEOUT else lost).append(attempt_id)
+        (timed_out if ended.status is AttemptStatus.TIMEOUT else lost).append(attempt_id)
         after = finish_attempt(conn, dialect, rollout, ended)
         if after is not None:
             locked_rollouts[rollout.rollout_id] = rollout.model_copy(update={"status": after})

@@ -15,14 +15,18 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from fulmen.errors import Conflict, InvalidRequest, NotFound
+from fulmen.errors import NotFound
 from fulmen.store.clock import new_id, utc_now
 from fulmen.store.lifecycle import (
     ROLLOUT_TERMINAL,
-    check_reported_status,
-    check_rollout_transition,
-    rollout_status_after_attempt,
-    same_rollout_request,
+    UNCOUNTED_ATTEMPT_STATUSES,
+    cancelled,
+    check_caller_status,
+    claimed,
+    new_rollout,
+    repeated_rollout,
+    reported_attempt,
+    rollout_after_attempt,
 )
 from fulmen.store.sql.codec import (
     attempt_from_row,
@@ -65,7 +69,6 @@ __all__ = [
     "update_rollout",
 ]
 
-_RUNNING = AttemptStatus.RUNNING.value
 _SET_CLAIMED = (
     sa.update(rollouts)
     .where(rollouts.c.rollout_id == sa.bindparam("b_id"))
@@ -87,12 +90,13 @@ _ATTEMPT_LOCKED = _ATTEMPT.with_for_update()
 # UPDATEs without values(): the SET clause comes from the keys of the parameters.
 _UPDATE_ATTEMPT = sa.update(attempts).where(attempts.c.attempt_id == sa.bindparam("b_attempt"))
 _UPDATE_ROLLOUT = sa.update(rollouts).where(rollouts.c.rollout_id == sa.bindparam("b_rollout"))
+# lifecycle.attempts_used, counted by the database.
 _USED_ATTEMPTS = (
     sa.select(sa.func.count())
     .select_from(attempts)
     .where(
         attempts.c.rollout_id == sa.bindparam("b_rollout"),
-        attempts.c.status != AttemptStatus.RELEASED.value,
+        attempts.c.status.not_in(sorted(s.value for s in UNCOUNTED_ATTEMPT_STATUSES)),
     )
 )
 
@@ -128,30 +132,12 @@ def enqueue(
     new_rows: list[dict[str, Any]] = []
     for request in requests:
         if request.rollout_id is not None and request.rollout_id in known:
-            existing = known[request.rollout_id]
-            if not same_rollout_request(existing, request):
-                raise Conflict(
-                    f"rollout {request.rollout_id} already exists with other content",
-                    detail={"rollout_id": request.rollout_id},
-                )
-            out.append(existing)
+            out.append(repeated_rollout(known[request.rollout_id], request))
             continue
-        version = request.resources_version
-        if version is not None and not 1 <= version <= latest:
-            raise NotFound(f"resources version {version} does not exist")
-        position += 1
-        rollout = Rollout(
-            rollout_id=request.rollout_id or new_id("ro"),
-            input=request.input,
-            mode=request.mode,
-            task_id=request.task_id,
-            resources_version=version if version is not None else (latest or None),
-            status=RolloutStatus.QUEUING,
-            config=request.config,
-            metadata=request.metadata,
-            position=position,
-            enqueued_at=now,
+        rollout = new_rollout(
+            request, fresh_id=new_id("ro"), position=position + 1, latest_resources=latest, now=now
         )
+        position = rollout.position
         known[rollout.rollout_id] = rollout
         new_rows.append(rollout_values(rollout))
         out.append(rollout)
@@ -229,31 +215,15 @@ def _take_queued(
     conn: Connection, worker_id: str, limit: int, modes: Sequence[Mode] | None, now: datetime
 ) -> list[Claim]:
     """Lock the oldest queuing rollouts (skipping rows others hold) and plan their attempts."""
+    # lifecycle.is_claimable and lifecycle.claim_order, said in SQL.
     query = sa.select(rollouts).where(rollouts.c.status == RolloutStatus.QUEUING.value)
     if modes is not None:
         query = query.where(rollouts.c.mode.in_([Mode(m).value for m in modes]))
     query = query.order_by(rollouts.c.position).limit(limit).with_for_update(skip_locked=True)
-    out: list[Claim] = []
-    for row in conn.execute(query).all():
-        rollout = rollout_from_row(row)
-        attempt = Attempt(
-            attempt_id=new_id("at"),
-            rollout_id=rollout.rollout_id,
-            number=rollout.attempt_count + 1,
-            worker_id=worker_id,
-            status=AttemptStatus.RUNNING,
-            started_at=now,
-            last_heartbeat_at=now,
-        )
-        rollout = rollout.model_copy(
-            update={
-                "status": RolloutStatus.RUNNING,
-                "attempt_count": attempt.number,
-                "started_at": rollout.started_at or now,
-            }
-        )
-        out.append(Claim(rollout=rollout, attempt=attempt))
-    return out
+    return [
+        claimed(rollout_from_row(row), worker_id=worker_id, attempt_id=new_id("at"), now=now)
+        for row in conn.execute(query).all()
+    ]
 
 
 def _repeat_claim(conn: Connection, claim_id: str) -> list[Claim]:
@@ -302,30 +272,15 @@ def update_attempt(
 ) -> tuple[Attempt, RolloutStatus | None]:
     """See ``Store.update_attempt``; also returns the rollout's new status (None: unchanged)."""
     rollout_id = _load_attempt(conn, attempt_id).rollout_id
-    if status is not UNSET and status is not AttemptStatus.RUNNING:
-        check_reported_status(attempt_id, status)
     rollout = load_rollout(conn, rollout_id, lock=True)  # lock order: rollout, then attempt
     attempt = _load_attempt(conn, attempt_id, lock=True)
-    if attempt.is_terminal:
-        if status is UNSET and error is UNSET:
-            return attempt, None
-        late = attempt.model_copy(
-            update={
-                "late_status": status if status is not UNSET else attempt.late_status,
-                "late_error": error if error is not UNSET else attempt.late_error,
-            }
-        )
-        save_attempt(conn, late)
-        return late, None
-    update: dict[str, object] = {}
-    if error is not UNSET:
-        update["error"] = error
-    if status is not UNSET and status is not AttemptStatus.RUNNING:
-        update.update(status=status, ended_at=utc_now())
-    attempt = attempt.model_copy(update=update)
-    save_attempt(conn, attempt)
-    after = finish_attempt(conn, dialect, rollout, attempt) if attempt.is_terminal else None
-    return attempt, after
+    reported = reported_attempt(attempt, status=status, error=error, now=utc_now())
+    if reported is None:
+        return attempt, None
+    save_attempt(conn, reported)
+    # Only an attempt this report ended moves its rollout; a late report on a final one does not.
+    ended = reported.is_terminal and not attempt.is_terminal
+    return reported, finish_attempt(conn, dialect, rollout, reported) if ended else None
 
 
 def finish_attempt(
@@ -333,17 +288,18 @@ def finish_attempt(
 ) -> RolloutStatus | None:
     """Move the rollout of a just-ended attempt; returns its new status (None: unchanged)."""
     if rollout.status is not RolloutStatus.RUNNING:
-        return None
+        return None  # skip the count: the rollout stays (lifecycle.rollout_after_attempt)
     used = conn.execute(_USED_ATTEMPTS, {"b_rollout": rollout.rollout_id}).scalar_one()
-    after = rollout_status_after_attempt(rollout.config, attempt.status, used)
-    check_rollout_transition(rollout.rollout_id, rollout.status, after)
-    values: dict[str, Any] = {"b_rollout": rollout.rollout_id, "status": after.value}
-    if after is not RolloutStatus.QUEUING:
-        values.update(ended_at=attempt.ended_at, error=attempt.error)
+    moved = rollout_after_attempt(rollout, attempt, used)
+    if moved is None:
+        return None
+    values: dict[str, Any] = {"b_rollout": rollout.rollout_id, "status": moved.status.value}
+    if moved.status is not RolloutStatus.QUEUING:
+        values.update(ended_at=moved.ended_at, error=moved.error)
     conn.execute(_UPDATE_ROLLOUT, values)
-    if after in ROLLOUT_TERMINAL:
+    if moved.status in ROLLOUT_TERMINAL:
         dialect.notify(conn)
-    return after
+    return moved.status
 
 
 def update_rollout(
@@ -355,35 +311,29 @@ def update_rollout(
 ) -> Rollout:
     """See ``Store.update_rollout``."""
     rollout = load_rollout(conn, rollout_id, lock=True)
-    update: dict[str, object] = {}
     values: dict[str, Any] = {}
     if metadata is not UNSET:
-        update["metadata"] = metadata
+        rollout = rollout.model_copy(update={"metadata": metadata})
         values["metadata_json"] = dumps(metadata)
     if status is not UNSET:
-        if status is not RolloutStatus.CANCELLED:
-            raise InvalidRequest(
-                f"rollout {rollout_id}: only 'cancelled' may be set by a caller, "
-                f"not {status.value!r}"
-            )
-        check_rollout_transition(rollout_id, rollout.status, status)
-        now = utc_now()
-        current = conn.execute(
+        check_caller_status(rollout_id, rollout.status, status)
+        row = conn.execute(
             sa.select(attempts)
             .where(attempts.c.rollout_id == rollout_id)
             .order_by(attempts.c.number.desc())
             .limit(1)
             .with_for_update()
         ).first()
-        if current is not None and current.status == _RUNNING:
+        current = attempt_from_row(row) if row is not None else None
+        rollout, stopped = cancelled(rollout, current, utc_now())
+        if stopped is not None:
             conn.execute(
                 sa.update(attempts)
-                .where(attempts.c.attempt_id == current.attempt_id)
-                .values(status=AttemptStatus.CANCELLED.value, ended_at=now)
+                .where(attempts.c.attempt_id == stopped.attempt_id)
+                .values(status=stopped.status.value, ended_at=stopped.ended_at)
             )
-        update.update(status=status, ended_at=now)
-        values.update(status=status.value, ended_at=now)
+        values.update(status=rollout.status.value, ended_at=rollout.ended_at)
         dialect.notify(conn)
     if values:
         conn.execute(sa.update(rollouts).where(rollouts.c.rollout_id == rollout_id).values(values))
-    return rollout.model_copy(update=update)
+    return rollout

@@ -22,6 +22,7 @@ _RUNNING = AttemptStatus.RUNNING.value
 
 
 def _still_running(conn: Connection, worker_id: str, attempt_ids: Sequence[str]) -> list[str]:
+    """Return the listed attempts that are ``lifecycle.is_running_on`` the worker (in SQL)."""
     ids = list(dict.fromkeys(attempt_ids))
     if not ids:
         return []
@@ -45,7 +46,7 @@ def _upsert_worker(
     running: list[str],
     metadata: dict[str, Any] | None,
 ) -> Worker:
-    """Insert or update a worker row; ``metadata`` None keeps the stored metadata."""
+    """Insert or update a worker row as ``lifecycle.seen_worker`` says (None keeps metadata)."""
     update: dict[str, Any] = {"last_heartbeat_at": now, "running_json": dumps(running)}
     if metadata is not None:
         update["metadata_json"] = dumps(metadata)
@@ -79,7 +80,7 @@ def heartbeat(
     """See ``Store.heartbeat``."""
     now = utc_now()
     ids = list(dict.fromkeys(attempt_ids))
-    if ids:
+    if ids:  # the attempts ``lifecycle.is_running_on`` the worker
         conn.execute(
             sa.update(attempts)
             .where(
