@@ -143,25 +143,37 @@ if [ "${FULMEN_SKIP_VLLM:-0}" != 1 ] && [ -x .venvs/vllm/bin/python ]; then
   export FULMEN_VLLM_PYTHON="$PWD/.venvs/vllm/bin/python"
 fi
 
-# The framework suites (scripted upstreams, mostly waiting) run beside the main suite.
-framework_suites() {
+# A second lane beside the main suite: the framework suites (scripted upstreams, mostly
+# waiting) and, on a whole run, the multi-host and Ray fault tests (hosts of their own, most of
+# their time spent waiting for a cut-off host or a killed runner to be found lost: about half
+# a core). Each lane's output is shown once it is done.
+beside=(tests/multihost tests/cluster)
+second_lane() {
   echo "== framework integrations (openai >= 3)"
   .venvs/integrations/bin/python -m pytest -q -p no:cacheprovider tests/integrations \
     --ignore=tests/integrations/test_crewai.py
   echo "== CrewAI (openai < 3)"
   .venvs/crewai/bin/python -m pytest -q -p no:cacheprovider tests/integrations/test_crewai.py
+  if [ "$#" = 0 ]; then
+    echo "== multi-host and Ray"
+    .venv/bin/python -m pytest -q -p no:cacheprovider "${beside[@]}"
+  fi
 }
-framework_suites > .ci-logs/frameworks.log 2>&1 &
-frameworks=$!
+second_lane "$@" > .ci-logs/second-lane.log 2>&1 &
+lane=$!
 
 echo "== the test suite"
 status=0
-.venv/bin/python -m pytest -q -p no:cacheprovider "$@" || status=$?
-frameworks_status=0
-wait "$frameworks" || frameworks_status=$?
-cat .ci-logs/frameworks.log
-if [ "$frameworks_status" != 0 ]; then
-  echo "the framework integration suites failed (log above)" >&2
-  [ "$status" != 0 ] || status=$frameworks_status
+if [ "$#" = 0 ]; then
+  .venv/bin/python -m pytest -q -p no:cacheprovider "${beside[@]/#/--ignore=}" || status=$?
+else
+  .venv/bin/python -m pytest -q -p no:cacheprovider "$@" || status=$?
+fi
+lane_status=0
+wait "$lane" || lane_status=$?
+cat .ci-logs/second-lane.log
+if [ "$lane_status" != 0 ]; then
+  echo "the second lane failed (log above)" >&2
+  [ "$status" != 0 ] || status=$lane_status
 fi
 exit "$status"
