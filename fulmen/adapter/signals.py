@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from fulmen.tracing import semconv
 from fulmen.types import LLMCall, Reward, Span
+from fulmen.types.rewards import SCORING_ERROR_KEY
 
 __all__ = ["RolloutSignals", "latest_reward", "read_signals"]
 
@@ -50,17 +51,23 @@ def latest_reward(spans: Sequence[Span], rewards: Sequence[Reward] = ()) -> floa
 
     Values merge by name in sequence order and the latest primary name picks the value, as
     ``fulmen.tracing.semconv.primary_reward`` does for spans alone; ``None`` when no reward
-    names a primary.
+    names a primary. A posted reward whose metadata carries ``SCORING_ERROR_KEY`` (its
+    judge failed) withdraws the primary until a later reward names one.
     """
-    events: list[tuple[int, dict[str, float], str | None]] = [
-        (e.sequence, e.values, e.primary) for e in semconv.reward_events(spans)
+    events: list[tuple[int, dict[str, float], str | None, bool]] = [
+        (e.sequence, e.values, e.primary, False) for e in semconv.reward_events(spans)
     ]
-    events.extend((r.sequence, r.values, r.primary) for r in rewards)
+    events.extend(
+        (r.sequence, r.values, r.primary, isinstance(r.metadata.get(SCORING_ERROR_KEY), str))
+        for r in rewards
+    )
     merged: dict[str, float] = {}
     primary: str | None = None
-    for _, values, name in sorted(events, key=lambda e: e[0]):
+    for _, values, name, withdraws in sorted(events, key=lambda e: e[0]):
         merged.update(values)
-        if name is not None:
+        if withdraws:
+            primary = None
+        elif name is not None:
             primary = name
     return None if primary is None else merged.get(primary)
 

@@ -180,6 +180,7 @@ def _posted(reward: Reward) -> dict[str, Any]:
         "agent": None,
         "kind": "posted",
         "key": reward.key,
+        "metadata": reward.metadata,
     }
 
 

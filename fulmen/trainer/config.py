@@ -27,6 +27,7 @@ from fulmen.algorithms.source import StoreFilter
 from fulmen.cluster.config import ClusterConfig
 from fulmen.engines.config import EngineConfig
 from fulmen.errors import ConfigError
+from fulmen.rewards.config import RewardConfig
 
 __all__ = [
     "AlgorithmConfig",
@@ -142,6 +143,9 @@ class TrainConfig(_Strict):
         stages: instead of ``algorithm``, a list of algorithm configs run one after the other,
             each starting from the resources (prompt versions, adapter) the previous one
             published (``docs/stages.md``).
+        reward: score every rollout the run executes on a rubric instead of the reward the
+            agent emits: criteria a judge model scores, ranks within a group, or a Python
+            function checks (``fulmen.rewards.config.RewardConfig``, ``docs/rewards.md``).
         success_threshold: a rollout whose reward reaches this counts as a task success.
         tensorboard: also write TensorBoard event files.
         cluster: run the store service, runners and engine replicas as actors on a Ray
@@ -162,6 +166,7 @@ class TrainConfig(_Strict):
     validation: ValidationConfig | None = None
     algorithm: AlgorithmConfig = Field(default_factory=GRPOAlgorithmConfig)
     stages: list[AlgorithmConfig] | None = Field(default=None, min_length=1)
+    reward: RewardConfig | None = None
     success_threshold: float = 1.0
     tensorboard: bool = False
     python_path: list[Path] = Field(default_factory=list)
@@ -247,6 +252,11 @@ class TrainConfig(_Strict):
             if self.agent is None:
                 raise ValueError("agent is required (or data.from_store, to train offline)")
             return self
+        if self.reward is not None:
+            raise ValueError(
+                "reward has no effect with data.from_store: offline training runs no rollouts "
+                "to score"
+            )
         if self.agent is not None:
             raise ValueError(
                 "agent has no effect with data.from_store: offline training learns from the "

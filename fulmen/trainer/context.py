@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fulmen.algorithms.rewards import reward_metrics
+from fulmen.errors import ConfigError
 from fulmen.trainer.data import task_id_of
 from fulmen.trainer.session import RunSession, StageProgressView
 from fulmen.types import (
@@ -36,6 +37,8 @@ if TYPE_CHECKING:
 
     from fulmen.adapter.transitions import AttemptRecords, TransitionOptions
     from fulmen.algorithms.source import StoreSource
+    from fulmen.rewards.cache import JudgeCache
+    from fulmen.rewards.scoring import RewardJudge
     from fulmen.types import LLMCallCreate, Trajectory
     from fulmen.types.limits import JsonData
 
@@ -67,6 +70,7 @@ class StageContext:
         state = session.state
         self._prefix = rollout_prefix(state.run_id, state.generation, index)
         self._progress = StageProgressView(state)
+        self._judge_cache: JudgeCache | None = None
 
     # -- what the algorithm reads -------------------------------------------------------------
 
@@ -210,7 +214,9 @@ class StageContext:
 
         Each rollout's model calls are sampled with seeds derived from the run's seed and the
         rollout's place in the run (``fulmen.types.sampling_seed``): the same config and seed
-        sample the same way in another run.
+        sample the same way in another run. With ``reward:`` configured, each task's group is
+        judged once its rollouts finished and the scores are posted as their rewards
+        (``fulmen.rewards``) before they are returned.
         """
         creates = [
             self._rollout_create(
@@ -228,7 +234,14 @@ class StageContext:
             for k, (index, task) in enumerate(batch)
             for j in range(group_size)
         ]
-        return await self._run(creates)
+        finished = await self._run(creates)
+        if self.session.config.reward is not None:
+            size = group_size
+            groups = [
+                [c.rollout_id for c in creates[k : k + size]] for k in range(0, len(creates), size)
+            ]
+            await self._judge(finished, groups)
+        return finished
 
     async def trajectories(
         self, rollouts: Sequence[Rollout], options: TransitionOptions
@@ -392,6 +405,51 @@ class StageContext:
         self.session.stack.check_runner()
 
     # -- plumbing ---------------------------------------------------------------------------
+
+    async def _judge(
+        self, finished: Sequence[Rollout], groups: Sequence[Sequence[str | None]]
+    ) -> None:
+        """Score each task's group of ``finished`` on the rubric; post the rewards."""
+        from fulmen.rewards.posting import judge_rollouts
+
+        by_id = {r.rollout_id: r for r in finished}
+        rollouts = [[by_id[i] for i in group if i in by_id] for group in groups]
+        async with self._reward_judge() as judge:
+            judgements = await judge_rollouts(self.session.stack.store, judge, rollouts)
+        failed = [j for j in judgements if j.error is not None]
+        if failed:
+            _log.warning(
+                "the judge could not score %d of %d rollouts; they get no reward (the first, "
+                "%s: %s). `fulmen rollouts show ID --store %s` shows each error",
+                len(failed),
+                len(judgements),
+                failed[0].rollout_id,
+                failed[0].error,
+                self.store_url,
+            )
+
+    def _reward_judge(self) -> RewardJudge:
+        """Build a ``RewardJudge`` for the run's ``reward:``; its answers cached in the run dir."""
+        from fulmen.rewards.cache import JudgeCache
+        from fulmen.rewards.scoring import RewardJudge
+
+        config = self.session.config.reward
+        if config is None:
+            raise ConfigError("this run has no reward section")
+        judge = config.judge
+        api_key = None
+        if judge is not None and judge.api_key_env is not None:
+            api_key = self.variable(judge.api_key_env)
+            if not api_key:
+                raise ConfigError(
+                    f"reward.judge.api_key_env names ${judge.api_key_env}, which is not set"
+                )
+        if self._judge_cache is None:
+            self._judge_cache = JudgeCache(self.session.config.run_dir / "judge-cache.jsonl")
+        store = self.session.stack.store
+        return RewardJudge(
+            config, api_key=api_key, cache=self._judge_cache, record=store.add_llm_calls
+        )
 
     def _record_model(self, kind: ModelKind, path: Path, step: int) -> None:
         """Tell the run's record in the store that the engine serves a new model."""

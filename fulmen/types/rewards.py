@@ -22,6 +22,7 @@ from fulmen.types.rollout import Mode
 __all__ = [
     "DEFAULT_REWARD_NAME",
     "MAX_REWARD_VALUES",
+    "SCORING_ERROR_KEY",
     "SESSION_ROLLOUT_PREFIX",
     "PruneReport",
     "PruneRequest",
@@ -36,6 +37,11 @@ DEFAULT_REWARD_NAME: Final = "reward"
 """The name a scalar reward is stored under (the same name ``emit_reward`` uses)."""
 
 MAX_REWARD_VALUES: Final = 64
+
+SCORING_ERROR_KEY: Final = "scoring_error"
+"""A posted reward whose ``metadata`` has this key (a string saying why the rollout could not
+be scored, e.g. its judge failed) withdraws the rollout's reward: the rollout has no primary
+reward until a later reward names one (``fulmen.adapter.signals.latest_reward``)."""
 SESSION_ROLLOUT_PREFIX: Final = "session-"
 
 RewardName: TypeAlias = Annotated[
