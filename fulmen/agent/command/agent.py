@@ -119,6 +119,7 @@ class CommandAgent(Agent):
                 stdin=stdin,
                 timeout_s=config.timeout_s,
                 gateway=_address(llm.base_url) if llm is not None else None,
+                expose=[str(config.folder)],
             )
             _record("command", finished, sandbox.level)
             self._check(finished, "command", config.timeout_s)
@@ -233,6 +234,7 @@ class CommandAgent(Agent):
             timeout_s=verifier.timeout_s,
             gateway=None,
             network=False,
+            expose=[str(self.config.folder)],
         )
         _record("verifier", finished, self._sandbox.level)
         self._check(finished, "verifier", verifier.timeout_s)

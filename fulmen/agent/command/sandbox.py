@@ -193,7 +193,28 @@ class Sandbox:
             args += ["--limit", f"nproc={config.max_processes + already}"]
         return args
 
-    def _bwrap_args(self, root: Path, cwd: Path, env: dict[str, str]) -> list[str]:
+    def _exposed(self, paths: list[str]) -> list[Path]:
+        """Return the folders directly under ``/tmp`` that hold ``paths`` (or their real paths).
+
+        The private ``/tmp`` hides the machine's; a program, script or config folder that
+        lives there (a checkout under ``/tmp``) is mounted back, read-only, by its top folder.
+        The rollouts' own base folder never is.
+        """
+        tmp = Path("/tmp")
+        found: set[Path] = set()
+        for text in paths:
+            if not text.startswith("/"):
+                continue
+            for path in {Path(text), Path(os.path.realpath(text))}:
+                if path.is_relative_to(tmp) and path != tmp and path.exists():
+                    top = tmp / path.relative_to(tmp).parts[0]
+                    if not (self.base.is_relative_to(top) or top.is_relative_to(self.base)):
+                        found.add(top)
+        return sorted(found)
+
+    def _bwrap_args(
+        self, root: Path, cwd: Path, env: dict[str, str], expose: list[str]
+    ) -> list[str]:
         args = [self._bwrap, "--die-with-parent", "--new-session", "--unshare-pid"]
         args += ["--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
         if self.network != "host":
@@ -202,6 +223,8 @@ class Sandbox:
         if self.config.disk_mb is not None:
             args += ["--size", str(self.config.disk_mb * _MB)]
         args += ["--tmpfs", "/tmp"]
+        for path in self._exposed(expose):
+            args += ["--ro-bind", str(path), str(path)]
         for path in [self.base, *self.config.hidden_paths]:  # other rollouts, the user's list
             if path.exists():
                 args += ["--tmpfs", str(path)]
@@ -223,11 +246,13 @@ class Sandbox:
         timeout_s: float,
         gateway: tuple[str, int] | None,
         network: bool = True,
+        expose: list[str] | None = None,
     ) -> Finished:
         """Run ``argv`` in ``cwd`` (inside the rollout directory ``root``) until it ends.
 
         ``gateway`` is the one address the command may reach (``network: gateway``);
-        ``network=False`` cuts even that (a verifier needs no model).
+        ``network=False`` cuts even that (a verifier needs no model). ``expose`` names paths
+        the command needs to read although they lie under ``/tmp`` (besides ``argv``'s).
         """
         command = list(argv)
         link: GatewayLink | None = None
@@ -237,7 +262,8 @@ class Sandbox:
                 relay = [interpreter_for(uid), "-I", "-S", str(self._bin / _RELAY.name)]
                 relay.append(str(inner_port(gateway[1])))
                 command = [*relay, str(link.path), "--", *command]
-            command = [*self._bwrap_args(root, cwd, env), *command]
+            needed = [*argv, *(expose or [])]
+            command = [*self._bwrap_args(root, cwd, env, needed), *command]
         python = interpreter_for(uid)
         launcher = str(self._bin / _LAUNCHER.name)
         launch = [python, "-I", "-S", launcher, *self._limits(uid), "--", *command]

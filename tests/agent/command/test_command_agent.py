@@ -8,6 +8,9 @@ HTTP as any program would; the upstream is scripted so the answers are exact.
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import tempfile
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -149,3 +152,27 @@ def test_config_errors_are_caught_when_the_config_is_read(tmp_path: Path) -> Non
     # A string command is split as a shell would, without running a shell.
     config = CommandAgentConfig(command="node agent.js --task '${task.q}'")
     assert config.command == ["node", "agent.js", "--task", "${task.q}"]
+
+
+async def test_a_program_that_lives_under_tmp_runs_in_the_private_tmp(store: Store) -> None:
+    """A checkout under /tmp (as CI's may be) stays readable although /tmp is private."""
+    # Not pytest's tmp_path: its folder is closed to other users, and rollouts run as their own.
+    checkout = Path(tempfile.mkdtemp(prefix="fulmen-checkout-", dir="/tmp"))
+    os.chmod(checkout, 0o755)
+    script = checkout / "agent.py"
+    script.write_text((AGENTS / "chat_agent.py").read_text())
+    script.chmod(0o644)
+    config = CommandAgentConfig(
+        command=[PY, str(script)], verifier={"command": [PY, str(AGENTS / "verify.py")]}
+    )
+    try:
+        tasks = [{"q": "2+2", "expect": "4"}]
+        [rollout] = await run_all(store, CommandAgent(config), tasks)
+    finally:
+        shutil.rmtree(checkout)
+    done = await store.get_rollout(rollout.rollout_id)
+    assert done.status == "succeeded", done.error
+    spans = (await store.query_spans(rollout.rollout_id)).items
+    [agent_run, _] = command_spans(spans)
+    assert agent_run[semconv.COMMAND_EXIT_CODE] == 0, agent_run[semconv.COMMAND_STDERR]
+    assert rewards_from_spans(spans) == {"reward": 1.0}
