@@ -22,12 +22,12 @@ Empty values count as unset.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 
-__all__ = ["Settings", "launcher_variable"]
+__all__ = ["Settings", "inherited_environment", "launcher_variable"]
 
 
 def _get(environ: Mapping[str, str], name: str) -> str | None:
@@ -43,6 +43,16 @@ def launcher_variable(name: str) -> str | None:
     here so that this module stays the only reader of the environment.
     """
     return _get(os.environ, name)
+
+
+def inherited_environment(names: Iterable[str]) -> dict[str, str]:
+    """Return the variables ``names`` of this process's environment, values as they are.
+
+    For a child process that inherits only these (a command agent gets ``PATH``, ``LANG`` and
+    the names its config passes), here so that this module stays the only reader of the
+    environment. Absent names are left out.
+    """
+    return {name: os.environ[name] for name in names if name in os.environ}
 
 
 def _default_cache_root() -> Path:

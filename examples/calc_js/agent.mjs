@@ -1,7 +1,7 @@
 // The calc agent of examples/calc (agent.py's solve()) as a program in JavaScript: Node 20, no
 // packages. fulmen runs it once per rollout with the task in $FULMEN_TASK_FILE and its model
 // endpoint in $OPENAI_BASE_URL; it prints the model's final turn ("ANSWER: n"), which
-// reward.py scores. The protocol, byte for byte the Python agent's:
+// calc_js_reward.py scores. The protocol, byte for byte the Python agent's:
 //
 //   1. ask with the calc prompt's messages (max_tokens 24, stop at a newline);
 //   2. evaluate the first CALC(expression) of the reply (no CALC: print nothing, exit 0);

@@ -17,6 +17,7 @@ import argparse
 import asyncio
 import ipaddress
 import signal
+import typing
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -110,10 +111,17 @@ def _add_config_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("gateway options (GatewayConfig)")
     for name, field in GatewayConfig.model_fields.items():
         kind: object = field.annotation
-        if kind is not int and kind is not float and kind is not bool:
-            continue
         flag = "--" + name.replace("_", "-")
         text = f"{helps.get(name, '')} (default {field.default})"
+        if typing.get_origin(kind) is typing.Literal:  # a choice among names
+            choices = [str(c) for c in typing.get_args(kind)]
+            group.add_argument(flag, choices=choices, default=None, dest=name, help=text)
+            continue
+        if name == "session_headers":  # a list of header names
+            group.add_argument(flag, nargs="+", default=None, dest=name, metavar="NAME", help=text)
+            continue
+        if kind is not int and kind is not float and kind is not bool:
+            continue
         if kind is bool:
             group.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=text)
         else:

@@ -44,16 +44,23 @@ FOLDERS = (EXAMPLES / "calc_js", EXAMPLES / "calc")  # the config's python_path
 
 @pytest.fixture
 def calc() -> Iterator[dict[str, ModuleType]]:
-    """calc's ``agent`` and calc_js's ``reward``, imported as ``fulmen train`` imports them."""
+    """calc's ``agent`` and calc_js's reward, imported as ``fulmen train`` imports them.
+
+    Another example's ``agent`` (the toy's) may already be imported in this process: it is set
+    aside while these are imported and put back after.
+    """
+    names = ("agent", "calc_js_reward", "tasks")
+    aside = {name: sys.modules.pop(name) for name in names if name in sys.modules}
     sys.path[:0] = [str(folder) for folder in FOLDERS]
     try:
-        yield {name: importlib.import_module(name) for name in ("agent", "reward")}
+        yield {name: importlib.import_module(name) for name in ("agent", "calc_js_reward")}
     finally:
         for folder in FOLDERS:
             sys.path.remove(str(folder))
         for name, module in list(sys.modules.items()):
             if Path(getattr(module, "__file__", None) or "/").parent in FOLDERS:
                 del sys.modules[name]
+        sys.modules.update(aside)
 
 
 def node(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

@@ -25,6 +25,7 @@ from fulmen.agent.command.template import render
 from fulmen.agent.command.workspace import Workspace, Workspaces
 from fulmen.errors import ConfigError
 from fulmen.importing import import_object
+from fulmen.settings import inherited_environment
 from fulmen.tracing import semconv
 from fulmen.tracing.context import current_trace
 
@@ -159,11 +160,7 @@ class CommandAgent(Agent):
         self, task: Any, values: dict[str, str], space: Workspace, *, sandboxed: bool
     ) -> dict[str, str]:
         config = self.config
-        env = {
-            name: os.environ[name]
-            for name in (*_PASSED_ENV, *config.pass_env)
-            if name in os.environ
-        }
+        env = inherited_environment((*_PASSED_ENV, *config.pass_env))
         env.update(
             HOME=str(space.home),
             TMPDIR="/tmp" if sandboxed else str(space.tmp),

@@ -2,12 +2,14 @@
 
 ``Workspaces`` hands out one per attempt under a base folder only its owner lists (mode 0711),
 each owned by the user the rollout runs as and closed to others (0700), and removes it after.
-User ids for rollouts come from a pool (``uid_base`` + slot) so that concurrent rollouts never
-share one; a slot is free again when its rollout's directory is removed.
+User ids for rollouts come from a pool (``uid_base`` + slot) locked machine-wide, so that no
+two running rollouts share one, whichever runner runs them; a slot is free again when its
+rollout's directory is removed.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -17,9 +19,13 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
-__all__ = ["Workspace", "Workspaces"]
+__all__ = ["UID_LOCKS", "Workspace", "Workspaces"]
+
+UID_LOCKS = Path("/tmp/fulmen-rollout-uids")
+"""Where runners on this machine lock the user ids their running rollouts use (root only)."""
+_MAX_SLOTS = 4096
 
 
 @dataclass(frozen=True)
@@ -58,7 +64,7 @@ class Workspaces:
         self.base.mkdir(parents=True, exist_ok=True)
         os.chmod(self.base, 0o711)  # others may pass through to their own directory only
         self._uid_base = uid_base
-        self._slots: set[int] = set()
+        self._slots: dict[int, BinaryIO] = {}  # slot → its lock file, held
         self._lock = threading.Lock()  # attempts run in threads of their own
 
     def create(
@@ -111,14 +117,36 @@ class Workspaces:
         self._give_back(space.uid)
 
     def _take_uid(self) -> int | None:
+        """Take a user id no running rollout of any runner on this machine has.
+
+        A slot is held by an exclusive ``flock`` on its file in ``UID_LOCKS`` for as long as
+        the rollout runs: runners are separate processes (a trainer's, ``fulmen runner``'s, a
+        benchmark's), and one that ended a rollout kills every process of its user id, so two
+        rollouts must never share one. A runner that died lets go of its locks with it.
+        """
         if self._uid_base is None:
             return None
+        UID_LOCKS.mkdir(mode=0o700, exist_ok=True)
         with self._lock:
-            slot = next(i for i in range(len(self._slots) + 1) if i not in self._slots)
-            self._slots.add(slot)
-        return self._uid_base + slot
+            for slot in range(_MAX_SLOTS):
+                if slot in self._slots:
+                    continue
+                uid = self._uid_base + slot
+                handle = open(UID_LOCKS / f"uid-{uid}.lock", "a+b")  # noqa: SIM115 (held)
+                try:
+                    fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    handle.close()
+                    continue
+                self._slots[slot] = handle
+                return uid
+        raise RuntimeError(
+            f"all {_MAX_SLOTS} rollout user ids from {self._uid_base} are taken on this machine"
+        )
 
     def _give_back(self, uid: int | None) -> None:
         if uid is not None and self._uid_base is not None:
             with self._lock:
-                self._slots.discard(uid - self._uid_base)
+                handle = self._slots.pop(uid - self._uid_base, None)
+            if handle is not None:
+                handle.close()  # releases the lock
