@@ -33,7 +33,11 @@ from fulmen.types.transitions import AdapterDiagnostics, Trajectory, Transition
 if TYPE_CHECKING:
     from fulmen.store.base import Store
 
+STATE_HEADER = "x-fulmen-state"
+"""The request header an agent names its state with (anchor-state credit)."""
+
 __all__ = [
+    "STATE_HEADER",
     "AttemptRecords",
     "TransitionOptions",
     "build_trajectory",
@@ -308,6 +312,7 @@ def _transition(
         rollout_reward=final,
         policy_version=last.call.policy_version,
         is_truncated=last.is_truncated,
+        state_key=first.call.client_headers.get(STATE_HEADER),
     )
 
 

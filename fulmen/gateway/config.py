@@ -88,6 +88,7 @@ class GatewayConfig(BaseModel):
         "thread-id",  # the Codex CLI (a sub-agent's thread)
         "x-session-id",  # OpenCode
         "x-fulmen-session",  # fulmen's own clients
+        "x-fulmen-state",  # the state an agent names (anchor-state credit)
     )
 
     @field_validator("model_map")

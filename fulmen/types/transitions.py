@@ -33,6 +33,8 @@ class Transition(BaseModel):
         rollout_reward: the rollout's final reward, the score that groups compare.
         policy_version: the weights version that sampled it (for staleness counts).
         is_truncated: the (last) call stopped at its token limit.
+        state_key: the state the agent named for its (first) call with the ``x-fulmen-state``
+            header (anchor-state credit groups calls by it instead of by prompt tokens).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -52,6 +54,7 @@ class Transition(BaseModel):
     rollout_reward: float
     policy_version: str | None = None
     is_truncated: bool = False
+    state_key: str | None = None
 
     @model_validator(mode="after")
     def _aligned(self) -> Transition:

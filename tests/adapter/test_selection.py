@@ -90,3 +90,9 @@ def test_merging_stops_at_a_reply_cut_by_max_tokens() -> None:
     assert traj.transitions[0].is_truncated and not traj.transitions[1].is_truncated
     d = traj.diagnostics
     assert (d.merges, d.merge_stops_truncated, d.merge_splits, d.truncated) == (1, 1, 0, 1)
+
+
+def test_the_state_header_a_call_sent_becomes_its_transitions_state_key() -> None:
+    named = _with(call(1, [1], [2]), **{"x-fulmen-state": "room-3"})
+    traj = _build([named, call(2, [3], [4], messages=[{"role": "user", "content": "b"}])])
+    assert [t.state_key for t in traj.transitions] == ["room-3", None]

@@ -86,3 +86,13 @@ def test_the_weight_scales_the_step_advantage_on_top_of_grpo() -> None:
     assert stats.anchor_calls == 5
     for b, m, s in zip(base, mixed, steps, strict=True):
         assert m.advantages[0] == pytest.approx(b.advantages[0] + 0.5 * s, rel=1e-5)
+
+
+def test_a_state_the_agent_names_groups_calls_whose_prompts_differ() -> None:
+    """Prompts that differ in what does not matter (a timestamp) meet by the agent's own key."""
+    a = transition(None, "r1", [1, 2, 7], [5], 1.0, state_key="room-3")
+    b = transition(None, "r2", [1, 2, 8], [5], 0.0, state_key="room-3")
+    c = transition(None, "r3", [1, 2, 7], [5], 1.0)  # unnamed: grouped by its tokens, alone
+    steps, stats = anchor_advantages([a, b, c], normalize_std=False)
+    assert steps == [0.5, -0.5, 0.0]
+    assert (stats.anchor_calls, stats.anchor_groups) == (2, 1)

@@ -44,17 +44,20 @@ class AnchorStats:
     anchor_groups: int = 0
 
 
+def _state(t: Transition) -> object:
+    return ("named", t.state_key) if t.state_key is not None else tuple(t.prompt_token_ids)
+
+
 def anchor_advantages(
     transitions: Sequence[Transition], *, normalize_std: bool = True, eps: float = 1e-6
 ) -> tuple[list[float], AnchorStats]:
     """Return each transition's step-level advantage ``A_step`` (0 without an anchor group).
 
-    Transitions are grouped by their GRPO group (``group_id``) and their prompt token ids.
+    Transitions are grouped by their GRPO group (``group_id``) and their state: the key the
+    agent named (``state_key``, the ``x-fulmen-state`` header), else their prompt token ids.
     """
-    keys: dict[tuple[str, tuple[int, ...]], int] = {}
-    step_group = [
-        keys.setdefault((t.group_id, tuple(t.prompt_token_ids)), len(keys)) for t in transitions
-    ]
+    keys: dict[tuple[str, object], int] = {}
+    step_group = [keys.setdefault((t.group_id, _state(t)), len(keys)) for t in transitions]
     rollouts_in: dict[int, set[str]] = {}
     for t, group in zip(transitions, step_group, strict=True):
         rollouts_in.setdefault(group, set()).add(t.rollout_id)
