@@ -12,22 +12,9 @@ import contextlib
 import os
 from pathlib import Path
 
+from fulmen.agent.command.relay import pipe
+
 __all__ = ["GatewayLink"]
-
-_CHUNK = 65536
-
-
-async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    try:
-        while data := await reader.read(_CHUNK):
-            writer.write(data)
-            await writer.drain()
-        if writer.can_write_eof():
-            writer.write_eof()
-    except (ConnectionError, OSError):
-        pass
-    finally:
-        writer.close()
 
 
 class GatewayLink:
@@ -48,7 +35,7 @@ class GatewayLink:
             except OSError:
                 inner_w.close()
                 return
-            await asyncio.gather(_pipe(inner_r, outer_w), _pipe(outer_r, inner_w))
+            await asyncio.gather(pipe(inner_r, outer_w), pipe(outer_r, inner_w))
         finally:
             self._tasks.discard(task)
 

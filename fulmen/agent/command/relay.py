@@ -15,12 +15,16 @@ import signal
 import subprocess
 import sys
 
-__all__: list[str] = []
+__all__ = ["pipe"]
 
 _CHUNK = 65536
 
 
-async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Copy ``reader`` to ``writer`` until the end, then close the write side (the link uses it).
+
+    Nothing of the bytes is read: HTTP keep-alive and streaming pass unchanged.
+    """
     try:
         while data := await reader.read(_CHUNK):
             writer.write(data)
@@ -41,7 +45,7 @@ async def _join(
     except OSError:
         client_w.close()
         return
-    await asyncio.gather(_pipe(client_r, link_w), _pipe(link_r, client_w))
+    await asyncio.gather(pipe(client_r, link_w), pipe(link_r, client_w))
 
 
 async def _main(port: int, socket_path: str, command: list[str]) -> int:
