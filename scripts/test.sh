@@ -146,8 +146,8 @@ fi
 # A second lane beside the main suite: the framework suites (scripted upstreams, mostly
 # waiting) and, on a whole run, the multi-host and Ray fault tests (hosts of their own, most of
 # their time spent waiting for a cut-off host or a killed runner to be found lost: about half
-# a core). Each lane's output is shown once it is done.
-beside=(tests/multihost tests/cluster)
+# a core) and DPO's toy learning test (its lane has room; the main suite is the long one). Each lane's output is shown once it is done.
+beside=(tests/multihost tests/cluster tests/algorithms/dpo/test_toy_learning.py)
 second_lane() {
   echo "== framework integrations (openai >= 3)"
   .venvs/integrations/bin/python -m pytest -q -p no:cacheprovider tests/integrations \

@@ -1,6 +1,6 @@
 """``AlgorithmContext``: what the trainer offers an algorithm's run function, as a Protocol.
 
-An algorithm (``grpo``, ``sft``, ``apo``, ``demos``) is a config model plus one coroutine,
+An algorithm (``grpo``, ``sft``, ``dpo``, ``apo``, ``demos``) is a config model plus one coroutine,
 ``run(config, context) -> list[dict[str, float]]``. The context is the only way it reaches the
 running services: it publishes resources (the current policy endpoint plus any prompt
 templates), runs tasks through the normal store -> runner -> gateway path and reads back their

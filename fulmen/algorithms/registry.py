@@ -11,7 +11,7 @@ config and run function, one row here, and its config in the ``AlgorithmConfig``
 ``fulmen.trainer.config`` (pydantic needs the union spelled out; a test checks the two agree).
 
 >>> [a.name for a in ALGORITHMS]
-['grpo', 'sft', 'apo', 'demos']
+['grpo', 'sft', 'dpo', 'apo', 'demos']
 >>> sorted(PROMPT_ONLY)
 ['apo', 'demos']
 """
@@ -96,6 +96,14 @@ ALGORITHMS: tuple[Algorithm, ...] = (
         "fulmen.algorithms.sft.config:SFTAlgorithmConfig",
         "fulmen.algorithms.sft.algorithm:run_sft",
         "fine-tuning on the agent's best rollouts (rejection sampling)",
+        trains_weights=True,
+        learns_offline=True,
+    ),
+    Algorithm(
+        "dpo",
+        "fulmen.algorithms.dpo.config:DPOAlgorithmConfig",
+        "fulmen.algorithms.dpo.loop:run_dpo",
+        "preference optimization: each group's best rollout against its worst (LoRA)",
         trains_weights=True,
         learns_offline=True,
     ),

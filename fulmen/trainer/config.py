@@ -20,6 +20,7 @@ from fulmen.agent.command.config import CommandAgentConfig
 from fulmen.agent.rollouts import RolloutSettings
 from fulmen.algorithms.apo.config import APOConfig
 from fulmen.algorithms.demos.config import DemosConfig
+from fulmen.algorithms.dpo.config import DPOAlgorithmConfig
 from fulmen.algorithms.grpo.config import GRPOAlgorithmConfig
 from fulmen.algorithms.registry import OFFLINE, PROMPT_ONLY, available, names
 from fulmen.algorithms.sft.config import SFTAlgorithmConfig
@@ -56,7 +57,8 @@ class DataConfig(_Strict):
         from_store: instead of tasks, learn from the finished rollouts already in this store
             (kept production traffic with delayed rewards, an earlier run): no agent runs;
             ``algorithm: sft`` fine-tunes on the rewarded ones, ``algorithm: grpo`` takes
-            off-policy steps on them (``docs/offline.md``). Its token, if it needs one, is not
+            off-policy steps on them, ``algorithm: dpo`` prefers each task's best over its
+            worst (``docs/offline.md``). Its token, if it needs one, is not
             supported: use a SQLite/PostgreSQL URL or an open ``http://`` store.
         filter: which of its rollouts (``fulmen.algorithms.source.StoreFilter``: mode,
             min_reward, ended_after/ended_before, agent, task_id, max_rollouts, ...).
@@ -109,7 +111,7 @@ class ValidationConfig(_Strict):
 #: What ``algorithm:`` (or each entry of ``stages:``) holds, selected by ``name``: the config
 #: model of every algorithm of ``fulmen.algorithms.registry`` (a test checks they agree).
 AlgorithmConfig: TypeAlias = Annotated[
-    GRPOAlgorithmConfig | SFTAlgorithmConfig | APOConfig | DemosConfig,
+    GRPOAlgorithmConfig | SFTAlgorithmConfig | DPOAlgorithmConfig | APOConfig | DemosConfig,
     Field(discriminator="name"),
 ]
 

@@ -27,14 +27,15 @@ def test_each_row_names_its_config_and_a_run_function(entry: typing.Any) -> None
 
 def test_capabilities_are_read_from_the_table() -> None:
     assert {"apo", "demos"} == PROMPT_ONLY
-    assert OFFLINE == ("grpo", "sft")
+    assert OFFLINE == ("grpo", "sft", "dpo")
 
 
 def test_an_unknown_algorithm_is_refused_with_every_name() -> None:
-    with pytest.raises(ConfigError, match="available: grpo, sft, apo, demos"):
+    with pytest.raises(ConfigError, match="available: grpo, sft, dpo, apo, demos"):
         algorithm("ppo")
     data = {"model": "tiny", "agent": "a:b", "data": {"train": "a:b"}, "algorithm": "ppo"}
-    with pytest.raises(ValueError, match=r"algorithm.name 'ppo'.*available: grpo, sft, apo, demos"):
+    match = r"algorithm.name 'ppo'.*available: grpo, sft, dpo, apo, demos"
+    with pytest.raises(ValueError, match=match):
         TrainConfig.model_validate(data)
 
 

@@ -1,0 +1,135 @@
+"""DPO's configuration, each option documented once.
+
+``DPOAlgorithmConfig`` (``algorithm: dpo``) says where the preference pairs come from;
+``DPOConfig`` how the policy is updated on them.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from fulmen.adapter.transitions import TransitionOptions
+from fulmen.algorithms.compute import ComputeSettings
+from fulmen.algorithms.lora import LoraSettings
+from fulmen.algorithms.source import StoreSource
+from fulmen.algorithms.transitions import check_transitions
+
+__all__ = ["DPOAlgorithmConfig", "DPOConfig"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class DPOConfig(_Strict, ComputeSettings):
+    """How the policy is updated on preference pairs (the DPO loss, ``docs/dpo.md``).
+
+    DPO trains a LoRA adapter; its reference is the same model with the adapter disabled (the
+    base weights), so no second copy of the model is held. Full fine-tuning is not offered:
+    its reference would be that second copy.
+
+    Attributes:
+        beta: β, the strength of the implicit KL to the reference: the loss is
+            ``-log sigmoid(β Δ)``, ``Δ = (log π(y_w|x) - log π_ref(y_w|x)) - (log π(y_l|x) -
+            log π_ref(y_l|x))``.
+        label_smoothing: ε, the assumed share of flipped preferences (conservative DPO): the
+            loss becomes ``(1 - ε) · that + ε · the same with chosen and rejected swapped``;
+            0 (default) is plain DPO.
+        lora: adapter shape.
+        dtype: parameter dtype of the policy (logits are always taken in float32).
+        learning_rate / weight_decay / betas: AdamW settings.
+        max_grad_norm: global gradient-norm clip; ``None`` disables clipping.
+        micro_batch_tokens: padded tokens per forward pass (rows x longest row), the memory
+            knob; a pair's two sequences always share a micro-batch.
+        max_seq_len: pairs with a longer sequence are dropped and counted.
+        logit_chunk_tokens: LM-head rows computed at once (bounds the vocab-sized activations).
+        gradient_checkpointing: recompute decoder activations in backward to save memory.
+        seed: seed of the adapter's initialization (default: the run's seed).
+        device / autocast: where the update runs and in which precision its matmuls
+            (``ComputeSettings``).
+    """
+
+    beta: float = Field(default=0.1, gt=0, allow_inf_nan=False)
+    label_smoothing: float = Field(default=0.0, ge=0, lt=0.5)
+    lora: LoraSettings = Field(default_factory=LoraSettings)
+    dtype: Literal["float32", "bfloat16"] = "float32"
+    learning_rate: float = Field(default=1e-5, gt=0)
+    weight_decay: float = Field(default=0.0, ge=0)
+    betas: tuple[float, float] = (0.9, 0.999)
+    max_grad_norm: float | None = Field(default=1.0, gt=0)
+    micro_batch_tokens: int = Field(default=4096, ge=2)
+    max_seq_len: int = Field(default=8192, ge=2)
+    logit_chunk_tokens: int = Field(default=256, ge=1)
+    gradient_checkpointing: bool = False
+    seed: int | None = None
+
+    @property
+    def finetune(self) -> Literal["lora", "full"]:
+        """Always ``lora`` (``fulmen.algorithms.policy.PolicySettings``)."""
+        return "lora"
+
+
+class DPOAlgorithmConfig(_Strict):
+    """``algorithm: dpo``: direct preference optimization on the agent's own better runs.
+
+    Each step runs ``group_size`` rollouts of each of ``tasks_per_step`` tasks with the served
+    policy; in each task's group the best rollout's calls are preferred over the worst one's,
+    call position by call position, when their rewards differ by at least ``min_margin`` and
+    the two calls saw the same prompt token ids (``fulmen.algorithms.dpo.pairs``); one DPO
+    update on the step's pairs follows and the adapter is hot-loaded. With ``source`` (filled
+    from ``data.from_store``) the pairs come once from a store's finished rollouts, grouped by
+    task, and each of the ``steps`` updates trains on all of them.
+
+    Attributes:
+        name: ``dpo``.
+        steps: updates to run.
+        tasks_per_step: distinct tasks sampled for each step.
+        group_size: rollouts per task; a pair needs two of them.
+        min_margin: a group gives pairs only when its best and worst rewards differ by at
+            least this (0.5 suits 0/1 rewards; lower it for graded ones).
+        transitions: how call records become the pairs' sequences (``fulmen.adapter``'s
+            options; ``agents`` selects whose calls are trained; ``merge`` chains
+            token-exact calls into one sequence).
+        dpo: the update's settings (``DPOConfig``).
+        checkpoint_every: save a resumable checkpoint every this many steps (and at the end).
+        source: learn from a store's finished rollouts instead of sampling
+            (``docs/offline.md``).
+    """
+
+    name: Literal["dpo"] = "dpo"
+    steps: int = Field(default=20, ge=1)
+    tasks_per_step: int = Field(default=4, ge=1)
+    group_size: int = Field(default=4, ge=2)
+    min_margin: float = Field(default=0.5, ge=0, allow_inf_nan=False)
+    transitions: TransitionOptions = Field(default_factory=TransitionOptions)
+    dpo: DPOConfig = Field(default_factory=DPOConfig)
+    checkpoint_every: int = Field(default=1, ge=1)
+    source: StoreSource | None = None
+
+    @model_validator(mode="after")
+    def _no_dead_options(self) -> DPOAlgorithmConfig:
+        check_transitions(self.transitions)
+        if self.source is not None:
+            dead = {"tasks_per_step", "group_size"} & self.model_fields_set
+            if dead:
+                raise ValueError(
+                    f"algorithm {', '.join(sorted(dead))} has no effect with a source store "
+                    "(offline steps train on the pairs of the rollouts it holds, by task)"
+                )
+        return self
+
+    def update_config(self, *, seed: int) -> DPOConfig:
+        """Return ``dpo`` with the run's ``seed`` unless ``dpo.seed`` is set."""
+        if self.dpo.seed is not None:
+            return self.dpo
+        return self.dpo.model_copy(update={"seed": seed})
+
+    def planned(self) -> tuple[int, str]:
+        """Return how many steps the stage runs, and the option that sets it."""
+        return self.steps, "steps"
+
+    def transition_options(self) -> TransitionOptions:
+        """Return the adapter's ``TransitionOptions`` (``transitions``)."""
+        return self.transitions

@@ -1,0 +1,162 @@
+"""``algorithm: dpo``'s run function: sample groups (or read a store), pair, update, serve.
+
+Each online step publishes a resources version naming the served policy, runs
+``group_size`` rollouts of each of ``tasks_per_step`` tasks (``AlgorithmContext.run_tasks``),
+turns their records into transitions (``AlgorithmContext.trajectories``, the adapter's
+options), pairs each group's best rollout against its worst (``pairs``), takes one DPO step
+(``DPOUpdater``), saves the adapter and hot-loads it into the engine (``serve_policy``), and
+checkpoints. With ``source`` the pairs are built once from the store's finished rollouts and
+each step trains on all of them. A killed run resumes after its last checkpointed step; a
+stage that follows another starts from the adapter that one published (the reference stays
+the base model: the adapter disabled).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+from fulmen.algorithms.context import AlgorithmContext
+from fulmen.algorithms.dpo.config import DPOAlgorithmConfig
+from fulmen.algorithms.dpo.pairs import PairStats, PreferencePair, build_pairs
+from fulmen.algorithms.rewards import reward_metrics
+from fulmen.algorithms.serving import keep_newest, serve_policy
+from fulmen.algorithms.source import StoreSource
+from fulmen.types import Mode, RolloutStatus, Trajectory
+
+__all__ = ["run_dpo"]
+
+logger = logging.getLogger("fulmen.train")
+
+
+async def run_dpo(config: DPOAlgorithmConfig, context: AlgorithmContext) -> list[dict[str, float]]:
+    """Run ``config.steps`` DPO steps from the stage's saved progress.
+
+    Returns the metrics of each step run now.
+    """
+    updater = await asyncio.to_thread(_build_updater, config, context)
+    offline: tuple[list[PreferencePair], PairStats, list[float]] | None = None
+    history: list[dict[str, float]] = []
+    every = context.validation_every
+    for step in range(context.progress.step, config.steps):
+        started = time.perf_counter()
+        if config.source is not None:
+            offline = offline or await _read_pairs(config, config.source, context)
+            pairs, stats, rewards = offline
+            metrics = reward_metrics("reward", rewards, context.success_threshold)
+        else:
+            pairs, stats, metrics = await _sample_pairs(config, context, step)
+        metrics["task/success"] = metrics.pop("reward/success")
+        metrics.update(stats.as_metrics())
+        sampled = time.perf_counter()
+        metrics.update(await asyncio.to_thread(updater.train_step, pairs))
+        trained = time.perf_counter()
+        await serve_policy(updater, context, name=f"step-{step + 1:05d}", step=step + 1)
+        await _checkpoint(config, context, updater, step + 1)
+        metrics.update(
+            {
+                "time/rollout_s": sampled - started,
+                "time/train_s": trained - sampled,
+                "time/step_s": time.perf_counter() - started,
+            }
+        )
+        context.log(step + 1, metrics)
+        if not pairs:
+            logger.warning("dpo step %d made no update: %s", step + 1, _no_pair_reason(stats))
+        history.append(metrics)
+        if step + 1 < config.steps and every and (step + 1) % every == 0:
+            await context.validate(step + 1)
+    return history
+
+
+def _build_updater(config: DPOAlgorithmConfig, context: AlgorithmContext) -> Any:
+    from fulmen.algorithms.dpo.updater import DPOUpdater
+    from fulmen.algorithms.policy import load_adapter_weights, load_stage_policy
+
+    settings = config.update_config(seed=context.seed)
+    progress = context.progress
+    model = load_stage_policy(
+        context.model_path,
+        dtype=settings.dtype,
+        finetune="lora",
+        weights=progress.weights,
+        adapter=None,
+    )
+    updater = DPOUpdater(model, config=settings)
+    if progress.checkpoint is not None:
+        logger.info("resuming dpo after step %d from %s", progress.step, progress.checkpoint)
+        updater.load_checkpoint(progress.checkpoint)
+    elif progress.adapter is not None:
+        logger.info("dpo starts from the adapter %s", progress.adapter)
+        load_adapter_weights(updater.model, progress.adapter)
+    return updater
+
+
+async def _sample_pairs(
+    config: DPOAlgorithmConfig, context: AlgorithmContext, step: int
+) -> tuple[list[PreferencePair], PairStats, dict[str, float]]:
+    """Run one step's groups with the served policy and pair them."""
+    version = await context.publish(metadata={"step": step})
+    finished = await context.run_tasks(
+        context.task_batch(step, config.tasks_per_step),
+        mode=Mode.TRAIN,
+        version=version,
+        tag=f"s{step}",
+        group_size=config.group_size,
+    )
+    trajectories = await context.trajectories(finished, config.transition_options())
+    pairs, stats = build_pairs(trajectories, min_margin=config.min_margin)
+    metrics = {
+        **reward_metrics("reward", _rewards(trajectories), context.success_threshold),
+        "rollouts/finished": float(len(finished)),
+        "rollouts/failed": float(sum(r.status is not RolloutStatus.SUCCEEDED for r in finished)),
+        "transitions": float(sum(len(t.transitions) for t in trajectories)),
+    }
+    return pairs, stats, metrics
+
+
+async def _read_pairs(
+    config: DPOAlgorithmConfig, source: StoreSource, context: AlgorithmContext
+) -> tuple[list[PreferencePair], PairStats, list[float]]:
+    """Pair the rollouts of the source store once (grouped by task)."""
+    attempts = await context.read_source(source)
+    options = config.transition_options()
+    trajectories = [a.trajectory(options=options) for a in attempts]
+    pairs, stats = build_pairs(trajectories, min_margin=config.min_margin)
+    logger.info(
+        "offline dpo: %d rollouts read, %d pairs from %d of %d task groups",
+        len(attempts),
+        stats.pairs,
+        stats.groups_with_pair,
+        stats.groups,
+    )
+    return pairs, stats, _rewards(trajectories)
+
+
+def _rewards(trajectories: list[Trajectory]) -> list[float]:
+    return [t.final_reward for t in trajectories if t.final_reward is not None]
+
+
+async def _checkpoint(
+    config: DPOAlgorithmConfig, context: AlgorithmContext, updater: Any, completed: int
+) -> None:
+    if completed % config.checkpoint_every and completed != config.steps:
+        return
+    directory = context.run_dir / "checkpoints" / f"step-{completed:05d}"
+    await asyncio.to_thread(updater.save_checkpoint, directory)
+    context.save_progress(completed, checkpoint=directory)
+    keep_newest(context.run_dir / "checkpoints", pattern="step-*")
+
+
+def _no_pair_reason(stats: PairStats) -> str:
+    """Say why a step had no pair to train on, from its counts."""
+    if not stats.groups:
+        return "no rollout had a reward and a token-level call"
+    return (
+        f"none of its {stats.groups} groups gave a pair ({stats.groups_equal_reward} with equal "
+        f"rewards, {stats.groups_below_margin} below algorithm.min_margin, "
+        f"{stats.groups_single} with one rollout; call positions: {stats.prompt_mismatch} with "
+        f"different prompts, {stats.identical_completions} with identical completions)"
+    )

@@ -1,0 +1,49 @@
+"""End to end on CPU: the toy agent learns with ``algorithm: dpo`` through the whole stack.
+
+Store, engine, gateway and runner as in any run; each step pairs every task group's best
+rollout against its worst and the adapter is hot-loaded. The reward is the share of the
+letter ``a`` in 8 tokens (multiples of 1/8), so ``min_margin`` is lowered to 0.1.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from fulmen.trainer.config import load_config
+from fulmen.trainer.metrics import read_metrics
+from fulmen.trainer.trainer import Trainer
+
+pytest.importorskip("torch")
+pytest.importorskip("openai")
+
+TOY = Path(__file__).resolve().parents[3] / "examples" / "toy"
+STEPS = 12
+DPO = (
+    f"algorithm={{name: dpo, steps: {STEPS}, tasks_per_step: 8, group_size: 4, min_margin: 0.1, "
+    "dpo: {learning_rate: 0.05, beta: 0.5, lora: {r: 8, alpha: 16}}}"
+)
+
+
+@pytest.mark.slow
+def test_toy_agent_reward_rises_with_dpo(tmp_path: Path) -> None:
+    config = load_config(
+        TOY / "config.yaml",
+        overrides=[f"run_dir={tmp_path / 'run'}", DPO, f"validation.every={STEPS}"],
+    )
+    history = Trainer(config).fit()
+    assert len(history) == STEPS
+    assert all(h["dpo/pairs"] >= 1 for h in history)
+    assert all(h["dpo/groups"] == 8 for h in history)
+    records = read_metrics(config.run_dir / "metrics.jsonl")
+    val = [r["val/reward_mean"] for r in records if "val/reward_mean" in r]
+    before, after = val[0], val[-1]
+    first = sum(h["reward/mean"] for h in history[:3]) / 3
+    last = sum(h["reward/mean"] for h in history[-3:]) / 3
+    # seeds 0, 1, 2 alone: validation 0.19 -> 1.0, 1.0, 0.375; training (first three steps
+    # -> last three) +0.57, ..., +0.16. Sampling differs under load, so the bars stay low.
+    assert last >= first + 0.05, f"training reward {first:.3f} -> {last:.3f}"
+    assert after >= before + 0.125, f"validation reward {before:.3f} -> {after:.3f}"
+    trained = [h for h in history if h["updated"] == 1.0]
+    assert sum(h["dpo/accuracy"] for h in trained[-3:]) / 3 > 0.5
