@@ -10,13 +10,13 @@ name from the header.
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final
 
 import httpx
 
+from fulmen.chat_call import post_chat
 from fulmen.errors import EngineError
 from fulmen.rewards.config import JudgeConfig
 from fulmen.types import LLMCallCreate, LLMChoice
@@ -74,20 +74,9 @@ class JudgeClient:
         error status or gives no message text.
         """
         request = self.request(messages)
-        started = time.time()
-        clock = time.perf_counter()
-        response: dict[str, Any] | None = None
-        error: dict[str, Any] | None = None
-        try:
-            answer = await self._http.post(f"{self.base_url}/chat/completions", json=request)
-            if answer.status_code >= 400:
-                error = {"status": answer.status_code, "body": answer.text[:2000]}
-            else:
-                response = answer.json()
-        except (httpx.HTTPError, ValueError) as exc:
-            error = {"message": f"{type(exc).__name__}: {exc}"}
-        latency = time.perf_counter() - clock
-        text, usage = _reply(response)
+        call = await post_chat(self._http, self.base_url, request)
+        response, error, text, usage = call.response, call.error, call.text, call.usage
+        started, latency = call.started_at, call.latency_s
         if self.record is not None:
             await self.record(
                 [
@@ -112,17 +101,3 @@ class JudgeClient:
                 f"{error or 'no message text in the reply'}"
             )
         return text
-
-
-def _reply(response: dict[str, Any] | None) -> tuple[str | None, dict[str, Any]]:
-    """Return the first choice's message text and the usage block of a chat completion."""
-    if not isinstance(response, dict):
-        return None, {}
-    usage = response.get("usage")
-    usage = usage if isinstance(usage, dict) else {}
-    choices = response.get("choices")
-    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
-        return None, usage
-    message = choices[0].get("message")
-    content = message.get("content") if isinstance(message, dict) else None
-    return (content if isinstance(content, str) else None), usage

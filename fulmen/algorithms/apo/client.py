@@ -9,7 +9,6 @@ to the agent's rollouts.
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -17,6 +16,7 @@ from typing import Any
 
 import httpx
 
+from fulmen.chat_call import post_chat
 from fulmen.errors import EngineError
 from fulmen.types import LLMCallCreate, LLMChoice
 
@@ -91,20 +91,9 @@ class OptimizerClient:
         an error (the failed call is recorded too).
         """
         request: dict[str, Any] = {"model": self.model, "messages": messages, **self.sampling}
-        started = time.time()
-        clock = time.perf_counter()
-        response: dict[str, Any] | None = None
-        error: dict[str, Any] | None = None
-        try:
-            answer = await self._http.post(f"{self.base_url}/chat/completions", json=request)
-            if answer.status_code >= 400:
-                error = {"status": answer.status_code, "body": answer.text[:2000]}
-            else:
-                response = answer.json()
-        except (httpx.HTTPError, ValueError) as exc:
-            error = {"message": f"{type(exc).__name__}: {exc}"}
-        latency = time.perf_counter() - clock
-        text, usage = _reply(response)
+        call = await post_chat(self._http, self.base_url, request)
+        response, error, text, usage = call.response, call.error, call.text, call.usage
+        started, latency = call.started_at, call.latency_s
         self.cost.calls += 1
         self.cost.seconds += latency
         self.cost.prompt_tokens += int(usage.get("prompt_tokens") or 0)
@@ -127,7 +116,7 @@ class OptimizerClient:
         latency: float,
         text: str | None,
     ) -> LLMCallCreate:
-        _, usage = _reply(response)
+        usage = (response or {}).get("usage")
         return LLMCallCreate(
             call_id=f"{self.agent}-{uuid.uuid4().hex}",
             request=request,
@@ -137,21 +126,7 @@ class OptimizerClient:
             upstream=self.base_url,
             started_at=started,
             latency_s=latency,
-            usage=usage,
+            usage=usage if isinstance(usage, dict) else {},
             error=error,
             agent_name=self.agent,
         )
-
-
-def _reply(response: dict[str, Any] | None) -> tuple[str | None, dict[str, Any]]:
-    """Return the first choice's message text and the usage block of a chat completion."""
-    if not response:
-        return None, {}
-    usage = response.get("usage")
-    usage = usage if isinstance(usage, dict) else {}
-    choices = response.get("choices")
-    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
-        return None, usage
-    message = choices[0].get("message")
-    content = message.get("content") if isinstance(message, dict) else None
-    return (content if isinstance(content, str) else None), usage
