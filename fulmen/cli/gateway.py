@@ -4,7 +4,7 @@ Example::
 
     fulmen gateway --store sqlite:///runs.db --upstream http://127.0.0.1:8000/v1 --port 8100
     fulmen gateway --store http://127.0.0.1:4747 --token "$STORE_TOKEN" --upstream ...
-    fulmen gateway --config gateway.yaml --store ... --upstream ...   # capture:, redaction:
+    fulmen gateway --config gateway.yaml --store ... --upstream ...   # capture:, release:, ...
     fulmen gateway --model-map '*=policy' --store ... --upstream ...  # any model name → policy
 
 Agents then use ``http://127.0.0.1:8100/rollout/{rollout_id}/attempt/{attempt_id}/v1`` as
@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import ipaddress
 import signal
+import socket
 import typing
 from collections.abc import Callable
 from pathlib import Path
@@ -198,13 +200,26 @@ async def _serve(args: argparse.Namespace, token: str | None, config: GatewayCon
     finally:
         loop.remove_signal_handler(signal.SIGTERM)
         signal.signal(signal.SIGTERM, _ignore_signal)  # as _run set it (see there)
+    gate: asyncio.Task[None] | None = None
     try:
         app = create_app(store, upstreams, token=token, config=config)
         server_config = uvicorn.Config(
             app, host=args.host, port=args.port, log_level="info", ws="none", lifespan="on"
         )
+        release = config.release
+        if release is not None and release.gate is not None:
+            from fulmen.release import Gate
+
+            # The gate judges the sessions this gateway (and any other) wrote; the release is
+            # in the store once the app has started (its first window is window_s away).
+            by = f"gate@{socket.gethostname()}"[:256]
+            gate = asyncio.create_task(Gate(store, release.name, release.gate, by=by).run())
         await uvicorn.Server(server_config).serve()
     finally:
+        if gate is not None:
+            gate.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await gate
         await store.aclose()
 
 

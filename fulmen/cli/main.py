@@ -31,6 +31,7 @@ _COMMAND_MODULES: tuple[str, ...] = (
     "rewards",
     "runs",
     "models",
+    "release",
     "export",
     "replay",
     "rescore",

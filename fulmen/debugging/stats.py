@@ -1,4 +1,4 @@
-"""Paired statistics for comparing two prompt versions on the same tasks, standard library only.
+"""Statistics for comparing two versions, standard library only.
 
 ``compare_paired(a, b)`` takes each task's reward under A and under B and returns the means,
 the paired difference ``B - A`` with a 95% confidence interval (Student's t), the paired
@@ -6,6 +6,8 @@ t-test's two-sided p-value, an exact two-sided sign test (ties dropped) and a tw
 permutation test that flips the sign of each task's difference (exact up to
 ``EXACT_PERMUTATION_MAX`` tasks, a seeded Monte Carlo estimate above). The t distribution's
 CDF comes from the regularized incomplete beta function (Lentz's continued fraction).
+``compare_unpaired(a, b)`` compares two independent samples (the sessions of two release arms)
+by Welch's t-test, which does not assume equal variances.
 
 >>> result = compare_paired([0.0, 0.0, 0.0, 0.0], [1.0, 1.0, 1.0, 1.0])
 >>> result.mean_difference, result.sign_p
@@ -25,7 +27,10 @@ from fulmen.errors import ConfigError
 __all__ = [
     "EXACT_PERMUTATION_MAX",
     "PairedComparison",
+    "UnpairedComparison",
     "compare_paired",
+    "compare_unpaired",
+    "mean_interval",
     "sign_test_p",
     "student_t_cdf",
     "student_t_quantile",
@@ -114,6 +119,76 @@ def compare_paired(a: Sequence[float], b: Sequence[float], *, seed: int = 0) -> 
     )
 
 
+def mean_interval(values: Sequence[float], level: float = 0.95) -> tuple[float, float, float]:
+    """Return the mean of ``values`` with its ``level`` confidence interval (Student's t).
+
+    One value (or values that do not vary) gives an interval of zero width.
+    """
+    if not values:
+        raise ConfigError("a mean needs at least one value")
+    mean = statistics.fmean(values)
+    n = len(values)
+    if n < 2:
+        return mean, mean, mean
+    half = student_t_quantile(0.5 + level / 2, n - 1) * statistics.stdev(values) / math.sqrt(n)
+    return mean, mean - half, mean + half
+
+
+@dataclass(frozen=True)
+class UnpairedComparison:
+    """Two independent samples compared by Welch's t-test (difference ``mean_b - mean_a``).
+
+    Attributes:
+        n_a / n_b: the samples' sizes.
+        mean_a / mean_b: their means.
+        difference: ``mean_b - mean_a``.
+        ci_low / ci_high: its 95% confidence interval (Welch-Satterthwaite degrees of freedom).
+        ratio: ``mean_b / mean_a``; ``None`` when ``mean_a`` is not positive (undefined).
+        t_statistic / df: the test's statistic and degrees of freedom (``None`` when neither
+            sample varies: every value of each is its mean).
+        p_value: two-sided; with no variance, 1.0 for equal means and 0.0 otherwise.
+    """
+
+    n_a: int
+    n_b: int
+    mean_a: float
+    mean_b: float
+    difference: float
+    ci_low: float
+    ci_high: float
+    ratio: float | None
+    t_statistic: float | None
+    df: float | None
+    p_value: float
+
+
+def compare_unpaired(a: Sequence[float], b: Sequence[float]) -> UnpairedComparison:
+    """Compare independent samples ``a`` and ``b`` by Welch's t-test (see the result type).
+
+    Raises ``ConfigError`` unless each sample holds at least two values.
+    """
+    if len(a) < 2 or len(b) < 2:
+        raise ConfigError(f"Welch's test needs two values per sample, got {len(a)} and {len(b)}")
+    mean_a, mean_b = statistics.fmean(a), statistics.fmean(b)
+    va, vb = statistics.variance(a) / len(a), statistics.variance(b) / len(b)
+    difference = mean_b - mean_a
+    ratio = mean_b / mean_a if mean_a > 0 else None
+    se = math.sqrt(va + vb)
+    if se <= _TIE:
+        p = 1.0 if abs(difference) <= _TIE else 0.0
+        return UnpairedComparison(
+            len(a), len(b), mean_a, mean_b, difference, difference, difference, ratio, None, None, p
+        )
+    df = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
+    t = difference / se
+    p = min(1.0, 2.0 * (1.0 - student_t_cdf(abs(t), df)))
+    half = student_t_quantile(0.975, df) * se
+    return UnpairedComparison(
+        len(a), len(b), mean_a, mean_b, difference, difference - half, difference + half, ratio,
+        t, df, p,
+    )  # fmt: skip
+
+
 def sign_test_p(wins: int, losses: int) -> float:
     """Exact two-sided binomial p-value of ``wins`` against ``losses`` at one half each.
 
@@ -150,7 +225,7 @@ def _permutation_p(diffs: Sequence[float], *, seed: int) -> tuple[float, bool]:
     return extreme / (_MONTE_CARLO_DRAWS + 1), False
 
 
-def student_t_cdf(t: float, df: int) -> float:
+def student_t_cdf(t: float, df: float) -> float:
     """Return P(T <= ``t``) for Student's t with ``df`` degrees of freedom.
 
     >>> round(student_t_cdf(2.131449545559323, 15), 6)
@@ -163,7 +238,7 @@ def student_t_cdf(t: float, df: int) -> float:
     return 1.0 - tail if t >= 0 else tail
 
 
-def student_t_quantile(p: float, df: int) -> float:
+def student_t_quantile(p: float, df: float) -> float:
     """Return the ``t`` with ``student_t_cdf(t, df) == p`` (bisection to 1e-10).
 
     >>> round(student_t_quantile(0.975, 1), 4)

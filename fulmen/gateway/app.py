@@ -52,6 +52,7 @@ from fulmen.gateway.proxy import Gateway
 from fulmen.gateway.rewards import rewards_route
 from fulmen.gateway.upstreams import Upstream
 from fulmen.store.base import Store
+from fulmen.types.releases import ReleaseArm
 
 __all__ = ["ModelCallDispatch", "TokenAuth", "create_app"]
 
@@ -88,6 +89,7 @@ def create_app(
     async def lifespan(app: Starlette) -> AsyncGenerator[None]:
         del app
         gateway.start()
+        await gateway.ready()
         try:
             yield
         finally:
@@ -169,6 +171,14 @@ async def _healthz(request: Request) -> Response:
     }
     if gateway.capture is not None:
         body["capture"] = gateway.capture.status()
+    if gateway.release is not None:
+        release = gateway.release
+        body["release"] = {
+            "name": release.name,
+            "state": release.state.value,
+            "models": {arm.value: release.model_of(arm) for arm in ReleaseArm},
+            "calls": {arm.value: release.calls[arm] for arm in ReleaseArm},
+        }
     if gateway.redactor is not None:
         body["redacted_calls"] = gateway.redactor.redacted_calls
     return Response(orjson.dumps(body), media_type="application/json")

@@ -22,6 +22,7 @@ from typing import Any, cast
 
 from fulmen.types import LLMCallCreate, LLMChoice
 from fulmen.types.assembly import assembled
+from fulmen.types.releases import ReleaseArm
 
 __all__ = [
     "CHAT",
@@ -140,7 +141,8 @@ class Exchange:
     version read from a response header; ``agent_name`` the agent the caller named;
     ``client_headers`` the session headers it sent (``GatewayConfig.session_headers``);
     ``engine_endpoint`` the endpoint the engine served when it differs from ``endpoint`` (a
-    Responses or Messages call sent as a chat completion), which is how ``response`` is read.
+    Responses or Messages call sent as a chat completion), which is how ``response`` is read;
+    ``release`` and ``arm`` the canary release that routed the call and the arm that served it.
     """
 
     call_id: str
@@ -159,6 +161,8 @@ class Exchange:
     agent_name: str | None = None
     engine_endpoint: str | None = None
     client_headers: dict[str, str] | None = None
+    release: str | None = None
+    arm: ReleaseArm | None = None
 
 
 def build_call(exchange: Exchange) -> LLMCallCreate:
@@ -203,6 +207,8 @@ def build_call(exchange: Exchange) -> LLMCallCreate:
         error=error,
         agent_name=exchange.agent_name,
         client_headers=exchange.client_headers or {},
+        release=exchange.release,
+        arm=exchange.arm,
     )
     return assembled(LLMCallCreate, fields)
 

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from fulmen.gateway.capture_config import CaptureConfig, RedactionConfig
+from fulmen.gateway.release_config import ReleaseConfig
 
 __all__ = ["GatewayConfig"]
 
@@ -43,6 +44,9 @@ class GatewayConfig(BaseModel):
         capture: production sessions, sampling and rate limits for untracked calls
             (``CaptureConfig``; ``record_untracked`` is then not consulted); ``None`` records
             each untracked call alone, as ``record_untracked`` says.
+        release: a canary release of production traffic (``ReleaseConfig``): each session
+            served by the incumbent or the candidate model, with an optional promotion gate;
+            needs ``capture`` (the sessions carry the arms and their rewards).
         redaction: personal data removed from every record before it is stored
             (``RedactionConfig``); ``None`` stores records as they are.
         model_map: the model name the engine gets for each model name an agent asks for, so
@@ -79,6 +83,7 @@ class GatewayConfig(BaseModel):
     record_untracked: bool = True
     policy_version_headers: tuple[str, ...] = ("x-policy-version", "x-fulmen-policy-version")
     capture: CaptureConfig | None = None
+    release: ReleaseConfig | None = None
     redaction: RedactionConfig | None = None
     model_map: dict[str, str] = Field(default_factory=dict)
     upstream_client: Literal["fulmen", "httpx"] = "fulmen"
@@ -90,6 +95,15 @@ class GatewayConfig(BaseModel):
         "x-fulmen-session",  # fulmen's own clients
         "x-fulmen-state",  # the state an agent names (anchor-state credit)
     )
+
+    @model_validator(mode="after")
+    def _release_needs_sessions(self) -> Self:
+        if self.release is not None and self.capture is None:
+            raise ValueError(
+                "release: needs capture: (its session key): arms are assigned per session, and "
+                "the sessions carry the rewards the arms are compared on"
+            )
+        return self
 
     @field_validator("model_map")
     @classmethod

@@ -4,7 +4,8 @@ One registry per app (no process-wide state). Model calls are timed as they are 
 (until the reply starts: a stream's length is the agent's); everything else is read from the
 gateway's own state when scraped, so the hot path pays one histogram observation per call:
 records waiting to be written and the spill file's backlog while the store is away, records
-stored, dropped and shed, calls in flight per upstream, and the production sessions held.
+stored, dropped and shed, calls in flight per upstream, the production sessions held, and a
+canary release's calls and sessions per arm and its state.
 ``docs/production.md`` lists them with example alert rules.
 """
 
@@ -18,8 +19,12 @@ from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from fulmen.types.releases import ReleaseArm, ReleaseState
+
 if TYPE_CHECKING:
     from fulmen.gateway.proxy import Gateway
+    from fulmen.gateway.release import ReleaseRouter
+    from fulmen.gateway.sessions import CaptureCounters
 
 __all__ = ["CONTENT_TYPE", "GatewayMetrics"]
 
@@ -90,6 +95,8 @@ class _StateCollector(Collector):
         yield in_flight
         if gateway.capture is not None:
             yield from _capture_metrics(gateway.capture.status())
+            if gateway.release is not None:
+                yield from _release_metrics(gateway.release, gateway.capture.counters)
 
 
 def _capture_metrics(status: dict[str, int]) -> Iterator[Metric]:
@@ -119,6 +126,32 @@ def _capture_metrics(status: dict[str, int]) -> Iterator[Metric]:
         "Bytes of unsampled sessions held for a possible reward",
         status["buffered_bytes"],
     )
+
+
+def _release_metrics(release: ReleaseRouter, counters: CaptureCounters) -> Iterator[Metric]:
+    calls = CounterMetricFamily(
+        "fulmen_gateway_release_calls",
+        "Production calls routed to each arm of the canary release",
+        labels=["release", "arm"],
+    )
+    sessions = CounterMetricFamily(
+        "fulmen_gateway_release_sessions",
+        "Production sessions opened on each arm of the canary release",
+        labels=["release", "arm"],
+    )
+    for arm in ReleaseArm:
+        calls.add_metric([release.name, arm.value], release.calls[arm])
+        sessions.add_metric([release.name, arm.value], counters.sessions_by_arm[arm.value])
+    yield calls
+    yield sessions
+    state = GaugeMetricFamily(
+        "fulmen_gateway_release_state",
+        "1 for the state the canary release is in (canary, promoted, rolled_back), else 0",
+        labels=["release", "state"],
+    )
+    for value in ReleaseState:
+        state.add_metric([release.name, value.value], float(release.state is value))
+    yield state
 
 
 def _gauge(name: str, text: str, value: float) -> GaugeMetricFamily:

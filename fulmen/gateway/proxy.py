@@ -47,6 +47,7 @@ from fulmen.gateway.errors import openai_error_body as error_body
 from fulmen.gateway.forward import HOP_HEADERS, Forwarder, UpstreamReply
 from fulmen.gateway.recorder import CallRecorder, FlushOutcome
 from fulmen.gateway.redaction import Redactor
+from fulmen.gateway.release import ReleaseRouter
 from fulmen.gateway.seeds import CallSeeds
 from fulmen.gateway.sessions import SessionCapture
 from fulmen.gateway.streaming import SSEDecoder, StreamAccumulator, event_data
@@ -56,6 +57,7 @@ from fulmen.gateway.upstreams import Upstream, UpstreamPool
 from fulmen.store.base import Store
 from fulmen.types.behaviour import refused_field, reshaped_fields
 from fulmen.types.records import AGENT_NAME_HEADER
+from fulmen.types.releases import ReleaseArm
 
 __all__ = ["RECORDED_ENDPOINTS", "Gateway", "read_body"]
 
@@ -119,6 +121,10 @@ class Gateway:
                 close_timeout_s=self.config.close_timeout_s,
                 clock=clock,
             )
+        self.release: ReleaseRouter | None = None
+        if self.config.release is not None:
+            engines = [u.base_url for u in upstreams if u.is_token_level]
+            self.release = ReleaseRouter(self.config.release, store, engines)
         self.forwarder = Forwarder(self.pool, self.config)
         self.seeds = CallSeeds()
         self._is_started = False
@@ -132,6 +138,20 @@ class Gateway:
             self.recorder.start()
             if self.capture is not None:
                 self.capture.start()
+            if self.release is not None:
+                self.release.start()
+
+    async def ready(self, timeout: float = 60.0) -> None:
+        """Wait (up to ``timeout``) until a release's state is read before serving traffic.
+
+        Raises the ``ConfigError`` that keeps a configured release from being served.
+        """
+        if self.release is not None and not await self.release.ready(timeout):
+            _log.warning(
+                "release %r not read from the store in %.0f s: serving it as a canary until it is",
+                self.release.name,
+                timeout,
+            )
 
     async def flush(self, timeout: float | None = None) -> FlushOutcome:
         """Wait until every call answered so far is in the store; say what was not stored."""
@@ -140,6 +160,8 @@ class Gateway:
 
     async def aclose(self) -> None:
         """Write open sessions and every pending record, then close upstream connections."""
+        if self.release is not None:
+            await self.release.aclose()
         if self.capture is not None:
             await self.capture.aclose()
         await self.recorder.aclose()
@@ -280,6 +302,18 @@ class _Call:
         self.agent_name = _agent_name(request)
         # The name the engine gets (``GatewayConfig.model_map``); resources are matched by it.
         self.model = gateway.config.engine_model(body.get("model"))
+        # A production call of a canary release goes to its session's arm.
+        self.session_id: str | None = None
+        self.arm: ReleaseArm | None = None
+        capture = gateway.capture
+        if ctx is None and capture is not None:
+            self.session_id = capture.session_of(request.headers, body)
+            release = gateway.release
+            if release is not None:
+                key = self.session_id if self.session_id is not None else self.call_id
+                self.arm = release.arm_of(key)
+                self.model = release.model_of(self.arm)
+                release.calls[self.arm] += 1
         overrides = ctx.overrides(self.model, self.agent_name) if ctx else {}
         if self.model != body.get("model"):
             overrides = {"model": self.model, **overrides}
@@ -381,10 +415,7 @@ class _Call:
     ) -> None:
         """Queue the call's record (``shown``: the reply as the agent got it, if it differs)."""
         ctx = self.ctx
-        capture = self.gateway.capture
-        session_id = None
-        if ctx is None and capture is not None:
-            session_id = capture.session_of(self.request.headers, self.body)
+        release = self.gateway.release
         self.gateway.record(
             Exchange(
                 call_id=self.call_id,
@@ -403,8 +434,10 @@ class _Call:
                 agent_name=self.agent_name,
                 engine_endpoint=self.engine_endpoint if self.translation is not None else None,
                 client_headers=_session_headers(self.request, self.gateway.config.session_headers),
+                release=release.name if release is not None and self.arm is not None else None,
+                arm=self.arm,
             ),
-            session_id=session_id,
+            session_id=self.session_id,
         )
 
     def view(self, response: dict[str, Any]) -> dict[str, Any]:

@@ -40,6 +40,8 @@ class ClosedSession:
         shed_calls: calls whose records a rate limit shed (the session is incomplete).
         kept_by: ``sample`` (the sample kept it) or ``reward`` (a reward rescued it).
         rewards: rewards the gateway held for the session, in arrival order.
+        release / arm: the canary release that routed the session and its arm (``None``
+            outside a release); kept in the rollout's metadata.
     """
 
     session_id: str
@@ -48,6 +50,8 @@ class ClosedSession:
     shed_calls: int
     kept_by: Literal["sample", "reward"]
     rewards: Sequence[RewardCreate] = ()
+    release: str | None = None
+    arm: str | None = None
 
 
 class SessionWriter:
@@ -85,6 +89,7 @@ class SessionWriter:
                 "shed_calls": session.shed_calls,
                 "kept_by": session.kept_by,
                 "first_call_at": session.exchanges[0].started_at if session.exchanges else None,
+                **({"release": session.release, "arm": session.arm} if session.release else {}),
             },
         )
         try:

@@ -23,7 +23,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -62,6 +62,7 @@ class CaptureCounters:
         calls_recorded: calls of written sessions handed to the recorder.
         calls_shed: calls whose record was shed by ``max_calls_per_minute`` or
             ``max_spans_per_minute``.
+        sessions_by_arm: sessions opened on each arm of a canary release (sampled or not).
     """
 
     sessions_kept: int = 0
@@ -72,6 +73,7 @@ class CaptureCounters:
     sessions_failed: int = 0
     calls_recorded: int = 0
     calls_shed: int = 0
+    sessions_by_arm: Counter[str] = field(default_factory=Counter[str])
 
 
 @dataclass(frozen=True)
@@ -106,6 +108,8 @@ class _Session:
     response_ids: list[str] = field(default_factory=list)
     rewards: list[RewardCreate] = field(default_factory=list)
     writing: asyncio.Task[None] | None = None
+    release: str | None = None  # the canary release that routed it, and its arm
+    arm: str | None = None
 
     @property
     def is_kept(self) -> bool:
@@ -171,6 +175,9 @@ class SessionCapture:
         if session is None:
             sampled = is_sampled(sid, base_rate=self.config.base_rate, seed=self.config.seed)
             session = _Session(sid, is_sampled=sampled, opened_at=now, last_at=now)
+            session.release, session.arm = exchange.release, exchange.arm
+            if exchange.arm is not None:
+                self.counters.sessions_by_arm[exchange.arm] += 1
             self._open[sid] = session
         session.last_at = now
         if session.is_kept:
@@ -366,6 +373,8 @@ class SessionCapture:
             shed_calls=session.shed_calls,
             kept_by="reward" if session.is_rescued else "sample",
             rewards=tuple(session.rewards),
+            release=session.release,
+            arm=session.arm,
         )
         try:
             if await self._writer.write(closed):
@@ -419,7 +428,7 @@ class SessionCapture:
 
     def status(self) -> dict[str, int]:
         """Return the counters, and the sessions open and held now (for ``/healthz``)."""
-        counts = dict(vars(self.counters))
+        counts = {k: v for k, v in vars(self.counters).items() if isinstance(v, int)}
         counts["sessions_open"] = len(self._open)
         counts["sessions_held"] = len(self._held)
         counts["buffered_bytes"] = self._buffered_bytes

@@ -46,6 +46,7 @@ if TYPE_CHECKING:
         Unset,
         Worker,
     )
+    from fulmen.types.releases import Release, ReleaseCreate, ReleaseDecision
     from fulmen.types.sessions import SessionCreate
 
 __all__ = ["Capabilities", "ReconcileReport", "Store"]
@@ -305,6 +306,31 @@ class Store(Protocol):
 
     async def list_model_versions(self, run_id: str | None = None) -> list[ModelVersion]:
         """Model versions of one run (or of every run), by run id then version."""
+        ...
+
+    async def put_release(self, release: ReleaseCreate) -> Release:
+        """Store a new release in the ``canary`` state; idempotent by name.
+
+        The same definition again returns the stored release (whatever its state); another
+        definition under a stored name raises ``Conflict``. See ``fulmen.types.releases``.
+        """
+        ...
+
+    async def get_release(self, name: str) -> Release:
+        """Return the release of that name; ``NotFound`` if there is none."""
+        ...
+
+    async def list_releases(self) -> list[Release]:
+        """Return every release, latest created first."""
+        ...
+
+    async def decide_release(self, name: str, decision: ReleaseDecision) -> Release:
+        """Append ``decision`` to the release's events and move its state as it says.
+
+        ``promoted`` and ``rolled_back`` change the state (``Conflict`` where the state does
+        not allow it, or when ``expected_revision`` is stale); ``window`` records the gate's
+        figures. A decision whose ``event_id`` the release holds returns it unchanged.
+        """
         ...
 
     async def wait_for_rollouts(

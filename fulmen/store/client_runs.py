@@ -1,9 +1,10 @@
-"""The run, metrics and model-version methods of ``StoreClient``, over HTTP.
+"""The run, metrics, model-version and release methods of ``StoreClient``, over HTTP.
 
 A mixin so ``fulmen.store.client`` stays about rollouts; ``StoreClient`` provides ``_send``.
 Every write here is idempotent by a caller-chosen key (``run_id``; a metrics record's
-``(run_id, step, time)``; a model version's ``(run_id, version)``), so the session's retries
-never duplicate one. ``update_run`` sets a value, which is the same when repeated.
+``(run_id, step, time)``; a model version's ``(run_id, version)``; a release's name; a
+decision's ``event_id``), so the session's retries never duplicate one. ``update_run`` sets a
+value, which is the same when repeated.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from fulmen.store.runs import (
 )
 from fulmen.store.wire import RunMetricsRequest, RunUpdate
 from fulmen.types import UNSET, ModelVersion, Page, Run, RunMetrics, RunStatus, Unset
+from fulmen.types.releases import Release, ReleaseCreate, ReleaseDecision
 
 __all__ = ["RunsOverHttp"]
 
@@ -86,6 +88,22 @@ class RunsOverHttp(OperationCalls):
         """See ``Store.list_model_versions``."""
         params = {"run_id": run_id} if run_id is not None else None
         return await self._call("list_model_versions", params=params)
+
+    async def put_release(self, release: ReleaseCreate) -> Release:
+        """See ``Store.put_release``."""
+        return await self._call("put_release", release)
+
+    async def get_release(self, name: str) -> Release:
+        """See ``Store.get_release``."""
+        return await self._call("get_release", path={"name": name})
+
+    async def list_releases(self) -> list[Release]:
+        """See ``Store.list_releases``."""
+        return await self._call("list_releases")
+
+    async def decide_release(self, name: str, decision: ReleaseDecision) -> Release:
+        """See ``Store.decide_release``."""
+        return await self._call("decide_release", decision, path={"name": name})
 
 
 def _segment(value: str) -> str:

@@ -25,6 +25,12 @@ from fulmen.store.memory_queue import MemoryQueue
 from fulmen.store.memory_records import MemoryRecords
 from fulmen.store.memory_resources import MemoryResources
 from fulmen.store.memory_runs import MemoryRuns
+from fulmen.store.releases import (
+    check_release_name,
+    decided_release,
+    missing_release,
+    new_release,
+)
 from fulmen.store.rewards import is_prunable
 from fulmen.store.runs import (
     MAX_METRICS_LIMIT,
@@ -32,6 +38,7 @@ from fulmen.store.runs import (
     check_run_id,
     check_run_paging,
     check_run_update,
+    store_time,
 )
 from fulmen.store.watchdog import Watchdog
 from fulmen.types import (
@@ -63,6 +70,7 @@ from fulmen.types import (
     Unset,
     Worker,
 )
+from fulmen.types.releases import Release, ReleaseCreate, ReleaseDecision
 from fulmen.types.sessions import SessionCreate
 
 if TYPE_CHECKING:
@@ -81,6 +89,7 @@ class MemoryStore:
         self._records = MemoryRecords(self._queue)
         self._resources = MemoryResources()
         self._runs = MemoryRuns()
+        self._releases: dict[str, Release] = {}
         self._closed = False
         self._watchdog: Watchdog | None = None
 
@@ -377,6 +386,41 @@ class MemoryStore:
         check_run_id(run_id)
         async with self._lock:
             return self._runs.list_versions(run_id)
+
+    # -- releases --------------------------------------------------------------------------------
+
+    async def put_release(self, release: ReleaseCreate) -> Release:
+        """See ``Store.put_release``."""
+        async with self._lock:
+            self._check_open()
+            stored = self._releases.get(release.name)
+            self._releases[release.name] = put = new_release(release, stored, store_time())
+            return put
+
+    async def get_release(self, name: str) -> Release:
+        """See ``Store.get_release``."""
+        check_release_name(name)
+        async with self._lock:
+            try:
+                return self._releases[name]
+            except KeyError:
+                raise missing_release(name) from None
+
+    async def list_releases(self) -> list[Release]:
+        """See ``Store.list_releases``."""
+        async with self._lock:
+            return sorted(self._releases.values(), key=lambda r: (-r.created_at, r.name))
+
+    async def decide_release(self, name: str, decision: ReleaseDecision) -> Release:
+        """See ``Store.decide_release``."""
+        check_release_name(name)
+        async with self._lock:
+            self._check_open()
+            stored = self._releases.get(name)
+            if stored is None:
+                raise missing_release(name)
+            self._releases[name] = decided = decided_release(stored, decision, store_time())
+            return decided
 
     async def stats(self) -> StoreStats:
         """See ``Store.stats``."""

@@ -61,6 +61,7 @@ from fulmen.types import (
     Worker,
 )
 from fulmen.types.limits import INT32_MAX, Id
+from fulmen.types.releases import Release, ReleaseCreate, ReleaseDecision
 from fulmen.types.sessions import SessionCreate
 
 __all__ = ["OPERATIONS", "PATH_PARAMETERS", "Call", "MalformedBody", "Operation", "parse_body"]
@@ -141,6 +142,7 @@ PATH_PARAMETERS: dict[str, TypeAdapter[Any]] = {
     "rollout_id": TypeAdapter(Id),
     "attempt_id": TypeAdapter(Id),
     "run_id": TypeAdapter(Id),
+    "name": TypeAdapter(Id),
     "version": TypeAdapter(Annotated[int, Field(ge=1, le=INT32_MAX)]),
 }
 """The type of every path parameter; the OpenAPI spec takes their schemas from here."""
@@ -380,6 +382,23 @@ async def _list_model_versions(call: Call) -> Any:
     return await call.store.list_model_versions(q.run_id)
 
 
+async def _put_release(call: Call) -> Any:
+    return await call.store.put_release(parse_body(ReleaseCreate, call.body))
+
+
+async def _list_releases(call: Call) -> Any:
+    return await call.store.list_releases()
+
+
+async def _get_release(call: Call) -> Any:
+    return await call.store.get_release(_path_parameter(call, "name"))
+
+
+async def _decide_release(call: Call) -> Any:
+    decision = parse_body(ReleaseDecision, call.body)
+    return await call.store.decide_release(_path_parameter(call, "name"), decision)
+
+
 _R = "/v1/rollouts/{rollout_id}"
 _A = "/v1/attempts/{attempt_id}"
 
@@ -448,6 +467,16 @@ OPERATIONS: tuple[Operation, ...] = (
     Operation("list_model_versions", "GET", "/v1/model_versions",
               "List model versions, of one run or of all", _list_model_versions,
               list[ModelVersion], query=ModelVersionQuery),
+    Operation("put_release", "POST", "/v1/releases",
+              "Store a new canary release, or return the stored one of the same definition",
+              _put_release, Release, body=ReleaseCreate),
+    Operation("list_releases", "GET", "/v1/releases", "List releases, latest created first",
+              _list_releases, list[Release]),
+    Operation("get_release", "GET", "/v1/releases/{name}", "Get a release", _get_release,
+              Release),
+    Operation("decide_release", "POST", "/v1/releases/{name}/decisions",
+              "Record a decision: a gate window, a promotion or a rollback",
+              _decide_release, Release, body=ReleaseDecision),
     Operation("heartbeat", "POST", "/v1/workers/heartbeat", "Record a worker heartbeat",
               _heartbeat, Worker, body=HeartbeatRequest),
     Operation("list_workers", "GET", "/v1/workers", "List workers", _list_workers, list[Worker]),

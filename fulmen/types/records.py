@@ -13,6 +13,7 @@ from typing import Final
 from pydantic import BaseModel, ConfigDict, Field
 
 from fulmen.types.limits import FiniteFloat, Id, JsonData, Label, Text, TraceId
+from fulmen.types.releases import ReleaseArm
 
 __all__ = [
     "AGENT_NAME_HEADER",
@@ -117,6 +118,8 @@ class LLMCallCreate(BaseModel):
         client_headers: the headers a client sends to tell its sessions, threads and
             sub-agents apart (``GatewayConfig.session_headers``, such as Claude Code's
             ``x-claude-code-session-id`` or Codex's ``session-id``), lower-case names.
+        release / arm: the canary release that routed the call and the arm that served it
+            (``fulmen.types.releases``); ``None`` outside a release.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -141,6 +144,8 @@ class LLMCallCreate(BaseModel):
     error: dict[str, JsonData] | None = None
     agent_name: str | None = Field(default=None, min_length=1, max_length=256)
     client_headers: dict[Label, Label] = Field(default_factory=dict, max_length=16)
+    release: Id | None = None
+    arm: ReleaseArm | None = None
 
 
 class LLMCall(LLMCallCreate):

@@ -12,6 +12,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from fulmen.gateway.release import ReleaseRouter
+from fulmen.gateway.release_config import ReleaseConfig
 from fulmen.store import open_store
 from tests.gateway.conftest import new_attempt
 from tests.gateway.scripted_upstream import Script, create_upstream_app, free_socket, serve_app
@@ -80,7 +82,7 @@ def test_config_flags_are_derived_from_gateway_config(capsys: pytest.CaptureFixt
         build_parser().parse_args(["gateway", "--help"])
     helps = capsys.readouterr().out
     for name in GatewayConfig.model_fields:
-        if name not in ("policy_version_headers", "capture", "redaction"):  # from --config
+        if name not in ("policy_version_headers", "capture", "release", "redaction"):
             assert "--" + name.replace("_", "-") in helps
     assert "--config FILE.yaml" in helps
 
@@ -195,3 +197,69 @@ def test_model_map_flags_add_to_the_config_file_map(tmp_path: Path) -> None:
     assert config.model_map == {"gpt-5": "policy", "*": "policy", "claude-sonnet-4-6": "policy"}
     with pytest.raises(SystemExit):
         build_parser().parse_args(["gateway", "--model-map", "no-equals-sign"])
+
+
+async def test_the_gateway_command_runs_the_release_gate_and_switches_its_traffic(
+    tmp_path: Path,
+) -> None:
+    """``release.gate`` in ``--config``: the gate in the gateway process promotes, traffic follows.
+
+    The candidate's sessions get reward 1, the incumbent's 0: after one window with two
+    rewarded sessions an arm the gate promotes, and every later session reaches the candidate.
+    """
+    import yaml
+
+    url = f"sqlite:///{tmp_path / 'release.db'}"
+    config = {
+        "capture": {"session": {"header": "x-session-id", "idle_timeout_s": 0.2}},
+        "release": {
+            "name": "rel", "incumbent": "old", "candidate": "new", "share": 0.5, "poll_s": 0.1,
+            "gate": {"window_s": 0.5, "windows": 1, "min_sessions": 2},
+        },
+    }  # fmt: skip
+    path = tmp_path / "gateway.yaml"
+    path.write_text(yaml.safe_dump(config))
+    # Three sessions an arm, as the release's hash assigns them.
+    router = ReleaseRouter(ReleaseConfig.model_validate(config["release"]), store=None)  # type: ignore[arg-type]
+    by_arm: dict[str, list[str]] = {"incumbent": [], "candidate": []}
+    for i in range(100):
+        by_arm[router.arm_of(f"s{i}").value].append(f"s{i}")
+    sessions = by_arm["incumbent"][:3] + by_arm["candidate"][:3]
+    later = by_arm["incumbent"][3:6]
+    port = _free_port()
+    async with serve_app(create_upstream_app(Script())) as upstream:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "fulmen", "gateway", "--store", url, "--config", str(path),
+            "--upstream", f"{upstream}/v1", "--port", str(port),
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=_env(),
+        )  # fmt: skip
+        base = f"http://127.0.0.1:{port}"
+        try:
+            async with httpx.AsyncClient() as client:
+                await _wait_healthy(client, base)
+                for sid in sessions:
+                    headers = {"x-session-id": sid}
+                    r = await client.post(f"{base}/v1/chat/completions", json=CHAT, headers=headers)
+                    value = 1.0 if r.json()["model"] == "new" else 0.0
+                    reward = {"session_id": sid, "values": {"reward": value}}
+                    assert (await client.post(f"{base}/v1/rewards", json=reward)).is_success
+                state = "canary"
+                for _ in range(100):  # the gate's first window ends 0.5 s after the start
+                    state = (await client.get(f"{base}/healthz")).json()["release"]["state"]
+                    if state != "canary":
+                        break
+                    await asyncio.sleep(0.1)
+                assert state == "promoted"
+                for sid in later:  # sessions the hash sent to the incumbent
+                    headers = {"x-session-id": sid}
+                    r = await client.post(f"{base}/v1/chat/completions", json=CHAT, headers=headers)
+                    assert r.json()["model"] == "new"
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            code = await asyncio.wait_for(proc.wait(), timeout=15)
+        stderr = await proc.stderr.read() if proc.stderr else b""
+    assert code == 0 and b"Traceback" not in stderr, stderr.decode()
+    async with open_store(url, watchdog_interval=None) as store:
+        release = await store.get_release("rel")
+    assert release.state.value == "promoted"
+    assert release.events[-1].by.startswith("gate@")

@@ -1,4 +1,4 @@
-"""The run, metrics and model-version methods of ``SqlStore``.
+"""The run, metrics, model-version and release methods of ``SqlStore``.
 
 A mixin so ``fulmen.store.sql.store`` stays about rollouts; ``SqlStore`` provides ``_runner``
 and ``_dialect``. Each method is one transaction of ``fulmen.store.sql.runs``.
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from fulmen.store.releases import check_release_name
 from fulmen.store.runs import (
     MAX_METRICS_LIMIT,
     MAX_RUNS_LIMIT,
@@ -15,10 +16,11 @@ from fulmen.store.runs import (
     check_run_paging,
     check_run_update,
 )
-from fulmen.store.sql import runs
+from fulmen.store.sql import releases, runs
 from fulmen.store.sql.dialects import SqlDialect
 from fulmen.store.sql.runner import Runner
 from fulmen.types import UNSET, ModelVersion, Page, Run, RunMetrics, RunStatus, Unset
+from fulmen.types.releases import Release, ReleaseCreate, ReleaseDecision
 
 __all__ = ["SqlRunMethods"]
 
@@ -84,3 +86,25 @@ class SqlRunMethods:
         """See ``Store.list_model_versions``."""
         check_run_id(run_id)
         return await self._runner.read(runs.list_model_versions, run_id)
+
+    # -- releases ----------------------------------------------------------------------------
+
+    async def put_release(self, release: ReleaseCreate) -> Release:
+        """See ``Store.put_release``."""
+        return await self._runner.write(releases.put_release, self._dialect, release, small=True)
+
+    async def get_release(self, name: str) -> Release:
+        """See ``Store.get_release``."""
+        check_release_name(name)
+        return await self._runner.read(releases.get_release, name, small=True)
+
+    async def list_releases(self) -> list[Release]:
+        """See ``Store.list_releases``."""
+        return await self._runner.read(releases.list_releases)
+
+    async def decide_release(self, name: str, decision: ReleaseDecision) -> Release:
+        """See ``Store.decide_release``."""
+        check_release_name(name)
+        return await self._runner.write(
+            releases.decide_release, self._dialect, name, decision, small=True
+        )

@@ -7,11 +7,11 @@ included) in ``body``, so reading one back is a single ``model_validate_json``.
 
 ``fulmen_meta`` holds integer counters and the schema version. Version 2 added the rewards
 table and the ``response_id`` column of LLM calls (a reward may name a call by it); version 3
-added training runs, their metrics and model versions. An older database is migrated in place
-when it is opened (``ensure_schema``). Counters are rows that writers
-update inside their transaction, which both numbers rollouts/resources without gaps and, on
-PostgreSQL, serializes the writers that need the next number (the row lock lasts until commit,
-so numbers become visible in order).
+added training runs, their metrics and model versions; version 4 added releases. An older
+database is migrated in place when it is opened (``ensure_schema``). Counters are rows that
+writers update inside their transaction, which both numbers rollouts/resources without gaps
+and, on PostgreSQL, serializes the writers that need the next number (the row lock lasts
+until commit, so numbers become visible in order).
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ __all__ = [
     "meta",
     "metadata",
     "model_versions",
+    "releases",
     "resources",
     "rewards",
     "rollouts",
@@ -46,7 +47,7 @@ __all__ = [
     "workers",
 ]
 
-SCHEMA_VERSION: Final = 3
+SCHEMA_VERSION: Final = 4
 SCHEMA_VERSION_KEY: Final = "schema_version"
 POSITION_COUNTER: Final = "rollout_position"
 RESOURCES_COUNTER: Final = "resources_version"
@@ -236,6 +237,15 @@ model_versions = sa.Table(
     sa.PrimaryKeyConstraint("run_id", "version", name="pk_fulmen_model_versions"),
 )
 
+# Releases keep their whole record (events included) in ``body``; a decision rewrites it.
+releases = sa.Table(
+    "fulmen_releases",
+    metadata,
+    sa.Column("name", sa.String(128), primary_key=True),
+    sa.Column("created_at", sa.Double, nullable=False),
+    sa.Column("body", sa.Text, nullable=False),
+)
+
 
 def ensure_schema(conn: Connection) -> None:
     """Create missing tables and counters, and refuse a database written by a newer fulmen.
@@ -272,7 +282,7 @@ def ensure_schema(conn: Connection) -> None:
         if found == 1:
             _migrate_1_to_2(conn)
         if found < SCHEMA_VERSION:
-            # Version 3 only added tables, which ``create_all`` has just made.
+            # Versions 3 and 4 only added tables, which ``create_all`` has just made.
             _set_version(conn, SCHEMA_VERSION)
 
 

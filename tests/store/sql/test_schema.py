@@ -27,6 +27,7 @@ from fulmen.types import (
     RunMetrics,
     SpanCreate,
 )
+from fulmen.types.releases import ArmModel, ReleaseCreate
 
 
 def _span(rollout_id: str, attempt_id: str, span_id: str) -> SpanCreate:
@@ -263,12 +264,12 @@ async def test_a_version_1_store_is_migrated_and_its_calls_can_be_rewarded(sql_u
                 "SELECT value FROM fulmen_meta WHERE key = 'schema_version'"
             ).scalar_one()
 
-        assert await store._runner.read(version) == SCHEMA_VERSION == 3
+        assert await store._runner.read(version) == SCHEMA_VERSION == 4
         assert await store.list_runs() == Page(items=[])
 
 
 def _drop_version_3_tables(conn: sa.Connection) -> None:
-    for table in ("fulmen_model_versions", "fulmen_run_metrics", "fulmen_runs"):
+    for table in ("fulmen_releases", "fulmen_model_versions", "fulmen_run_metrics", "fulmen_runs"):
         conn.exec_driver_sql(f"DROP TABLE {table}")
 
 
@@ -297,4 +298,29 @@ async def test_a_version_2_store_is_migrated_and_keeps_its_rollouts(sql_url: str
                 "SELECT value FROM fulmen_meta WHERE key = 'schema_version'"
             ).scalar_one()
 
-        assert await store._runner.read(version) == 3
+        assert await store._runner.read(version) == SCHEMA_VERSION
+
+
+async def test_a_version_3_store_is_migrated_and_keeps_its_runs(sql_url: str) -> None:
+    """A database written before releases existed opens, keeps its runs and stores releases."""
+    async with open_store(sql_url, watchdog_interval=None) as store:
+        run = await store.start_run(Run(run_id="r", name="r", started_at=1.0))
+
+        def back_to_version_3(conn: sa.Connection) -> None:
+            conn.exec_driver_sql("DROP TABLE fulmen_releases")
+            conn.exec_driver_sql("UPDATE fulmen_meta SET value = 3 WHERE key = 'schema_version'")
+
+        await store._runner.write(back_to_version_3)
+    async with open_store(sql_url, watchdog_interval=None) as store:
+        assert await store.get_run("r") == run
+        release = ReleaseCreate(
+            name="rel", incumbent=ArmModel(model="a"), candidate=ArmModel(model="b"), share=0.1
+        )
+        assert (await store.put_release(release)).revision == 1
+
+        def version(conn: sa.Connection) -> int:
+            return conn.exec_driver_sql(
+                "SELECT value FROM fulmen_meta WHERE key = 'schema_version'"
+            ).scalar_one()
+
+        assert await store._runner.read(version) == SCHEMA_VERSION == 4
