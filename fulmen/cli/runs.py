@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING, Any
 
 from fulmen.cli.rollouts import render_table
 from fulmen.cli.store import add_store_options, open_cli_store, run_async
+from fulmen.store.reading import read_run_metrics
 
 if TYPE_CHECKING:
-    from fulmen.store import Store
     from fulmen.types import ModelVersion, Run, RunMetrics
 
 __all__ = ["metrics_summary", "register"]
@@ -45,17 +45,6 @@ def _took(run: Run) -> str:
 
 def _number(value: float) -> str:
     return f"{value:.4g}"
-
-
-async def _all_metrics(store: Store, run_id: str) -> list[RunMetrics]:
-    records: list[RunMetrics] = []
-    after: int | None = None
-    while True:
-        page = await store.query_run_metrics(run_id, after_step=after, limit=1000)
-        records.extend(page.items)
-        if page.next_cursor is None:
-            return records
-        after = page.next_cursor
 
 
 def metrics_summary(records: Sequence[RunMetrics]) -> list[dict[str, Any]]:
@@ -109,7 +98,7 @@ def _show(args: argparse.Namespace) -> int:
     async def main() -> tuple[Run, list[RunMetrics], list[ModelVersion]]:
         async with open_cli_store(args) as store:
             run = await store.get_run(args.run_id)
-            records = await _all_metrics(store, args.run_id)
+            records = await read_run_metrics(store, args.run_id)
             return run, records, await store.list_model_versions(args.run_id)
 
     run, records, versions = run_async(main)
@@ -162,26 +151,26 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _diagnose(args: argparse.Namespace) -> int:
-    from fulmen.trainer.diagnosis import diagnose
+    from fulmen.trainer.diagnosis import diagnose_stored_run
 
-    async def main() -> tuple[Run, list[RunMetrics]]:
+    async def main() -> Any:
         async with open_cli_store(args) as store:
-            return await store.get_run(args.run_id), await _all_metrics(store, args.run_id)
+            return await diagnose_stored_run(store, args.run_id)
 
-    run, records = run_async(main)
-    findings = diagnose([m.values for m in records], is_async=_is_async(run.config))
+    diagnosis = run_async(main)
+    findings = diagnosis.findings
     if args.json:
         print(json.dumps([{"what": f.what, "remedy": f.remedy} for f in findings], indent=2))
         return 0
     if not findings:
-        print(f"run {run.run_id}: no steps recorded yet")
+        print(f"run {diagnosis.run.run_id}: no steps recorded yet")
     for finding in findings:
         print(finding.line())
     return 0
 
 
 def _compare(args: argparse.Namespace) -> int:
-    from fulmen.debugging.runs_compare import compare_runs
+    from fulmen.debugging.runs_compare import compare_runs, comparison_json
 
     async def main() -> Any:
         async with open_cli_store(args) as store:
@@ -189,7 +178,7 @@ def _compare(args: argparse.Namespace) -> int:
 
     result = run_async(main)
     if args.json:
-        print(json.dumps(_comparison_json(result), indent=2, default=str))
+        print(json.dumps(comparison_json(result), indent=2, default=str))
         return 0
     rows = []
     for s in result.runs:
@@ -221,29 +210,6 @@ def _compare(args: argparse.Namespace) -> int:
             f"{'-' if c.t_p is None else f'{c.t_p:.4g}'}, permutation p = {c.permutation_p:.4g}"
         )
     return 0
-
-
-def _comparison_json(result: Any) -> dict[str, Any]:
-    import dataclasses
-
-    return {
-        "runs": [
-            {
-                "run_id": s.run.run_id,
-                "final": s.final,
-                "final_se": s.final_se,
-                "tasks": len(s.rewards),
-                "steps": s.steps,
-                "train_minutes": s.train_minutes,
-                "split": dict(s.split),
-            }
-            for s in result.runs
-        ],
-        "differences": {k: list(v) for k, v in result.differences.items()},
-        "paired": {
-            k: None if c is None else dataclasses.asdict(c) for k, c in result.paired.items()
-        },
-    }
 
 
 def _suggest(args: argparse.Namespace) -> int:
@@ -292,12 +258,6 @@ def _suggest(args: argparse.Namespace) -> int:
     else:
         print("proposal: keep the config; no setting is shown to matter (docs/runs.md)")
     return 0
-
-
-def _is_async(config: dict[str, Any]) -> bool:
-    """Whether a run's recorded config trains asynchronously (any stage)."""
-    stages = config.get("stages") or [config.get("algorithm")]
-    return any(isinstance(s, dict) and s.get("async") is not None for s in stages)
 
 
 def register(subparsers: Any) -> None:

@@ -12,6 +12,10 @@ the ``FulmenError`` raised.
 ``GET /api/rollouts/{id}``             one rollout (``fulmen.dashboard.rollout_detail``)
 ``GET /api/runs``                      runs, latest first
 ``GET /api/runs/{id}/metrics``         a run and its metrics (``after_step`` for the new ones)
+``GET /api/runs/{id}/diagnosis``       where its step time went (``fulmen runs diagnose``)
+``GET /api/runs/compare?run=A&run=B``  runs side by side (``fulmen runs compare``)
+``GET /api/releases``                  canary releases, latest created first
+``GET /api/releases/{name}``           a release, its events, its arms (``fulmen release status``)
 ``GET /api/prompts``                   prompt versions with lineage and scores
 ``GET /api/prompts/diff?a=&b=``        side-by-side diff of two prompt versions
 ``GET /api/model_versions``            model versions (``run_id`` for one run)
@@ -46,10 +50,12 @@ from fulmen.dashboard.debug_api import DebugActions, DebugTools
 from fulmen.dashboard.gate import SecurityHeaders, TokenGate
 from fulmen.dashboard.jobs import Jobs
 from fulmen.dashboard.local_tokens import LocalTokens
+from fulmen.dashboard.release_view import ReleaseViews
 from fulmen.dashboard.resources_view import model_versions, prompt_diff, prompt_versions
 from fulmen.dashboard.rewards import RewardReader
 from fulmen.dashboard.rollout_detail import rollout_detail
 from fulmen.dashboard.rollout_table import RolloutFilter, RolloutTable
+from fulmen.dashboard.run_analysis import parse_run_ids, run_diagnosis, runs_comparison
 from fulmen.dashboard.runs_view import RunVersions, list_runs, run_metrics
 from fulmen.engines.link import EngineLink
 from fulmen.errors import ConfigError, FulmenError, InvalidRequest, NotFound
@@ -145,6 +151,7 @@ class _Api:
         self.table = RolloutTable(store, self.rewards)
         self.run_versions = RunVersions(store)
         self.local_tokens = LocalTokens(store)
+        self.releases = ReleaseViews(store)
 
     async def engine(self) -> EngineLink | None:
         """Return the linked engine: the one given, or with ``auto`` the latest ``llm``'s.
@@ -214,6 +221,26 @@ class _Api:
             request.path_params["run_id"],
             after_step=int(after) if after is not None else None,
         )
+
+    async def compare(self, request: Request) -> Any:
+        return await runs_comparison(self.store, parse_run_ids(request.query_params.getlist("run")))
+
+    async def diagnosis(self, request: Request) -> Any:
+        auto = self.engine_url == AUTO_ENGINE
+        return await run_diagnosis(
+            self.store,
+            request.path_params["run_id"],
+            self.run_versions,
+            linked_url=None if auto else self.engine_url,
+            follows_store=auto,
+        )
+
+    async def release_list(self, request: Request) -> Any:
+        del request
+        return await self.releases.listing()
+
+    async def release(self, request: Request) -> Any:
+        return await self.releases.detail(request.path_params["name"])
 
     async def prompts(self, request: Request) -> Any:
         del request
@@ -312,7 +339,11 @@ def create_app(
         Route("/api/rollouts", _endpoint(api.rollouts), methods=["GET"]),
         Route("/api/rollouts/{rollout_id:path}", _endpoint(api.rollout), methods=["GET"]),
         Route("/api/runs", _endpoint(api.runs), methods=["GET"]),
+        Route("/api/runs/compare", _endpoint(api.compare), methods=["GET"]),
         Route("/api/runs/{run_id:path}/metrics", _endpoint(api.metrics), methods=["GET"]),
+        Route("/api/runs/{run_id:path}/diagnosis", _endpoint(api.diagnosis), methods=["GET"]),
+        Route("/api/releases", _endpoint(api.release_list), methods=["GET"]),
+        Route("/api/releases/{name:path}", _endpoint(api.release), methods=["GET"]),
         Route("/api/prompts", _endpoint(api.prompts), methods=["GET"]),
         Route("/api/prompts/diff", _endpoint(api.diff), methods=["GET"]),
         Route("/api/model_versions", _endpoint(api.model_versions), methods=["GET"]),

@@ -8,10 +8,12 @@ both final validations scored (``fulmen.debugging.stats.compare_paired``: the me
 its 95% CI and the paired tests). A final validation's per-task rewards are read from the
 run's validation rollouts in the store (rollout ids carry the validation's step tag); a failed
 validation rollout has no reward and is left out of both the mean and the pairing.
+``comparison_json`` turns the result into plain JSON data (the dashboard's comparison view).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 import statistics
@@ -22,9 +24,17 @@ from typing import Any
 from fulmen.debugging.stats import PairedComparison, compare_paired
 from fulmen.errors import ConfigError
 from fulmen.store.base import Store
+from fulmen.store.reading import read_run_metrics
 from fulmen.types import Mode, RolloutQuery, RolloutStatus, Run
 
-__all__ = ["RunSummary", "RunsComparison", "compare_runs", "config_diff", "flatten"]
+__all__ = [
+    "RunSummary",
+    "RunsComparison",
+    "compare_runs",
+    "comparison_json",
+    "config_diff",
+    "flatten",
+]
 
 # ``{run_id}-g{generation}[-st{stage}]-val{step}-t{task}``: see ``StageContext.run_tasks``.
 _VALIDATION_ID = re.compile(r"-val(?P<step>\d+)-t\d+$")
@@ -107,9 +117,42 @@ async def compare_runs(store: Store, run_ids: Sequence[str]) -> RunsComparison:
     return RunsComparison(runs=summaries, differences=differences, paired=paired)
 
 
+def comparison_json(result: RunsComparison) -> dict[str, Any]:
+    """Return ``result`` as JSON data: what ``fulmen runs compare --json`` prints, and more.
+
+    Each run adds its ``name``, ``status``, ``started_at`` and ``ended_at``; ``first`` names the
+    run the others are paired against, and ``paired`` holds every field of
+    ``PairedComparison`` (``None`` where fewer than two validation tasks were scored by both).
+    Config values are kept as the store holds them (JSON already).
+    """
+    return {
+        "first": result.runs[0].run.run_id,
+        "runs": [
+            {
+                "run_id": s.run.run_id,
+                "name": s.run.name,
+                "status": s.run.status.value,
+                "started_at": s.run.started_at,
+                "ended_at": s.run.ended_at,
+                "final": s.final,
+                "final_se": s.final_se,
+                "tasks": len(s.rewards),
+                "steps": s.steps,
+                "train_minutes": s.train_minutes,
+                "split": dict(s.split),
+            }
+            for s in result.runs
+        ],
+        "differences": {k: list(v) for k, v in result.differences.items()},
+        "paired": {
+            k: None if c is None else dataclasses.asdict(c) for k, c in result.paired.items()
+        },
+    }
+
+
 async def _summary(store: Store, run_id: str) -> RunSummary:
     run = await store.get_run(run_id)
-    records = await _metrics(store, run_id)
+    records = [m.values for m in await read_run_metrics(store, run_id)]
     steps = [r for r in records if r.get("time/step_s") is not None]
     total = sum(r["time/step_s"] for r in steps)
     split = (
@@ -133,17 +176,6 @@ async def _summary(store: Store, run_id: str) -> RunSummary:
         train_minutes=total / 60,
         split=split,
     )
-
-
-async def _metrics(store: Store, run_id: str) -> list[Mapping[str, float]]:
-    records: list[Mapping[str, float]] = []
-    after: int | None = None
-    while True:
-        page = await store.query_run_metrics(run_id, after_step=after, limit=1000)
-        records += [m.values for m in page.items]
-        if page.next_cursor is None:
-            return records
-        after = page.next_cursor
 
 
 async def _final_validation(store: Store, run_id: str) -> dict[str, float]:

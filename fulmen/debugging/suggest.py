@@ -29,6 +29,7 @@ from typing import Any
 
 from fulmen.debugging.runs_compare import flatten
 from fulmen.store.base import Store
+from fulmen.store.reading import read_run_metrics
 from fulmen.types import RunStatus
 
 __all__ = ["Outcome", "Statement", "outcomes", "suggest"]
@@ -92,17 +93,11 @@ async def outcomes(store: Store, *, model: Any, agent: Any) -> list[Outcome]:
 async def _outcome(store: Store, run_id: str) -> float | None:
     validations: list[tuple[int, float]] = []
     minutes = 0.0
-    after: int | None = None
-    while True:
-        page = await store.query_run_metrics(run_id, after_step=after, limit=1000)
-        for record in page.items:
-            value = record.values.get("val/reward_mean")
-            if value is not None and math.isfinite(value):
-                validations.append((record.step, value))
-            minutes += record.values.get("time/step_s", 0.0) / 60
-        if page.next_cursor is None:
-            break
-        after = page.next_cursor
+    for record in await read_run_metrics(store, run_id):
+        value = record.values.get("val/reward_mean")
+        if value is not None and math.isfinite(value):
+            validations.append((record.step, value))
+        minutes += record.values.get("time/step_s", 0.0) / 60
     if len(validations) < 2 or validations[0][0] != 0 or minutes <= 0:
         return None
     return (validations[-1][1] - validations[0][1]) / minutes

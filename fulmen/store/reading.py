@@ -7,9 +7,9 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from fulmen.store.base import Store
-    from fulmen.types import LLMCall, Rollout, RolloutQuery, Span
+    from fulmen.types import LLMCall, Rollout, RolloutQuery, RunMetrics, Span
 
-__all__ = ["iter_rollouts", "read_llm_calls", "read_spans"]
+__all__ = ["iter_rollouts", "read_llm_calls", "read_run_metrics", "read_spans"]
 
 
 async def read_spans(store: Store, rollout_id: str, *, attempt_id: str | None = None) -> list[Span]:
@@ -47,3 +47,15 @@ async def iter_rollouts(store: Store, query: RolloutQuery) -> AsyncIterator[Roll
         if page.next_cursor is None:
             return
         query = query.model_copy(update={"cursor": page.next_cursor})
+
+
+async def read_run_metrics(store: Store, run_id: str) -> list[RunMetrics]:
+    """Return every metrics record of run ``run_id``, in step order (all pages)."""
+    records: list[RunMetrics] = []
+    after: int | None = None
+    while True:
+        page = await store.query_run_metrics(run_id, after_step=after, limit=1000)
+        records.extend(page.items)
+        if page.next_cursor is None:
+            return records
+        after = page.next_cursor

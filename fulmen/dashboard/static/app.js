@@ -1,15 +1,23 @@
 // The dashboard's shell: a hash router, the token form, and the live-update poller.
 import { AuthError, setToken, token } from "./api.js";
 import { clear, el } from "./dom.js";
+import { comparePage } from "./pages/compare.js";
+import { releasePage, releasesPage } from "./pages/releases.js";
 import { resourcesPage } from "./pages/resources.js";
 import { rolloutPage } from "./pages/rollout.js";
 import { rolloutsPage } from "./pages/rollouts.js";
+import { runPage } from "./pages/run.js";
 import { runsPage } from "./pages/runs.js";
 
 // How often pages poll the store, in ms (?poll=500 in the page URL changes it).
 const POLL_MS = Number(new URLSearchParams(location.search).get("poll")) || 2000;
 
-const PAGES = { runs: runsPage, rollouts: rolloutsPage, rollout: rolloutPage, resources: resourcesPage };
+const PAGES = {
+  runs: runsPage, run: runPage, compare: comparePage, rollouts: rolloutsPage, rollout: rolloutPage,
+  resources: resourcesPage, releases: releasesPage, release: releasePage,
+};
+// Pages under another's tab in the navigation.
+const TAB_OF = { rollout: "rollouts", run: "runs", compare: "runs", release: "releases" };
 
 let current = null; // {stop()} of the page on screen
 
@@ -35,8 +43,9 @@ function askForToken(message) {
   clear(document.getElementById("page"));
 }
 
-/** Run `load` now and then every POLL_MS while the page is on screen. */
-function poller(load) {
+/** Run `load` every POLL_MS (or every `atLeastMs`, when longer) while the page is on screen. */
+function poller(load, atLeastMs = 0) {
+  const every = Math.max(POLL_MS, atLeastMs);
   let timer = null;
   let stopped = false;
   const live = document.getElementById("live");
@@ -52,9 +61,9 @@ function poller(load) {
         return;
       }
     }
-    if (!stopped) timer = setTimeout(tick, POLL_MS);
+    if (!stopped) timer = setTimeout(tick, every);
   };
-  timer = setTimeout(tick, POLL_MS);
+  timer = setTimeout(tick, every);
   return () => {
     stopped = true;
     clearTimeout(timer);
@@ -66,7 +75,7 @@ async function render() {
   current = null;
   const { name, arg, params } = route();
   for (const link of document.querySelectorAll("nav a")) {
-    link.classList.toggle("active", link.dataset.page === name || (name === "rollout" && link.dataset.page === "rollouts"));
+    link.classList.toggle("active", link.dataset.page === (TAB_OF[name] || name));
   }
   const main = clear(document.getElementById("page"));
   main.dataset.page = name;
