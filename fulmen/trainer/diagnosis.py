@@ -7,11 +7,20 @@ with the figure it rests on and the setting that addresses it:
 - the share of step time in rollouts, the update and the weight sync, and for asynchronous
   runs the time the trainer waited for rollouts or the rollouts for weights;
 - the share of the run spent validating;
+- when rollouts dominate a synchronous run, whether they ran in waves: fewer at once
+  (``rollouts/concurrency_max``) than a step had;
 - how many steps made no update, and the most common reason (``no_update_reason``);
-- the prefix cache's hit rate on prompt tokens.
+- from the engine's counters: the prefix cache's hit rate on prompt tokens, a mean decode batch
+  well below ``engine.max_batch`` while rollouts dominate, and a long mean wait for admission.
+
+Records and counters from before a figure existed give no finding about it.
 
 A finding appears only when its figure says something is worth changing; the thresholds are
 stated in each text, so a reader can disagree with them.
+
+``diagnose_stored_run`` reads a run and all its metrics from a store and diagnoses them (what
+``fulmen runs diagnose`` prints, live while the run trains); ``diagnosis_json`` is its result
+as JSON data (the dashboard's run page).
 """
 
 from __future__ import annotations
@@ -20,10 +29,24 @@ import statistics
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from fulmen.algorithms.grpo.diagnose import no_update_reason
+from fulmen.store.reading import read_run_metrics
 
-__all__ = ["Finding", "diagnose", "engine_counters"]
+if TYPE_CHECKING:
+    from fulmen.store.base import Store
+    from fulmen.types import Run
+
+__all__ = [
+    "Finding",
+    "RunDiagnosis",
+    "diagnose",
+    "diagnose_stored_run",
+    "diagnosis_json",
+    "engine_counters",
+    "is_async_config",
+]
 
 #: A share of step time above which a phase is called the bottleneck.
 _DOMINANT = 0.6
@@ -33,6 +56,10 @@ _VALIDATION = 0.25
 _NO_UPDATE = 0.3
 #: A prefix-cache hit rate below this, with the cache on, is worth saying.
 _PREFIX_HITS = 0.2
+#: A mean decode batch below this share of ``engine.max_batch``, with rollouts dominant, too.
+_BATCH_FILL = 0.5
+#: A mean wait for a place in the engine's batch above this many seconds is worth saying.
+_ADMISSION_WAIT_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -64,13 +91,82 @@ def diagnose(
     """
     steps = [r for r in records if r.get("time/step_s") is not None]
     findings: list[Finding] = []
+    dominant = bool(steps) and _rollouts_dominate(steps, is_async)
     if steps:
         findings += _time_split(steps, is_async)
+        if dominant and not is_async:
+            findings += _waves(steps)
         findings += _no_updates(steps)
     findings += _validation(records, steps)
     if engine is not None:
         findings += _prefix_cache(engine)
+        if dominant:
+            findings += _decode_batch(engine)
+        findings += _admission_wait(engine)
     return findings
+
+
+@dataclass(frozen=True)
+class RunDiagnosis:
+    """A stored run's diagnosis and what it rests on.
+
+    Attributes:
+        run: the run as the store holds it.
+        records: metrics records read.
+        steps: of which training steps (records with ``time/step_s``).
+        is_async: whether the run's config trains asynchronously.
+        findings: ``diagnose``'s findings (empty while no step is recorded).
+    """
+
+    run: Run
+    records: int
+    steps: int
+    is_async: bool
+    findings: list[Finding]
+
+
+def is_async_config(config: Mapping[str, Any]) -> bool:
+    """Whether a run's recorded config trains asynchronously (any stage has ``async``)."""
+    stages = config.get("stages") or [config.get("algorithm")]
+    return any(isinstance(s, Mapping) and s.get("async") is not None for s in stages)
+
+
+async def diagnose_stored_run(
+    store: Store, run_id: str, *, engine: Mapping[str, float] | None = None
+) -> RunDiagnosis:
+    """Read run ``run_id`` and every metrics record it has written to ``store``, and diagnose it.
+
+    The run may still be training: the diagnosis covers the records written so far. ``engine``
+    holds its engine's counters when the caller could read them. A run the store does not hold
+    raises ``NotFound``.
+    """
+    run = await store.get_run(run_id)
+    records = [m.values for m in await read_run_metrics(store, run_id)]
+    is_async = is_async_config(run.config)
+    return RunDiagnosis(
+        run=run,
+        records=len(records),
+        steps=sum(1 for r in records if r.get("time/step_s") is not None),
+        is_async=is_async,
+        findings=diagnose(records, is_async=is_async, engine=engine),
+    )
+
+
+def diagnosis_json(diagnosis: RunDiagnosis) -> dict[str, Any]:
+    """Return ``diagnosis`` as JSON data; each finding as ``fulmen runs diagnose --json`` has it.
+
+    Findings carry ``what`` and ``remedy`` (as the CLI's JSON) and ``line`` (as its text).
+    """
+    return {
+        "run_id": diagnosis.run.run_id,
+        "status": diagnosis.run.status.value,
+        "records": diagnosis.records,
+        "steps": diagnosis.steps,
+        "is_async": diagnosis.is_async,
+        "findings": [
+            {"what": f.what, "remedy": f.remedy, "line": f.line()} for f in diagnosis.findings
+        ],
+    }
 
 
 def engine_counters(page: str) -> dict[str, float]:
@@ -141,6 +237,35 @@ def _time_split(steps: Sequence[Mapping[str, float]], is_async: bool) -> list[Fi
     return out
 
 
+def _rollouts_dominate(steps: Sequence[Mapping[str, float]], is_async: bool) -> bool:
+    """Whether rollouts held steps back: their share of step time, or the trainer's wait."""
+    total = _total(steps, "time/step_s")
+    if total <= 0:
+        return False
+    if is_async:
+        return _total(steps, "time/wait_data_s") / total > 1 - _DOMINANT
+    return _total(steps, "time/rollout_s") / total > _DOMINANT
+
+
+def _waves(steps: Sequence[Mapping[str, float]]) -> list[Finding]:
+    measured = [r for r in steps if r.get("rollouts/concurrency_max") is not None]
+    if not measured:
+        return []
+    at_once = max(r["rollouts/concurrency_max"] for r in measured)
+    per_step = max(r.get("rollouts/finished", 0.0) for r in measured)
+    if at_once >= per_step:
+        return []
+    mean = statistics.fmean(r.get("rollouts/concurrency_mean", 0.0) for r in measured)
+    return [
+        Finding(
+            f"at most {at_once:.0f} rollouts ran at once for {per_step:.0f} a step (on average "
+            f"{mean:.1f} at once), so they ran in waves",
+            "raise rollouts.concurrency (rollouts at once per runner) or add runners "
+            "(cluster.runners)",
+        )
+    ]
+
+
 def _no_updates(steps: Sequence[Mapping[str, float]]) -> list[Finding]:
     idle = [r for r in steps if r.get("updated") == 0.0]
     if not idle or len(idle) / len(steps) <= _NO_UPDATE:
@@ -198,5 +323,42 @@ def _prefix_cache(engine: Mapping[str, float]) -> list[Finding]:
             text,
             "prompts that share a long start (system prompt, tools, examples first) reuse it "
             "across calls and group members (docs/engine.md)",
+        )
+    ]
+
+
+def _decode_batch(engine: Mapping[str, float]) -> list[Finding]:
+    passes = engine.get("fulmen_engine_decode_passes_total", 0.0)
+    rows = engine.get("fulmen_engine_decode_rows_total")
+    largest = engine.get("fulmen_engine_max_batch", 0.0)
+    if rows is None or passes <= 0 or largest <= 0:
+        return []
+    mean = rows / passes
+    if mean >= _BATCH_FILL * largest:
+        return []
+    return [
+        Finding(
+            f"the engine decoded {mean:.1f} sequences a pass on average, below "
+            f"{_BATCH_FILL:.0%} of engine.max_batch {largest:.0f}, while rollouts held steps back",
+            "more rollouts at once: rollouts.concurrency or cluster.runners, and "
+            "algorithm.tasks_per_step when a step has fewer rollouts than engine.max_batch",
+        )
+    ]
+
+
+def _admission_wait(engine: Mapping[str, float]) -> list[Finding]:
+    admitted = engine.get("fulmen_engine_admitted_requests_total", 0.0)
+    waited = engine.get("fulmen_engine_queue_wait_seconds_total")
+    if waited is None or admitted <= 0:
+        return []
+    mean = waited / admitted
+    if mean <= _ADMISSION_WAIT_S:
+        return []
+    return [
+        Finding(
+            f"model calls waited {mean:.1f} s on average for a place in the engine's batch "
+            f"(above {_ADMISSION_WAIT_S:g} s; {admitted:.0f} requests)",
+            "a larger engine.max_batch (memory allowing), or another engine "
+            "(cluster.engine_replicas) (docs/engine.md)",
         )
     ]

@@ -373,3 +373,69 @@ def test_metrics_count_prefix_cache_hits_and_tokens(engine: EngineProcess) -> No
     assert 0 < after[p + "prefix_cache_bytes"] <= after[p + "prefix_cache_max_bytes"]
     assert after[p + "generation_tokens_per_second"] > 0
     assert after[p + "queue_length"] == 0 and after[p + "running_sequences"] == 0
+    # Admission: each request counted once, its wait summed (the queue was empty: no more
+    # than a step's worth each).
+    admitted = after[p + "admitted_requests_total"] - before[p + "admitted_requests_total"]
+    assert admitted == 2
+    waited = after[p + "queue_wait_seconds_total"] - before[p + "queue_wait_seconds_total"]
+    assert 0 <= waited < 30
+    assert after[p + "max_batch"] == 8  # the fixture's --max-batch
+    # Three choices of one request decode together: three rows a decode pass.
+    chat(engine, max_tokens=4, n=3, temperature=1.0, seed=1, ignore_eos=True)
+    again = _metrics(engine)
+    passes = again[p + "decode_passes_total"] - after[p + "decode_passes_total"]
+    rows = again[p + "decode_rows_total"] - after[p + "decode_rows_total"]
+    assert passes == 3 and rows == 9
+
+
+def test_a_release_serves_its_adapter_version_to_its_arm(
+    engine: EngineProcess, tool_adapter: Path, tmp_path: Path
+) -> None:
+    """The gateway loads a release's adapter version into the engine; its arm's sessions get it.
+
+    The candidate is the tool-calling adapter, recorded as a model version of a run in the
+    store; the incumbent is the base model. A session the hash sends to the candidate gets a
+    tool call, one sent to the incumbent the base model's reply.
+    """
+    from fulmen.gateway import GatewayConfig, create_app
+    from fulmen.gateway.capture_config import CaptureConfig, SessionKeyConfig
+    from fulmen.gateway.release_config import ReleaseConfig
+    from fulmen.store import open_store
+    from fulmen.types import ModelKind, ModelVersion, Run
+    from fulmen.types.releases import ReleaseArm
+    from tests.gateway.scripted_upstream import serve_app
+
+    async def main() -> None:
+        store = await open_store(f"sqlite:///{tmp_path / 'rel.db'}", watchdog_interval=None)
+        await store.start_run(Run(run_id="r", name="r", started_at=1.0))
+        adapter = ModelVersion(
+            run_id="r", version=1, step=1, kind=ModelKind.ADAPTER, path=str(tool_adapter)
+        )
+        await store.add_model_version(adapter)
+        release = ReleaseConfig.model_validate(
+            {"name": "weather", "incumbent": "tiny", "candidate": {"run_id": "r", "version": 1},
+             "share": 0.5}
+        )  # fmt: skip
+        capture = CaptureConfig(session=SessionKeyConfig(header="x-session-id"))
+        config = GatewayConfig(capture=capture, release=release, read_timeout_s=120)
+        app = create_app(store, [engine.base_url], config=config)
+        try:
+            async with serve_app(app) as url, httpx.AsyncClient(timeout=120) as client:
+                router = app.state.gateway.release
+                sessions = {router.arm_of(f"s{i}"): f"s{i}" for i in range(20)}
+                body = {"model": "any", "messages": MESSAGES, "tools": TOOLS,
+                        "temperature": 0, "max_tokens": 40}  # fmt: skip
+                finish = {}
+                for arm, session in sessions.items():
+                    reply = await client.post(
+                        f"{url}/v1/chat/completions", json=body, headers={"x-session-id": session}
+                    )
+                    assert reply.status_code == 200, reply.text
+                    finish[arm] = reply.json()["choices"][0]["finish_reason"]
+                assert finish[ReleaseArm.CANDIDATE] == "tool_calls"
+                assert finish[ReleaseArm.INCUMBENT] != "tool_calls"
+        finally:
+            await store.aclose()
+            await engine.unload_adapter("r-v1")
+
+    asyncio.run(main())

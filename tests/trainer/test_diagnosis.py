@@ -198,3 +198,41 @@ def test_runs_suggest_names_the_setting_that_made_the_difference(
     text = capsys.readouterr().out
     assert "--set algorithm.grpo.learning_rate=0.01   (now 0.001)" in text
     assert "algorithm.group_size" in text and "not shown" in text
+
+
+def test_rollouts_that_ran_in_waves_point_at_concurrency_and_runners() -> None:
+    waves = {"rollouts/finished": 16.0, "rollouts/concurrency_max": 4.0}
+    found = lines([step(9.0, 1.0, **waves, **{"rollouts/concurrency_mean": 3.5})] * 3)
+    (line,) = [line for line in found if "ran in waves" in line]
+    assert line.startswith("at most 4 rollouts ran at once for 16 a step (on average 3.5 at once)")
+    assert "rollouts.concurrency" in line and "cluster.runners" in line
+    # All of a step's rollouts at once, or an update that dominates: nothing to say.
+    at_once = {**waves, "rollouts/concurrency_max": 16.0}
+    assert not any("waves" in line for line in lines([step(9.0, 1.0, **at_once)]))
+    assert not any("waves" in line for line in lines([step(1.0, 9.0, **waves)]))
+
+
+def test_the_engine_counters_name_a_small_batch_and_a_long_admission_wait() -> None:
+    page = (
+        "fulmen_engine_max_batch 8\nfulmen_engine_decode_passes_total 100\n"
+        "fulmen_engine_decode_rows_total 150\nfulmen_engine_admitted_requests_total 10\n"
+        "fulmen_engine_queue_wait_seconds_total 30.5\n"
+    )
+    engine = engine_counters(page)
+    found = lines([step(9.0, 1.0)] * 2, engine=engine)
+    (batch,) = [line for line in found if "sequences a pass" in line]
+    assert batch.startswith("the engine decoded 1.5 sequences a pass on average, below 50% of")
+    assert "engine.max_batch 8" in batch and "rollouts.concurrency" in batch
+    (wait,) = [line for line in found if "waited" in line]
+    assert wait.startswith("model calls waited 3.0 s on average for a place in the engine's")
+    assert "(above 1 s; 10 requests)" in wait and "cluster.engine_replicas" in wait
+    # The update dominates: a small batch is no bottleneck (the wait still is worth saying).
+    found = lines([step(1.0, 9.0)] * 2, engine=engine)
+    assert not any("sequences a pass" in line for line in found)
+    assert any("model calls waited" in line for line in found)
+
+
+def test_records_and_counters_from_before_these_figures_give_no_finding() -> None:
+    old_engine = {"fulmen_engine_prefix_cache_enabled": 0.0, "fulmen_engine_decode_passes_total": 9}
+    found = lines([step(9.0, 1.0, **{"rollouts/finished": 16.0})] * 2, engine=old_engine)
+    assert len(found) == 2 and "rollouts take 89%" in found[1]

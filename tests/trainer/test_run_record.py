@@ -206,6 +206,9 @@ async def test_toy_runs_are_recorded_and_followed_live_over_http(tmp_path: Path)
                 await asyncio.sleep(0.2)
             history = await training
             assert len(history) == 2
+            for metrics in history:  # 4 rollouts a step, up to rollouts.concurrency (8) at once
+                most = metrics["rollouts/concurrency_max"]
+                assert 1 <= most <= 4 and 0 < metrics["rollouts/concurrency_mean"] <= most
             assert seen_live, "no training step was visible while the run was running"
             (done,) = (await reader.list_runs()).items
             assert done.status is RunStatus.SUCCEEDED and done.ended_at is not None

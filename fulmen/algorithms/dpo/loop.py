@@ -22,6 +22,7 @@ from fulmen.algorithms.context import AlgorithmContext
 from fulmen.algorithms.dpo.config import DPOAlgorithmConfig
 from fulmen.algorithms.dpo.pairs import PairStats, PreferencePair, build_pairs
 from fulmen.algorithms.rewards import reward_metrics
+from fulmen.algorithms.rollout_concurrency import concurrency_metrics
 from fulmen.algorithms.serving import keep_newest, serve_policy
 from fulmen.algorithms.source import StoreSource
 from fulmen.types import Mode, RolloutStatus, Trajectory
@@ -112,6 +113,7 @@ async def _sample_pairs(
         **reward_metrics("reward", _rewards(trajectories), context.success_threshold),
         "rollouts/finished": float(len(finished)),
         "rollouts/failed": float(sum(r.status is not RolloutStatus.SUCCEEDED for r in finished)),
+        **concurrency_metrics(finished),
         "transitions": float(sum(len(t.transitions) for t in trajectories)),
     }
     return pairs, stats, metrics

@@ -27,6 +27,7 @@ from fulmen.algorithms.grpo.config import GRPOAlgorithmConfig, GRPOConfig
 from fulmen.algorithms.grpo.diagnose import no_update_reason
 from fulmen.algorithms.parallel.group import data_parallel
 from fulmen.algorithms.rewards import reward_metrics
+from fulmen.algorithms.rollout_concurrency import concurrency_metrics
 from fulmen.algorithms.serving import keep_newest, serve_policy
 from fulmen.errors import AgentFailed, error_summary
 from fulmen.types import Mode, Rollout, RolloutStatus
@@ -219,6 +220,7 @@ class GRPOLoop:
             "rollouts/failed": float(
                 sum(r.status is not RolloutStatus.SUCCEEDED for r in finished)
             ),
+            **concurrency_metrics(finished),
             "transitions": float(len(transitions)),
             **_diagnostics(trajectories),
             **{

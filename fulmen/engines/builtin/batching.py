@@ -24,6 +24,7 @@ from __future__ import annotations
 import collections
 import logging
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -104,6 +105,7 @@ class Scheduler:
 
     def submit(self, job: Job) -> None:
         """Queue a request (thread-safe); its events arrive through ``job.sink``."""
+        job.submitted_at = time.monotonic()
         with self._lock:
             self._waiting.append(job)
         self._wake.set()
@@ -188,7 +190,9 @@ class Scheduler:
 
     def _admit(self) -> list[Sequence]:
         new: list[Sequence] = []
+        counters = self.counters
         with self._lock:
+            now = time.monotonic() if self._waiting else 0.0
             while self._waiting:
                 job = self._waiting[0]
                 size = len(self._rows) + len(new)
@@ -202,6 +206,8 @@ class Scheduler:
                     job.sink(JobFailed(not_found(f"The model `{job.adapter}` does not exist.")))
                     continue
                 job.sequences = [Sequence(job, i) for i in range(job.n)]
+                counters.queue_wait_s += now - job.submitted_at
+                counters.admitted_requests += 1
                 job.sink(JobStarted(self.model.served_version(job.adapter)))
                 new.extend(job.sequences)
         return new
@@ -263,6 +269,7 @@ class Scheduler:
             ids, mask, positions, self._cache, [s.job.adapter for s in rows]
         )
         self.counters.decode_passes += 1
+        self.counters.decode_rows += len(rows)
         self._mask = mask
         self._emit(rows, logits)
         self._drop_finished()

@@ -3,6 +3,10 @@
 The batching thread updates :class:`EngineCounters`; the server renders them with
 :func:`render_metrics` on its event loop. Counters are plain integers (a torn read costs at
 most one step's worth of freshness); the generated-tokens rate is taken over a sliding window.
+
+The counters are cumulative, so a reader takes means over any interval from two reads: the mean
+decode batch is ``decode_rows_total / decode_passes_total`` and the mean wait for admission
+``queue_wait_seconds_total / admitted_requests_total``.
 """
 
 from __future__ import annotations
@@ -51,12 +55,21 @@ class TokenRate:
 
 @dataclass
 class EngineCounters:
-    """What the batching loop counts: prompt and generated tokens, forward passes."""
+    """What the batching loop counts: tokens, forward passes, decoded rows, admission waits.
+
+    Attributes:
+        decode_rows: sequences summed over decode passes (per pass: the batch it decoded).
+        queue_wait_s: seconds admitted requests waited in the queue, summed.
+        admitted_requests: requests admitted into the running batch.
+    """
 
     prompt_tokens: int = 0
     generated_tokens: int = 0
     prefill_passes: int = 0
     decode_passes: int = 0
+    decode_rows: int = 0
+    queue_wait_s: float = 0.0
+    admitted_requests: int = 0
     rate: TokenRate = field(default_factory=TokenRate)
 
 
@@ -74,12 +87,14 @@ def render_metrics(
     prefix_cache: PrefixCache | None,
     bfloat16: bool = False,
     threads: int = 1,
+    max_batch: int = 0,
 ) -> str:
     """Render the counters and gauges in the Prometheus text exposition format."""
     p = "fulmen_engine_"
     out = [
         _line(p + "bfloat16", "gauge", "1 when weights and KV cache are bfloat16.", int(bfloat16)),
         _line(p + "threads", "gauge", "Torch threads the batching thread computes with.", threads),
+        _line(p + "max_batch", "gauge", "Most sequences decoded together.", max_batch),
         _line(p + "queue_length", "gauge", "Requests waiting for admission.", waiting),
         _line(p + "running_sequences", "gauge", "Sequences in the running batch.", running),
         _line(p + "policy_version", "gauge", "Current policy (weights) version.", policy_version),
@@ -106,6 +121,24 @@ def render_metrics(
         ),
         _line(
             p + "decode_passes_total", "counter", "Decode forward passes.", counters.decode_passes
+        ),
+        _line(
+            p + "decode_rows_total",
+            "counter",
+            "Sequences summed over decode passes (over decode_passes_total: the mean batch).",
+            counters.decode_rows,
+        ),
+        _line(
+            p + "queue_wait_seconds_total",
+            "counter",
+            "Seconds admitted requests waited for admission, summed.",
+            counters.queue_wait_s,
+        ),
+        _line(
+            p + "admitted_requests_total",
+            "counter",
+            "Requests admitted into the running batch.",
+            counters.admitted_requests,
         ),
         _line(
             p + "prefix_cache_enabled",

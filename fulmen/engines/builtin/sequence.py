@@ -57,6 +57,7 @@ class Job:
     n: int
     sink: Callable[[JobStarted | JobFailed | TokenEvent], None]
     cancelled: bool = False  # set by the server when the client goes away
+    submitted_at: float = 0.0  # monotonic clock when the scheduler queued it
     sequences: list[Sequence] = field(default_factory=lambda: [])
 
 

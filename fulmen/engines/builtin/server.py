@@ -297,6 +297,7 @@ async def metrics(request: Request) -> Response:
         prefix_cache=e.scheduler.prefix_cache,
         bfloat16=e.model.dtype_name == "bfloat16",
         threads=e.scheduler.threads,
+        max_batch=e.scheduler.max_batch,
     )
     return PlainTextResponse(text, media_type="text/plain; version=0.0.4; charset=utf-8")
 
