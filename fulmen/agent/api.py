@@ -132,6 +132,11 @@ class RolloutTarget:
         """Normalise ``obj`` (a class deriving from ``Agent`` is instantiated without args)."""
         if isinstance(obj, str):
             return load_target(obj)
+        if hasattr(obj, "__fulmen_agent__"):
+            # An agent of another framework's shape (fulmen.compat) says what fulmen runs;
+            # the spec still names the original, which a worker process imports again.
+            spec = spec if spec is not None else _spec_of(obj)
+            obj = (obj() if isinstance(obj, type) else obj).__fulmen_agent__()
         if isinstance(obj, type) and issubclass(obj, Agent):
             obj = obj()
         if isinstance(obj, Agent):
