@@ -146,8 +146,10 @@ fi
 # A second lane beside the main suite: the framework suites (scripted upstreams, mostly
 # waiting) and, on a whole run, the multi-host and Ray fault tests (hosts of their own, most of
 # their time spent waiting for a cut-off host or a killed runner to be found lost: about half
-# a core) and DPO's toy learning test (its lane has room; the main suite is the long one). Each lane's output is shown once it is done.
-beside=(tests/multihost tests/cluster tests/algorithms/dpo/test_toy_learning.py)
+# a core), and toy learning tests that fit in its room (the main suite is the long one: it
+# leaves the second core half idle). Each lane's output is shown once it is done.
+beside=(tests/multihost tests/cluster tests/algorithms/dpo/test_toy_learning.py
+  tests/trainer/test_learning.py tests/trainer/test_async_grpo.py tests/compat)
 second_lane() {
   echo "== framework integrations (openai >= 3)"
   .venvs/integrations/bin/python -m pytest -q -p no:cacheprovider tests/integrations \

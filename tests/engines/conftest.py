@@ -27,7 +27,9 @@ def perturbed_dir(tiny_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> P
     return perturbed_copy(tiny_dir, tmp_path_factory.mktemp("perturbed"))
 
 
-@pytest.fixture(scope="module", params=["builtin", "vllm"])
+# One engine of each kind for the whole session (each module used to start its own: vLLM's
+# start-up alone took 20-30 s a module). Tests that load adapters or weights put them back.
+@pytest.fixture(scope="session", params=["builtin", "vllm"])
 def engine(
     request: pytest.FixtureRequest, tiny_dir: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[EngineProcess]:

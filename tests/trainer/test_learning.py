@@ -3,12 +3,17 @@ adapter, GRPO), and the two-call variant trains only the selected agent."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import io
 import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from fulmen.cli.main import main
+from fulmen.store import open_store
 from fulmen.trainer.config import load_config
 from fulmen.trainer.metrics import read_metrics
 from fulmen.trainer.trainer import Trainer
@@ -46,6 +51,35 @@ def test_toy_agent_reward_rises_to_near_maximum(tmp_path: Path) -> None:
     assert (config.run_dir / "state.json").exists()
     state = json.loads((config.run_dir / "state.json").read_text())
     assert state["step"] == 40
+    _check_models_compare(config.run_dir, before, after)
+
+
+def _check_models_compare(run_dir: Path, before: float, after: float) -> None:
+    """``fulmen models compare`` finds the trained version better than base, by a CI above 0.
+
+    The run went from ``before`` to ``after`` on validation: the comparison of its last model
+    version against the model before training must say so with the right sign (issue 32).
+    """
+    url = f"sqlite:///{run_dir / 'store.db'}"
+
+    async def last_version() -> tuple[str, int]:
+        async with open_store(url, watchdog_interval=None) as store:
+            (run,) = (await store.list_runs()).items
+            versions = await store.list_model_versions(run.run_id)
+            return run.run_id, versions[-1].version
+
+    run_id, version = asyncio.run(last_version())
+    args = ["models", "compare", run_id, "base", str(version), "--store", url,
+            "--config", str(TOY / "config.yaml"), "--set", f"run_dir={run_dir.parent / 'cmp'}",
+            "-n", "16", "--json"]  # fmt: skip
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        assert main(args) == 0
+    comparison = json.loads(printed.getvalue())["comparison"]
+    assert comparison["n"] == 16
+    assert comparison["mean_difference"] > 0 and comparison["ci_low"] > 0, (
+        f"validation {before:.2f} -> {after:.2f}, compare: {comparison}"
+    )
 
 
 @pytest.mark.slow
