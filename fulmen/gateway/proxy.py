@@ -15,14 +15,13 @@ import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
-from urllib.parse import unquote
 
 import anyio
 import orjson
-from starlette.requests import ClientDisconnect, Request
+from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from fulmen.errors import FulmenError, PayloadTooLarge
+from fulmen.errors import FulmenError
 from fulmen.gateway.capture import (
     CHAT,
     MESSAGES,
@@ -48,6 +47,7 @@ from fulmen.gateway.forward import HOP_HEADERS, Forwarder, UpstreamReply
 from fulmen.gateway.recorder import CallRecorder, FlushOutcome
 from fulmen.gateway.redaction import Redactor
 from fulmen.gateway.release import ReleaseRouter
+from fulmen.gateway.request_reading import agent_name, read_body, session_headers
 from fulmen.gateway.seeds import CallSeeds
 from fulmen.gateway.sessions import SessionCapture
 from fulmen.gateway.streaming import SSEDecoder, StreamAccumulator, event_data
@@ -59,7 +59,7 @@ from fulmen.types.behaviour import refused_field, reshaped_fields
 from fulmen.types.records import AGENT_NAME_HEADER
 from fulmen.types.releases import ReleaseArm
 
-__all__ = ["RECORDED_ENDPOINTS", "Gateway", "read_body"]
+__all__ = ["RECORDED_ENDPOINTS", "Gateway"]
 
 _log = logging.getLogger(__name__)
 
@@ -299,7 +299,7 @@ class _Call:
         self.started_at = time.time()
         self._t0 = time.perf_counter()
         self.upstream: Upstream | None = None
-        self.agent_name = _agent_name(request)
+        self.agent_name = agent_name(request)
         # The name the engine gets (``GatewayConfig.model_map``); resources are matched by it.
         self.model = gateway.config.engine_model(body.get("model"))
         # A production call of a canary release goes to its session's arm.
@@ -433,7 +433,7 @@ class _Call:
                 shown=shown,
                 agent_name=self.agent_name,
                 engine_endpoint=self.engine_endpoint if self.translation is not None else None,
-                client_headers=_session_headers(self.request, self.gateway.config.session_headers),
+                client_headers=session_headers(self.request, self.gateway.config.session_headers),
                 release=release.name if release is not None and self.arm is not None else None,
                 arm=self.arm,
             ),
@@ -544,56 +544,12 @@ class _Call:
         return b"data: " + orjson.dumps(view) + b"\n\n"
 
 
-async def read_body(request: Request, limit: int) -> bytes:
-    """Read the request's body; one over ``limit`` bytes is refused (413) before it is all read.
-
-    A body sent without ``Content-Length`` (chunked) is counted as it arrives, so no body
-    larger than ``limit`` is ever held in memory.
-    """
-    length = request.headers.get("content-length")
-    if length is not None and length.isdigit() and int(length) > limit:
-        raise PayloadTooLarge(f"request body of {length} bytes exceeds {limit}")
-    # The ASGI messages themselves (``Request.stream`` adds an async generator per call).
-    chunks: list[bytes] = []
-    size = 0
-    more = True
-    while more:
-        message = await request.receive()
-        if message["type"] == "http.disconnect":
-            raise ClientDisconnect()
-        chunk: bytes = message.get("body", b"")
-        more = message.get("more_body", False)
-        size += len(chunk)
-        if size > limit:
-            raise PayloadTooLarge(f"request body exceeds {limit} bytes")
-        chunks.append(chunk)
-    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
-
-
 def _stream_error(endpoint: str, exc: FulmenError, payload: dict[str, Any]) -> bytes:
     """Return the event that ends a passed-through stream the engine broke."""
     if endpoint == MESSAGES:  # a hosted Anthropic API's stream, in its own error shape
         body = anthropic_error_body(exc.http_status, exc.message)
         return b"event: error\ndata: " + orjson.dumps(body) + b"\n\n"
     return b"data: " + orjson.dumps(payload) + b"\n\n"
-
-
-def _session_headers(request: Request, names: tuple[str, ...]) -> dict[str, str] | None:
-    """Return the session headers the client sent, each value cut to what a record holds."""
-    found: dict[str, str] = {}
-    for name in names:
-        value = request.headers.get(name)
-        if value:
-            value = value.replace("\0", "").strip()[:256]
-            if value:
-                found[name] = value
-    return found or None
-
-
-def _agent_name(request: Request) -> str | None:
-    raw = request.headers.get(AGENT_NAME_HEADER)
-    name = unquote(raw).strip()[:256] if raw else ""
-    return name or None
 
 
 def _loads_object(raw: bytes) -> dict[str, Any] | None:

@@ -24,7 +24,8 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from fulmen.errors import NotFound
-from fulmen.gateway.proxy import Gateway, read_body
+from fulmen.gateway.proxy import Gateway
+from fulmen.gateway.request_reading import read_body
 from fulmen.store.base import Store
 from fulmen.store.routes import parse_body
 from fulmen.types import RewardCreate
