@@ -2,7 +2,8 @@
 
 ``post_chat`` sends a request to any OpenAI-compatible endpoint and never raises for what the
 endpoint did: it returns the reply (or the error it gave or met) and the latency, so each
-caller records the call, failed or not, before it decides what the failure means.
+caller records the call, failed or not, before it decides what the failure means (and whether
+to send it again: ``ChatCall.is_retryable`` and ``retry_after`` say what HTTP says about that).
 """
 
 from __future__ import annotations
@@ -27,6 +28,11 @@ class ChatCall:
         text: the first choice's message text (``None`` when there is none).
         usage: the reply's ``usage`` block (``{}`` when absent).
         started_at / latency_s: wall-clock start and duration.
+        is_retryable: whether the same request may succeed later: the endpoint could not be
+            reached or did not answer in time (an ``httpx.TransportError``), or answered 429
+            or a 5xx. Any other error status is its verdict on the request itself.
+        retry_after: the ``Retry-After`` header of an error reply, as sent (seconds or an
+            HTTP date); ``None`` when there was none.
     """
 
     response: dict[str, Any] | None
@@ -35,6 +41,8 @@ class ChatCall:
     usage: dict[str, Any]
     started_at: float
     latency_s: float
+    is_retryable: bool = False
+    retry_after: str | None = None
 
 
 async def post_chat(http: httpx.AsyncClient, base_url: str, request: dict[str, Any]) -> ChatCall:
@@ -43,16 +51,22 @@ async def post_chat(http: httpx.AsyncClient, base_url: str, request: dict[str, A
     clock = time.perf_counter()
     response: dict[str, Any] | None = None
     error: dict[str, Any] | None = None
+    is_retryable = False
+    retry_after: str | None = None
     try:
         answer = await http.post(f"{base_url}/chat/completions", json=request)
         if answer.status_code >= 400:
             error = {"status": answer.status_code, "body": answer.text[:2000]}
+            is_retryable = answer.status_code == 429 or answer.status_code >= 500
+            retry_after = answer.headers.get("retry-after")
         else:
             response = answer.json()
     except (httpx.HTTPError, ValueError) as exc:
         error = {"message": f"{type(exc).__name__}: {exc}"}
+        is_retryable = isinstance(exc, httpx.TransportError)
     text, usage = _reply(response)
-    return ChatCall(response, error, text, usage, started, time.perf_counter() - clock)
+    latency = time.perf_counter() - clock
+    return ChatCall(response, error, text, usage, started, latency, is_retryable, retry_after)
 
 
 def _reply(response: Any) -> tuple[str | None, dict[str, Any]]:

@@ -1,10 +1,14 @@
-"""``fulmen rescore --reward module:fn``: a new reward function over stored rollouts.
+"""``fulmen rescore``: a new reward function, or a judge's rubric, over stored rollouts.
 
-The function receives each selected rollout as a ``fulmen.debugging.RecordedRollout`` (task,
-recorded calls, ``final_text``) and returns a number; the agent does not run. Prints the old and
-new reward distributions and the rollouts that changed most. Read-only unless ``--write NAME``
-stores the new values as the named reward ``NAME`` (``--primary`` makes it the rollouts'
-reward). See ``fulmen.debugging.rescore``.
+With ``--reward module:fn`` the function receives each selected rollout as a
+``fulmen.debugging.RecordedRollout`` (task, recorded calls, ``final_text``) and returns a
+number; the agent does not run. Prints the old and new reward distributions and the rollouts
+that changed most. Read-only unless ``--write NAME`` stores the new values as the named reward
+``NAME`` (``--primary`` makes it the rollouts' reward). See ``fulmen.debugging.rescore``.
+
+With ``--judge FILE`` the ``reward:`` section of a YAML file (a training config, or that
+section alone) scores them instead, as training does, and each scored rollout's criteria and
+primary are posted as its reward unless ``--dry-run``. See ``fulmen.debugging.rescore_judge``.
 """
 
 from __future__ import annotations
@@ -36,27 +40,34 @@ def _positive(text: str) -> int:
     return value
 
 
-def _rescore(args: argparse.Namespace) -> int:
-    from fulmen.debugging.rescore import (
-        RescoreFilter,
-        load_reward_function,
-        rescore,
-        write_rewards,
-    )
-    from fulmen.debugging.rescore_report import format_rescore, rescore_summary
-    from fulmen.errors import ConfigError
+def _selection(args: argparse.Namespace) -> Any:
+    from fulmen.debugging.rescore import RescoreFilter
     from fulmen.types import Mode
 
-    if args.primary and not args.write:
-        raise ConfigError("--primary only applies with --write NAME")
-    reward = load_reward_function(args.reward, python_path=[Path("."), *args.python_path])
-    selection = RescoreFilter(
+    return RescoreFilter(
         mode=Mode(args.mode) if args.mode else None,
         task_id=args.task,
         resources_version=args.resources_version,
         since=args.since,
         limit=args.limit,
     )
+
+
+def _rescore(args: argparse.Namespace) -> int:
+    from fulmen.debugging.rescore import load_reward_function, rescore, write_rewards
+    from fulmen.debugging.rescore_report import format_rescore, rescore_summary
+    from fulmen.errors import ConfigError
+
+    if args.judge is not None:
+        return _rescore_with_judge(args)
+    if args.cache is not None:
+        raise ConfigError("--cache only applies with --judge FILE")
+    if args.primary and not args.write:
+        raise ConfigError("--primary only applies with --write NAME")
+    if args.dry_run and args.write:
+        raise ConfigError("--dry-run and --write contradict each other")
+    reward = load_reward_function(args.reward, python_path=[Path("."), *args.python_path])
+    selection = _selection(args)
 
     async def main() -> tuple[Any, int]:
         async with open_cli_store(args) as store:
@@ -78,21 +89,75 @@ def _rescore(args: argparse.Namespace) -> int:
     return 0
 
 
+def _rescore_with_judge(args: argparse.Namespace) -> int:
+    from fulmen.debugging.rescore_judge import (
+        add_python_path,
+        load_reward_config,
+        rescore_with_judge,
+    )
+    from fulmen.debugging.rescore_report import format_rescore, rescore_summary
+    from fulmen.errors import ConfigError
+    from fulmen.rewards.cache import JudgeCache
+    from fulmen.rewards.scoring import RewardJudge
+    from fulmen.settings import Settings
+
+    if args.write or args.primary:
+        raise ConfigError(
+            "--write and --primary apply to --reward; --judge posts the rubric's rewards "
+            "(each criterion and the primary) unless --dry-run"
+        )
+    config, python_path = load_reward_config(args.judge)
+    add_python_path([Path("."), *args.python_path, *python_path])
+    api_key = None
+    if config.judge is not None and config.judge.api_key_env is not None:
+        api_key = Settings.from_env().variable(config.judge.api_key_env)
+        if not api_key:
+            raise ConfigError(
+                f"reward.judge.api_key_env in {args.judge} names ${config.judge.api_key_env}, "
+                "which is not set"
+            )
+    cache = JudgeCache(args.cache)
+
+    async def main() -> Any:
+        async with open_cli_store(args) as store:
+            record = None if args.dry_run else store.add_llm_calls
+            async with RewardJudge(config, api_key=api_key, cache=cache, record=record) as judge:
+                return await rescore_with_judge(
+                    store, judge, _selection(args), is_dry_run=args.dry_run
+                )
+
+    result = run_async(main)
+    if args.json:
+        print(json.dumps(rescore_summary(result, top=args.top), indent=2))
+    else:
+        print(format_rescore(result, top=args.top))
+    return 0
+
+
 def register(subparsers: Any) -> None:
     """Add the ``rescore`` subcommand."""
     parser = subparsers.add_parser(
         "rescore",
-        help="apply a new reward function to stored rollouts and compare the rewards",
+        help="apply a new reward function or a judge's rubric to stored rollouts and compare",
         description=(
             "Apply a reward function to the succeeded rollouts of a store, without running "
             "the agent: it receives each rollout's task and recorded calls "
             "(fulmen.debugging.RecordedRollout) and returns a number. Prints the old and new "
             "reward distributions (counts, means, a histogram) and the rollouts that changed "
-            "most. Read-only unless --write."
+            "most. Read-only unless --write. With --judge FILE a judge scores them on the "
+            "rubric of FILE's reward: section instead, as training does, and the scores are "
+            "posted as their rewards unless --dry-run."
         ),
     )
-    parser.add_argument(
-        "--reward", required=True, metavar="MODULE:FN", help="the new reward function"
+    scorer = parser.add_mutually_exclusive_group(required=True)
+    scorer.add_argument("--reward", metavar="MODULE:FN", help="the new reward function")
+    scorer.add_argument(
+        "--judge",
+        type=Path,
+        metavar="FILE",
+        help="a YAML file whose reward: section (judge and criteria) scores the rollouts: a "
+        "training config as it is, or that section alone; posts each scored rollout's "
+        "criteria and weighted mean as its reward unless --dry-run",
     )
     add_store_options(parser)
     parser.add_argument(
@@ -120,7 +185,10 @@ def register(subparsers: Any) -> None:
         "--limit", type=_positive, default=1000, help="most rollouts to score (default 1000)"
     )
     parser.add_argument(
-        "--top", type=_positive, default=10, help="changed rollouts to list (default 10)"
+        "--top",
+        type=_positive,
+        default=10,
+        help="rollouts to list: the most changed, or with --judge each one's scores (default 10)",
     )
     parser.add_argument(
         "--write",
@@ -132,6 +200,18 @@ def register(subparsers: Any) -> None:
         "--primary",
         action="store_true",
         help="with --write: make NAME the rollouts' reward (what training and exports read)",
+    )
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="with --judge: score and report, but store nothing (no rewards, no call records)",
+    )
+    parser.add_argument(
+        "--cache",
+        type=Path,
+        metavar="FILE",
+        help="with --judge: keep the judge's answers in this JSON lines file and reuse those "
+        "already there (a training run's RUN_DIR/judge-cache.jsonl works); default: none kept",
     )
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
     parser.set_defaults(func=_rescore)

@@ -6,7 +6,8 @@ and new rewards side by side. ``write_rewards`` stores the new values as a named
 through the store's reward API (``Store.add_reward``): by default next to the rollout's current
 reward, which stays the reward (the post repeats the current primary value under its name);
 with ``primary=True`` the new value becomes the rollout's reward. Posts are idempotent: the
-same name and value for a rollout is stored once.
+same name and value for a rollout is stored once. Re-scoring with a judge and rubric instead of
+a function is ``fulmen.debugging.rescore_judge``.
 """
 
 from __future__ import annotations
@@ -33,12 +34,15 @@ if TYPE_CHECKING:
     from fulmen.types import Mode, Rollout
 
 __all__ = [
+    "JudgeTally",
     "RescoreFilter",
     "RescoreResult",
     "RescoredRollout",
     "RewardFunction",
     "load_reward_function",
     "rescore",
+    "selected_rollouts",
+    "signal_counts",
     "write_rewards",
 ]
 
@@ -71,7 +75,8 @@ class RescoredRollout:
     """One rollout's old and new reward (``new`` is ``None`` when the function raised).
 
     ``air`` counts the calls on which each automatic intermediate reward fired
-    (``fulmen.adapter.air``), shown beside the rewards.
+    (``fulmen.adapter.air``), shown beside the rewards. ``scores`` holds each criterion's
+    score when a judge re-scored it (``new`` is their weighted mean).
     """
 
     rollout: RecordedRollout
@@ -79,6 +84,7 @@ class RescoredRollout:
     new: float | None
     error: str | None = None
     air: dict[str, int] = dataclasses.field(default_factory=dict)
+    scores: dict[str, float] = dataclasses.field(default_factory=dict)
 
     @property
     def change(self) -> float:
@@ -89,15 +95,37 @@ class RescoredRollout:
 
 
 @dataclass(frozen=True)
+class JudgeTally:
+    """What the judge did in a re-scoring with a rubric (``fulmen rescore --judge``).
+
+    Attributes:
+        requests: questions sent to the judge; cache_hits: answers reused instead.
+        retries: questions asked again after an answer out of format.
+        http_retries: tries sent again after a 429, a 5xx or an unreachable judge.
+        posted: rewards posted; ``None`` on a dry run (nothing posted).
+        primary: the name of the rubric's primary reward.
+    """
+
+    requests: int
+    cache_hits: int
+    retries: int
+    http_retries: int
+    posted: int | None
+    primary: str
+
+
+@dataclass(frozen=True)
 class RescoreResult:
     """Every re-scored rollout, in store order.
 
     ``primary_names`` keeps each rollout's current primary reward name (``None``: no reward
-    named one), which ``write_rewards`` needs to leave the reward as it is.
+    named one), which ``write_rewards`` needs to leave the reward as it is. ``judge`` is set
+    when a judge scored them (``fulmen.debugging.rescore_judge``).
     """
 
     items: tuple[RescoredRollout, ...]
     primary_names: dict[str, str | None]
+    judge: JudgeTally | None = None
 
     @property
     def scored(self) -> list[RescoredRollout]:
@@ -143,20 +171,16 @@ async def rescore(
     An exception or a bad return value is kept as that rollout's ``error``, and the others
     are still scored.
     """
-    from fulmen.adapter.air import call_signals
     from fulmen.adapter.transitions import load_attempt
 
     selection = selection or RescoreFilter()
     items: list[RescoredRollout] = []
     primary_names: dict[str, str | None] = {}
-    async for rollout in _selected(store, selection):
+    async for rollout in selected_rollouts(store, selection):
         attempt = await load_attempt(store, rollout.rollout_id)
         view = recorded_rollout(rollout, attempt)
         primary_names[rollout.rollout_id] = _primary_name(attempt)
-        air: dict[str, int] = {}
-        for fired in call_signals(attempt.calls, attempt.spans):
-            for name in fired:
-                air[name] = air.get(name, 0) + 1
+        air = signal_counts(attempt)
         try:
             value = await _call(reward, view)
         except Exception as exc:  # the user's function: report it, score the rest
@@ -178,7 +202,18 @@ async def _call(reward: RewardFunction, rollout: RecordedRollout) -> float:
     return float(value)
 
 
-async def _selected(store: Store, selection: RescoreFilter) -> AsyncIterator[Rollout]:
+def signal_counts(records: AttemptRecords) -> dict[str, int]:
+    """Count the calls of ``records`` on which each automatic intermediate reward fired."""
+    from fulmen.adapter.air import call_signals
+
+    counts: dict[str, int] = {}
+    for fired in call_signals(records.calls, records.spans):
+        for name in fired:
+            counts[name] = counts.get(name, 0) + 1
+    return counts
+
+
+async def selected_rollouts(store: Store, selection: RescoreFilter) -> AsyncIterator[Rollout]:
     """Yield the succeeded rollouts matching ``selection``, oldest first, up to its limit."""
     from fulmen.types import RolloutQuery, RolloutStatus
 

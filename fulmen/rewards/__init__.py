@@ -7,6 +7,6 @@ results to a store (``docs/rewards.md``, "Judges and rubrics").
 
 from __future__ import annotations
 
-from fulmen.rewards.config import Criterion, JudgeConfig, RewardConfig
+from fulmen.rewards.config import Criterion, JudgeConfig, JudgeRetry, RewardConfig
 
-__all__ = ["Criterion", "JudgeConfig", "RewardConfig"]
+__all__ = ["Criterion", "JudgeConfig", "JudgeRetry", "RewardConfig"]

@@ -13,9 +13,37 @@ from typing import Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, model_validator
 
-__all__ = ["Criterion", "JudgeConfig", "RewardConfig"]
+__all__ = ["Criterion", "JudgeConfig", "JudgeRetry", "RewardConfig"]
 
 _NAME = r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,63}$"
+
+
+class JudgeRetry(BaseModel):
+    """When a judge call is sent again: after a 429, a 5xx, a connection error or a timeout.
+
+    Any other error status (a 400, a 401, a 404) is the judge's verdict on the request and is
+    never retried. Between tries the wait is drawn uniformly from ``[0, cap]`` with ``cap =
+    initial_delay_s * 2**(retry - 1)`` capped at ``max_delay_s`` (full jitter: judge calls that
+    failed together spread out), or is exactly what the judge asked for in a ``Retry-After``
+    header (seconds or an HTTP date). After the last try the rollout gets a scoring error
+    naming the judge's last answer, never a 0.
+
+    Attributes:
+        attempts: tries per judge call, the first included (``1``: never retried).
+        initial_delay_s: the cap of the wait before the first retry, doubled for each further
+            retry.
+        max_delay_s: the largest cap of a wait the backoff draws (a ``Retry-After`` is honoured
+            as sent, within ``deadline_s``).
+        deadline_s: no retry starts later than this many seconds after the call's first try;
+            a ``Retry-After`` that would end past it fails the call at once.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    attempts: int = Field(default=4, ge=1, le=100)
+    initial_delay_s: float = Field(default=1.0, ge=0, allow_inf_nan=False)
+    max_delay_s: float = Field(default=30.0, ge=0, allow_inf_nan=False)
+    deadline_s: float = Field(default=300.0, gt=0, allow_inf_nan=False)
 
 
 class JudgeConfig(BaseModel):
@@ -43,6 +71,9 @@ class JudgeConfig(BaseModel):
             rollout), so its cost is visible; ``false`` when ``base_url`` is a fulmen gateway,
             which records the calls itself from the ``x-fulmen-agent: judge`` header every
             judge call carries.
+        retry: when a failed call is sent again (``JudgeRetry``): after a 429, a 5xx, a
+            connection error or a timeout, up to ``attempts`` tries, honouring
+            ``Retry-After``.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -58,6 +89,7 @@ class JudgeConfig(BaseModel):
     instructions: str | None = None
     concurrency: int = Field(default=4, ge=1)
     record_calls: bool = True
+    retry: JudgeRetry = Field(default_factory=JudgeRetry)
 
 
 class Criterion(BaseModel):

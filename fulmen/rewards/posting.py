@@ -24,7 +24,7 @@ from fulmen.types.rewards import SCORING_ERROR_KEY
 if TYPE_CHECKING:
     from fulmen.store.base import Store
 
-__all__ = ["JUDGE_FAILED", "JUDGE_SOURCE", "judge_rollouts", "reward_create"]
+__all__ = ["JUDGE_FAILED", "JUDGE_SOURCE", "judge_rollouts", "post_judgements", "reward_create"]
 
 JUDGE_SOURCE = "fulmen judge"
 """``metadata.source`` of the rewards the judge posts."""
@@ -74,6 +74,22 @@ async def judge_rollouts(
             ]
         )
     judgements = await judge.judge_groups([v for v in views if v])
-    for judgement in judgements:
-        await store.add_reward(reward_create(judgement, primary=judge.config.name))
+    await post_judgements(store, judgements, primary=judge.config.name)
     return judgements
+
+
+async def post_judgements(
+    store: Store, judgements: Sequence[Judgement], *, primary: str, skip_failed: bool = False
+) -> int:
+    """Post ``reward_create``'s reward for each judgement; return how many were posted.
+
+    ``skip_failed`` posts nothing for a rollout that could not be scored, so it keeps the
+    reward it has (``fulmen rescore --judge``) instead of having it withdrawn.
+    """
+    posted = 0
+    for judgement in judgements:
+        if skip_failed and judgement.values is None:
+            continue
+        await store.add_reward(reward_create(judgement, primary=primary))
+        posted += 1
+    return posted

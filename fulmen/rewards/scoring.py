@@ -6,6 +6,8 @@ group, and runs the ``check`` functions. Each rollout's scores (in [0, 1]) and t
 mean, the primary, make its ``Judgement``; a failure of any of its criteria makes it a
 ``Judgement`` with an ``error`` and no values, never a 0. Answers are cached by request hash
 (``fulmen.rewards.cache``); a format error gets one retry with what was wrong, then fails.
+A call the judge could not answer (429, 5xx, unreachable) is retried by ``JudgeClient`` as
+``judge.retry`` says before it fails.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from typing import Any, TypeVar, cast
 from fulmen.errors import ConfigError, EngineError
 from fulmen.importing import import_object
 from fulmen.rewards.cache import JudgeCache, request_key
-from fulmen.rewards.client import CallRecorder, JudgeClient
+from fulmen.rewards.client import CallRecorder, JudgeClient, Sleep
 from fulmen.rewards.config import Criterion, RewardConfig
 from fulmen.rewards.content import JudgedRollout, render_content, render_task
 from fulmen.rewards.prompts import (
@@ -61,11 +63,20 @@ class Judgement:
 
 @dataclass
 class JudgeCounts:
-    """What a ``RewardJudge`` did: requests sent, answers reused, retries, unscored rollouts."""
+    """What a ``RewardJudge`` did.
+
+    Attributes:
+        requests: questions sent to the judge (each may take several tries).
+        cache_hits: answers reused from the cache or from the same question in flight.
+        retries: questions asked again after an answer out of format.
+        http_retries: tries sent again after a 429, a 5xx, a connection error or a timeout.
+        failures: rollouts left unscored.
+    """
 
     requests: int = 0
     cache_hits: int = 0
     retries: int = 0
+    http_retries: int = 0
     failures: int = 0
 
 
@@ -78,6 +89,7 @@ class RewardJudge:
         cache: kept answers; ``None``: an in-memory cache for this judge's life.
         record: stores the judge's call records.
         transport: an ``httpx`` transport for tests.
+        sleep: waits between tries of a failed call (``asyncio.sleep``; tests note the wait).
 
     Raises ``ConfigError`` when a ``check`` function cannot be imported.
     """
@@ -90,13 +102,16 @@ class RewardJudge:
         cache: JudgeCache | None = None,
         record: CallRecorder | None = None,
         transport: Any = None,
+        sleep: Sleep = asyncio.sleep,
     ) -> None:
         self.config = config
         self.cache = cache if cache is not None else JudgeCache(None)
         self.counts = JudgeCounts()
         self._checks = {c.name: _load_check(c) for c in config.criteria if c.check is not None}
         self._client = (
-            JudgeClient(config.judge, api_key=api_key, record=record, transport=transport)
+            JudgeClient(
+                config.judge, api_key=api_key, record=record, transport=transport, sleep=sleep
+            )
             if config.judge is not None
             else None
         )
@@ -260,6 +275,8 @@ class RewardJudge:
                     answer = await client.complete(sent)
                 except EngineError as exc:
                     raise JudgeFailed(str(exc)) from None
+                finally:
+                    self.counts.http_retries = client.retries
             try:
                 return parse(answer)
             except FormatError as exc:

@@ -187,11 +187,16 @@ async def test_an_unreachable_judge_fails_each_rollout_of_the_group_with_its_rea
 ) -> None:
     rollouts = await finished(store, ["a", "b"])
     criteria = [{"name": "best", "rank": "Which is best?"}]
-    async with RewardJudge(config("http://127.0.0.1:9/v1", criteria, timeout_s=5)) as judge:
+    # Retried as the defaults say (4 tries), with waits shortened to milliseconds.
+    fast = {"initial_delay_s": 0.001, "max_delay_s": 0.002}
+    unreachable = config("http://127.0.0.1:9/v1", criteria, timeout_s=5, retry=fast)
+    async with RewardJudge(unreachable) as judge:
         judgements = await judge_rollouts(store, judge, [rollouts])
+        assert judge.counts.http_retries == 3
     assert [j.values for j in judgements] == [None, None]
     assert all("ranking 'best' of the group" in (j.error or "") for j in judgements)
     assert all("ConnectError" in (j.error or "") for j in judgements)
+    assert all("gave up after 4 tries" in (j.error or "") for j in judgements)
 
 
 async def test_the_key_comes_from_its_variable_and_calls_are_recorded_as_the_judge(
