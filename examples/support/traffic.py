@@ -31,13 +31,14 @@ from openai import AsyncOpenAI
 
 from fulmen.engines.launcher import BuiltinLauncher, free_port
 
-__all__ = ["TRAFFIC_SEED", "serve_traffic"]
+__all__ = ["TRAFFIC_SEED", "serve_traffic", "start_gateway", "wait_healthy"]
 
 HERE = Path(__file__).resolve().parent
 TRAFFIC_SEED = 1
 
 
-async def _wait_healthy(url: str, process: subprocess.Popen[bytes], timeout: float) -> None:
+async def wait_healthy(url: str, process: subprocess.Popen[bytes], timeout: float) -> None:
+    """Wait until the gateway at ``url`` answers ``/healthz`` (it is serving)."""
     deadline = time.monotonic() + timeout
     async with httpx.AsyncClient(trust_env=False) as client:
         while time.monotonic() < deadline:
@@ -52,15 +53,22 @@ async def _wait_healthy(url: str, process: subprocess.Popen[bytes], timeout: flo
     raise TimeoutError(f"the gateway at {url} did not become healthy in {timeout:.0f} s")
 
 
-def _start_gateway(
-    engine_url: str, store_url: str, out: Path, port: int
+def start_gateway(
+    engine_url: str,
+    store_url: str,
+    out: Path,
+    port: int,
+    *,
+    config: Path = HERE / "gateway.yaml",
+    log_name: str = "gateway.log",
 ) -> subprocess.Popen[bytes]:
+    """Start ``fulmen gateway --config CONFIG`` in front of the engine, logging to ``OUT``."""
     command = [
-        sys.executable, "-m", "fulmen", "gateway", "--config", str(HERE / "gateway.yaml"),
+        sys.executable, "-m", "fulmen", "gateway", "--config", str(config),
         "--store", store_url, "--upstream", engine_url, "--port", str(port),
         "--spill-dir", str(out / "spill"),
     ]  # fmt: skip
-    with (out / "gateway.log").open("ab") as log:  # the child keeps its own copy of the file
+    with (out / log_name).open("ab") as log:  # the child keeps its own copy of the file
         return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
 
 
@@ -112,10 +120,10 @@ async def serve_traffic(
     engine = BuiltinLauncher(model, max_batch=concurrency, log_path=out / "engine.log")
     await asyncio.to_thread(engine.start)
     port = free_port()
-    gateway = _start_gateway(engine.base_url, store_url, out, port)
+    gateway = start_gateway(engine.base_url, store_url, out, port)
     try:
         url = f"http://127.0.0.1:{port}"
-        await _wait_healthy(url, gateway, timeout=120)
+        await wait_healthy(url, gateway, timeout=120)
         ready = time.perf_counter()
         customers = draw_customers(sessions, seed=TRAFFIC_SEED)
         tickets = await _converse(
