@@ -149,7 +149,8 @@ fi
 # a core), and toy learning tests that fit in its room (the main suite is the long one: it
 # leaves the second core half idle). Each lane's output is shown once it is done.
 beside=(tests/multihost tests/cluster tests/algorithms/dpo/test_toy_learning.py
-  tests/trainer/test_learning.py tests/trainer/test_async_grpo.py tests/compat)
+  tests/algorithms/ppo/test_toy_learning.py tests/trainer/test_learning.py
+  tests/trainer/test_async_grpo.py tests/compat)
 second_lane() {
   echo "== framework integrations (openai >= 3)"
   .venvs/integrations/bin/python -m pytest -q -p no:cacheprovider tests/integrations \

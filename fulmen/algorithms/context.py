@@ -1,11 +1,11 @@
 """``AlgorithmContext``: what the trainer offers an algorithm's run function, as a Protocol.
 
-An algorithm (``grpo``, ``sft``, ``dpo``, ``apo``, ``demos``) is a config model plus one coroutine,
-``run(config, context) -> list[dict[str, float]]``. The context is the only way it reaches the
-running services: it publishes resources (the current policy endpoint plus any prompt
-templates), runs tasks through the normal store -> runner -> gateway path and reads back their
-rewards and transitions, validates, logs metrics, serves a new adapter or new full weights, and
-records progress so a killed run resumes where it stopped. The trainer implements it
+An algorithm (``grpo``, ``sft``, ``dpo``, ``ppo``, ``apo``, ``demos``) is a config model plus
+one coroutine, ``run(config, context) -> list[dict[str, float]]``. The context is the only way
+it reaches the running services: it publishes resources (the current policy endpoint plus any
+prompt templates), runs tasks through the normal store -> runner -> gateway path and reads back
+their rewards and transitions, validates, logs metrics, serves a new adapter or new full
+weights, and records progress so a killed run resumes where it stopped. The trainer implements it
 (``fulmen.trainer.context``); algorithms import only this Protocol, so they never touch the
 store, engine or gateway directly.
 """

@@ -29,6 +29,7 @@ __all__ = [
     "ReferencePolicy",
     "autocast_context",
     "causal_lm_of",
+    "hidden_states",
     "load_adapter_weights",
     "load_causal_lm",
     "load_stage_policy",
@@ -297,6 +298,19 @@ class ReferencePolicy:
             yield self._policy
 
 
+def hidden_states(model: nn.Module, *, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
+    """Return the decoder's last hidden states ``[B, L, H]`` (before the LM head).
+
+    ``token_logprobs(..., hidden=...)`` takes them, so a loss that also reads the hidden states
+    (PPO's value head) runs the decoder once.
+    """
+    return (
+        causal_lm_of(model)
+        .get_decoder()(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
+        .last_hidden_state
+    )
+
+
 def token_logprobs(
     model: nn.Module,
     *,
@@ -307,6 +321,7 @@ def token_logprobs(
     temperature: float = 1.0,
     chunk_tokens: int = 1024,
     with_entropy: bool = False,
+    hidden: Tensor | None = None,
 ) -> tuple[Tensor, Tensor | None]:
     """Logprob of ``input_ids[rows, positions]`` given the tokens before it, per target token.
 
@@ -319,6 +334,8 @@ def token_logprobs(
         temperature: divide logits by it, as the sampler did.
         chunk_tokens: LM-head rows per chunk.
         with_entropy: also return the per-token entropy of the policy (detached).
+        hidden: ``model``'s ``hidden_states`` of this batch when the caller already has them
+            (the decoder is not run again); ``None``: run it.
 
     Returns:
         ``([N] logprobs, [N] entropies or None)``.
@@ -328,9 +345,8 @@ def token_logprobs(
     if positions.numel() and int(positions.min()) < 1:
         raise ConfigError("target positions must be >= 1 (position 0 has no context)")
     causal_lm = causal_lm_of(model)
-    hidden = causal_lm.get_decoder()(
-        input_ids=input_ids, attention_mask=attention_mask, use_cache=False
-    ).last_hidden_state
+    if hidden is None:
+        hidden = hidden_states(model, input_ids=input_ids, attention_mask=attention_mask)
     selected = hidden[rows, positions - 1]
     targets = input_ids[rows, positions]
     head = _float32_head(causal_lm.get_output_embeddings())

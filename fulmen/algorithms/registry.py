@@ -11,7 +11,7 @@ config and run function, one row here, and its config in the ``AlgorithmConfig``
 ``fulmen.trainer.config`` (pydantic needs the union spelled out; a test checks the two agree).
 
 >>> [a.name for a in ALGORITHMS]
-['grpo', 'sft', 'dpo', 'apo', 'demos']
+['grpo', 'sft', 'dpo', 'ppo', 'apo', 'demos']
 >>> sorted(PROMPT_ONLY)
 ['apo', 'demos']
 """
@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ALGORITHMS",
+    "BEHAVIOUR",
     "OFFLINE",
     "PROMPT_ONLY",
     "Algorithm",
@@ -59,6 +60,8 @@ class Algorithm:
         summary: what it does, in a few words (``fulmen train --help``).
         trains_weights: it updates model weights; ``False``: it only publishes prompts.
         learns_offline: it can learn from a store's recorded rollouts (``data.from_store``).
+        samples_behaviour: its training rollouts sample the behaviour policy of its importance
+            ratios, so the gateway holds their sampling neutral (``docs/behaviour-policy.md``).
     """
 
     name: str
@@ -67,6 +70,7 @@ class Algorithm:
     summary: str
     trains_weights: bool
     learns_offline: bool
+    samples_behaviour: bool = False
 
     def config_model(self) -> type[BaseModel]:
         """Import and return its config model."""
@@ -90,6 +94,7 @@ ALGORITHMS: tuple[Algorithm, ...] = (
         "reinforcement learning from the agent's own rollouts (LoRA or full weights)",
         trains_weights=True,
         learns_offline=True,
+        samples_behaviour=True,
     ),
     Algorithm(
         "sft",
@@ -106,6 +111,15 @@ ALGORITHMS: tuple[Algorithm, ...] = (
         "preference optimization: each group's best rollout against its worst (LoRA)",
         trains_weights=True,
         learns_offline=True,
+    ),
+    Algorithm(
+        "ppo",
+        "fulmen.algorithms.ppo.config:PPOAlgorithmConfig",
+        "fulmen.algorithms.ppo.loop:run_ppo",
+        "policy optimization with a learned value function: GAE over each rollout's calls (LoRA)",
+        trains_weights=True,
+        learns_offline=False,
+        samples_behaviour=True,
     ),
     Algorithm(
         "apo",
@@ -127,6 +141,8 @@ ALGORITHMS: tuple[Algorithm, ...] = (
 
 #: Algorithms that publish prompts and never weights.
 PROMPT_ONLY = frozenset(a.name for a in ALGORITHMS if not a.trains_weights)
+#: Algorithms whose training rollouts sample the behaviour policy of their importance ratios.
+BEHAVIOUR = frozenset(a.name for a in ALGORITHMS if a.samples_behaviour)
 #: Algorithms that can learn from a store's recorded rollouts.
 OFFLINE = tuple(a.name for a in ALGORITHMS if a.learns_offline)
 

@@ -22,6 +22,7 @@ from fulmen.algorithms.apo.config import APOConfig
 from fulmen.algorithms.demos.config import DemosConfig
 from fulmen.algorithms.dpo.config import DPOAlgorithmConfig
 from fulmen.algorithms.grpo.config import GRPOAlgorithmConfig
+from fulmen.algorithms.ppo.config import PPOAlgorithmConfig
 from fulmen.algorithms.registry import OFFLINE, PROMPT_ONLY, available, names
 from fulmen.algorithms.sft.config import SFTAlgorithmConfig
 from fulmen.algorithms.source import StoreFilter
@@ -111,7 +112,12 @@ class ValidationConfig(_Strict):
 #: What ``algorithm:`` (or each entry of ``stages:``) holds, selected by ``name``: the config
 #: model of every algorithm of ``fulmen.algorithms.registry`` (a test checks they agree).
 AlgorithmConfig: TypeAlias = Annotated[
-    GRPOAlgorithmConfig | SFTAlgorithmConfig | DPOAlgorithmConfig | APOConfig | DemosConfig,
+    GRPOAlgorithmConfig
+    | SFTAlgorithmConfig
+    | DPOAlgorithmConfig
+    | PPOAlgorithmConfig
+    | APOConfig
+    | DemosConfig,
     Field(discriminator="name"),
 ]
 

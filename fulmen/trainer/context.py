@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from fulmen.algorithms.registry import BEHAVIOUR
 from fulmen.algorithms.rewards import reward_metrics
 from fulmen.errors import ConfigError
 from fulmen.trainer.data import task_id_of
@@ -45,9 +46,6 @@ if TYPE_CHECKING:
 __all__ = ["StageContext", "rollout_prefix"]
 
 _log = logging.getLogger("fulmen.train")
-
-#: The algorithm whose training rollouts sample the behaviour policy of its importance ratios.
-_BEHAVIOUR_ALGORITHM = "grpo"
 
 
 class StageContext:
@@ -172,9 +170,9 @@ class StageContext:
     ) -> int:
         """Store ``llm`` plus the carried resources updated with ``resources``.
 
-        A ``grpo`` stage's training rollouts sample the behaviour policy its updates correct
-        for, so its ``llm`` says so (``behaviour_modes``): the gateway then sends their calls
-        with no field that reshapes the distribution and refuses those that constrain
+        A ``grpo`` or ``ppo`` stage's training rollouts sample the behaviour policy its updates
+        correct for, so its ``llm`` says so (``behaviour_modes``): the gateway then sends their
+        calls with no field that reshapes the distribution and refuses those that constrain
         decoding (``fulmen.types.behaviour``). Returns the new version.
         """
         settings = self.session.config.rollouts
@@ -187,7 +185,7 @@ class StageContext:
                 "val": settings.val_sampling,
                 "test": settings.val_sampling,
             },
-            behaviour_modes=(Mode.TRAIN,) if self.name == _BEHAVIOUR_ALGORITHM else (),
+            behaviour_modes=(Mode.TRAIN,) if self.name in BEHAVIOUR else (),
         )
         state = self.session.state
         if resources:

@@ -160,11 +160,11 @@ def test_algorithm_defaults_to_grpo_and_stages_chain_named_algorithms(tmp_path: 
         ("stages: [grpo, {name: demos, demos: 0}]\n", "stages.1.demos: Input should be"),
         (
             "algorithm: {name: nope}\n",
-            "algorithm.name 'nope': no such algorithm .available: grpo, sft, dpo, apo, demos",
+            "algorithm.name 'nope': no such algorithm .available: grpo, sft, dpo, ppo, apo, demos",
         ),
         (
             "stages: [grpo, nope]\n",
-            "stages.1.name 'nope': no such algorithm .available: grpo, sft, dpo, apo, demos",
+            "stages.1.name 'nope': no such algorithm .available: grpo, sft, dpo, ppo, apo, demos",
         ),
         ("algorithm: grpo\nstages: [grpo]\n", "either algorithm or stages"),
         ("stages: []\n", "stages"),

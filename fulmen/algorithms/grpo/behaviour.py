@@ -1,16 +1,17 @@
 """The behaviour policy of training rollouts: one temperature, no truncation.
 
 GRPO's importance ratio divides the trainer's probability of each sampled token by the
-probability the engine sampled it with. The engines record logprobs of the distribution they
-sampled from (``logits / temperature``, after any top-k / top-p), and the trainer recomputes
-``log_softmax(logits / temperature)``; the two agree only when both use the same temperature
-and nothing truncates the distribution. :func:`align_behaviour_temperature` makes a raw
-training config say so: ``rollouts.train_sampling.temperature`` and
-``algorithm.grpo.temperature`` (of every ``grpo`` stage) are one setting (either derives the
-other; different values are an error), and sampling fields the trainer cannot reproduce are
-refused. Which fields those are is one rule, ``fulmen.types.behaviour``, which the gateway
-also applies to every call of a training rollout (``LLMResource.behaviour_modes``, set by
-``StageContext.publish`` for a ``grpo`` stage).
+probability the engine sampled it with (PPO's ratio is the same). The engines record logprobs
+of the distribution they sampled from (``logits / temperature``, after any top-k / top-p), and
+the trainer recomputes ``log_softmax(logits / temperature)``; the two agree only when both use
+the same temperature and nothing truncates the distribution. :func:`align_behaviour_temperature`
+makes a raw training config say so: ``rollouts.train_sampling.temperature`` and
+``algorithm.grpo.temperature`` (of every ``grpo`` stage; ``algorithm.ppo.temperature`` of every
+``ppo`` stage) are one setting (either derives the other; different values are an error), and
+sampling fields the trainer cannot reproduce are refused. Which fields those are is one rule,
+``fulmen.types.behaviour``, which the gateway also applies to every call of a training rollout
+(``LLMResource.behaviour_modes``, set by ``StageContext.publish`` for a ``grpo`` or ``ppo``
+stage).
 """
 
 from __future__ import annotations
@@ -31,10 +32,11 @@ def align_behaviour_temperature(data: Mapping[str, Any]) -> dict[str, Any]:
     """Return a copy of raw ``TrainConfig`` data with the behaviour temperature set both ways.
 
     ``rollouts.train_sampling.temperature`` and the ``grpo.temperature`` of every ``grpo``
-    algorithm (``algorithm`` or an entry of ``stages``) all end up holding the one that was
-    given (1.0 when none was), and ``train_sampling`` gets ``top_p: 1.0`` so an agent's own
-    ``top_p`` cannot reach the engine in a training rollout. A config without a ``grpo``
-    algorithm is returned unchanged: nothing computes importance ratios then.
+    algorithm (``algorithm`` or an entry of ``stages``), and the ``ppo.temperature`` of every
+    ``ppo`` one, all end up holding the one that was given (1.0 when none was), and
+    ``train_sampling`` gets ``top_p: 1.0`` so an agent's own ``top_p`` cannot reach the engine
+    in a training rollout. A config without a ``grpo`` or ``ppo`` algorithm is returned
+    unchanged: nothing computes importance ratios then.
 
     Raises:
         ValueError: two temperatures differ, the temperature is not a number > 0, or
@@ -47,25 +49,25 @@ def align_behaviour_temperature(data: Mapping[str, Any]) -> dict[str, Any]:
     raw_sampling = None if rollouts is None else rollouts.get("train_sampling", {})
     if rollouts is None or not isinstance(raw_sampling, dict):
         return out  # not a mapping: the model's own validation reports it
-    places = _grpo_places(out)
+    places = _ratio_places(out)
     if not places:
         return out
     sampling = dict(cast("dict[str, Any]", raw_sampling))
     temperature = sampling.get("temperature")
     source = "rollouts.train_sampling.temperature"
-    for where, algorithm in places:
-        grpo = _section(algorithm.get("grpo"))
-        given = None if grpo is None else grpo.get("temperature")
+    for where, key, algorithm in places:
+        update = _section(algorithm.get(key))
+        given = None if update is None else update.get("temperature")
         if given is None:
             continue
         if temperature is not None and given != temperature:
             raise ValueError(
-                f"{source}={temperature!r} and {where}.grpo.temperature={given!r} differ: the "
+                f"{source}={temperature!r} and {where}.{key}.temperature={given!r} differ: the "
                 "trainer must compute its logprobs at the temperature the rollouts were "
                 "sampled at; set only one of them"
             )
         if temperature is None:
-            temperature, source = given, f"{where}.grpo.temperature"
+            temperature, source = given, f"{where}.{key}.temperature"
     temperature = _checked_temperature(temperature)
     reshaped = reshaped_fields(sampling)
     if reshaped:
@@ -84,11 +86,11 @@ def align_behaviour_temperature(data: Mapping[str, Any]) -> dict[str, Any]:
     sampling["temperature"] = temperature
     sampling.setdefault("top_p", 1.0)
     out["rollouts"] = {**rollouts, "train_sampling": sampling}
-    for where, algorithm in places:
-        grpo = _section(algorithm.get("grpo"))
-        if grpo is None:
+    for where, key, algorithm in places:
+        update = _section(algorithm.get(key))
+        if update is None:
             continue  # not a mapping: the model's own validation reports it
-        algorithm["grpo"] = {**grpo, "temperature": temperature}
+        algorithm[key] = {**update, "temperature": temperature}
         if where == "algorithm":
             out["algorithm"] = algorithm
         else:
@@ -98,19 +100,25 @@ def align_behaviour_temperature(data: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _grpo_places(data: Mapping[str, Any]) -> list[tuple[str, dict[str, Any]]]:
-    """Find the ``grpo`` algorithm sections of a raw config, with where they are (copies)."""
-    places: list[tuple[str, dict[str, Any]]] = []
+#: The algorithms whose update takes an importance ratio: their update section's name.
+_RATIO_ALGORITHMS = ("grpo", "ppo")
+
+
+def _ratio_places(data: Mapping[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
+    """Find the ``grpo`` and ``ppo`` sections of a raw config: where, update key, copy."""
+    places: list[tuple[str, str, dict[str, Any]]] = []
     stages = data.get("stages")
     if isinstance(stages, list):
         for index, stage in enumerate(cast("list[Any]", stages)):
             section = _section(stage)
-            if section is not None and section.get("name", "grpo") == "grpo":
-                places.append((f"stages.{index}", section))
+            name = None if section is None else section.get("name", "grpo")
+            if section is not None and name in _RATIO_ALGORITHMS:
+                places.append((f"stages.{index}", name, section))
         return places
     section = _section(data.get("algorithm"))
-    if section is not None and section.get("name", "grpo") == "grpo":
-        places.append(("algorithm", section))
+    name = None if section is None else section.get("name", "grpo")
+    if section is not None and name in _RATIO_ALGORITHMS:
+        places.append(("algorithm", name, section))
     return places
 
 

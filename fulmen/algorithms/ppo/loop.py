@@ -1,0 +1,142 @@
+"""``algorithm: ppo``'s run function: roll out, credit each call, update policy and critic, serve.
+
+Each step publishes a resources version naming the served policy, runs ``group_size``
+rollouts of each of ``tasks_per_step`` tasks (``AlgorithmContext.run_tasks``), reads their
+records and builds one transition per call with PPO's step rewards as the credit
+(``rewards.step_rewards``: the adapter's options otherwise apply), takes one PPO update
+(``PPOUpdater``: GAE with the value head, the clipped policy and value losses), saves the
+adapter and hot-loads it into the engine (``serve_policy``), and checkpoints (the value head
+with the adapter). A killed run resumes after its last checkpointed step; a stage that follows
+another starts from the adapter that one published, with a fresh value head. The update runs
+in this one process: under ``torchrun`` with several ranks the run is refused.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+from fulmen.algorithms.context import AlgorithmContext
+from fulmen.algorithms.parallel.config import torchrun_rank
+from fulmen.algorithms.ppo.config import PPOAlgorithmConfig
+from fulmen.algorithms.ppo.rewards import step_rewards
+from fulmen.algorithms.rewards import reward_metrics
+from fulmen.algorithms.rollout_concurrency import concurrency_metrics
+from fulmen.algorithms.serving import keep_newest, serve_policy
+from fulmen.errors import ConfigError
+from fulmen.types import Mode, RolloutStatus, Trajectory
+
+__all__ = ["run_ppo"]
+
+logger = logging.getLogger("fulmen.train")
+
+
+async def run_ppo(config: PPOAlgorithmConfig, context: AlgorithmContext) -> list[dict[str, float]]:
+    """Run ``config.steps`` PPO steps from the stage's saved progress.
+
+    Returns the metrics of each step run now.
+
+    Raises:
+        ConfigError: the run is one of several ``torchrun`` ranks (PPO's update is
+            single-process for now).
+    """
+    if torchrun_rank() is not None:
+        raise ConfigError(
+            "algorithm ppo updates in one process for now; run it without torchrun "
+            "(grpo and sft train data-parallel: docs/data-parallel.md)"
+        )
+    updater = await asyncio.to_thread(_build_updater, config, context)
+    history: list[dict[str, float]] = []
+    every = context.validation_every
+    for step in range(context.progress.step, config.steps):
+        started = time.perf_counter()
+        trajectories, metrics = await _sample(config, context, step)
+        sampled = time.perf_counter()
+        transitions = [t for tr in trajectories for t in tr.transitions]
+        metrics.update(await asyncio.to_thread(updater.train_step, transitions))
+        trained = time.perf_counter()
+        await serve_policy(updater, context, name=f"step-{step + 1:05d}", step=step + 1)
+        await _checkpoint(config, context, updater, step + 1)
+        metrics.update(
+            {
+                "time/rollout_s": sampled - started,
+                "time/train_s": trained - sampled,
+                "time/step_s": time.perf_counter() - started,
+            }
+        )
+        context.log(step + 1, metrics)
+        if metrics.get("updated") == 0.0:
+            logger.warning(
+                "ppo step %d made no update: no rollout had a reward and a token-level call "
+                "that fits algorithm.ppo.max_seq_len (%d rollouts finished)",
+                step + 1,
+                int(metrics["rollouts/finished"]),
+            )
+        history.append(metrics)
+        if step + 1 < config.steps and every and (step + 1) % every == 0:
+            await context.validate(step + 1)
+    return history
+
+
+def _build_updater(config: PPOAlgorithmConfig, context: AlgorithmContext) -> Any:
+    from fulmen.algorithms.policy import load_adapter_weights, load_stage_policy
+    from fulmen.algorithms.ppo.updater import PPOUpdater
+
+    settings = config.update_config(seed=context.seed)
+    progress = context.progress
+    model = load_stage_policy(
+        context.model_path,
+        dtype=settings.dtype,
+        finetune="lora",
+        weights=progress.weights,
+        adapter=None,
+    )
+    updater = PPOUpdater(model, config=settings)
+    if progress.checkpoint is not None:
+        logger.info("resuming ppo after step %d from %s", progress.step, progress.checkpoint)
+        updater.load_checkpoint(progress.checkpoint)
+    elif progress.adapter is not None:
+        logger.info("ppo starts from the adapter %s (a fresh value head)", progress.adapter)
+        load_adapter_weights(updater.model, progress.adapter)
+    return updater
+
+
+async def _sample(
+    config: PPOAlgorithmConfig, context: AlgorithmContext, step: int
+) -> tuple[list[Trajectory], dict[str, float]]:
+    """Run one step's rollouts with the served policy and build their calls' transitions."""
+    version = await context.publish(metadata={"step": step})
+    finished = await context.run_tasks(
+        context.task_batch(step, config.tasks_per_step),
+        mode=Mode.TRAIN,
+        version=version,
+        tag=f"s{step}",
+        group_size=config.group_size,
+    )
+    options = config.transition_options()
+    trajectories = [
+        a.trajectory(options=options, credit=step_rewards) for a in await context.attempts(finished)
+    ]
+    rewards = [t.final_reward for t in trajectories if t.final_reward is not None]
+    metrics = {
+        **reward_metrics("reward", rewards, context.success_threshold),
+        "rollouts/finished": float(len(finished)),
+        "rollouts/failed": float(sum(r.status is not RolloutStatus.SUCCEEDED for r in finished)),
+        **concurrency_metrics(finished),
+        "transitions": float(sum(len(t.transitions) for t in trajectories)),
+    }
+    metrics["task/success"] = metrics.pop("reward/success")
+    return trajectories, metrics
+
+
+async def _checkpoint(
+    config: PPOAlgorithmConfig, context: AlgorithmContext, updater: Any, completed: int
+) -> None:
+    if completed % config.checkpoint_every and completed != config.steps:
+        return
+    directory = context.run_dir / "checkpoints" / f"step-{completed:05d}"
+    await asyncio.to_thread(updater.save_checkpoint, directory)
+    context.save_progress(completed, checkpoint=directory)
+    keep_newest(context.run_dir / "checkpoints", pattern="step-*")

@@ -1,0 +1,365 @@
+"""The PPO updater: the policy's LoRA adapter and its value head, one step from a batch of calls.
+
+``PPOUpdater.train_step(transitions)`` keeps the rollouts it can train whole
+(``calls.select_calls``), plans micro-batches by a padded-token budget, scores every call with
+the value head (no graph: the values of the rollouts, ``V_old``), computes GAE advantages and
+returns over each rollout's calls (``gae.gae``), optionally normalizes the advantages over the
+batch, and takes ``epochs`` optimizer steps. Each step accumulates, micro-batch by micro-batch,
+the gradient of
+
+    Σ_tokens norm · (policy_loss + kl_coef · kl)  +  value_coef · mean_calls(value_loss)
+
+where the policy loss is GRPO's (``fulmen.algorithms.grpo.losses.POLICY_LOSSES``, each token
+carrying its call's advantage), the KL GRPO's estimator against the adapter-disabled model,
+and the value loss the clipped one of ``gae.clipped_value_loss``. One decoder pass gives both
+the token logprobs and the values (``policy.hidden_states``). The forward and backward run in
+``update_mode(dropout="lora")`` as GRPO's; a step whose gradient norm is not finite is skipped.
+Checkpoints hold the adapter, the value head and the optimizer, so a resumed run keeps its
+critic; the adapter alone is what the engine serves.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from fulmen.algorithms import checkpoint
+from fulmen.algorithms.batching import plan_micro_batches
+from fulmen.algorithms.grpo.losses import KL_ESTIMATORS, LOSS_NORMALIZERS, POLICY_LOSSES
+from fulmen.algorithms.optimizer import apply_gradients, build_optimizer
+from fulmen.algorithms.policy import (
+    ReferencePolicy,
+    autocast_context,
+    causal_lm_of,
+    hidden_states,
+    policy_device,
+    prepare_policy,
+    token_logprobs,
+    update_mode,
+)
+from fulmen.algorithms.ppo.calls import (
+    CallBatch,
+    PPOCall,
+    collate_calls,
+    select_calls,
+    with_advantages,
+)
+from fulmen.algorithms.ppo.config import PPOConfig
+from fulmen.algorithms.ppo.gae import clipped_value_loss, explained_variance, gae
+from fulmen.algorithms.ppo.value_head import ValueHead
+from fulmen.types.transitions import Transition
+
+__all__ = ["PPOUpdater"]
+
+
+@dataclass
+class _Totals:
+    """Sums over the micro-batches of a step's epochs, turned into means at the end."""
+
+    loss: float = 0.0
+    policy_loss: float = 0.0
+    value_loss: float = 0.0
+    kl: float = 0.0
+    entropy: float = 0.0
+    clipped_low: int = 0
+    clipped_high: int = 0
+    value_clipped: int = 0
+    ratio: float = 0.0
+    tokens: int = 0
+    calls: int = 0
+
+    def metrics(self, epochs: int) -> dict[str, float]:
+        n, c = max(self.tokens, 1), max(self.calls, 1)
+        return {
+            "loss": self.loss / epochs,
+            "policy_loss": self.policy_loss / epochs,
+            "ppo/value_loss": self.value_loss / c,
+            "kl": self.kl / n,
+            "entropy": self.entropy / n,
+            "clip_fraction": (self.clipped_low + self.clipped_high) / n,
+            "clip_fraction_low": self.clipped_low / n,
+            "clip_fraction_high": self.clipped_high / n,
+            "ratio_mean": self.ratio / n,
+            "ppo/value_clip_fraction": self.value_clipped / c,
+        }
+
+
+@dataclass(frozen=True)
+class _Targets:
+    """The step's per-call tensors (``[C]``): values of the rollouts, returns, advantages."""
+
+    old_values: Tensor
+    returns: Tensor
+    advantages: Tensor
+
+
+class PPOUpdater:
+    """Owns the LoRA policy, its value head and their optimizer; updates them from transitions.
+
+    Args:
+        model: a transformers causal LM (a peft model is accepted).
+        config: the update's settings (``config.seed`` seeds the adapter's initialization).
+    """
+
+    def __init__(self, model: nn.Module, *, config: PPOConfig) -> None:
+        self.config = config
+        with torch.random.fork_rng(devices=[]):  # the adapter's init, not the caller's RNG
+            torch.manual_seed(config.seed or 0)
+            self.model = prepare_policy(model, config)
+        self.model.eval()  # the update's flags only inside an update (``update_mode``)
+        self.device = policy_device(config)
+        width = int(causal_lm_of(self.model).get_input_embeddings().embedding_dim)
+        self.value_head = ValueHead(width).to(self.device)
+        self.reference = (
+            ReferencePolicy(self.model, finetune="lora") if config.kl_coef > 0 else None
+        )
+        self.optimizer = build_optimizer(self.model, config)
+        self.optimizer.add_param_group(
+            {
+                "params": list(self.value_head.parameters()),
+                "lr": config.value_learning_rate or config.learning_rate,
+            }
+        )
+        # What a checkpoint holds: the adapter's and the value head's trained parameters.
+        self._trained = nn.ModuleDict({"policy": self.model, "value_head": self.value_head})
+        self.pad_token_id = getattr(causal_lm_of(self.model).config, "pad_token_id", None) or 0
+        self.step = 0
+        #: Optimizer steps skipped because the gradient norm was not finite.
+        self.skipped_nonfinite = 0
+
+    def train_step(self, transitions: Sequence[Transition]) -> dict[str, float]:
+        """Take the step's ``epochs`` optimizer steps on ``transitions``; return its metrics.
+
+        The value and advantage metrics are those of the rollouts (before the update); the
+        losses are means over the epochs. No rollout left: no step (``updated`` 0).
+        """
+        started = time.perf_counter()
+        calls, dropped = select_calls(transitions, max_seq_len=self.config.max_seq_len)
+        metrics: dict[str, float] = {
+            "ppo/calls": float(len(calls)),
+            "ppo/rollouts": float(len({c.sample.rollout for c in calls})),
+            "ppo/dropped_rollouts": float(dropped),
+        }
+        if not calls:
+            metrics.update(updated=0.0, step_time_s=time.perf_counter() - started)
+            return metrics
+        plan = self._plan(calls)
+        targets = self._targets(calls, plan)
+        calls = self._weighted(calls, targets)
+        metrics.update(_value_metrics(targets))
+        totals = _Totals()
+        norm = 0.0
+        for _ in range(self.config.epochs):
+            self._backward(calls, plan, targets, totals)
+            norm = apply_gradients(self.optimizer, max_grad_norm=self.config.max_grad_norm)
+            if not math.isfinite(norm):
+                self.skipped_nonfinite += 1
+                break
+        self.step += 1
+        metrics.update(totals.metrics(self.config.epochs))
+        metrics.update(
+            updated=float(math.isfinite(norm)),
+            skipped_nonfinite=float(not math.isfinite(norm)),
+            grad_norm=norm,
+            trained_tokens=float(sum(len(c.sample.positions) for c in calls)),
+            learning_rate=self.config.learning_rate,
+            step_time_s=time.perf_counter() - started,
+        )
+        return metrics
+
+    @torch.no_grad()
+    def values(self, transitions: Sequence[Transition]) -> list[float]:
+        """Return the value head's value of each call of the rollouts ``train_step`` would keep.
+
+        In the order ``train_step`` lays them out: by rollout, each in ``call_index`` order.
+        """
+        calls, _ = select_calls(transitions, max_seq_len=self.config.max_seq_len)
+        if not calls:
+            return []
+        return self._values(calls, self._plan(calls)).tolist()
+
+    def _plan(self, calls: Sequence[PPOCall]) -> list[list[int]]:
+        lengths = [len(c.sample) for c in calls]
+        return plan_micro_batches(lengths=lengths, token_budget=self.config.micro_batch_tokens)
+
+    def _batch(self, calls: Sequence[PPOCall], group: Sequence[int]) -> CallBatch:
+        return collate_calls(calls, group, pad_id=self.pad_token_id).to(self.device)
+
+    @torch.no_grad()
+    def _values(self, calls: Sequence[PPOCall], plan: Sequence[Sequence[int]]) -> Tensor:
+        """Score every call with the current value head (eval mode, no graph), as ``[C]``."""
+        out = torch.zeros(len(calls), dtype=torch.float64)
+        for group in plan:
+            batch = self._batch(calls, group)
+            tokens = batch.tokens
+            with autocast_context(self.config):
+                hidden = hidden_states(
+                    self.model, input_ids=tokens.input_ids, attention_mask=tokens.attention_mask
+                )
+            values = self._read_values(hidden, batch)
+            out[batch.indices.cpu()] = values.double().cpu()
+        return out
+
+    def _read_values(self, hidden: Tensor, batch: CallBatch) -> Tensor:
+        rows = torch.arange(int(hidden.shape[0]), device=hidden.device)
+        return self.value_head(hidden[rows, batch.value_positions])
+
+    def _targets(self, calls: Sequence[PPOCall], plan: Sequence[Sequence[int]]) -> _Targets:
+        """Value the calls and run GAE over each rollout's calls."""
+        old_values = self._values(calls, plan)
+        result = gae(
+            rewards=torch.tensor([c.reward for c in calls], dtype=torch.float64),
+            values=old_values,
+            is_last=torch.tensor([c.is_last for c in calls]),
+            gamma=self.config.gamma,
+            lam=self.config.gae_lambda,
+        )
+        return _Targets(old_values, result.returns, result.advantages)
+
+    def _weighted(self, calls: Sequence[PPOCall], targets: _Targets) -> list[PPOCall]:
+        """Put each call's (normalized) advantage on its tokens, and the tokens' loss weights."""
+        advantages = targets.advantages
+        if self.config.normalize_advantages and len(calls) > 1:
+            std = float(advantages.std(unbiased=False))
+            advantages = (advantages - advantages.mean()) / (std + 1e-8)
+        token_rollout = torch.tensor(
+            [c.sample.rollout for c in calls for _ in c.sample.positions], dtype=torch.long
+        )
+        norm = LOSS_NORMALIZERS[self.config.loss_normalization](
+            token_rollout=token_rollout, num_rollouts=int(token_rollout.max()) + 1
+        )
+        return with_advantages(calls, advantages.tolist(), norm.tolist())
+
+    def _backward(
+        self,
+        calls: Sequence[PPOCall],
+        plan: Sequence[Sequence[int]],
+        targets: _Targets,
+        totals: _Totals,
+    ) -> None:
+        """Add one epoch's loss gradient, micro-batch by micro-batch."""
+        for group in plan:
+            batch = self._batch(calls, group)
+            ref_logprobs = self._reference_logprobs(batch)
+            with update_mode(self.model, dropout="lora"):
+                self._loss_backward(batch, targets, ref_logprobs, len(calls), totals)
+
+    def _coordinates(self, batch: CallBatch) -> dict[str, Any]:
+        tokens = batch.tokens
+        return {
+            "input_ids": tokens.input_ids,
+            "attention_mask": tokens.attention_mask,
+            "rows": tokens.rows,
+            "positions": tokens.positions,
+            "temperature": self.config.temperature,
+            "chunk_tokens": self.config.logit_chunk_tokens,
+        }
+
+    def _reference_logprobs(self, batch: CallBatch) -> Tensor | None:
+        if self.reference is None:
+            return None
+        with (
+            torch.no_grad(),
+            autocast_context(self.config),
+            self.reference.active() as reference,
+        ):
+            logprobs, _ = token_logprobs(reference, **self._coordinates(batch))
+        return logprobs
+
+    def _loss_backward(
+        self,
+        batch: CallBatch,
+        targets: _Targets,
+        ref_logprobs: Tensor | None,
+        num_calls: int,
+        totals: _Totals,
+    ) -> None:
+        cfg, tokens = self.config, batch.tokens
+        with autocast_context(cfg):
+            hidden = hidden_states(
+                self.model, input_ids=tokens.input_ids, attention_mask=tokens.attention_mask
+            )
+            logprobs, entropy = token_logprobs(
+                self.model,
+                with_entropy=True,
+                hidden=hidden,
+                **self._coordinates(batch),
+            )
+        terms = POLICY_LOSSES[cfg.policy_loss](
+            logprobs=logprobs,
+            old_logprobs=tokens.old_logprobs,
+            advantages=tokens.advantages,
+            clip_low=cfg.clip_low,
+            clip_high=cfg.clip_high,
+        )
+        per_token = terms.loss
+        if ref_logprobs is not None:
+            kl = KL_ESTIMATORS[cfg.kl_estimator](logprobs=logprobs, ref_logprobs=ref_logprobs)
+            per_token = per_token + cfg.kl_coef * kl
+            totals.kl += float(kl.detach().sum())
+        index = batch.indices.to(targets.returns.device)
+        value_terms = clipped_value_loss(
+            values=self._read_values(hidden, batch),
+            old_values=targets.old_values[index].to(self.device, torch.float32),
+            returns=targets.returns[index].to(self.device, torch.float32),
+            clip=cfg.value_clip,
+        )
+        policy = (tokens.norm * per_token).sum()
+        value = value_terms.loss.sum() / num_calls
+        (policy + cfg.value_coef * value).backward()
+        totals.loss += float(policy.detach()) + cfg.value_coef * float(value.detach())
+        totals.policy_loss += float((tokens.norm * terms.loss.detach()).sum())
+        totals.value_loss += float(value_terms.loss.detach().sum())
+        totals.value_clipped += int(value_terms.is_clipped.sum())
+        if entropy is not None:
+            totals.entropy += float(entropy.sum())
+        totals.clipped_low += int(terms.is_clipped_low.sum())
+        totals.clipped_high += int(terms.is_clipped_high.sum())
+        totals.ratio += float(terms.ratio.sum())
+        totals.tokens += tokens.num_tokens
+        totals.calls += int(batch.indices.shape[0])
+
+    def save_checkpoint(self, directory: str | Path) -> Path:
+        """Write the adapter, the value head, the optimizer and RNG state and the step."""
+        state = {"step": self.step, "config": self.config.model_dump(mode="json")}
+        return checkpoint.save_checkpoint(self._trained, self.optimizer, directory, state=state)
+
+    def load_checkpoint(self, directory: str | Path) -> None:
+        """Restore what ``save_checkpoint`` wrote (the value head included)."""
+        state = checkpoint.load_checkpoint(self._trained, self.optimizer, directory)
+        self.step = int(state["step"])
+
+    @property
+    def is_full(self) -> bool:
+        """Always ``False``: PPO trains a LoRA adapter (``fulmen.algorithms.serving``)."""
+        return False
+
+    def save_adapter(self, directory: str | Path) -> Path:
+        """Write the LoRA adapter in peft's format (the value head is not served)."""
+        return checkpoint.save_adapter(self.model, directory, finetune="lora")
+
+    def save_model(self, directory: str | Path) -> Path:
+        """Write the whole policy (the adapter merged into a copy) as a HF directory."""
+        return checkpoint.save_model(self.model, directory, finetune="lora")
+
+
+def _value_metrics(targets: _Targets) -> dict[str, float]:
+    """Return the critic's figures on the step's calls, before the update."""
+    advantages = targets.advantages
+    spread = float(advantages.std(unbiased=False)) if advantages.numel() > 1 else 0.0
+    return {
+        "ppo/value_mean": float(targets.old_values.mean()),
+        "ppo/return_mean": float(targets.returns.mean()),
+        "ppo/advantage_mean": float(advantages.mean()),
+        "ppo/advantage_std": spread,
+        "ppo/explained_variance": explained_variance(
+            values=targets.old_values, returns=targets.returns
+        ),
+    }
