@@ -30,7 +30,7 @@ from typing import Any
 import httpx
 import yaml
 from bot import route
-from customers import draw_customers, held_out_customers
+from customers import draw_customers
 from openai import AsyncOpenAI
 from traffic import TRAFFIC_SEED, start_gateway, wait_healthy
 
@@ -72,13 +72,14 @@ async def _wave(
     model: str,
     customers: list[tuple[int, tuple[str, str]]],
     *,
+    release: str,
     concurrency: int,
     temperature: float,
 ) -> list[dict[str, Any]]:
     limit = asyncio.Semaphore(concurrency)
 
     async def one(index: int, text: str, department: str) -> dict[str, Any]:
-        session_id = f"rel-{index:05d}"
+        session_id = f"{release}-{index:05d}"  # a new conversation: a new session
         async with limit:
             team, _ = await route(
                 client, model, text, session_id=session_id, temperature=temperature
@@ -116,8 +117,11 @@ async def release_adapter(
                  "min_sessions": min_sessions, "alpha": 0.05},
     }  # fmt: skip
     config = _gateway_config(out, release)
-    traffic = draw_customers(traffic_sessions, seed=TRAFFIC_SEED)
-    customers = held_out_customers(max_sessions, seed=RELEASE_SEED, traffic=traffic)
+    # New customers: messages the adapter was not trained on (a customer may write the same as
+    # another one here, as real ones do; there are fewer distinct messages than sessions).
+    seen = {text for text, _ in draw_customers(traffic_sessions, seed=TRAFFIC_SEED)}
+    drawn = draw_customers(3 * max_sessions, seed=RELEASE_SEED)
+    customers = [c for c in drawn if c[0] not in seen][:max_sessions]
     started = time.perf_counter()
     engine = BuiltinLauncher(model, max_batch=concurrency, log_path=out / "release-engine.log")
     await asyncio.to_thread(engine.start)
@@ -136,7 +140,12 @@ async def release_adapter(
             while state == "canary" and len(tickets) < len(numbered):
                 batch = numbered[len(tickets) : len(tickets) + wave]
                 closed = await _wave(
-                    client, model, batch, concurrency=concurrency, temperature=temperature
+                    client,
+                    model,
+                    batch,
+                    release=name,
+                    concurrency=concurrency,
+                    temperature=temperature,
                 )
                 tickets += closed
                 for ticket in closed:  # the tickets close: rewards by session id
@@ -164,7 +173,7 @@ async def release_adapter(
         figures = release_figures(await ReleaseOutcomes(store, name).read())
     return {
         "release": name,
-        "candidate": f"{run_id} v{version}",
+        "candidate_version": f"{run_id} v{version}",
         "state": stored.state.value,
         "customers": len(tickets),
         **figures.as_json(),
