@@ -150,7 +150,8 @@ fi
 # leaves the second core half idle). Each lane's output is shown once it is done.
 beside=(tests/multihost tests/cluster tests/algorithms/dpo/test_toy_learning.py
   tests/algorithms/ppo/test_toy_learning.py tests/trainer/test_learning.py
-  tests/trainer/test_async_grpo.py tests/compat)
+  tests/trainer/test_async_grpo.py tests/compat tests/algorithms/test_data_parallel.py
+  tests/trainer/test_resume.py tests/trainer/test_stages.py)
 second_lane() {
   echo "== framework integrations (openai >= 3)"
   .venvs/integrations/bin/python -m pytest -q -p no:cacheprovider tests/integrations \
