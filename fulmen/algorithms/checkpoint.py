@@ -12,17 +12,35 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 import shutil
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import torch
+from pydantic import BaseModel
 from torch import nn
 
-from fulmen.algorithms.policy import causal_lm_of
+from fulmen.algorithms.policy import causal_lm_of, load_adapter_weights, load_stage_policy
 from fulmen.errors import ConfigError, FulmenError
 
-__all__ = ["check_finite", "load_checkpoint", "save_adapter", "save_checkpoint", "save_model"]
+if TYPE_CHECKING:
+    from fulmen.algorithms.context import AlgorithmContext
+
+_C = TypeVar("_C", bound=BaseModel)
+_U = TypeVar("_U", bound="LoraUpdaterFiles[Any]")
+_log = logging.getLogger("fulmen.train")
+
+__all__ = [
+    "LoraUpdaterFiles",
+    "check_finite",
+    "load_checkpoint",
+    "lora_updater_for_stage",
+    "save_adapter",
+    "save_checkpoint",
+    "save_model",
+]
 
 _TRAINABLE_FILE = "trainable.safetensors"
 _OPTIMIZER_FILE = "optimizer.pt"
@@ -148,3 +166,66 @@ def save_model(model: nn.Module, directory: str | Path, *, finetune: str) -> Pat
     else:
         causal_lm_of(model).save_pretrained(str(target))
     return target
+
+
+class LoraUpdaterFiles(Generic[_C]):
+    """The files of an updater that trains a LoRA adapter (DPO's, PPO's): checkpoint and serving.
+
+    The updater provides ``model`` (its peft policy), ``optimizer``, ``config`` (a pydantic
+    model) and ``step``; ``_checkpointed`` names what a checkpoint holds (the policy, or the
+    policy with the algorithm's own trained modules, such as PPO's value head).
+    """
+
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    config: _C
+    step: int
+
+    def _checkpointed(self) -> nn.Module:
+        return self.model
+
+    def save_checkpoint(self, directory: str | Path) -> Path:
+        """Write the trained parameters, the optimizer and RNG state and the step."""
+        state = {"step": self.step, "config": self.config.model_dump(mode="json")}
+        return save_checkpoint(self._checkpointed(), self.optimizer, directory, state=state)
+
+    def load_checkpoint(self, directory: str | Path) -> None:
+        """Restore what ``save_checkpoint`` wrote."""
+        state = load_checkpoint(self._checkpointed(), self.optimizer, directory)
+        self.step = int(state["step"])
+
+    @property
+    def is_full(self) -> bool:
+        """Always ``False``: the adapter is trained (``fulmen.algorithms.serving``)."""
+        return False
+
+    def save_adapter(self, directory: str | Path) -> Path:
+        """Write the LoRA adapter in peft's format, ready for ``/v1/load_lora_adapter``."""
+        return save_adapter(self.model, directory, finetune="lora")
+
+    def save_model(self, directory: str | Path) -> Path:
+        """Write the whole policy (the adapter merged into a copy) as a HF directory."""
+        return save_model(self.model, directory, finetune="lora")
+
+
+def lora_updater_for_stage(
+    make: Callable[[nn.Module], _U], context: AlgorithmContext, *, dtype: str, name: str
+) -> _U:
+    """Build a LoRA updater for the stage ``context`` runs, where the stage's progress left it.
+
+    The stage's base weights are loaded, ``make`` wraps them in the updater; a checkpoint of
+    this stage is restored (a resumed run), else an adapter a previous stage published is
+    loaded into the new adapter.
+    """
+    progress = context.progress
+    model = load_stage_policy(
+        context.model_path, dtype=dtype, finetune="lora", weights=progress.weights, adapter=None
+    )
+    updater = make(model)
+    if progress.checkpoint is not None:
+        _log.info("resuming %s after step %d from %s", name, progress.step, progress.checkpoint)
+        updater.load_checkpoint(progress.checkpoint)
+    elif progress.adapter is not None:
+        _log.info("%s starts from the adapter %s", name, progress.adapter)
+        load_adapter_weights(updater.model, progress.adapter)
+    return updater

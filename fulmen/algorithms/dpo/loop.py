@@ -73,26 +73,13 @@ async def run_dpo(config: DPOAlgorithmConfig, context: AlgorithmContext) -> list
 
 
 def _build_updater(config: DPOAlgorithmConfig, context: AlgorithmContext) -> Any:
+    from fulmen.algorithms.checkpoint import lora_updater_for_stage
     from fulmen.algorithms.dpo.updater import DPOUpdater
-    from fulmen.algorithms.policy import load_adapter_weights, load_stage_policy
 
     settings = config.update_config(seed=context.seed)
-    progress = context.progress
-    model = load_stage_policy(
-        context.model_path,
-        dtype=settings.dtype,
-        finetune="lora",
-        weights=progress.weights,
-        adapter=None,
+    return lora_updater_for_stage(
+        lambda model: DPOUpdater(model, config=settings), context, dtype=settings.dtype, name="dpo"
     )
-    updater = DPOUpdater(model, config=settings)
-    if progress.checkpoint is not None:
-        logger.info("resuming dpo after step %d from %s", progress.step, progress.checkpoint)
-        updater.load_checkpoint(progress.checkpoint)
-    elif progress.adapter is not None:
-        logger.info("dpo starts from the adapter %s", progress.adapter)
-        load_adapter_weights(updater.model, progress.adapter)
-    return updater
 
 
 async def _sample_pairs(

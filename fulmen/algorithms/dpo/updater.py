@@ -18,7 +18,6 @@ import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 from torch import Tensor, nn
@@ -78,7 +77,7 @@ class _Totals:
         }
 
 
-class DPOUpdater:
+class DPOUpdater(checkpoint.LoraUpdaterFiles[DPOConfig]):
     """Owns the LoRA policy and its optimizer; updates it on preference pairs.
 
     Args:
@@ -211,29 +210,6 @@ class DPOUpdater:
             )
         rows = int(batch.input_ids.shape[0])
         return logprobs.new_zeros(rows).index_add(0, batch.rows, logprobs)
-
-    def save_checkpoint(self, directory: str | Path) -> Path:
-        """Write the adapter, optimizer and RNG state and the step to ``directory``."""
-        state = {"step": self.step, "config": self.config.model_dump(mode="json")}
-        return checkpoint.save_checkpoint(self.model, self.optimizer, directory, state=state)
-
-    def load_checkpoint(self, directory: str | Path) -> None:
-        """Restore what ``save_checkpoint`` wrote."""
-        state = checkpoint.load_checkpoint(self.model, self.optimizer, directory)
-        self.step = int(state["step"])
-
-    @property
-    def is_full(self) -> bool:
-        """Always ``False``: DPO trains a LoRA adapter (``fulmen.algorithms.serving``)."""
-        return False
-
-    def save_adapter(self, directory: str | Path) -> Path:
-        """Write the LoRA adapter in peft's format, ready for ``/v1/load_lora_adapter``."""
-        return checkpoint.save_adapter(self.model, directory, finetune="lora")
-
-    def save_model(self, directory: str | Path) -> Path:
-        """Write the whole policy (the adapter merged into a copy) as a HF directory."""
-        return checkpoint.save_model(self.model, directory, finetune="lora")
 
 
 def _sample(input_ids: list[int], positions: list[int]) -> TokenSample:

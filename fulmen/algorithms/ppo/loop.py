@@ -81,26 +81,13 @@ async def run_ppo(config: PPOAlgorithmConfig, context: AlgorithmContext) -> list
 
 
 def _build_updater(config: PPOAlgorithmConfig, context: AlgorithmContext) -> Any:
-    from fulmen.algorithms.policy import load_adapter_weights, load_stage_policy
+    from fulmen.algorithms.checkpoint import lora_updater_for_stage
     from fulmen.algorithms.ppo.updater import PPOUpdater
 
     settings = config.update_config(seed=context.seed)
-    progress = context.progress
-    model = load_stage_policy(
-        context.model_path,
-        dtype=settings.dtype,
-        finetune="lora",
-        weights=progress.weights,
-        adapter=None,
+    return lora_updater_for_stage(
+        lambda model: PPOUpdater(model, config=settings), context, dtype=settings.dtype, name="ppo"
     )
-    updater = PPOUpdater(model, config=settings)
-    if progress.checkpoint is not None:
-        logger.info("resuming ppo after step %d from %s", progress.step, progress.checkpoint)
-        updater.load_checkpoint(progress.checkpoint)
-    elif progress.adapter is not None:
-        logger.info("ppo starts from the adapter %s (a fresh value head)", progress.adapter)
-        load_adapter_weights(updater.model, progress.adapter)
-    return updater
 
 
 async def _sample(

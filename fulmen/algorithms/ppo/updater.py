@@ -24,7 +24,6 @@ import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -100,7 +99,7 @@ class _Targets:
     advantages: Tensor
 
 
-class PPOUpdater:
+class PPOUpdater(checkpoint.LoraUpdaterFiles[PPOConfig]):
     """Owns the LoRA policy, its value head and their optimizer; updates them from transitions.
 
     Args:
@@ -326,28 +325,8 @@ class PPOUpdater:
         totals.tokens += tokens.num_tokens
         totals.calls += int(batch.indices.shape[0])
 
-    def save_checkpoint(self, directory: str | Path) -> Path:
-        """Write the adapter, the value head, the optimizer and RNG state and the step."""
-        state = {"step": self.step, "config": self.config.model_dump(mode="json")}
-        return checkpoint.save_checkpoint(self._trained, self.optimizer, directory, state=state)
-
-    def load_checkpoint(self, directory: str | Path) -> None:
-        """Restore what ``save_checkpoint`` wrote (the value head included)."""
-        state = checkpoint.load_checkpoint(self._trained, self.optimizer, directory)
-        self.step = int(state["step"])
-
-    @property
-    def is_full(self) -> bool:
-        """Always ``False``: PPO trains a LoRA adapter (``fulmen.algorithms.serving``)."""
-        return False
-
-    def save_adapter(self, directory: str | Path) -> Path:
-        """Write the LoRA adapter in peft's format (the value head is not served)."""
-        return checkpoint.save_adapter(self.model, directory, finetune="lora")
-
-    def save_model(self, directory: str | Path) -> Path:
-        """Write the whole policy (the adapter merged into a copy) as a HF directory."""
-        return checkpoint.save_model(self.model, directory, finetune="lora")
+    def _checkpointed(self) -> nn.Module:
+        return self._trained  # the adapter and the value head (never served)
 
 
 def _value_metrics(targets: _Targets) -> dict[str, float]:
