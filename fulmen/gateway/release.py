@@ -131,6 +131,8 @@ class ReleaseRouter:
                 self._apply(await self._store.get_release(self.name))
             except FulmenError as exc:  # the store away: keep serving the last state
                 _log.warning("release %r not re-read: %s", self.name, exc)
+            except Exception:  # never stop following: a later read may succeed
+                _log.exception("release %r not re-read", self.name)
 
     async def _prepare(self) -> None:
         """Serve the arms' adapter versions, put the release in the store, read its state."""

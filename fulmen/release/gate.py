@@ -180,5 +180,8 @@ class Gate:
             except FulmenError as exc:  # the store away: try again next window
                 _log.warning("release %r gate: window not judged: %s", self.name, exc)
                 continue
+            except Exception:  # a gate that stops would leave the canary undecided, unsaid
+                _log.exception("release %r gate: window not judged", self.name)
+                continue
             if release.state is not ReleaseState.CANARY:
                 return
