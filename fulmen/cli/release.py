@@ -51,6 +51,7 @@ def _list(args: argparse.Namespace) -> int:
 
 def _status(args: argparse.Namespace) -> int:
     from fulmen.release import ReleaseOutcomes, release_figures
+    from fulmen.release.figures import p_text
 
     async def main() -> Any:
         async with open_cli_store(args) as store:
@@ -84,7 +85,7 @@ def _status(args: argparse.Namespace) -> int:
             f"  difference (candidate - incumbent) {test.difference:+.4g} "
             f"[{test.ci_low:+.4g}, {test.ci_high:+.4g}], ratio {ratio}, "
             f"Welch t={_fmt(test.t_statistic, '.3f')} df={_fmt(test.df, '.1f')} "
-            f"p={test.p_value:.3g}"
+            f"{p_text(test.p_value)}"
         )
     events = release.events[-args.events :] if args.events > 0 else []
     if events:

@@ -14,7 +14,7 @@ from typing import Any
 from fulmen.debugging.stats import UnpairedComparison, compare_unpaired, mean_interval
 from fulmen.types.releases import ReleaseArm
 
-__all__ = ["ArmFigures", "ReleaseFigures", "release_figures"]
+__all__ = ["ArmFigures", "ReleaseFigures", "p_text", "release_figures"]
 
 
 @dataclass(frozen=True)
@@ -50,6 +50,11 @@ class ReleaseFigures:
             "candidate": asdict(self.candidate),
             "comparison": asdict(self.comparison) if self.comparison is not None else None,
         }
+
+
+def p_text(p: float) -> str:
+    """Return a p value for people: ``p=0.0123``, or ``p<1e-16`` where a double holds no more."""
+    return f"p={p:.3g}" if p >= 1e-16 else "p<1e-16"
 
 
 def _arm(sessions: int, rewards: list[float]) -> ArmFigures:

@@ -27,7 +27,7 @@ from typing import Literal
 
 from fulmen.errors import Conflict, FulmenError
 from fulmen.gateway.release_config import GateConfig
-from fulmen.release.figures import ReleaseFigures, release_figures
+from fulmen.release.figures import ReleaseFigures, p_text, release_figures
 from fulmen.release.outcomes import ReleaseOutcomes
 from fulmen.store.base import Store
 from fulmen.types.releases import Release, ReleaseDecision, ReleaseState
@@ -59,7 +59,7 @@ def judge(figures: ReleaseFigures, config: GateConfig) -> Verdict:
         )
     shown = (
         f"candidate {test.mean_b:.4g} vs incumbent {test.mean_a:.4g}, difference "
-        f"{test.difference:+.4g} [{test.ci_low:+.4g}, {test.ci_high:+.4g}], p={test.p_value:.3g}"
+        f"{test.difference:+.4g} [{test.ci_low:+.4g}, {test.ci_high:+.4g}], {p_text(test.p_value)}"
     )
     if test.p_value < config.alpha and test.difference < 0:
         return Verdict("worse", f"{shown}: worse at alpha={config.alpha}")

@@ -17,6 +17,7 @@ import pytest
 from fulmen.debugging.stats import compare_unpaired
 from fulmen.gateway.release_config import GateConfig
 from fulmen.release import Gate, ReleaseOutcomes, judge, release_figures
+from fulmen.release.figures import p_text
 from fulmen.store import open_store
 from fulmen.types import RewardCreate, SessionCreate
 from fulmen.types.releases import ArmModel, ReleaseArm, ReleaseCreate, ReleaseDecision
@@ -183,3 +184,5 @@ def test_judge_and_welch_against_a_reference() -> None:
     verdict = judge(release_figures(outcomes), strict)
     assert verdict.kind == "inconclusive" and "ratio 1.041 is under 1.1" in verdict.reason
     assert judge(release_figures(outcomes), GateConfig(min_sessions=30)).kind == "better"
+    # A p value a double cannot hold is not printed as 0.
+    assert (p_text(0.0), p_text(0.0123)) == ("p<1e-16", "p=0.0123")
