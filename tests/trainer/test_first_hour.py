@@ -116,7 +116,7 @@ def test_missing_tasks_file_says_where_relative_paths_start(
 
 
 def test_progress_bar_keeps_log_lines_off_the_bar_line(monkeypatch: pytest.MonkeyPatch) -> None:
-    from fulmen.algorithms.grpo.loop import progress_bar
+    from fulmen.algorithms.update_steps import progress_bar
 
     stream = io.StringIO()
     monkeypatch.setattr(sys, "stderr", stream)  # the bar and the console handler both use it

@@ -94,6 +94,9 @@ class DPOAlgorithmConfig(_Strict):
             token-exact calls into one sequence).
         dpo: the update's settings (``DPOConfig``).
         checkpoint_every: save a resumable checkpoint every this many steps (and at the end).
+        max_minutes: stop starting new steps once this much wall time has passed in the loop
+            (the last step is checkpointed and validated as after ``steps``); ``None``: no
+            limit.
         source: learn from a store's finished rollouts instead of sampling
             (``docs/offline.md``).
     """
@@ -106,6 +109,7 @@ class DPOAlgorithmConfig(_Strict):
     transitions: TransitionOptions = Field(default_factory=TransitionOptions)
     dpo: DPOConfig = Field(default_factory=DPOConfig)
     checkpoint_every: int = Field(default=1, ge=1)
+    max_minutes: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     source: StoreSource | None = None
 
     @model_validator(mode="after")

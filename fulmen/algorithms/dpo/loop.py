@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from typing import Any
 
 from fulmen.algorithms.context import AlgorithmContext
@@ -23,8 +22,8 @@ from fulmen.algorithms.dpo.config import DPOAlgorithmConfig
 from fulmen.algorithms.dpo.pairs import PairStats, PreferencePair, build_pairs
 from fulmen.algorithms.rewards import reward_metrics
 from fulmen.algorithms.rollout_concurrency import concurrency_metrics
-from fulmen.algorithms.serving import keep_newest, serve_policy
 from fulmen.algorithms.source import StoreSource
+from fulmen.algorithms.update_steps import run_update_steps
 from fulmen.types import Mode, RolloutStatus, Trajectory
 
 __all__ = ["run_dpo"]
@@ -39,10 +38,9 @@ async def run_dpo(config: DPOAlgorithmConfig, context: AlgorithmContext) -> list
     """
     updater = await asyncio.to_thread(_build_updater, config, context)
     offline: tuple[list[PreferencePair], PairStats, list[float]] | None = None
-    history: list[dict[str, float]] = []
-    every = context.validation_every
-    for step in range(context.progress.step, config.steps):
-        started = time.perf_counter()
+
+    async def sample(step: int) -> tuple[list[PreferencePair], dict[str, float]]:
+        nonlocal offline
         if config.source is not None:
             offline = offline or await _read_pairs(config, config.source, context)
             pairs, stats, rewards = offline
@@ -51,25 +49,18 @@ async def run_dpo(config: DPOAlgorithmConfig, context: AlgorithmContext) -> list
             pairs, stats, metrics = await _sample_pairs(config, context, step)
         metrics["task/success"] = metrics.pop("reward/success")
         metrics.update(stats.as_metrics())
-        sampled = time.perf_counter()
-        metrics.update(await asyncio.to_thread(updater.train_step, pairs))
-        trained = time.perf_counter()
-        await serve_policy(updater, context, name=f"step-{step + 1:05d}", step=step + 1)
-        await _checkpoint(config, context, updater, step + 1)
-        metrics.update(
-            {
-                "time/rollout_s": sampled - started,
-                "time/train_s": trained - sampled,
-                "time/step_s": time.perf_counter() - started,
-            }
-        )
-        context.log(step + 1, metrics)
         if not pairs:
-            logger.warning("dpo step %d made no update: %s", step + 1, _no_pair_reason(stats))
-        history.append(metrics)
-        if step + 1 < config.steps and every and (step + 1) % every == 0:
-            await context.validate(step + 1)
-    return history
+            logger.warning("dpo step %d makes no update: %s", step + 1, _no_pair_reason(stats))
+        return pairs, metrics
+
+    return await run_update_steps(
+        context,
+        updater,
+        steps=config.steps,
+        checkpoint_every=config.checkpoint_every,
+        max_minutes=config.max_minutes,
+        sample=sample,
+    )
 
 
 def _build_updater(config: DPOAlgorithmConfig, context: AlgorithmContext) -> Any:
@@ -126,17 +117,6 @@ async def _read_pairs(
 
 def _rewards(trajectories: list[Trajectory]) -> list[float]:
     return [t.final_reward for t in trajectories if t.final_reward is not None]
-
-
-async def _checkpoint(
-    config: DPOAlgorithmConfig, context: AlgorithmContext, updater: Any, completed: int
-) -> None:
-    if completed % config.checkpoint_every and completed != config.steps:
-        return
-    directory = context.run_dir / "checkpoints" / f"step-{completed:05d}"
-    await asyncio.to_thread(updater.save_checkpoint, directory)
-    context.save_progress(completed, checkpoint=directory)
-    keep_newest(context.run_dir / "checkpoints", pattern="step-*")
 
 
 def _no_pair_reason(stats: PairStats) -> str:

@@ -14,10 +14,9 @@ weights starts from them.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,10 +28,11 @@ from fulmen.algorithms.parallel.group import data_parallel
 from fulmen.algorithms.rewards import reward_metrics
 from fulmen.algorithms.rollout_concurrency import concurrency_metrics
 from fulmen.algorithms.serving import keep_newest, serve_policy
+from fulmen.algorithms.update_steps import progress_bar
 from fulmen.errors import AgentFailed, error_summary
 from fulmen.types import Mode, Rollout, RolloutStatus
 
-__all__ = ["GRPOLoop", "progress_bar"]
+__all__ = ["GRPOLoop"]
 
 logger = logging.getLogger("fulmen.train")
 
@@ -252,20 +252,3 @@ def _diagnostics(trajectories: Sequence[Any]) -> dict[str, float]:
         for key, value in trajectory.diagnostics.model_dump().items():
             totals[f"adapter/{key}"] = totals.get(f"adapter/{key}", 0.0) + float(value)
     return totals
-
-
-@contextlib.contextmanager
-def progress_bar(total: int, initial: int) -> Iterator[Any]:
-    """Show a tqdm bar for the steps; log records go through ``tqdm.write`` while it is shown.
-
-    Without the redirect, a log line printed mid-step lands on the bar's line (the bar is drawn
-    without a newline), and the next redraw overwrites part of it.
-    """
-    from tqdm import tqdm
-    from tqdm.contrib.logging import logging_redirect_tqdm
-
-    with (
-        logging_redirect_tqdm(),
-        tqdm(total=total, initial=initial, desc="train", unit="step", dynamic_ncols=True) as bar,
-    ):
-        yield bar

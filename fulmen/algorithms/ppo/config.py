@@ -139,6 +139,9 @@ class PPOAlgorithmConfig(_Strict):
             refused, and so is ``merge`` (each call is one step of GAE).
         ppo: the update's settings (``PPOConfig``).
         checkpoint_every: save a resumable checkpoint every this many steps (and at the end).
+        max_minutes: stop starting new steps once this much wall time has passed in the loop
+            (the last step is checkpointed and validated as after ``steps``); ``None``: no
+            limit.
     """
 
     name: Literal["ppo"] = "ppo"
@@ -148,6 +151,7 @@ class PPOAlgorithmConfig(_Strict):
     transitions: TransitionOptions = Field(default_factory=TransitionOptions)
     ppo: PPOConfig = Field(default_factory=PPOConfig)
     checkpoint_every: int = Field(default=1, ge=1)
+    max_minutes: float | None = Field(default=None, gt=0, allow_inf_nan=False)
 
     @model_validator(mode="before")
     @classmethod

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from typing import Any
 
 from fulmen.algorithms.context import AlgorithmContext
@@ -24,7 +23,7 @@ from fulmen.algorithms.ppo.config import PPOAlgorithmConfig
 from fulmen.algorithms.ppo.rewards import step_rewards
 from fulmen.algorithms.rewards import reward_metrics
 from fulmen.algorithms.rollout_concurrency import concurrency_metrics
-from fulmen.algorithms.serving import keep_newest, serve_policy
+from fulmen.algorithms.update_steps import run_update_steps
 from fulmen.errors import ConfigError
 from fulmen.types import Mode, RolloutStatus, Trajectory
 
@@ -48,36 +47,30 @@ async def run_ppo(config: PPOAlgorithmConfig, context: AlgorithmContext) -> list
             "(grpo and sft train data-parallel: docs/data-parallel.md)"
         )
     updater = await asyncio.to_thread(_build_updater, config, context)
-    history: list[dict[str, float]] = []
-    every = context.validation_every
-    for step in range(context.progress.step, config.steps):
-        started = time.perf_counter()
+
+    async def sample(step: int) -> tuple[list[Any], dict[str, float]]:
         trajectories, metrics = await _sample(config, context, step)
-        sampled = time.perf_counter()
-        transitions = [t for tr in trajectories for t in tr.transitions]
-        metrics.update(await asyncio.to_thread(updater.train_step, transitions))
-        trained = time.perf_counter()
-        await serve_policy(updater, context, name=f"step-{step + 1:05d}", step=step + 1)
-        await _checkpoint(config, context, updater, step + 1)
-        metrics.update(
-            {
-                "time/rollout_s": sampled - started,
-                "time/train_s": trained - sampled,
-                "time/step_s": time.perf_counter() - started,
-            }
+        return [t for tr in trajectories for t in tr.transitions], metrics
+
+    return await run_update_steps(
+        context,
+        updater,
+        steps=config.steps,
+        checkpoint_every=config.checkpoint_every,
+        max_minutes=config.max_minutes,
+        sample=sample,
+        warn_if_idle=lambda step, _batch, metrics: _warn_if_idle(config, step, metrics),
+    )
+
+
+def _warn_if_idle(config: PPOAlgorithmConfig, step: int, metrics: dict[str, float]) -> None:
+    if metrics.get("updated") == 0.0:
+        logger.warning(
+            "ppo step %d made no update: no rollout had a reward and a token-level call "
+            "that fits algorithm.ppo.max_seq_len (%d rollouts finished)",
+            step,
+            int(metrics["rollouts/finished"]),
         )
-        context.log(step + 1, metrics)
-        if metrics.get("updated") == 0.0:
-            logger.warning(
-                "ppo step %d made no update: no rollout had a reward and a token-level call "
-                "that fits algorithm.ppo.max_seq_len (%d rollouts finished)",
-                step + 1,
-                int(metrics["rollouts/finished"]),
-            )
-        history.append(metrics)
-        if step + 1 < config.steps and every and (step + 1) % every == 0:
-            await context.validate(step + 1)
-    return history
 
 
 def _build_updater(config: PPOAlgorithmConfig, context: AlgorithmContext) -> Any:
@@ -116,14 +109,3 @@ async def _sample(
     }
     metrics["task/success"] = metrics.pop("reward/success")
     return trajectories, metrics
-
-
-async def _checkpoint(
-    config: PPOAlgorithmConfig, context: AlgorithmContext, updater: Any, completed: int
-) -> None:
-    if completed % config.checkpoint_every and completed != config.steps:
-        return
-    directory = context.run_dir / "checkpoints" / f"step-{completed:05d}"
-    await asyncio.to_thread(updater.save_checkpoint, directory)
-    context.save_progress(completed, checkpoint=directory)
-    keep_newest(context.run_dir / "checkpoints", pattern="step-*")

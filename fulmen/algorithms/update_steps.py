@@ -1,0 +1,110 @@
+"""The step loop shared by the single-update algorithms (PPO, DPO): sample, update, serve, save.
+
+Each step runs the algorithm's ``sample`` (rollouts with the served policy, or a store's
+records, turned into the update's batch and the step's metrics), one ``updater.train_step`` on
+the batch, ``serve_policy`` (the engine serves the new adapter from the next step on) and a
+checkpoint on the ``checkpoint_every`` schedule. The loop stops after ``steps``, or once
+``max_minutes`` of wall time have passed since it started (the step in progress finishes and
+is checkpointed; the stage runner then validates as after the last step). GRPO's loops keep
+their own (async sampling, roles, data-parallel groups) and share ``progress_bar``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any, Protocol
+
+from fulmen.algorithms.context import AlgorithmContext
+from fulmen.algorithms.serving import PolicyWriter, keep_newest, serve_policy
+
+__all__ = ["StepUpdater", "progress_bar", "run_update_steps"]
+
+
+class StepUpdater(PolicyWriter, Protocol):
+    """An updater the shared loop drives: one update per batch, and a resumable checkpoint."""
+
+    def train_step(self, batch: Any, /) -> dict[str, float]:
+        """Take one update on ``batch`` (the step's calls or pairs) and return its metrics."""
+        ...
+
+    def save_checkpoint(self, directory: Path, /) -> object:
+        """Write everything a resumed run needs (adapter, optimizer, any extra heads)."""
+        ...
+
+
+@contextlib.contextmanager
+def progress_bar(total: int, initial: int) -> Iterator[Any]:
+    """Show a tqdm bar for the steps; log records go through ``tqdm.write`` while it is shown.
+
+    Without the redirect, a log line printed mid-step lands on the bar's line (the bar is drawn
+    without a newline), and the next redraw overwrites part of it.
+    """
+    from tqdm import tqdm
+    from tqdm.contrib.logging import logging_redirect_tqdm
+
+    with (
+        logging_redirect_tqdm(),
+        tqdm(total=total, initial=initial, desc="train", unit="step", dynamic_ncols=True) as bar,
+    ):
+        yield bar
+
+
+async def run_update_steps(
+    context: AlgorithmContext,
+    updater: StepUpdater,
+    *,
+    steps: int,
+    checkpoint_every: int,
+    max_minutes: float | None,
+    sample: Callable[[int], Awaitable[tuple[Any, dict[str, float]]]],
+    warn_if_idle: Callable[[int, Any, dict[str, float]], None] | None = None,
+) -> list[dict[str, float]]:
+    """Run steps ``context.progress.step .. steps - 1`` and return each one's metrics.
+
+    ``sample(step)`` returns the update's batch and the step's metrics so far;
+    ``warn_if_idle(step_number, batch, metrics)`` logs why a step made no update, if it did not.
+    """
+    deadline = time.monotonic() + max_minutes * 60 if max_minutes else float("inf")
+    history: list[dict[str, float]] = []
+    every = context.validation_every
+    first = context.progress.step
+    with progress_bar(steps, first) as bar:
+        for step in range(first, steps):
+            started = time.perf_counter()
+            batch, metrics = await sample(step)
+            sampled = time.perf_counter()
+            metrics.update(await asyncio.to_thread(updater.train_step, batch))
+            trained = time.perf_counter()
+            completed = step + 1
+            await serve_policy(updater, context, name=f"step-{completed:05d}", step=completed)
+            last = completed == steps or time.monotonic() >= deadline
+            if last or completed % checkpoint_every == 0:
+                directory = context.run_dir / "checkpoints" / f"step-{completed:05d}"
+                await asyncio.to_thread(updater.save_checkpoint, directory)
+                context.save_progress(completed, checkpoint=directory)
+                keep_newest(context.run_dir / "checkpoints", pattern="step-*")
+            metrics.update(
+                {
+                    "time/rollout_s": sampled - started,
+                    "time/train_s": trained - sampled,
+                    "time/step_s": time.perf_counter() - started,
+                }
+            )
+            context.log(completed, metrics)
+            if warn_if_idle is not None:
+                warn_if_idle(completed, batch, metrics)
+            history.append(metrics)
+            bar.update(1)
+            bar.set_postfix(
+                reward=f"{metrics.get('reward/mean', float('nan')):.3f}",
+                step_s=f"{metrics['time/step_s']:.1f}",
+            )
+            if last:
+                break  # the stage runner validates after the stage
+            if every and completed % every == 0:
+                await context.validate(completed)
+    return history
