@@ -21,11 +21,8 @@ from fulmen.engines.launcher import EngineProcess
 from fulmen.gateway import GatewayConfig, create_app
 from fulmen.types import Mode
 from tests.engines.adapters import CALL_ARGUMENTS, MESSAGES, TOOLS
-from tests.engines.conftest import engine, tiny_dir, tool_adapter
 from tests.gateway.conftest import Running, SpyStore, add_sampling, new_attempt
 from tests.gateway.scripted_upstream import Script, serve_app
-
-__all__ = ["engine", "tiny_dir", "tool_adapter"]
 
 pytestmark = pytest.mark.slow
 QUESTION = "Count: one two three"

@@ -1,29 +1,45 @@
+"""Fixtures every test directory shares: the tiny model's real engines and test weights.
+
+They live here, not in ``tests/engines``, so that one fixture definition serves every module:
+a fixture imported into a test module is a separate definition, and each one started its own
+vLLM engine (20-30 s of CI a start). Imports stay inside the fixtures: the integration lanes
+collect the same tree without torch.
+"""
+
 from __future__ import annotations
 
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
-from fulmen.engines.launcher import BuiltinLauncher, EngineProcess
-from fulmen.engines.models import resolve_model
-from fulmen.engines.vllm import VLLMLauncher, find_vllm_python
-from tests.engines.adapters import perturbed_copy, train_tool_call_adapter
+if TYPE_CHECKING:
+    from fulmen.engines.launcher import EngineProcess
 
 
 @pytest.fixture(scope="session")
 def tiny_dir() -> Path:
+    """The tiny model's directory (resolved once)."""
+    from fulmen.engines.models import resolve_model
+
     return resolve_model("tiny")
 
 
 @pytest.fixture(scope="session")
 def tool_adapter(tiny_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A LoRA adapter trained to answer ``tests.engines.adapters.MESSAGES`` with a tool call."""
+    from tests.engines.adapters import train_tool_call_adapter
+
     return train_tool_call_adapter(tiny_dir, tmp_path_factory.mktemp("tool-adapter"))
 
 
 @pytest.fixture(scope="session")
 def perturbed_dir(tiny_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of the tiny model with perturbed weights (its greedy output differs)."""
+    from tests.engines.adapters import perturbed_copy
+
     return perturbed_copy(tiny_dir, tmp_path_factory.mktemp("perturbed"))
 
 
@@ -33,6 +49,10 @@ def perturbed_dir(tiny_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> P
 def engine(
     request: pytest.FixtureRequest, tiny_dir: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[EngineProcess]:
+    """The tiny model served by the built-in engine, then by vLLM (served name ``tiny``)."""
+    from fulmen.engines.launcher import BuiltinLauncher
+    from fulmen.engines.vllm import VLLMLauncher, find_vllm_python
+
     log = tmp_path_factory.mktemp("engine-log") / f"{request.param}.log"
     launcher: EngineProcess
     if request.param == "vllm":
