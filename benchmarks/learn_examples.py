@@ -1,9 +1,12 @@
 """Held-out reward of a framework example agent (Gemma 3 270M) before and after GRPO training.
 
-``--example`` picks ``examples/sql`` (LangGraph), ``examples/search`` (OpenAI Agents SDK) or
-``examples/math`` (AutoGen AgentChat); ``--config`` one of its configs (``config.yaml``; for
-sql also ``roles.yaml``, one LoRA adapter per role). It runs ``fulmen train`` in a fresh run
-directory with a wall-time budget of ``--minutes`` for the GRPO steps: validation on
+``--example`` picks ``examples/sql`` (LangGraph), ``examples/search`` (OpenAI Agents SDK),
+``examples/math`` (AutoGen AgentChat), or an Agent Lightning 0.x tutorial agent run with one
+changed import line, ``examples/agl_sql`` (a LangGraph ``LitAgent``) or ``examples/agl_calc``
+(an AutoGen ``@agl.rollout`` function); ``--config`` one of its configs (``config.yaml``; for
+sql also ``roles.yaml``, one LoRA adapter per role; for the agl examples ``gemma.yaml``, their
+``config.yaml`` being the ``tiny`` CI run). It runs ``fulmen train`` in a fresh run directory
+with a wall-time budget of ``--minutes`` for the GRPO steps: validation on
 ``--val-tasks`` held-out tasks before anything changes (the baseline, in the same run: the base
 weights, greedy decoding) and after the last step. Needs an environment with the frameworks:
 ``pip install torch==2.13.0 -e ".[train,gemma,frameworks]"``.
@@ -21,6 +24,8 @@ reports the mean gain over seeds.
 
     python benchmarks/learn_examples.py --example sql --minutes 45
     python benchmarks/learn_examples.py --example sql --config roles.yaml --minutes 45
+    python benchmarks/learn_examples.py --example agl_sql --config gemma.yaml --minutes 45
+    python benchmarks/learn_examples.py --example agl_calc --config gemma.yaml --minutes 45
 """
 
 from __future__ import annotations
@@ -42,7 +47,7 @@ from fulmen.trainer.metrics import read_metrics
 from fulmen.trainer.trainer import Trainer
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
-CHOICES = ("sql", "search", "math")
+CHOICES = ("sql", "search", "math", "agl_sql", "agl_calc")
 
 
 def main() -> int:

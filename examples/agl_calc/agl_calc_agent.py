@@ -1,21 +1,21 @@
 """The calc tutorial's AutoGen agent, as an Agent Lightning 0.x agent run by fulmen.
 
 Written in 0.x style: the only fulmen line is the import (``agentlightning`` in 0.x). An
-AutoGen ``AssistantAgent`` with a calculator tool answers an arithmetic word problem; the
-reward, emitted with ``agl.emit_reward``, is whether the last number it wrote is the answer.
+AutoGen ``AssistantAgent`` with a calculator tool answers an arithmetic word problem, asked (as
+0.x's tutorial asked) to give its answer as ``### ANSWER: <answer> ###``; the reward, emitted
+with ``agl.emit_reward``, is whether that answer is the problem's result
+(``agl_calc_data.score``).
 
-0.x's tutorial reached its calculator through an MCP server; this version gives the assistant
-the calculator as a plain function tool, so it needs no server process.
+0.x's tutorial reached its calculator through an MCP server and read its problems from parquet;
+this version gives the assistant the calculator as a plain function tool, so it needs no server
+process, and generates the problems (``agl_calc_data``: training and held-out splits).
 """
 
 from __future__ import annotations
 
-import ast
-import operator
-import random
-import re
 from typing import Any
 
+from agl_calc_data import evaluate, score
 from autogen_agentchat.agents import AssistantAgent
 from autogen_ext.models.openai import OpenAIChatCompletionClient
 
@@ -28,46 +28,19 @@ MODEL_INFO: Any = {
     "family": "unknown",
     "structured_output": False,
 }
-_OPERATORS: dict[type, Any] = {
-    ast.Add: operator.add,
-    ast.Sub: operator.sub,
-    ast.Mult: operator.mul,
-    ast.Div: operator.truediv,
-}
-
-
-def _evaluate(node: ast.AST) -> float:
-    if isinstance(node, ast.Constant) and isinstance(node.value, int | float):
-        return float(node.value)
-    if isinstance(node, ast.BinOp) and type(node.op) in _OPERATORS:
-        return _OPERATORS[type(node.op)](_evaluate(node.left), _evaluate(node.right))
-    raise ValueError("only numbers and + - * / are allowed")
+OUTPUT_FORMAT = (
+    "Output the answer when you are ready. The answer should be surrounded by three sharps "
+    "(`###`), in the form of ### ANSWER: <answer> ###."
+)
 
 
 async def calculator(expression: str) -> str:
     """Evaluate an arithmetic expression with + - * / and parentheses."""
     try:
-        value = _evaluate(ast.parse(expression, mode="eval").body)
-    except (SyntaxError, ValueError, ZeroDivisionError) as exc:
+        value = evaluate(expression)
+    except ValueError as exc:
         return f"error: {exc}"
-    return f"{value:g}"
-
-
-def math_problems(n: int = 32, seed: int = 0) -> list[dict[str, Any]]:
-    """Word problems with their numeric answers (0.x's tutorial read them from parquet)."""
-    rng = random.Random(seed)
-    out = []
-    for i in range(n):
-        a, b, c = rng.randint(2, 20), rng.randint(2, 20), rng.randint(2, 9)
-        question = f"A shop has {a} boxes of {c} apples and sells {b} apples. How many are left?"
-        out.append({"id": f"calc{i}", "question": question, "result": a * c - b})
-    return out
-
-
-def score(answer: str, result: float) -> float:
-    """1.0 when the last number in the answer equals the result."""
-    numbers = re.findall(r"-?\d+(?:\.\d+)?", answer)
-    return 1.0 if numbers and abs(float(numbers[-1]) - float(result)) < 1e-6 else 0.0
+    return str(int(value)) if value.is_integer() else f"{value:.6g}"
 
 
 @agl.rollout
@@ -89,7 +62,7 @@ async def calc_agent(task: dict[str, Any], llm: agl.LLM) -> None:
             reflect_on_tool_use=True,
             system_message="Use the calculator, then answer with the number.",
         )
-        result = await assistant.run(task=task["question"])
+        result = await assistant.run(task=f"{task['question']} {OUTPUT_FORMAT}")
         answer = str(result.messages[-1].content)
     finally:
         await client.close()

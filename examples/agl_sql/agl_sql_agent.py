@@ -1,75 +1,71 @@
 """The SQL tutorial's LangGraph agent, as an Agent Lightning 0.x ``LitAgent`` run by fulmen.
 
-Written in 0.x style: the only fulmen line is the import (``agentlightning`` in 0.x). A
-LangGraph graph writes a query for a question, runs it on a SQLite database, asks a checker
-node whether it is right and rewrites it at most twice; the reward is whether the last
-query's rows equal the gold query's. ``trained_agents="write"`` trains the calls of the
-writing nodes (``write_query``, ``rewrite_query``), as in 0.x; under ``fulmen train`` the
-config's ``algorithm.transitions.agents`` says the same.
+Written in 0.x style: the only fulmen line is the import (``agentlightning`` in 0.x). As in
+0.x's tutorial, a LangGraph graph writes a query for a question, runs it on a SQLite database,
+asks a checker node whether it is right and, while the checker says it is wrong, rewrites it (at
+most twice); the reward is whether the last query's rows equal the gold query's.
+``trained_agents="write"`` trains the calls of the writing nodes (``write_query``,
+``rewrite_query``) and not the checker's, as in 0.x; under ``fulmen train`` the config's
+``algorithm.transitions.agents`` says the same.
 
-0.x's tutorial used the Spider databases; this version builds a small shop database, so it
-runs offline.
+0.x's tutorial used the Spider databases; this version builds a shop database in memory
+(``agl_sql_data``: the database, training and held-out questions), so it runs offline.
 """
 
 from __future__ import annotations
 
 import re
 import sqlite3
+import time
 from typing import Any, TypedDict
 
+from agl_sql_data import SCHEMA, shop_db
 from langchain_core.messages import HumanMessage
 from langchain_openai import ChatOpenAI
 from langgraph.graph import END, START, StateGraph
 
 import fulmen.compat.agentlightning as agl
 
-SCHEMA = "CREATE TABLE products (id INTEGER, name TEXT, category TEXT, price REAL)"
-ROWS = [
-    (1, "kettle", "kitchen", 30.0),
-    (2, "toaster", "kitchen", 25.0),
-    (3, "lamp", "living", 40.0),
-    (4, "sofa", "living", 400.0),
-    (5, "pan", "kitchen", 18.0),
-]
 MAX_REWRITES = 2
-
-
-def shop_db() -> sqlite3.Connection:
-    """A fresh in-memory copy of the shop database."""
-    db = sqlite3.connect(":memory:", check_same_thread=False)
-    db.execute(SCHEMA)
-    db.executemany("INSERT INTO products VALUES (?, ?, ?, ?)", ROWS)
-    return db
-
-
-def sql_tasks() -> list[dict[str, Any]]:
-    """Questions with gold queries."""
-    pairs = [
-        ("How many products are in the kitchen category?",
-         "SELECT COUNT(*) FROM products WHERE category = 'kitchen'"),
-        ("What is the most expensive product?",
-         "SELECT name FROM products ORDER BY price DESC LIMIT 1"),
-        ("List the names of living products.",
-         "SELECT name FROM products WHERE category = 'living'"),
-        ("What is the total price of all products?", "SELECT SUM(price) FROM products"),
-    ]  # fmt: skip
-    return [{"id": f"sql{i}", "question": q, "gold": g} for i, (q, g) in enumerate(pairs)]
+MAX_ROWS = 200
+TIME_LIMIT_S = 1.0  # a sampled query may join a table with itself many times over
 
 
 def run_sql(db: sqlite3.Connection, query: str) -> tuple[list[Any] | None, str]:
-    """Rows and a short text of them, or ``None`` and the error."""
+    """Rows and a short text of them, or ``None`` and the error.
+
+    A query that runs past ``TIME_LIMIT_S`` is interrupted and one returning more than
+    ``MAX_ROWS`` rows counts as an error, so a runaway query cannot stall the rollout.
+    """
+    deadline = time.monotonic() + TIME_LIMIT_S
+    db.set_progress_handler(lambda: int(time.monotonic() > deadline), 10_000)
     try:
-        rows = db.execute(query).fetchall()
+        rows = db.execute(query).fetchmany(MAX_ROWS + 1)
     except sqlite3.Error as exc:
         return None, f"error: {exc}"
+    finally:
+        db.set_progress_handler(None, 0)
+    if len(rows) > MAX_ROWS:
+        return None, f"error: more than {MAX_ROWS} rows"
     return rows, repr(rows[:5])
 
 
+_SELECT = re.compile(r"\b(?:SELECT|WITH)\b.*", re.I | re.S)
+
+
 def parse_sql(text: str) -> str:
-    """The query in a reply: a fenced block or the text up to the first ';'."""
-    fenced = re.search(r"```(?:sql)?\s*(.*?)```", text, re.S)
-    body = fenced.group(1) if fenced else text
-    return body.split(";")[0].strip()
+    """The query in a reply: a fenced block, else from ``SELECT`` to ``;`` or the line's end."""
+    fenced = re.search(r"```(?:sql|sqlite)?\s*(.*?)```", text, re.S)
+    if fenced:
+        return fenced.group(1).split(";")[0].strip()
+    found = _SELECT.search(text)
+    return re.split(r";|\n", found.group(0) if found else text)[0].strip()
+
+
+def parse_verdict(text: str) -> str:
+    """``correct`` when the first of CORRECT / WRONG / INCORRECT in the reply is CORRECT."""
+    first = re.search(r"\b(CORRECT|INCORRECT|WRONG)\b", text.upper())
+    return "correct" if first is not None and first.group(1) == "CORRECT" else "wrong"
 
 
 class State(TypedDict):
@@ -102,7 +98,7 @@ class SQLGraph:
             f"Question: {state['question']}\nSQL: {state['query']}\nResult: {state['result']}\n"
             "Is the query right? Answer CORRECT or WRONG."
         )
-        return {"verdict": "correct" if "CORRECT" in self.ask(prompt).upper() else "wrong"}
+        return {"verdict": parse_verdict(self.ask(prompt))}
 
     def rewrite_query(self, state: State) -> dict[str, Any]:
         prompt = (
@@ -112,9 +108,8 @@ class SQLGraph:
         return {"query": parse_sql(self.ask(prompt)), "rewrites": state["rewrites"] + 1}
 
     def after_execute(self, state: State) -> str:
-        if state["rewrites"] >= MAX_REWRITES:
-            return END
-        return "rewrite_query" if state["result"].startswith("error") else "check_query"
+        # The last rewrite is final: a verdict on it could change nothing.
+        return END if state["rewrites"] >= MAX_REWRITES else "check_query"
 
     def after_check(self, state: State) -> str:
         return END if state["verdict"] == "correct" else "rewrite_query"
@@ -153,13 +148,15 @@ class LitSQLAgent(agl.LitAgent[dict[str, Any]]):
         )
         db = shop_db()
         try:
+            gold, error = run_sql(db, task["gold"])
+            if gold is None:
+                raise ValueError(f"the gold query of {task['id']} failed: {error}")
             state = SQLGraph(chat, db).graph().invoke(
                 {"question": task["question"], "query": "", "result": "", "verdict": "",
                  "rewrites": 0}
             )  # fmt: skip
             got, _ = run_sql(db, state["query"])
-            gold, _ = run_sql(db, task["gold"])
         finally:
             db.close()
-        same = got is not None and sorted(map(repr, got)) == sorted(map(repr, gold or []))
+        same = got is not None and sorted(map(repr, got)) == sorted(map(repr, gold))
         return 1.0 if same else 0.0

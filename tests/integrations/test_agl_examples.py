@@ -3,14 +3,15 @@
 Each agent is the 0.x code with only its import line changed; it runs under fulmen's runner
 and gateway with a scripted model: the SQL tutorial's LangGraph ``LitSQLAgent`` (class form,
 ``resources["main_llm"].get_base_url(...)``, ``trained_agents="write"``) and the calc
-tutorial's AutoGen agent (decorator form, ``agl.emit_reward``).
+tutorial's AutoGen agent (decorator form, ``agl.emit_reward``). ``test_agl_train.py`` trains
+both with ``fulmen train``.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -24,60 +25,81 @@ from tests.gateway.conftest import Running
 from tests.gateway.scripted_upstream import Reply
 from tests.integrations.through_runner import agent_names, assert_reward, run_one
 
-SQL_TASK = {
-    "id": "sql0",
-    "question": "How many products are in the kitchen category?",
-    "gold": "SELECT COUNT(*) FROM products WHERE category = 'kitchen'",
-}
 RIGHT = "SELECT COUNT(*) FROM products WHERE category = 'kitchen';"
 
 
 @pytest.fixture(scope="module")
-def sql_agent() -> Iterator[ModuleType]:
-    with example_modules("agl_sql", "agl_sql_agent") as (module,):
-        yield module
+def sql_example() -> Iterator[tuple[ModuleType, dict[str, Any]]]:
+    """The agent module and a training task ("How many products are in the kitchen ...")."""
+    with example_modules("agl_sql", "agl_sql_agent", "agl_sql_data") as (agent, data):
+        yield agent, {t["id"]: t for t in data.train_tasks()}["count_category:kitchen"]
 
 
 @pytest.fixture(scope="module")
-def calc_agent() -> Iterator[ModuleType]:
-    with example_modules("agl_calc", "agl_calc_agent") as (module,):
-        yield module
+def calc_example() -> Iterator[tuple[ModuleType, dict[str, Any]]]:
+    """The agent module and its first training problem."""
+    with example_modules("agl_calc", "agl_calc_agent", "agl_calc_data") as (agent, data):
+        yield agent, data.train_tasks()[0]
+
+
+def _last_message(call: Any) -> str:
+    return str(call.request["messages"][-1]["content"])
 
 
 async def test_sql_litagent_class_runs_and_trains_its_writing_nodes(
-    gw: Running, sql_agent: ModuleType
+    gw: Running, sql_example: tuple[ModuleType, dict[str, Any]]
 ) -> None:
-    gw.script.replies.extend([Reply(content="SELECT COUNT(*) FROM product"), Reply(content=RIGHT),
-                              Reply(content="CORRECT")])  # fmt: skip
+    agent, task = sql_example
+    gw.script.replies.extend([Reply(content="SELECT COUNT(*) FROM product"),
+                              Reply(content="WRONG"), Reply(content=RIGHT),
+                              Reply(content="THE QUERY IS CORRECT.")])  # fmt: skip
     # the class itself, as `agent: agl_sql_agent:LitSQLAgent` names it
-    records = await run_one(gw, sql_agent.LitSQLAgent, [], SQL_TASK, sync_isolation="thread")
-    assert agent_names(records) == ["write_query", "rewrite_query", "check_query"]
+    records = await run_one(gw, agent.LitSQLAgent, [], task, sync_isolation="thread")
+    assert agent_names(records) == ["write_query", "check_query", "rewrite_query", "check_query"]
+    # the checker saw the failed query's error; the rewriter got the query to fix
+    assert "Result: error: no such table: product" in _last_message(records.calls[1])
+    assert "SQL: SELECT COUNT(*) FROM product\n" in _last_message(records.calls[2])
     assert_reward(records, 1.0)
     trained = records.trajectory(options=TransitionOptions(agents=("*write*",))).transitions
     assert [t.agent_name for t in trained] == ["write_query", "rewrite_query"]
 
 
-async def test_sql_wrong_answer_scores_zero(gw: Running, sql_agent: ModuleType) -> None:
+async def test_sql_wrong_answer_scores_zero(
+    gw: Running, sql_example: tuple[ModuleType, dict[str, Any]]
+) -> None:
+    agent, task = sql_example
     gw.script.replies.extend([Reply(content="SELECT COUNT(*) FROM products"),
                               Reply(content="CORRECT")])  # fmt: skip
-    records = await run_one(gw, sql_agent.LitSQLAgent(), [], SQL_TASK, sync_isolation="thread")
+    records = await run_one(gw, agent.LitSQLAgent(), [], task, sync_isolation="thread")
+    assert agent_names(records) == ["write_query", "check_query"]
     assert_reward(records, 0.0)
 
 
 async def test_calc_autogen_agent_uses_its_tool_and_emits_the_reward(
-    gw: Running, calc_agent: ModuleType
+    gw: Running, calc_example: tuple[ModuleType, dict[str, Any]]
 ) -> None:
-    task = calc_agent.math_problems(1)[0]
-    expression = task["question"]  # the scripted model computes it through the tool
-    a, c, b = (int(n) for n in re.findall(r"\d+", expression))
+    agent, task = calc_example
+    result = task["result"]
     gw.script.replies.extend(
         [
-            Reply(tool_calls=[("calculator", {"expression": f"{a} * {c} - {b}"})]),
-            Reply(content=f"There are {a * c - b} apples left."),
+            # the scripted model computes the answer through the tool
+            Reply(tool_calls=[("calculator", {"expression": task["expression"]})]),
+            Reply(content=f"{result + 1}? ### ANSWER: {result} ###"),  # the marked number counts
         ]
     )
-    records = await run_one(gw, calc_agent.calc_agent, [], task)
+    records = await run_one(gw, agent.calc_agent, [], task)
     assert len(records.calls) == 2
-    tool_result = records.calls[1].request["messages"][-1]
-    assert str(a * c - b) in str(tool_result["content"])
+    question = _last_message(records.calls[0])
+    assert question.startswith(task["question"]) and "### ANSWER: <answer> ###" in question
+    assert _last_message(records.calls[1]) == str(result)  # the tool's result
     assert_reward(records, 1.0)
+
+
+async def test_calc_answer_without_the_format_is_its_last_number(
+    gw: Running, calc_example: tuple[ModuleType, dict[str, Any]]
+) -> None:
+    agent, task = calc_example
+    gw.script.replies.append(Reply(content=f"I think {task['result']}, no: {task['result'] + 1}."))
+    records = await run_one(gw, agent.calc_agent, [], task)
+    assert len(records.calls) == 1  # no tool call, so no reflection
+    assert_reward(records, 0.0)
