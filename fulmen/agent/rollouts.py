@@ -25,7 +25,8 @@ class RolloutSettings(BaseModel):
             every 2 s, so keep it several times that.
         sync_isolation: where sync agents run (``process`` can be killed on timeout).
         train_sampling / val_sampling: request fields the gateway applies to every model call
-            of train / validation rollouts (``temperature``, ``max_tokens``, ...). Train
+            of train / validation rollouts (``temperature``, ``max_tokens``: it also caps an
+            agent's ``max_completion_tokens``, ...). Train
             rollouts sample the behaviour policy, so ``train_sampling`` always carries
             ``temperature`` (> 0, the same as ``algorithm.grpo.temperature``; each is derived
             from the other) and ``top_p: 1.0``; fields that truncate or reshape the

@@ -73,6 +73,10 @@ def prepare_request(
     """
     out = dict(body)
     out.update(overrides)
+    if "max_tokens" in overrides and "max_completion_tokens" in out:
+        # Engines read max_completion_tokens first (OpenAI's newer name), so the configured
+        # cap must replace it too, or an agent that sends it escapes the cap.
+        out["max_completion_tokens"] = overrides["max_tokens"]
     if endpoint not in TOKEN_ENDPOINTS:
         return out, Asked(token_ids=True, logprobs=True, usage=True)  # nothing added: hide none
     raw_logprobs = body.get("logprobs")

@@ -170,6 +170,29 @@ def test_prepare_request_keeps_agent_logprob_settings() -> None:
     assert not asked.usage
 
 
+def test_the_configured_token_cap_replaces_max_completion_tokens_too() -> None:
+    # The built-in engine and vLLM read max_completion_tokens before max_tokens: an agent that
+    # sends it (LangChain's ChatOpenAI does) would escape rollouts.*_sampling.max_tokens.
+    body, _ = prepare_request(
+        {"messages": [], "max_completion_tokens": 96},
+        endpoint=CHAT,
+        overrides={"max_tokens": 64},
+        is_token_level=False,
+    )
+    assert body["max_tokens"] == 64 and body["max_completion_tokens"] == 64
+    body, _ = prepare_request(
+        {"messages": [], "max_completion_tokens": 96},
+        endpoint=CHAT,
+        overrides={},
+        is_token_level=False,
+    )
+    assert body == {"messages": [], "max_completion_tokens": 96}
+    body, _ = prepare_request(
+        {"messages": []}, endpoint=CHAT, overrides={"max_tokens": 64}, is_token_level=False
+    )
+    assert "max_completion_tokens" not in body
+
+
 def test_usage_chunk_dropped_only_when_not_asked() -> None:
     usage_chunk = {"choices": [], "usage": {"total_tokens": 3}}
     assert agent_chunk(usage_chunk, Asked()) is None
