@@ -29,10 +29,11 @@ from typing import Any
 
 __all__ = ["HELDOUT_SIZE", "SCHEMA", "TEMPLATES", "heldout_tasks", "shop_db", "train_tasks"]
 
+# products first: most questions are about them, and a small model leans on the first table
 SCHEMA = (
-    "CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT, city TEXT)\n"
     "CREATE TABLE products (id INTEGER PRIMARY KEY, name TEXT, category TEXT, price INTEGER, "
     "stock INTEGER)\n"
+    "CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT, city TEXT)\n"
     "CREATE TABLE orders (id INTEGER PRIMARY KEY, customer_id INTEGER, product_id INTEGER, "
     "quantity INTEGER)"
 )
