@@ -21,7 +21,7 @@ from typing import Any, Protocol
 from fulmen.algorithms.context import AlgorithmContext
 from fulmen.algorithms.serving import PolicyWriter, keep_newest, serve_policy
 
-__all__ = ["StepUpdater", "progress_bar", "run_update_steps"]
+__all__ = ["StepUpdater", "progress_bar", "run_update_steps", "step_postfix"]
 
 
 class StepUpdater(PolicyWriter, Protocol):
@@ -51,6 +51,21 @@ def progress_bar(total: int, initial: int) -> Iterator[Any]:
         tqdm(total=total, initial=initial, desc="train", unit="step", dynamic_ncols=True) as bar,
     ):
         yield bar
+
+
+def step_postfix(metrics: dict[str, float], deadline: float) -> dict[str, str]:
+    """Return the progress bar's figures after a step: reward, step time, the budget left.
+
+    With ``max_minutes`` the step count is only an upper bound (the bar's own estimate of the
+    time to ``steps`` can read hours), so the minutes left of the budget are shown beside it.
+    """
+    figures = {
+        "reward": f"{metrics.get('reward/mean', float('nan')):.3f}",
+        "step_s": f"{metrics.get('time/step_s', float('nan')):.1f}",
+    }
+    if deadline != float("inf"):
+        figures["budget_left"] = f"{max(0.0, deadline - time.monotonic()) / 60:.1f}min"
+    return figures
 
 
 async def run_update_steps(
@@ -99,10 +114,7 @@ async def run_update_steps(
                 warn_if_idle(completed, batch, metrics)
             history.append(metrics)
             bar.update(1)
-            bar.set_postfix(
-                reward=f"{metrics.get('reward/mean', float('nan')):.3f}",
-                step_s=f"{metrics['time/step_s']:.1f}",
-            )
+            bar.set_postfix(step_postfix(metrics, deadline))
             if last:
                 break  # the stage runner validates after the stage
             if every and completed % every == 0:

@@ -237,3 +237,15 @@ def test_import_errors_point_at_the_cause(
         assert f"(at {agent_file}:1)" in err
     if agent == "my_agnet:constant":
         assert "did you mean 'my_agent'?" in err and "add `python_path: [.]`" not in err
+
+
+def test_progress_bar_shows_the_time_budget_left_when_there_is_one() -> None:
+    import time
+
+    from fulmen.algorithms.update_steps import step_postfix
+
+    metrics = {"reward/mean": 0.25, "time/step_s": 31.97}
+    assert step_postfix(metrics, float("inf")) == {"reward": "0.250", "step_s": "32.0"}
+    figures = step_postfix(metrics, time.monotonic() + 90)
+    assert figures["budget_left"] in ("1.5min", "1.4min"), figures
+    assert step_postfix(metrics, time.monotonic() - 5)["budget_left"] == "0.0min"

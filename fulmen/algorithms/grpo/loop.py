@@ -28,7 +28,7 @@ from fulmen.algorithms.parallel.group import data_parallel
 from fulmen.algorithms.rewards import reward_metrics
 from fulmen.algorithms.rollout_concurrency import concurrency_metrics
 from fulmen.algorithms.serving import keep_newest, serve_policy
-from fulmen.algorithms.update_steps import progress_bar
+from fulmen.algorithms.update_steps import progress_bar, step_postfix
 from fulmen.errors import AgentFailed, error_summary
 from fulmen.types import Mode, Rollout, RolloutStatus
 
@@ -82,9 +82,7 @@ class GRPOLoop:
                 self.history.append(metrics)
                 self._stop_if_failing(step + 1, metrics)
                 progress.update(1)
-                progress.set_postfix(
-                    reward=f"{metrics['reward/mean']:.3f}", step_s=f"{metrics['time/step_s']:.1f}"
-                )
+                progress.set_postfix(step_postfix(metrics, deadline))
                 if step + 1 == total or time.monotonic() >= deadline:
                     break  # the stage runner validates after the stage
                 if every and (step + 1) % every == 0:
