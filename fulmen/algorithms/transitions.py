@@ -1,14 +1,15 @@
 """The ``transitions:`` section every weight-training algorithm shares.
 
-Agent selection, merging and credit, validated once, with the rule the adapter's own model
-cannot check.
+Agent selection, merging and credit, validated once, with the rules the adapter's own model
+cannot check, including those of ``untrained_agents: base`` (PPO's and DPO's policy serves only
+the agents it trains).
 """
 
 from __future__ import annotations
 
 from fulmen.adapter.transitions import TransitionOptions
 
-__all__ = ["check_transitions"]
+__all__ = ["check_transitions", "check_untrained_on_base", "served_by_name"]
 
 
 def check_transitions(options: TransitionOptions) -> None:
@@ -20,3 +21,43 @@ def check_transitions(options: TransitionOptions) -> None:
     """
     if options.gamma is not None and options.credit != "discounted":
         raise ValueError("algorithm.transitions.gamma has effect only with credit 'discounted'")
+
+
+def check_untrained_on_base(options: TransitionOptions) -> None:
+    """Check ``untrained_agents: base`` against the ``transitions:`` section it routes by.
+
+    The trained policy then serves only the agents ``transitions.agents`` names, by the name
+    a call carried to the gateway (its ``x-fulmen-agent`` header), and every other call the
+    base model; so the section must name agents, none of its patterns may match a call
+    without a name (every call would be trained), and agent names must come from the call.
+
+    Raises:
+        ValueError: ``agents`` is left out or matches an unnamed call, or ``names`` is
+            ``call_or_spans``.
+    """
+    if "agents" not in options.model_fields_set:
+        raise ValueError(
+            "untrained_agents 'base' serves the policy to the agents algorithm.transitions."
+            "agents names: give those agents (every agent is trained without it)"
+        )
+    if options.selects(None):
+        raise ValueError(
+            f"untrained_agents 'base' needs algorithm.transitions.agents that name agents: "
+            f"{list(options.agents)} also matches calls without an agent name, so every call "
+            "is trained and there is no untrained agent to serve from the base model"
+        )
+    if "names" in options.model_fields_set and options.names != "call":
+        raise ValueError(
+            "untrained_agents 'base' routes each call by the agent name its x-fulmen-agent "
+            "header carries, and trains only calls it routed to the policy: "
+            "algorithm.transitions.names must be 'call' (or left out)"
+        )
+
+
+def served_by_name(options: TransitionOptions) -> TransitionOptions:
+    """Return ``options`` that read a call's agent from its header alone (``names: call``).
+
+    With ``untrained_agents: base`` the gateway routed each call by that header, so a call is
+    trained only when the policy sampled it, never because its spans name a trained agent.
+    """
+    return options.model_copy(update={"names": "call"})

@@ -13,7 +13,7 @@ import logging
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from fulmen.algorithms.registry import BEHAVIOUR
 from fulmen.algorithms.rewards import reward_metrics
@@ -176,10 +176,11 @@ class StageContext:
         decoding (``fulmen.types.behaviour``). Returns the new version.
         """
         settings = self.session.config.rollouts
+        model, routes = self._served_models()
         llm = LLMResource(
             base_url=self.session.stack.engine_url,
-            model=self.session.model_name,
-            agent_models=self.session.agent_models(),
+            model=model,
+            agent_models=routes,
             sampling={
                 "train": settings.train_sampling,
                 "val": settings.val_sampling,
@@ -403,6 +404,28 @@ class StageContext:
         self.session.stack.check_runner()
 
     # -- plumbing ---------------------------------------------------------------------------
+
+    def _served_models(self) -> tuple[str, dict[str, str]]:
+        """Return ``llm``'s ``model`` and ``agent_models`` for what the engine serves now.
+
+        A stage whose config names the agents its policy serves (``policy_agents()``: PPO's
+        and DPO's ``untrained_agents: base``) routes those agents to the policy and every
+        other call, named or not, to the base model; otherwise ``model`` is the policy and
+        the routes are the per-role adapters'. Read from the stage's config, so the end of
+        the run (``fulmen.trainer.best``), which publishes through a new context, routes alike.
+        """
+        session = self.session
+        stage = session.config.plan()[self.index]
+        policy_agents = getattr(stage, "policy_agents", None)
+        agents = cast(
+            "tuple[str, ...] | None", policy_agents() if callable(policy_agents) else None
+        )
+        if agents is None:
+            return session.model_name, session.agent_models()
+        base = session.config.model
+        if session.model_name == base:
+            return base, {}
+        return base, {pattern: session.model_name for pattern in agents}
 
     async def _judge(
         self, finished: Sequence[Rollout], groups: Sequence[Sequence[str | None]]

@@ -14,7 +14,11 @@ from fulmen.adapter.transitions import TransitionOptions
 from fulmen.algorithms.compute import ComputeSettings
 from fulmen.algorithms.lora import LoraSettings
 from fulmen.algorithms.source import StoreSource
-from fulmen.algorithms.transitions import check_transitions
+from fulmen.algorithms.transitions import (
+    check_transitions,
+    check_untrained_on_base,
+    served_by_name,
+)
 
 __all__ = ["DPOAlgorithmConfig", "DPOConfig"]
 
@@ -93,6 +97,13 @@ class DPOAlgorithmConfig(_Strict):
             options; ``agents`` selects whose calls are trained; ``merge`` chains
             token-exact calls into one sequence).
         dpo: the update's settings (``DPOConfig``).
+        untrained_agents: which model serves the calls of agents ``transitions.agents`` does
+            not select: ``policy`` (default; the trained adapter serves every agent, as GRPO
+            without ``adapters``) or ``base`` (the base model, so an agent that is not trained,
+            e.g. a checker, keeps its behaviour while the policy changes; the gateway routes by
+            each call's ``x-fulmen-agent`` header, ``LLMResource.agent_models``). ``base``
+            needs ``transitions.agents`` and reads agent names from the header alone
+            (``transitions.names: call``).
         checkpoint_every: save a resumable checkpoint every this many steps (and at the end).
         max_minutes: stop starting new steps once this much wall time has passed in the loop
             (the last step is checkpointed and validated as after ``steps``); ``None``: no
@@ -108,6 +119,7 @@ class DPOAlgorithmConfig(_Strict):
     min_margin: float = Field(default=0.5, ge=0, allow_inf_nan=False)
     transitions: TransitionOptions = Field(default_factory=TransitionOptions)
     dpo: DPOConfig = Field(default_factory=DPOConfig)
+    untrained_agents: Literal["policy", "base"] = "policy"
     checkpoint_every: int = Field(default=1, ge=1)
     max_minutes: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     source: StoreSource | None = None
@@ -115,6 +127,8 @@ class DPOAlgorithmConfig(_Strict):
     @model_validator(mode="after")
     def _no_dead_options(self) -> DPOAlgorithmConfig:
         check_transitions(self.transitions)
+        if self.untrained_agents == "base":
+            check_untrained_on_base(self.transitions)
         if self.source is not None:
             dead = {"tasks_per_step", "group_size"} & self.model_fields_set
             if dead:
@@ -135,5 +149,19 @@ class DPOAlgorithmConfig(_Strict):
         return self.steps, "steps"
 
     def transition_options(self) -> TransitionOptions:
-        """Return the adapter's ``TransitionOptions`` (``transitions``)."""
+        """Return the adapter's ``TransitionOptions`` (``transitions``).
+
+        With ``untrained_agents: base`` agent names come from each call's header
+        (``names: call``): the name the gateway routed it by.
+        """
+        if self.untrained_agents == "base":
+            return served_by_name(self.transitions)
         return self.transitions
+
+    def policy_agents(self) -> tuple[str, ...] | None:
+        """Return the agent patterns the trained policy serves; ``None``: every agent.
+
+        ``transitions.agents`` with ``untrained_agents: base``; the trainer routes the other
+        agents' calls to the base model when it publishes the policy.
+        """
+        return self.transitions.agents if self.untrained_agents == "base" else None

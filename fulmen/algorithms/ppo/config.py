@@ -13,7 +13,11 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from fulmen.adapter.transitions import TransitionOptions
 from fulmen.algorithms.compute import ComputeSettings
 from fulmen.algorithms.lora import LoraSettings
-from fulmen.algorithms.transitions import check_transitions
+from fulmen.algorithms.transitions import (
+    check_transitions,
+    check_untrained_on_base,
+    served_by_name,
+)
 
 __all__ = ["PPOAlgorithmConfig", "PPOConfig"]
 
@@ -138,6 +142,13 @@ class PPOAlgorithmConfig(_Strict):
             apply); PPO credits calls itself, so ``credit``, ``gamma`` and ``gamma_role`` are
             refused, and so is ``merge`` (each call is one step of GAE).
         ppo: the update's settings (``PPOConfig``).
+        untrained_agents: which model serves the calls of agents ``transitions.agents`` does
+            not select: ``policy`` (default; the trained adapter serves every agent, as GRPO
+            without ``adapters``) or ``base`` (the base model, so an agent that is not trained,
+            e.g. a checker, keeps its behaviour while the policy changes; the gateway routes by
+            each call's ``x-fulmen-agent`` header, ``LLMResource.agent_models``). ``base``
+            needs ``transitions.agents`` and reads agent names from the header alone
+            (``transitions.names: call``).
         checkpoint_every: save a resumable checkpoint every this many steps (and at the end).
         max_minutes: stop starting new steps once this much wall time has passed in the loop
             (the last step is checkpointed and validated as after ``steps``); ``None``: no
@@ -150,6 +161,7 @@ class PPOAlgorithmConfig(_Strict):
     group_size: int = Field(default=1, ge=1)
     transitions: TransitionOptions = Field(default_factory=TransitionOptions)
     ppo: PPOConfig = Field(default_factory=PPOConfig)
+    untrained_agents: Literal["policy", "base"] = "policy"
     checkpoint_every: int = Field(default=1, ge=1)
     max_minutes: float | None = Field(default=None, gt=0, allow_inf_nan=False)
 
@@ -166,6 +178,8 @@ class PPOAlgorithmConfig(_Strict):
     @model_validator(mode="after")
     def _no_dead_options(self) -> PPOAlgorithmConfig:
         check_transitions(self.transitions)
+        if self.untrained_agents == "base":
+            check_untrained_on_base(self.transitions)
         given = {"credit", "gamma", "gamma_role"} & self.transitions.model_fields_set
         if given:
             raise ValueError(
@@ -191,5 +205,19 @@ class PPOAlgorithmConfig(_Strict):
         return self.steps, "steps"
 
     def transition_options(self) -> TransitionOptions:
-        """Return the adapter's ``TransitionOptions`` (``transitions``)."""
+        """Return the adapter's ``TransitionOptions`` (``transitions``).
+
+        With ``untrained_agents: base`` agent names come from each call's header
+        (``names: call``): the name the gateway routed it by.
+        """
+        if self.untrained_agents == "base":
+            return served_by_name(self.transitions)
         return self.transitions
+
+    def policy_agents(self) -> tuple[str, ...] | None:
+        """Return the agent patterns the trained policy serves; ``None``: every agent.
+
+        ``transitions.agents`` with ``untrained_agents: base``; the trainer routes the other
+        agents' calls to the base model when it publishes the policy.
+        """
+        return self.transitions.agents if self.untrained_agents == "base" else None
