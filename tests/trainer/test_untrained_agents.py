@@ -16,18 +16,10 @@ from pathlib import Path
 import pytest
 
 from tests.trainer.test_roles_run import AGENT, _calls_by_step, _train
+from tests.trainer.test_roles_run import CONFIG as ROLES_CONFIG
 
-CONFIG = """\
-model: tiny
-agent: my_agent:three_roles
-python_path: ['.']
-run_dir: run
-data: {train: "my_agent:tasks"}
-rollouts:
-  concurrency: 4
-  timeout_s: 60
-  train_sampling: {temperature: 1.0, max_tokens: 6}
-"""
+# the per-role test's config without its algorithm section
+CONFIG = ROLES_CONFIG.split("algorithm:")[0]
 
 ALGORITHMS = {
     "ppo": "{name: ppo, steps: 2, tasks_per_step: 2, group_size: 2, ppo: {learning_rate: 0.01}",
