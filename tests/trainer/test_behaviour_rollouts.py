@@ -50,12 +50,21 @@ def test_neutral_and_constraint_free_train_sampling_loads(tmp_path: Path) -> Non
     assert sft.rollouts.train_sampling == {"top_k": 5}
 
 
-async def published_llm(tmp_path: Path, algorithm: str) -> LLMResource:
-    """What ``StageContext.publish`` stores as ``llm`` for a stage running ``algorithm``."""
+async def published_llm(
+    tmp_path: Path, algorithm: str, *, stage: Any = None, served: str = "policy"
+) -> LLMResource:
+    """What ``StageContext.publish`` stores as ``llm`` for a stage running ``algorithm``.
+
+    ``stage`` is the stage's config (default: one with no routing of its own); ``served`` the
+    model name the engine serves the policy under.
+    """
+    stage = SimpleNamespace(name=algorithm) if stage is None else stage
     async with open_store("memory://", watchdog_interval=None) as store:
         session: Any = SimpleNamespace(
             config=SimpleNamespace(
                 run_dir=tmp_path,
+                model="tiny",
+                plan=lambda: [stage],
                 rollouts=RolloutSettings(
                     train_sampling={"temperature": 0.8, "top_p": 1.0},
                     val_sampling={"temperature": 0.0, "top_k": 5},
@@ -64,7 +73,7 @@ async def published_llm(tmp_path: Path, algorithm: str) -> LLMResource:
             uses_stages=False,
             state=SimpleNamespace(run_id="run", generation=0, resources={}),
             stack=SimpleNamespace(engine_url="http://engine/v1", store=store),
-            model_name="policy",
+            model_name=served,
             agent_models=dict,
             recorder=None,
         )
@@ -88,3 +97,33 @@ async def test_other_stages_publish_no_behaviour_mode(tmp_path: Path, algorithm:
     llm = await published_llm(tmp_path, algorithm)
     assert llm.behaviour_modes == ()
     assert llm.request_fields("train") == {"temperature": 0.8, "top_p": 1.0}
+
+
+@pytest.mark.parametrize("algorithm", ["ppo", "dpo"])
+async def test_untrained_agents_base_routes_only_the_trained_agents_to_the_policy(
+    tmp_path: Path, algorithm: str
+) -> None:
+    from fulmen.algorithms.registry import algorithm as registered
+
+    config = (
+        registered(algorithm)
+        .config_model()
+        .model_validate({"untrained_agents": "base", "transitions": {"agents": ["writer", "re*"]}})
+    )
+    llm = await published_llm(tmp_path, algorithm, stage=config, served="policy-3")
+    assert llm.model == "tiny"
+    assert llm.agent_models == {"writer": "policy-3", "re*": "policy-3"}
+    assert [llm.model_for(a) for a in ("writer", "rewriter", "checker", None)] == [
+        "policy-3",
+        "policy-3",
+        "tiny",
+        "tiny",
+    ]
+    # before the first update the engine serves the base model: nothing to route
+    before = await published_llm(tmp_path, algorithm, stage=config, served="tiny")
+    assert (before.model, before.agent_models) == ("tiny", {})
+    default = (
+        registered(algorithm).config_model().model_validate({"transitions": {"agents": ["writer"]}})
+    )
+    llm = await published_llm(tmp_path, algorithm, stage=default, served="policy-3")
+    assert (llm.model, llm.agent_models) == ("policy-3", {})
