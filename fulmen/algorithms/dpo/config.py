@@ -97,13 +97,9 @@ class DPOAlgorithmConfig(_Strict):
             options; ``agents`` selects whose calls are trained; ``merge`` chains
             token-exact calls into one sequence).
         dpo: the update's settings (``DPOConfig``).
-        untrained_agents: which model serves the calls of agents ``transitions.agents`` does
-            not select: ``policy`` (default; the trained adapter serves every agent, as GRPO
-            without ``adapters``) or ``base`` (the base model, so an agent that is not trained,
-            e.g. a checker, keeps its behaviour while the policy changes; the gateway routes by
-            each call's ``x-fulmen-agent`` header, ``LLMResource.agent_models``). ``base``
-            needs ``transitions.agents`` and reads agent names from the header alone
-            (``transitions.names: call``).
+        untrained_agents: which model serves the calls of agents ``transitions.agents``
+            leaves out: ``policy`` (default, the trained adapter) or ``base`` (the base model;
+            routed by each call's header as with PPO, ``docs/ppo.md``).
         checkpoint_every: save a resumable checkpoint every this many steps (and at the end).
         max_minutes: stop starting new steps once this much wall time has passed in the loop
             (the last step is checkpointed and validated as after ``steps``); ``None``: no
