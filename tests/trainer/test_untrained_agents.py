@@ -30,7 +30,9 @@ ALGORITHMS = {
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    ("name", "untrained"), [("ppo", "base"), ("dpo", "base"), ("dpo", "policy")]
+    # the default (``policy``) is pinned without an engine in test_behaviour_rollouts.py
+    ("name", "untrained"),
+    [("ppo", "base"), ("dpo", "base")],
 )
 def test_the_policy_serves_the_trained_agents_and_the_base_the_others(
     tmp_path: Path, name: str, untrained: str
