@@ -7,7 +7,7 @@ import math
 import pytest
 
 from fulmen.algorithms.grpo.anchors import anchor_advantages
-from fulmen.algorithms.grpo.config import GRPOConfig
+from fulmen.algorithms.grpo.config import GRPOAlgorithmConfig, GRPOConfig
 from fulmen.algorithms.grpo.samples import build_samples
 
 from .builders import transition
@@ -96,3 +96,25 @@ def test_a_state_the_agent_names_groups_calls_whose_prompts_differ() -> None:
     steps, stats = anchor_advantages([a, b, c], normalize_std=False)
     assert steps == [0.5, -0.5, 0.0]
     assert (stats.anchor_calls, stats.anchor_groups) == (2, 1)
+
+
+def test_merged_rollouts_only_repeat_the_rollout_level_so_the_config_refuses_them() -> None:
+    """One merged sequence per rollout starts at the task's prompt: its step group is its group.
+
+    The step advantages then equal the rollout-level ones (the advantage is scaled by 1 + ω and
+    nothing is learned about steps), which is why ``anchor_weight`` with ``merge: true`` is
+    refused rather than silently doing that.
+    """
+    merged = [
+        transition(None, r, [1, 2], [5, 3, 9, 6], reward)
+        for r, reward in (("r1", 1.0), ("r2", 0.0), ("r3", 1.0))
+    ]
+    base, _ = build_samples(merged, config=GRPOConfig())
+    steps, stats = anchor_advantages(merged)
+    assert (stats.anchor_calls, stats.anchor_groups) == (3, 1)
+    assert steps == pytest.approx([s.advantages[0] for s in base], rel=1e-5)
+    merge = {"transitions": {"merge": True}}
+    with pytest.raises(ValueError, match=r"anchor_weight does not work with transitions\.merge"):
+        GRPOAlgorithmConfig.model_validate({**merge, "grpo": {"anchor_weight": 1.0}})
+    GRPOAlgorithmConfig.model_validate({**merge, "grpo": {"anchor_weight": 0.0}})
+    GRPOAlgorithmConfig.model_validate({"grpo": {"anchor_weight": 1.0}})

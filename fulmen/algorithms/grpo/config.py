@@ -36,7 +36,8 @@ class GRPOConfig(ComputeSettings):
         anchor_weight: ω of anchor-state credit: each call's advantage gains ω times its
             step-level advantage among the calls of its group that acted from the same state
             (the same prompt token ids); 0 (default) is plain GRPO
-            (``fulmen.algorithms.grpo.anchors``, ``docs/credit-and-advantages.md``).
+            (``fulmen.algorithms.grpo.anchors``, ``docs/credit-and-advantages.md``). Refused
+            with ``transitions.merge: true``, where it would only repeat the rollout level.
         min_abs_advantage: a token whose advantage is at most this in magnitude is trained
             with advantage 0, and a batch where no token's advantage exceeds it takes no
             optimizer step, even with ``kl_coef`` > 0 (a step without signal would only move
@@ -234,6 +235,17 @@ class GRPOAlgorithmConfig(BaseModel):
                 "algorithm.transitions.credit 'per_call' does not work with merge: true (a "
                 "merged sequence carries only its last call's reward, so the rewards emitted "
                 "for the earlier calls would not be trained); set merge: false"
+            )
+        if grpo.anchor_weight > 0 and options.merge:
+            # A merged transition is grouped by its first call's prompt, which every rollout of
+            # the task shares, and carries the rollout's reward: its step group is its GRPO group
+            # and the step level repeats the rollout level (the advantage times 1 + ω).
+            raise ValueError(
+                "algorithm.grpo.anchor_weight does not work with transitions.merge: true (a "
+                "merged rollout is one sequence from the task's first prompt, shared by every "
+                "rollout of the group, so the step-level advantage equals the rollout-level "
+                "one); set merge: false so each call is compared with the calls made from its "
+                "own state"
             )
         return self
 
