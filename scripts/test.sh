@@ -139,26 +139,30 @@ side_envs=$!
 # then runs the framework suites (scripted upstreams, mostly waiting) and, on a whole run, the
 # multi-host and Ray fault tests (hosts of their own, most of their time spent waiting for a
 # cut-off host or a killed runner to be found lost: about half a core), and toy learning tests
-# that fit in its room (the main suite is the long one: it leaves the second core half idle).
-# Its output is shown once it is done.
+# that fit in its room, with the store and gateway contract fuzzing and two end-to-end example
+# runs (the main suite is the long one: it leaves the second core half idle; on 2026-11-28 it
+# took 1,046 s of a 1,245 s run and ended last, and those three took about 175 s of it).
+# Its output, each part's start in seconds since the run began, is shown once it is done.
 beside=(tests/multihost tests/cluster tests/algorithms/dpo/test_toy_learning.py
   tests/algorithms/ppo/test_toy_learning.py tests/trainer/test_learning.py
   tests/trainer/test_async_grpo.py tests/compat tests/algorithms/test_data_parallel.py
-  tests/trainer/test_resume.py tests/trainer/test_stages.py)
+  tests/trainer/test_resume.py tests/trainer/test_stages.py tests/contract
+  tests/examples/test_support.py tests/docs/test_first_agent.py)
 second_lane() {
+  echo "== the second lane, at ${SECONDS} s"
   if ! install_framework_envs > .ci-logs/framework-envs.log 2>&1; then
     cat .ci-logs/framework-envs.log
     echo "installing the framework environments failed (log above)"
     return 1
   fi
   cat .ci-logs/framework-envs.log
-  echo "== framework integrations (openai >= 3)"
+  echo "== framework integrations (openai >= 3), at ${SECONDS} s"
   .venvs/integrations/bin/python -m pytest -q -p no:cacheprovider tests/integrations \
     --ignore=tests/integrations/test_crewai.py
-  echo "== CrewAI (openai < 3)"
+  echo "== CrewAI (openai < 3), at ${SECONDS} s"
   .venvs/crewai/bin/python -m pytest -q -p no:cacheprovider tests/integrations/test_crewai.py
   if [ "$#" = 0 ]; then
-    echo "== multi-host and Ray"
+    echo "== multi-host, Ray, contracts and long runs, at ${SECONDS} s"
     .venv/bin/python -m pytest -q -p no:cacheprovider "${beside[@]}"
   fi
 }
@@ -187,7 +191,7 @@ if [ "${FULMEN_SKIP_VLLM:-0}" != 1 ] && [ -x .venvs/vllm/bin/python ]; then
   export FULMEN_VLLM_PYTHON="$PWD/.venvs/vllm/bin/python"
 fi
 
-echo "== the test suite"
+echo "== the test suite, at ${SECONDS} s"
 status=0
 if [ "$#" = 0 ]; then
   .venv/bin/python -m pytest -q -p no:cacheprovider "${beside[@]/#/--ignore=}" || status=$?
