@@ -51,8 +51,14 @@ def _state_step(run_dir: Path) -> int:
 
 
 def _engines() -> dict[int, int]:
-    """Engine processes on the machine: pid -> parent pid (zombies no longer name the module)."""
-    out = subprocess.run(["ps", "-eo", "pid,ppid,args"], capture_output=True, text=True).stdout
+    """Engine processes on the machine: pid -> parent pid (zombies no longer name the module).
+
+    ``-ww``: without it ``ps`` may cut each line at 80 columns (seen under pytest), and a
+    checkout under a long path then pushes ``fulmen.cli.serve`` off the line.
+    """
+    out = subprocess.run(
+        ["ps", "-eww", "-o", "pid,ppid,args"], capture_output=True, text=True
+    ).stdout
     rows = (line.split(maxsplit=2) for line in out.splitlines()[1:])
     return {int(r[0]): int(r[1]) for r in rows if len(r) == 3 and "fulmen.cli.serve" in r[2]}
 
