@@ -83,13 +83,17 @@ make_venv .venv
 .venv/bin/pip install -q "$TORCH"
 .venv/bin/pip install -q -e ".[dev]"
 
-echo "== waiting for the Debian packages"
-if ! wait "$system_packages"; then
-  cat .ci-logs/system-packages.log >&2
-  echo "installing the Debian packages failed (log above)" >&2
-  exit 1
-fi
-cat .ci-logs/system-packages.log
+# await_install PID LOG WHAT: wait for a background install, show its log, stop if it failed.
+await_install() {
+  echo "== waiting for $3"
+  if ! wait "$1"; then
+    cat "$2" >&2
+    echo "installing $3 failed (log above)" >&2
+    exit 1
+  fi
+  cat "$2"
+}
+await_install "$system_packages" .ci-logs/system-packages.log "the Debian packages"
 
 # The side environments install in the background, each beside what does not need it: the
 # npm packages and vLLM (the main suite's) while lint and types run, the framework environments
@@ -180,13 +184,7 @@ docs_site="$(mktemp -d)"
 .venv/bin/mkdocs build --strict -q -d "$docs_site"
 rm -rf "$docs_site"
 
-echo "== waiting for the npm packages and vLLM"
-if ! wait "$side_envs"; then
-  cat .ci-logs/side-envs.log >&2
-  echo "installing the npm packages or vLLM failed (log above)" >&2
-  exit 1
-fi
-cat .ci-logs/side-envs.log
+await_install "$side_envs" .ci-logs/side-envs.log "the npm packages and vLLM"
 if [ "${FULMEN_SKIP_VLLM:-0}" != 1 ] && [ -x .venvs/vllm/bin/python ]; then
   export FULMEN_VLLM_PYTHON="$PWD/.venvs/vllm/bin/python"
 fi
