@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from fulmen.agent.api import Agent, RolloutResult, check_result
+from fulmen.agent.command.access import check_rollout_access
 from fulmen.agent.command.config import CommandAgentConfig, VerifierConfig
 from fulmen.agent.command.sandbox import Finished, Sandbox, inner_port
 from fulmen.agent.command.template import render
@@ -83,9 +84,16 @@ class CommandAgent(Agent):
         self._sandbox: Sandbox | None = None
 
     def setup(self) -> None:
-        """Make the rollouts' base folder and resolve the sandbox backend (once per runner)."""
+        """Check what rollouts' own users must reach, make their base folder, pick the sandbox.
+
+        Once per runner. Under root with ``sandbox.user: rollout`` a program or file the command
+        names that other users may not read is a ``ConfigError`` here, not a silent failure of
+        every rollout (``check_rollout_access``).
+        """
         box = self.config.sandbox
         own_user = os.geteuid() == 0 and box.user == "rollout"
+        if own_user:
+            check_rollout_access(self.config)
         self._spaces = Workspaces(self._base, uid_base=box.uid_base if own_user else None)
         self._sandbox = Sandbox(box, self._spaces.base)
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from fulmen.agent.command.access import runnable_by_others
 from fulmen.agent.command.config import SandboxConfig
 from fulmen.agent.command.gateway_link import GatewayLink
 
@@ -102,19 +103,6 @@ def _dir_bytes(path: Path) -> int:
 def inner_port(port: int) -> int:
     """Return the relay's port in the sandbox: the gateway's, unless only root may bind it."""
     return port if port >= 1024 else 18080
-
-
-def runnable_by_others(path: str) -> bool:
-    """Whether a user other than its owner may run ``path`` (every folder above it searchable)."""
-    target = Path(path).resolve()
-    for part in [target, *target.parents]:
-        try:
-            mode = part.stat().st_mode
-        except OSError:
-            return False
-        if not mode & 0o001:
-            return False
-    return True
 
 
 def interpreter_for(uid: int | None) -> str:

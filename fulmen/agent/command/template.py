@@ -31,7 +31,7 @@ from typing import Any
 
 from fulmen.errors import ConfigError
 
-__all__ = ["NAMES", "check_template", "render"]
+__all__ = ["NAMES", "check_template", "names_in", "render"]
 
 NAMES = frozenset(
     {
@@ -57,7 +57,8 @@ class _Template(string.Template):
     idpattern = r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z0-9_-]+)*"
 
 
-def _names(template: str) -> list[str]:
+def names_in(template: str) -> list[str]:
+    """Return the variable names ``template`` uses, in order (``ValueError`` on a bad ``$``)."""
     found: list[str] = []
     for match in _Template.pattern.finditer(template):
         if match.group("invalid") is not None:
@@ -73,7 +74,7 @@ def check_template(template: str, *, where: str) -> None:
     if "\0" in template:
         raise ValueError(f"{where}: NUL bytes cannot be passed to a program")
     try:
-        names = _names(template)
+        names = names_in(template)
     except ValueError as exc:
         raise ValueError(f"{where}: {exc}") from None
     for name in names:
@@ -106,7 +107,7 @@ def _lookup(task: Any, path: list[str], name: str) -> Any:
 def render(template: str, task: Any, values: Mapping[str, str]) -> str:
     """Fill ``template`` from the task and the rollout's ``values`` (every name but ``task``)."""
     mapping: dict[str, str] = dict(values)
-    for name in _names(template):
+    for name in names_in(template):
         if name == "task" or name.startswith("task."):
             mapping[name] = _text(_lookup(task, name.split(".")[1:], name))
     text = _Template(template).substitute(mapping)

@@ -176,3 +176,33 @@ async def test_a_program_that_lives_under_tmp_runs_in_the_private_tmp(store: Sto
     [agent_run, _] = command_spans(spans)
     assert agent_run[semconv.COMMAND_EXIT_CODE] == 0, agent_run[semconv.COMMAND_STDERR]
     assert rewards_from_spans(spans) == {"reward": 1.0}
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="rollouts get users of their own under root only")
+async def test_a_checkout_the_rollouts_users_cannot_read_fails_loudly(store: Store) -> None:
+    """A script under a folder only root may enter: every attempt fails with the folder named.
+
+    Before the check such rollouts ended ``succeeded`` with no call and no reward (the command
+    exited on its first read). As the runner's own user the same script runs.
+    """
+    checkout = Path(tempfile.mkdtemp(prefix="fulmen-private-", dir="/tmp"))  # mode 0700
+    shutil.copy(AGENTS / "chat_agent.py", checkout / "agent.py")
+    tasks = [{"q": "2+2", "post_reward": 1.0}]
+    try:
+        config = CommandAgentConfig(command=[PY, "${config_dir}/agent.py"], config_dir=checkout)
+        [rollout] = await run_all(store, CommandAgent(config), tasks)
+        done = await store.get_rollout(rollout.rollout_id)
+        assert done.status == "failed"
+        assert f"the folder {checkout} (mode 700) is not searchable" in (done.error or "")
+        assert "sandbox.user: runner" in (done.error or "")
+        assert (await store.query_llm_calls(rollout.rollout_id)).items == []
+
+        as_runner = config.model_copy(
+            update={"sandbox": config.sandbox.model_copy(update={"user": "runner"})}
+        )
+        [rollout] = await run_all(store, CommandAgent(as_runner), tasks)
+    finally:
+        shutil.rmtree(checkout)
+    done = await store.get_rollout(rollout.rollout_id)
+    assert done.status == "succeeded", done.error
+    assert [r.values for r in await store.list_rewards(rollout.rollout_id)] == [{"reward": 1.0}]
