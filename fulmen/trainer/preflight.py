@@ -2,7 +2,8 @@
 
 A wrong ``agent:`` used to surface only when the runner imported it, after the engine and the
 gateway had started (seconds to minutes); ``check_before_start`` imports it first, and the
-error says what to change (most often ``python_path``).
+error says what to change (most often ``python_path``). A command agent's files that its
+rollouts' users could not read fail here too, not in every rollout.
 """
 
 from __future__ import annotations
@@ -34,9 +35,17 @@ def check_python_path(python_path: Sequence[Path]) -> None:
 
 
 def check_agent(agent: Any, python_path: Sequence[Path]) -> None:
-    """Import ``agent`` when it is a ``"module:object"`` string; ``ConfigError`` with a hint."""
-    from fulmen.agent.api import load_target
+    """Import ``agent`` when it is a ``"module:object"`` string; ``ConfigError`` with a hint.
 
+    A command agent (``agent: {command: ...}``) is checked for what its rollouts' own users
+    must reach when they get users of their own (``check_rollout_access``).
+    """
+    from fulmen.agent.api import load_target
+    from fulmen.agent.command.access import check_rollout_access, rollouts_get_own_users
+    from fulmen.agent.command.config import CommandAgentConfig
+
+    if isinstance(agent, CommandAgentConfig) and rollouts_get_own_users(agent.sandbox):
+        check_rollout_access(agent)
     if not isinstance(agent, str):
         return
     try:

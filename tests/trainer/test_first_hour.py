@@ -93,6 +93,26 @@ def test_wrong_agent_name_is_reported_before_anything_starts(
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="rollouts get users of their own under root only")
+@pytest.mark.parametrize("command", ["train", "dev"])
+def test_a_command_agent_its_rollouts_could_not_read_fails_before_anything_starts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str
+) -> None:
+    from fulmen.agent.command.sandbox import interpreter_for
+
+    # pytest's tmp_path lies under a folder only root may enter, as /root or mktemp -d do.
+    (tmp_path / "agent.py").write_text("print('never run')\n")
+    config = write_project(tmp_path, extra="python_path: ['.']\n")
+    agent = f'{{command: ["{interpreter_for(61000)}", "${{config_dir}}/agent.py"]}}'
+    config.write_text(config.read_text().replace("my_agent:constant", agent))
+    code, err = run_cli([command, str(config)], capsys)
+    assert code == 1
+    assert "'${config_dir}/agent.py' is out of reach of the rollouts' own users" in err
+    assert "(mode 700) is not searchable by other users" in err
+    assert "sandbox.user: runner" in err
+    assert not (tmp_path / "run").exists()
+
+
 def test_missing_python_path_entry_is_named(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -21,9 +21,19 @@ from fulmen.errors import ConfigError
 from fulmen.settings import inherited_environment
 
 if TYPE_CHECKING:
-    from fulmen.agent.command.config import CommandAgentConfig
+    from fulmen.agent.command.config import CommandAgentConfig, SandboxConfig
 
-__all__ = ["blocked_for_others", "check_rollout_access", "runnable_by_others"]
+__all__ = [
+    "blocked_for_others",
+    "check_rollout_access",
+    "rollouts_get_own_users",
+    "runnable_by_others",
+]
+
+
+def rollouts_get_own_users(sandbox: SandboxConfig) -> bool:
+    """Whether each rollout runs as a user id of its own: a root runner, ``user: rollout``."""
+    return os.geteuid() == 0 and sandbox.user == "rollout"
 
 
 def blocked_for_others(path: str | Path, *, read: bool, execute: bool) -> str | None:

@@ -12,14 +12,13 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from fulmen.agent.api import Agent, RolloutResult, check_result
-from fulmen.agent.command.access import check_rollout_access
+from fulmen.agent.command.access import check_rollout_access, rollouts_get_own_users
 from fulmen.agent.command.config import CommandAgentConfig, VerifierConfig
 from fulmen.agent.command.sandbox import Finished, Sandbox, inner_port
 from fulmen.agent.command.template import render
@@ -91,7 +90,7 @@ class CommandAgent(Agent):
         every rollout (``check_rollout_access``).
         """
         box = self.config.sandbox
-        own_user = os.geteuid() == 0 and box.user == "rollout"
+        own_user = rollouts_get_own_users(box)
         if own_user:
             check_rollout_access(self.config)
         self._spaces = Workspaces(self._base, uid_base=box.uid_base if own_user else None)
