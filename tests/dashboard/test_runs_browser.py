@@ -102,6 +102,27 @@ def test_two_runs_picked_on_the_runs_page_compare(page: Any, runs_dashboard: Any
     assert "update 89%" in (bars.nth(1).text_content() or "")
 
 
+def test_leaving_the_runs_page_while_it_refreshes_raises_nothing(
+    page: Any, runs_dashboard: Any
+) -> None:
+    """A tick starts a refresh; going to the comparison before it ends must not break the page.
+
+    The refresh then draws into the runs page that is gone (the ``page`` fixture fails on any
+    error the page raised): it once looked its hint up by id and raised on the null.
+    """
+    page.goto(f"{runs_dashboard.url}#/runs")
+    page.wait_for_selector('#run-rows tr[data-run-id="ra"]')
+    with page.expect_response(lambda response: "/api/runs" in response.url):
+        page.evaluate(
+            """() => {
+                document.querySelector('#run-rows tr[data-run-id="ra"] input').click();
+                location.hash = '#/compare?run=ra&run=rb';
+            }"""
+        )
+    page.wait_for_selector("#compare[data-loaded=true]")
+    page.wait_for_load_state("networkidle")
+
+
 def test_the_reverse_order_turns_the_sign(page: Any, runs_dashboard: Any) -> None:
     page.goto(f"{runs_dashboard.url}#/compare?run=rb&run=ra")
     page.wait_for_selector("#compare[data-loaded=true]")

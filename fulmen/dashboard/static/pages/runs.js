@@ -20,6 +20,9 @@ export async function runsPage(main, { poller }) {
     const picked = runs.filter((r) => chosen.has(r.run_id)).sort((a, b) => a.started_at - b.started_at);
     location.hash = compareHash(picked.map((r) => r.run_id));
   } }, "compare chosen runs");
+  // Held, not looked up by id: a refresh that ends after the user left draws into this page's
+  // own (detached) nodes, where a lookup in the document would find nothing and raise.
+  const hint = el("span", { class: "muted", id: "compare-hint" });
   const chosen = new Set();
   const records = new RunRecords();
   let runs = [];
@@ -27,7 +30,7 @@ export async function runsPage(main, { poller }) {
     el("table", { class: "runs" },
       el("thead", {}, el("tr", {}, ["", "run", "status", "host", "started", "ended", "steps", "last reward", "last val"].map((h) => el("th", {}, h)))),
       list),
-    el("p", { class: "actions" }, compare, " ", el("span", { class: "muted", id: "compare-hint" })),
+    el("p", { class: "actions" }, compare, " ", hint),
     charts);
 
   function draw() {
@@ -43,7 +46,7 @@ export async function runsPage(main, { poller }) {
       el("td", { class: "num" }, fmt(records.last(run.run_id, "val/reward_mean"), 4)))));
     const shown = runs.filter((r) => chosen.has(r.run_id));
     compare.disabled = shown.length < 2;
-    document.getElementById("compare-hint").textContent = shown.length < 2 ? "tick two or more runs to compare them" : "";
+    hint.textContent = shown.length < 2 ? "tick two or more runs to compare them" : "";
     clear(charts);
     if (!shown.length) {
       charts.append(el("p", { class: "muted" }, runs.length ? "choose runs to plot" : "no runs in this store yet"));
