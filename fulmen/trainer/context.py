@@ -19,6 +19,7 @@ from fulmen.algorithms.registry import BEHAVIOUR
 from fulmen.algorithms.rewards import reward_metrics
 from fulmen.errors import ConfigError
 from fulmen.trainer.data import task_id_of
+from fulmen.trainer.memory import release_freed_memory
 from fulmen.trainer.session import RunSession, StageProgressView
 from fulmen.types import (
     LLMResource,
@@ -355,7 +356,13 @@ class StageContext:
         return metrics
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
-        """Record ``metrics`` at this stage's ``step`` in the run's metrics stream."""
+        """Record ``metrics`` at this stage's ``step`` in the run's metrics stream.
+
+        Every algorithm's loop calls this once per step, after its update: the memory the step
+        freed goes back to the system here (``release_freed_memory``), and the trainer's
+        resident memory joins the step's metrics (``memory/rss_gb``, ``memory/released_gb``).
+        """
+        metrics = {**metrics, **release_freed_memory()}
         labels = {"stage": self.index, "algorithm": self.name} if self.session.uses_stages else {}
         self.session.metrics.log(self.global_step(step), metrics, labels=labels)
 
