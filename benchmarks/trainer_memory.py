@@ -3,8 +3,9 @@
 Runs ``fulmen train`` on one example config twice, one after the other, each in a process of its
 own: as shipped (``release_freed_memory`` trims glibc's arenas once per step) and the baseline
 with the trim replaced by a plain reading of resident memory. Prints each step's resident GiB
-(``memory/rss_gb`` from ``metrics.jsonl``) for both, and each process's peak (``ru_maxrss``),
-then one JSON line. Needs ``.venvs/learn`` for the framework examples (``agl_sql``).
+(``memory/rss_gb`` from ``metrics.jsonl``) for both, each process's peak (``ru_maxrss``), the
+mean update time and the trim's own mean time (``memory/release_s``), then one JSON line.
+Needs ``.venvs/learn`` for the framework examples (``agl_sql``).
 
     python benchmarks/trainer_memory.py --steps 10
     python benchmarks/trainer_memory.py --config examples/calc/gemma.yaml --steps 20
@@ -44,12 +45,21 @@ def _run(code: str, config: Path, run_dir: Path, overrides: list[str]) -> dict[s
     if os.waitstatus_to_exitcode(status) != 0:
         raise SystemExit(f"training failed ({os.waitstatus_to_exitcode(status)}): {args}")
     steps: dict[int, float] = {}
+    train_s: list[float] = []
+    release_s: list[float] = []
     with (run_dir / "metrics.jsonl").open(encoding="utf-8") as lines:
         for line in lines:
             record = json.loads(line)
             if "memory/rss_gb" in record:
                 steps[int(record["step"])] = round(float(record["memory/rss_gb"]), 2)
-    return {"rss_gb_by_step": steps, "peak_gb": round(usage.ru_maxrss / 2**20, 2)}
+                train_s.append(float(record.get("time/train_s", 0.0)))
+                release_s.append(float(record.get("memory/release_s", 0.0)))
+    return {
+        "rss_gb_by_step": steps,
+        "peak_gb": round(usage.ru_maxrss / 2**20, 2),
+        "train_s_mean": round(sum(train_s) / max(1, len(train_s)), 2),
+        "release_s_mean": round(sum(release_s) / max(1, len(release_s)), 4),
+    }
 
 
 def main() -> int:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import ctypes
 import os
 import sys
+import time
 
 __all__ = ["release_freed_memory", "resident_bytes"]
 
@@ -47,11 +48,18 @@ def _malloc_trim() -> bool:
 def release_freed_memory() -> dict[str, float]:
     """Return freed heap memory to the system and report the trainer's resident memory.
 
-    Returns the step's metrics ``memory/rss_gb`` (resident GiB after the trim) and
-    ``memory/released_gb`` (what the trim gave back); empty where ``/proc`` or glibc is missing.
+    Returns the step's metrics ``memory/rss_gb`` (resident GiB after the trim),
+    ``memory/released_gb`` (what the trim gave back) and ``memory/release_s`` (how long it
+    took); only ``memory/rss_gb`` without glibc, nothing without ``/proc``.
     """
     before = resident_bytes()
+    started = time.perf_counter()
     if not _malloc_trim() or before is None:
         return {} if before is None else {"memory/rss_gb": before / _GIB}
+    took = time.perf_counter() - started
     after = resident_bytes() or before
-    return {"memory/rss_gb": after / _GIB, "memory/released_gb": max(0, before - after) / _GIB}
+    return {
+        "memory/rss_gb": after / _GIB,
+        "memory/released_gb": max(0, before - after) / _GIB,
+        "memory/release_s": took,
+    }
