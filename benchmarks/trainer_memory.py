@@ -8,7 +8,7 @@ mean update time and the trim's own mean time (``memory/release_s``), then one J
 Needs ``.venvs/learn`` for the framework examples (``agl_sql``).
 
     python benchmarks/trainer_memory.py --steps 10
-    python benchmarks/trainer_memory.py --config examples/calc/gemma.yaml --steps 20
+    python benchmarks/trainer_memory.py --config examples/calc/config.yaml --steps 20
 """
 
 from __future__ import annotations
