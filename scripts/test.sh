@@ -145,13 +145,16 @@ side_envs=$!
 # cut-off host or a killed runner to be found lost: about half a core), and toy learning tests
 # that fit in its room, with the store and gateway contract fuzzing and two end-to-end example
 # runs (the main suite is the long one: it leaves the second core half idle; on 2026-11-28 it
-# took 1,046 s of a 1,245 s run and ended last, and those three took about 175 s of it).
+# took 1,046 s of a 1,245 s run and ended last, and those three took about 175 s of it; on
+# 2026-11-29 it still ended 116-136 s after this lane, so the per-role run and the same-seed
+# run, about 50 s of it, moved here too).
 # Its output, each part's start in seconds since the run began, is shown once it is done.
 beside=(tests/multihost tests/cluster tests/algorithms/dpo/test_toy_learning.py
   tests/algorithms/ppo/test_toy_learning.py tests/trainer/test_learning.py
   tests/trainer/test_async_grpo.py tests/compat tests/algorithms/test_data_parallel.py
   tests/trainer/test_resume.py tests/trainer/test_stages.py tests/contract
-  tests/examples/test_support.py tests/docs/test_first_agent.py)
+  tests/examples/test_support.py tests/docs/test_first_agent.py tests/trainer/test_roles_run.py
+  tests/trainer/test_reproducible.py)
 second_lane() {
   echo "== the second lane, at ${SECONDS} s"
   if ! install_framework_envs > .ci-logs/framework-envs.log 2>&1; then
