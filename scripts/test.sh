@@ -139,24 +139,29 @@ install_framework_envs() {
 install_main_side_envs > .ci-logs/side-envs.log 2>&1 &
 side_envs=$!
 
-# The second lane, beside lint and the main suite: it installs the framework environments,
-# then runs the framework suites (scripted upstreams, mostly waiting) and, on a whole run, the
-# multi-host and Ray fault tests (hosts of their own, most of their time spent waiting for a
-# cut-off host or a killed runner to be found lost: about half a core), and toy learning tests
-# that fit in its room, with the store and gateway contract fuzzing and two end-to-end example
-# runs (the main suite is the long one: it leaves the second core half idle; on 2026-11-28 it
-# took 1,046 s of a 1,245 s run and ended last, and those three took about 175 s of it; on
-# 2026-11-29 it still ended 116-136 s after this lane, so the per-role run, about 30 s of it,
-# moved here too; the suite now starts before lint and the vLLM install, about 100 s sooner).
+# The second lane, beside lint and the main suite: on a whole run, the contract fuzzing of the
+# store and gateway, toy learning tests that fit in its room, two end-to-end example runs, and
+# the multi-host and Ray fault tests (hosts of their own, most of their time spent waiting for a
+# cut-off host or a killed runner to be found lost: about half a core; last, once the installs
+# are done, so their timing checks never run beside them); then the framework suites (scripted
+# upstreams, mostly waiting), whose environments install in the background meanwhile. Each part
+# runs even when one before it failed. (On 2026-11-29 the lane installed the framework
+# environments first, which took 200 s beside the main suite and made it end last.)
 # Its output, each part's start in seconds since the run began, is shown once it is done.
-beside=(tests/multihost tests/cluster tests/algorithms/dpo/test_toy_learning.py
+beside=(tests/contract tests/algorithms/dpo/test_toy_learning.py
   tests/algorithms/ppo/test_toy_learning.py tests/trainer/test_learning.py
   tests/trainer/test_async_grpo.py tests/compat tests/algorithms/test_data_parallel.py
-  tests/trainer/test_resume.py tests/trainer/test_stages.py tests/contract
-  tests/examples/test_support.py tests/docs/test_first_agent.py tests/trainer/test_roles_run.py)
+  tests/trainer/test_resume.py tests/trainer/test_stages.py tests/examples/test_support.py
+  tests/docs/test_first_agent.py tests/trainer/test_roles_run.py tests/multihost tests/cluster)
 second_lane() {
   echo "== the second lane, at ${SECONDS} s"
-  if ! install_framework_envs > .ci-logs/framework-envs.log 2>&1; then
+  install_framework_envs > .ci-logs/framework-envs.log 2>&1 &
+  local envs=$! failed=0
+  if [ "$#" = 0 ]; then
+    echo "== contracts, long runs, multi-host and Ray, at ${SECONDS} s"
+    .venv/bin/python -m pytest -q -p no:cacheprovider "${beside[@]}" || failed=1
+  fi
+  if ! wait "$envs"; then
     cat .ci-logs/framework-envs.log
     echo "installing the framework environments failed (log above)"
     return 1
@@ -164,13 +169,11 @@ second_lane() {
   cat .ci-logs/framework-envs.log
   echo "== framework integrations (openai >= 3), at ${SECONDS} s"
   .venvs/integrations/bin/python -m pytest -q -p no:cacheprovider tests/integrations \
-    --ignore=tests/integrations/test_crewai.py
+    --ignore=tests/integrations/test_crewai.py || failed=1
   echo "== CrewAI (openai < 3), at ${SECONDS} s"
-  .venvs/crewai/bin/python -m pytest -q -p no:cacheprovider tests/integrations/test_crewai.py
-  if [ "$#" = 0 ]; then
-    echo "== multi-host, Ray, contracts and long runs, at ${SECONDS} s"
-    .venv/bin/python -m pytest -q -p no:cacheprovider "${beside[@]}"
-  fi
+  .venvs/crewai/bin/python -m pytest -q -p no:cacheprovider tests/integrations/test_crewai.py \
+    || failed=1
+  return "$failed"
 }
 second_lane "$@" > .ci-logs/second-lane.log 2>&1 &
 lane=$!
