@@ -96,9 +96,9 @@ await_install() {
 await_install "$system_packages" .ci-logs/system-packages.log "the Debian packages"
 
 # The side environments install in the background, each beside what does not need it: the
-# npm packages and vLLM (the main suite's) while most of the suite runs, the framework
-# environments (the second lane's) at the head of the second lane, which then runs its tests
-# beside the main suite. pip and npm mostly wait on the network and the disk there. Output goes to .ci-logs/
+# npm packages and vLLM (the main suite's) while lint and types run, the framework environments
+# (the second lane's) at the head of the second lane, which then runs its tests beside the main
+# suite. pip and npm mostly wait on the network and the disk there. Output goes to .ci-logs/
 # and is shown if an install fails.
 install_main_side_envs() {
   # The third-party agents that tests/command_agents runs unchanged (Claude Code, the Codex CLI,
@@ -139,29 +139,25 @@ install_framework_envs() {
 install_main_side_envs > .ci-logs/side-envs.log 2>&1 &
 side_envs=$!
 
-# The second lane, beside lint and the main suite: on a whole run, the contract fuzzing of the
-# store and gateway, toy learning tests that fit in its room, two end-to-end example runs, and
-# the multi-host and Ray fault tests (hosts of their own, most of their time spent waiting for a
-# cut-off host or a killed runner to be found lost: about half a core; last, once the installs
-# are done, so their timing checks never run beside them); then the framework suites (scripted
-# upstreams, mostly waiting), whose environments install in the background meanwhile. Each part
-# runs even when one before it failed. (On 2026-11-29 the lane installed the framework
-# environments first, which took 200 s beside the main suite and made it end last.)
+# The second lane, beside lint and the main suite: it installs the framework environments,
+# then runs the framework suites (scripted upstreams, mostly waiting) and, on a whole run, the
+# multi-host and Ray fault tests (hosts of their own, most of their time spent waiting for a
+# cut-off host or a killed runner to be found lost: about half a core), and toy learning tests
+# that fit in its room, with the store and gateway contract fuzzing and two end-to-end example
+# runs (the main suite is the long one: it leaves the second core half idle; on 2026-11-28 it
+# took 1,046 s of a 1,245 s run and ended last, and those three took about 175 s of it; on
+# 2026-11-29 it still ended 116-136 s after this lane, so the per-role run and the same-seed
+# run, about 50 s of it, moved here too).
 # Its output, each part's start in seconds since the run began, is shown once it is done.
-beside=(tests/contract tests/algorithms/dpo/test_toy_learning.py
+beside=(tests/multihost tests/cluster tests/algorithms/dpo/test_toy_learning.py
   tests/algorithms/ppo/test_toy_learning.py tests/trainer/test_learning.py
   tests/trainer/test_async_grpo.py tests/compat tests/algorithms/test_data_parallel.py
-  tests/trainer/test_resume.py tests/trainer/test_stages.py tests/examples/test_support.py
-  tests/docs/test_first_agent.py tests/trainer/test_roles_run.py tests/multihost tests/cluster)
+  tests/trainer/test_resume.py tests/trainer/test_stages.py tests/contract
+  tests/examples/test_support.py tests/docs/test_first_agent.py tests/trainer/test_roles_run.py
+  tests/trainer/test_reproducible.py)
 second_lane() {
   echo "== the second lane, at ${SECONDS} s"
-  install_framework_envs > .ci-logs/framework-envs.log 2>&1 &
-  local envs=$! failed=0
-  if [ "$#" = 0 ]; then
-    echo "== contracts, long runs, multi-host and Ray, at ${SECONDS} s"
-    .venv/bin/python -m pytest -q -p no:cacheprovider "${beside[@]}" || failed=1
-  fi
-  if ! wait "$envs"; then
+  if ! install_framework_envs > .ci-logs/framework-envs.log 2>&1; then
     cat .ci-logs/framework-envs.log
     echo "installing the framework environments failed (log above)"
     return 1
@@ -169,67 +165,39 @@ second_lane() {
   cat .ci-logs/framework-envs.log
   echo "== framework integrations (openai >= 3), at ${SECONDS} s"
   .venvs/integrations/bin/python -m pytest -q -p no:cacheprovider tests/integrations \
-    --ignore=tests/integrations/test_crewai.py || failed=1
+    --ignore=tests/integrations/test_crewai.py
   echo "== CrewAI (openai < 3), at ${SECONDS} s"
-  .venvs/crewai/bin/python -m pytest -q -p no:cacheprovider tests/integrations/test_crewai.py \
-    || failed=1
-  return "$failed"
+  .venvs/crewai/bin/python -m pytest -q -p no:cacheprovider tests/integrations/test_crewai.py
+  if [ "$#" = 0 ]; then
+    echo "== multi-host, Ray, contracts and long runs, at ${SECONDS} s"
+    .venv/bin/python -m pytest -q -p no:cacheprovider "${beside[@]}"
+  fi
 }
 second_lane "$@" > .ci-logs/second-lane.log 2>&1 &
 lane=$!
 
-# Lint, types, the import layers and the docs site run in the background beside the suite (one
-# core's worth for about a minute while the installs mostly wait on the network); their output
-# is shown, and a failure fails the run, once the suite is done.
-lint_and_types() {
-  echo "== lint and types, at ${SECONDS} s"
-  .venv/bin/ruff check fulmen tests benchmarks examples
-  .venv/bin/ruff format --check fulmen tests benchmarks examples
-  .venv/bin/pyright --pythonpath .venv/bin/python fulmen
-  # The layers and the no-cycle rule (pyproject.toml [tool.importlinter], docs/architecture.md).
-  .venv/bin/lint-imports
-  # The docs site: a link to a page or an anchor that does not exist fails (mkdocs.yml).
-  local docs_site
-  docs_site="$(mktemp -d)"
-  .venv/bin/mkdocs build --strict -q -d "$docs_site"
-  rm -rf "$docs_site"
-  echo "== lint and types done, at ${SECONDS} s"
-}
-lint_and_types > .ci-logs/lint.log 2>&1 &
-lint=$!
+echo "== lint and types"
+.venv/bin/ruff check fulmen tests benchmarks examples
+.venv/bin/ruff format --check fulmen tests benchmarks examples
+.venv/bin/pyright --pythonpath .venv/bin/python fulmen
+# The layers and the no-cycle rule (pyproject.toml [tool.importlinter], docs/architecture.md).
+.venv/bin/lint-imports
+# The docs site: a link to a page or an anchor that does not exist fails (mkdocs.yml).
+docs_site="$(mktemp -d)"
+.venv/bin/mkdocs build --strict -q -d "$docs_site"
+rm -rf "$docs_site"
 
-use_side_envs() {
-  await_install "$side_envs" .ci-logs/side-envs.log "the npm packages and vLLM"
-  if [ "${FULMEN_SKIP_VLLM:-0}" != 1 ] && [ -x .venvs/vllm/bin/python ]; then
-    export FULMEN_VLLM_PYTHON="$PWD/.venvs/vllm/bin/python"
-  fi
-}
+await_install "$side_envs" .ci-logs/side-envs.log "the npm packages and vLLM"
+if [ "${FULMEN_SKIP_VLLM:-0}" != 1 ] && [ -x .venvs/vllm/bin/python ]; then
+  export FULMEN_VLLM_PYTHON="$PWD/.venvs/vllm/bin/python"
+fi
 
+echo "== the test suite, at ${SECONDS} s"
 status=0
 if [ "$#" = 0 ]; then
-  # The suite in two parts: what needs neither vLLM nor the npm packages starts at once; the vLLM
-  # half of the engine tests and the third-party command agents run after their installs (on
-  # 2026-11-29 the suite used to wait 44 s for them, after a minute of lint). The framework
-  # suites (tests/integrations) run in the second lane, in their own environments.
-  side_tests="vllm or command_agents"
-  echo "== the test suite, at ${SECONDS} s"
-  .venv/bin/python -m pytest -q -p no:cacheprovider -k "not ($side_tests)" \
-    "${beside[@]/#/--ignore=}" --ignore=tests/integrations tests || status=$?
-  use_side_envs
-  echo "== the vLLM engine tests and the command agents, at ${SECONDS} s"
-  .venv/bin/python -m pytest -q -p no:cacheprovider -k "$side_tests" \
-    "${beside[@]/#/--ignore=}" --ignore=tests/integrations tests || status=$?
+  .venv/bin/python -m pytest -q -p no:cacheprovider "${beside[@]/#/--ignore=}" || status=$?
 else
-  use_side_envs
-  echo "== the test suite, at ${SECONDS} s"
   .venv/bin/python -m pytest -q -p no:cacheprovider "$@" || status=$?
-fi
-lint_status=0
-wait "$lint" || lint_status=$?
-cat .ci-logs/lint.log
-if [ "$lint_status" != 0 ]; then
-  echo "lint and types failed (log above)" >&2
-  [ "$status" != 0 ] || status=$lint_status
 fi
 lane_status=0
 wait "$lane" || lane_status=$?
