@@ -120,7 +120,7 @@ def _train(
         "--set", "validation=null", "--set", "data.val=null", "--set", "rollouts.concurrency=1",
         "--set", f"rollouts.heartbeat_timeout_s={HEARTBEAT_TIMEOUT_S}",
         # Faster than the example's 0.01: the reward takes off within 16 steps (on one host at
-        # step 5 to 8 in four seeds; over these hosts at step 6 to 8, or it creeps).
+        # step 6 to 9 in four seeds; over these hosts at step 7, or it creeps).
         "--set", "algorithm.grpo.learning_rate=0.05",
     ], log=logs / "trainer.log", env=_env(tmp_path, "eng"), cwd=REPO)  # fmt: skip
     started = [store, trainer]
