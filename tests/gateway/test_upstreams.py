@@ -65,7 +65,13 @@ async def test_calls_of_a_rollout_stick_to_one_engine(
     ):
         app = create_app(store, [f"{u1}/v1", f"{u2}/v1"], config=config)
         async with serve_app(app) as url, httpx.AsyncClient() as client:
-            attempts = [await new_attempt(store) for _ in range(8)]
+            # Rollout ids are random: with 8 of them, all hash to one engine 1 time in 128. Draw
+            # ids until each engine is first for three, so the spread asserted below is certain.
+            pool, attempts = app.state.gateway.pool, []
+            per_engine = dict.fromkeys((u.base_url for u in pool.upstreams), 0)
+            while min(per_engine.values()) < 3:
+                attempts.append(attempt := await new_attempt(store))
+                per_engine[pool.ranked(attempt[0])[0].base_url] += 1
             for r_id, a_id in attempts * 3:
                 path = f"{url}/rollout/{r_id}/attempt/{a_id}/v1/chat/completions"
                 body = {**CHAT, "messages": [{"role": "user", "content": r_id}]}
