@@ -86,6 +86,7 @@ async def _report(url: str) -> dict[str, Any]:
                      "status": a.status.value, "error": a.error,
                      "started_at": a.started_at.timestamp(),
                      "ended_at": a.ended_at.timestamp() if a.ended_at else None,
+                     "last_heartbeat_at": a.last_heartbeat_at.timestamp(),
                      "reward_spans": rewards.get(a.attempt_id, 0)}
                     for a in attempts
                 ],

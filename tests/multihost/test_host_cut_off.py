@@ -220,8 +220,11 @@ def test_training_across_hosts_survives_a_runner_host_cut_off(
             assert winner["started_at"] >= cut["cut_at"], tries
             retried += 1
     detect = [a["ended_at"] - cut["cut_at"] for a in lost]
-    # Lost means no heartbeat for the rollout's timeout: never sooner, and soon after.
-    assert min(detect) >= HEARTBEAT_TIMEOUT_S - 2.0
+    # Lost means no heartbeat for the rollout's timeout: never sooner (measured from the
+    # attempt's last recorded beat, not from the cut, as a beat can come late on a loaded
+    # machine), and soon after the cut.
+    silent = [a["ended_at"] - a["last_heartbeat_at"] for a in lost]
+    assert min(silent) >= HEARTBEAT_TIMEOUT_S - 0.05, silent
     assert max(detect) <= HEARTBEAT_TIMEOUT_S + 10.0
     rewards = [m["reward/mean"] for m in cut["metrics"]]
     print(json.dumps({

@@ -220,8 +220,9 @@ async def test_toy_runs_are_recorded_and_followed_live_over_http(tmp_path: Path)
                 await bad.afit(train_data=[{"id": "t0", "prompt": math.nan}])
 
             # The first run, started again for more steps, resumes its record; stopped (as
-            # Ctrl-C stops it) after its third step, it is marked stopped.
-            more = Trainer(_config(tmp_path / "good", url, steps=4), store_token="t")
+            # Ctrl-C stops it) after its third step, it is marked stopped. Far more steps than
+            # it runs: the stop lags step 3 by up to a metrics flush and a poll (~1.2 s).
+            more = Trainer(_config(tmp_path / "good", url, steps=20), store_token="t")
             training = asyncio.create_task(more.afit())
             while not training.done():
                 items = (await reader.query_run_metrics(done.run_id, after_step=2)).items
@@ -239,7 +240,7 @@ async def test_toy_runs_are_recorded_and_followed_live_over_http(tmp_path: Path)
         assert failed.status is RunStatus.FAILED and failed.ended_at is not None
         assert good.run_id == done.run_id and good.started_at == done.started_at
         assert good.status is RunStatus.STOPPED and good.ended_at is not None
-        assert good.config["algorithm"]["steps"] == 4
+        assert good.config["algorithm"]["steps"] == 20
         assert good.host
         metrics = (await store.query_run_metrics(good.run_id)).items
         train_steps = [m.step for m in metrics if "reward/mean" in m.values]

@@ -46,8 +46,9 @@ def test_toy_agent_reward_rises_with_ppo(tmp_path: Path) -> None:
     # the bars stay low.
     assert last >= first + 0.05, f"training reward {first:.3f} -> {last:.3f}"
     assert after >= before + 0.125, f"validation reward {before:.3f} -> {after:.3f}"
-    # the critic follows the returns up (it starts at 0): mean value of the last three steps
-    # 0.30, 0.64, 0.30, 0.25 on those seeds
+    # the critic follows the returns up from 0: mean value of the last three steps 0.30, 0.64,
+    # 0.30, 0.25 on those seeds (against first-step rewards of 0.12-0.20, too close to compare)
+    assert abs(history[0]["ppo/value_mean"]) < 0.01
     value = sum(h["ppo/value_mean"] for h in history[-3:]) / 3
-    assert first < value < 1.0, f"value {value:.3f}, first rewards {first:.3f}"
+    assert 0.1 < value < 1.0, f"value {value:.3f}, first rewards {first:.3f}"
     assert all(math.isfinite(h["ppo/value_loss"]) for h in history)
