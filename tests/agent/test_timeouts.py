@@ -14,6 +14,8 @@ import threading
 import time
 from typing import Any
 
+import pytest
+
 from fulmen.agent.api import rollout
 from fulmen.agent.runner import Runner
 from fulmen.store import Store
@@ -22,19 +24,23 @@ from fulmen.types import AttemptStatus, RolloutConfig, RolloutCreate, RolloutSta
 from tests.agent.conftest import FAST
 
 
-def stubborn_agent(finished: threading.Semaphore) -> Any:
-    """An agent whose task says how to misbehave; ``finished`` is released when it returns."""
+def stubborn_agent(finished: threading.Semaphore, release: threading.Event) -> Any:
+    """An agent whose task says how to misbehave; ``finished`` is released when it returns.
+
+    The misbehaving kinds go on until ``release`` is set (or their ``seconds`` pass), so a test
+    lets them return only once it saw their attempt timed out, however slow the machine is.
+    """
 
     @rollout
     async def agent(task: Any) -> float:
         try:
             if task["kind"] == "block":
-                time.sleep(task["seconds"])  # blocks whatever loop it runs on
+                release.wait(task["seconds"])  # blocks whatever loop it runs on
                 emit_reward({"late": 1.0})
                 return 1.0
             if task["kind"] == "swallow":
                 until = time.monotonic() + task["seconds"]
-                while time.monotonic() < until:
+                while not release.is_set() and time.monotonic() < until:
                     try:
                         await asyncio.sleep(0.05)
                     except asyncio.CancelledError:
@@ -49,10 +55,18 @@ def stubborn_agent(finished: threading.Semaphore) -> Any:
     return agent
 
 
+def _timeout_s(task: dict[str, Any]) -> float:
+    # The misbehaving agents are stopped at a short timeout; a well-behaved one (0.1 s of work)
+    # gets a long one, so a loaded machine cannot time it out too.
+    return 30.0 if task["kind"] == "ok" else 1.0
+
+
 async def _enqueue(store: Store, *tasks: dict[str, Any]) -> list[str]:
     created = await store.enqueue(
         [
-            RolloutCreate(input=task, config=RolloutConfig(timeout_s=1.0, max_attempts=1))
+            RolloutCreate(
+                input=task, config=RolloutConfig(timeout_s=_timeout_s(task), max_attempts=1)
+            )
             for task in tasks
         ]
     )
@@ -60,13 +74,16 @@ async def _enqueue(store: Store, *tasks: dict[str, Any]) -> list[str]:
 
 
 async def test_a_blocking_agent_does_not_freeze_the_runner(store: Store) -> None:
-    finished = threading.Semaphore(0)
+    finished, release = threading.Semaphore(0), threading.Event()
     blocked, *normal = await _enqueue(
         store, {"kind": "block", "seconds": 60}, *({"kind": "ok"} for _ in range(6))
     )
-    runner = Runner(store, stubborn_agent(finished), concurrency=3, **FAST)
+    runner = Runner(store, stubborn_agent(finished, release), concurrency=3, **FAST)
     started = time.monotonic()
-    stats = await asyncio.wait_for(runner.run(until_idle=True), 50)
+    try:
+        stats = await asyncio.wait_for(runner.run(until_idle=True), 50)
+    finally:
+        release.set()  # let the abandoned agent's thread end
     # On the runner's own loop the agent held everything for its 60 s.
     assert time.monotonic() - started < 30
     assert stats.succeeded == 6 and stats.timed_out + stats.ended_by_store == 1
@@ -78,21 +95,29 @@ async def test_a_blocking_agent_does_not_freeze_the_runner(store: Store) -> None
 
 
 async def test_a_late_reward_never_changes_a_timed_out_attempt(store: Store) -> None:
-    finished = threading.Semaphore(0)
+    finished, release = threading.Semaphore(0), threading.Event()
     ids = await _enqueue(
         store,
-        {"kind": "block", "seconds": 2.5},
-        {"kind": "swallow", "seconds": 2.5},
+        {"kind": "block", "seconds": 30},
+        {"kind": "swallow", "seconds": 30},
         {"kind": "ok"},
     )
-    runner = Runner(store, stubborn_agent(finished), concurrency=3, **FAST)
+    runner = Runner(store, stubborn_agent(finished, release), concurrency=3, **FAST)
     task = asyncio.create_task(runner.run())
     try:
+        # Both stubborn attempts end at their timeout while their agents still run: only then
+        # are the agents let go, so their reward comes late whatever the machine's load.
+        deadline = time.monotonic() + 30
+        while runner.stats.timed_out + runner.stats.ended_by_store < 2:
+            assert time.monotonic() < deadline, runner.stats
+            await asyncio.sleep(0.02)
+        release.set()
         for _ in ids:  # every agent returned, the stubborn ones with a reward
-            assert await asyncio.to_thread(finished.acquire, True, 20)
+            assert await asyncio.to_thread(finished.acquire, True, 30)
         await asyncio.sleep(0.3)  # time for the exporter to send what it was given
         assert runner.stats.timed_out + runner.stats.ended_by_store == 2
     finally:
+        release.set()
         runner.stop()
         await asyncio.wait_for(task, 30)
     for rollout_id in ids[:2]:
@@ -104,9 +129,14 @@ async def test_a_late_reward_never_changes_a_timed_out_attempt(store: Store) -> 
     assert (await store.get_rollout(ids[2])).status is RolloutStatus.SUCCEEDED
 
 
-async def test_a_cooperative_agent_stopped_at_its_timeout_keeps_its_spans(store: Store) -> None:
+async def test_a_cooperative_agent_stopped_at_its_timeout_keeps_its_spans(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from fulmen.tracing import operation, semconv
 
+    # A loaded machine may take longer than the 0.4 s grace to run the agent's stop; a long
+    # grace still fails this test if the cancellation did not stop the agent (it sleeps 60 s).
+    monkeypatch.setattr("fulmen.agent.loop_thread.STOP_GRACE_S", 30.0)
     finished = threading.Semaphore(0)
 
     @rollout
@@ -119,7 +149,7 @@ async def test_a_cooperative_agent_stopped_at_its_timeout_keeps_its_spans(store:
             finished.release()
 
     (rollout_id,) = await _enqueue(store, {"kind": "cooperative"})
-    stats = await asyncio.wait_for(Runner(store, agent, **FAST).run(max_rollouts=1), 30)
+    stats = await asyncio.wait_for(Runner(store, agent, **FAST).run(max_rollouts=1), 50)
     assert stats.timed_out + stats.ended_by_store == 1
     assert finished.acquire(timeout=0)  # it had stopped before the runner moved on
     spans = (await store.query_spans(rollout_id, limit=100)).items
@@ -134,6 +164,9 @@ async def test_loop_threads_are_reused_but_never_while_an_abandoned_agent_holds_
     from fulmen.agent.loop_thread import LoopThreads
 
     threads = LoopThreads()
+    # The blocking agent holds its thread until the test lets it go (not for a fixed time,
+    # which a stalled machine could outlast), so "still blocked" is a fact, not a guess.
+    running, release, returned = threading.Event(), threading.Event(), threading.Event()
 
     async def where() -> tuple[str, int]:
         return threading.current_thread().name, id(asyncio.get_running_loop())
@@ -144,17 +177,23 @@ async def test_loop_threads_are_reused_but_never_while_an_abandoned_agent_holds_
         assert runs[0][0] != threading.current_thread().name
 
         async def block() -> None:
-            time.sleep(1.5)  # ignores the cancellation: its thread stays busy
+            running.set()
+            release.wait(30)  # ignores the cancellation: its thread stays busy
+            returned.set()
 
         stuck = asyncio.create_task(threads.run(block))
-        await asyncio.sleep(0.1)
+        assert await asyncio.to_thread(running.wait, 30)  # cancelled while it runs
         stuck.cancel()
         started = time.monotonic()
         with contextlib.suppress(asyncio.CancelledError):
             await stuck
-        assert time.monotonic() - started < 1.0  # abandoned after the grace, not awaited
-        name, _ = await asyncio.wait_for(threads.run(where), 1.0)  # served meanwhile
-        assert time.monotonic() - started < 1.2
+        # abandoned after the grace (STOP_GRACE_S), not awaited: the agent still blocks, and
+        # the wait was far shorter than the 30 s it would block for
+        assert not returned.is_set()
+        assert time.monotonic() - started < 10
+        name, _ = await asyncio.wait_for(threads.run(where), 30)
+        assert not returned.is_set()  # served meanwhile
         assert name != runs[0][0]  # by another thread: the blocked one was not handed a job
     finally:
+        release.set()
         threads.close()

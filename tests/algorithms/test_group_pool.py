@@ -13,6 +13,7 @@ from typing import Any, cast
 import pytest
 
 from fulmen.algorithms.context import AlgorithmContext
+from fulmen.algorithms.grpo import group_pool
 from fulmen.algorithms.grpo.group_pool import GroupPool
 from fulmen.types import Mode, Rollout, RolloutConfig, RolloutStatus
 
@@ -114,21 +115,45 @@ def test_oldest_groups_are_handed_out_first() -> None:
     asyncio.run(scenario())
 
 
-def test_idle_clock_counts_only_time_with_no_group_running() -> None:
+class _Clock:
+    """Stands in for ``time`` in ``group_pool``: ``perf_counter`` moves only on ``advance``.
+
+    Steps are binary fractions, so the idle times the pool adds up are exact.
+    """
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def test_idle_clock_counts_only_time_with_no_group_running(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A fake clock: real time between two calls (a preemption, a GC pause) would add to idle.
+    clock = _Clock()
+    monkeypatch.setattr(group_pool, "time", clock)
+
     async def scenario() -> None:
         context = _Context()
         pool = _pool(context)
+        clock.advance(1.0)
         assert pool.idle_seconds() == 0.0  # nothing launched yet: not waiting for weights
         pool.launch_round(1, version=10, policy=0)
-        await asyncio.sleep(0.05)
+        clock.advance(0.5)
         assert pool.idle_seconds() == 0.0  # running
         context.finish("q0g0")
         await _settle()
-        await asyncio.sleep(0.05)
-        idle = pool.idle_seconds()
-        assert 0.04 < idle < 5
+        clock.advance(0.5)
+        assert pool.idle_seconds() == 0.5  # nothing running since the group finished
+        clock.advance(0.25)
         pool.launch_round(1, version=11, policy=1)
-        assert pool.idle_seconds() < 0.01  # the clock stopped at the launch
+        clock.advance(2.0)
+        assert pool.idle_seconds() == 0.25  # the clock stopped at the launch
         await pool.aclose()
 
     asyncio.run(scenario())

@@ -155,7 +155,7 @@ def test_a_rollout_that_finishes_appears_without_a_reload(
     page.wait_for_function(
         f"document.querySelector('{row} td.reward')?.textContent === '0.75' && "
         f"document.querySelector('{row} .status')?.textContent === 'succeeded'",
-        timeout=10_000,
+        timeout=30_000,  # only a bound on a hang: the page polls every 300 ms
     )
     assert page.evaluate("window.__same_page") is True  # no reload happened
 

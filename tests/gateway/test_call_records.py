@@ -79,7 +79,14 @@ def _through_orjson(value: Any) -> Any:
         assume(False)  # the gateway answers such a body 400 and records nothing
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# The same examples on every run (no random seed, no example database): CI never flakes.
+@settings(
+    max_examples=300,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 @given(
     endpoint=st.sampled_from([CHAT, COMPLETIONS]),
     data=st.data(),

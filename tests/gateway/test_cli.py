@@ -142,16 +142,27 @@ async def test_gateway_waits_for_a_store_that_is_down_and_stops_on_sigterm() -> 
         "--upstream", "http://127.0.0.1:9/v1", "--port", "0",
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=_env(),
     )  # fmt: skip
+    assert proc.stderr is not None
+    logged = b""
     try:
-        with pytest.raises(TimeoutError):  # an old gateway exited after 3 connection errors
-            await asyncio.wait_for(proc.wait(), timeout=3)
+        # The first failed connect is logged once the SIGTERM handler is in place: wait for
+        # that line rather than a fixed time that a slow start could outlast.
+        async with asyncio.timeout(30):  # only a bound on a hang
+            while b"still retrying" not in logged:
+                line = await proc.stderr.readline()
+                assert line, f"the gateway exited: {logged.decode()}"
+                logged += line
+        # An old gateway exited after 3 connection errors, well under a second of backoff from
+        # its first; this one is still waiting for the store seconds later.
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(proc.wait(), timeout=2)
         proc.send_signal(signal.SIGTERM)
-        code = await asyncio.wait_for(proc.wait(), timeout=15)
+        code = await asyncio.wait_for(proc.wait(), timeout=30)
     finally:
         sock.close()
         if proc.returncode is None:
             proc.kill()
-    stderr = await proc.stderr.read() if proc.stderr else b""
+    stderr = logged + await proc.stderr.read()
     assert code == 0, stderr.decode()
     assert b"connect to the store at" in stderr and b"still retrying" in stderr
 

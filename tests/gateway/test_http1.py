@@ -119,7 +119,9 @@ async def post(c: Http1Client, o: Origin, body: bytes = b"{}", path: str = "/cha
 
 async def test_keep_alive_reuses_one_connection_and_sends_one_head() -> None:
     async with served(answering(ok())) as server:
-        c = client()
+        # Long keep-alive and timeouts: a stalled machine must not let the idle connection
+        # expire between two requests (nor a reply time out), which would open another.
+        c = client(keepalive_s=30.0, read_timeout_s=30.0, connect_timeout_s=30.0)
         for _ in range(3):
             assert await post(c, origin(server)) == b'{"ok":true}'
         assert server.connections == 1 and c.open_connections == 1

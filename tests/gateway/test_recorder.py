@@ -122,7 +122,9 @@ async def test_store_writes_are_off_the_request_path(
         url = f"{gw.base_url(rollout_id, attempt_id)}/chat/completions"
         async with httpx.AsyncClient() as client:
             for _ in range(5):
-                r = await asyncio.wait_for(client.post(url, json=CHAT), timeout=5)
+                # The store blocks until the gate opens: a request waiting on it would never be
+                # answered, so this bound only has to be finite.
+                r = await asyncio.wait_for(client.post(url, json=CHAT), timeout=30)
                 assert r.status_code == 200
         assert blocked.added == []
         blocked.gate.set()

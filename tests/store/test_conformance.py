@@ -1,19 +1,21 @@
 """The store conformance suite: one set of behaviours every backend must show.
 
 Runs against memory, SQLite, PostgreSQL (in-process) and the HTTP service (through the client);
-see ``conftest.py``. Timing-based tests use short timeouts and a fast watchdog.
+see ``conftest.py``. Timing-based tests use short timeouts and a fast watchdog; those whose
+outcome must not depend on the machine's speed move the store's clock by hand (``store_clock``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta, tzinfo
 
 import pytest
 
 from fulmen.errors import Conflict, InvalidRequest, InvalidTransition, NotFound, Unauthorized
 from fulmen.store import Store
+from fulmen.store import clock as store_clock_module
 from fulmen.types import (
     AttemptStatus,
     Demonstration,
@@ -91,6 +93,32 @@ async def wait_status(
             return
         await asyncio.sleep(0.02)
     raise AssertionError(f"rollout {rollout_id} never became {status.value}")
+
+
+class StoreClock:
+    """The store's wall clock, standing still until a test moves it with ``advance``.
+
+    Deadlines then pass when the test says, never because a loaded machine was slow between
+    two calls; the background watchdog still does the finding, at its own pace.
+    """
+
+    def __init__(self) -> None:
+        self._now = datetime.now(UTC)
+
+    def now(self, tz: tzinfo) -> datetime:  # what ``utc_now()`` calls
+        return self._now.astimezone(tz)
+
+    def advance(self, seconds: float) -> None:
+        self._now += timedelta(seconds=seconds)
+
+
+@pytest.fixture
+def store_clock(monkeypatch: pytest.MonkeyPatch) -> StoreClock:
+    clock = StoreClock()
+    # Every timestamp and deadline of every backend comes from ``utc_now()``, which looks up
+    # ``datetime`` in its module at each call (the HTTP server's thread included).
+    monkeypatch.setattr(store_clock_module, "datetime", clock)
+    return clock
 
 
 # -- enqueue ----------------------------------------------------------------------------------
@@ -323,11 +351,14 @@ async def test_watchdog_times_out_attempt_and_fails_rollout(store: Store) -> Non
     assert attempt.error and "timed out" in attempt.error
 
 
-async def test_watchdog_retries_timed_out_attempt(store: Store) -> None:
+async def test_watchdog_retries_timed_out_attempt(store: Store, store_clock: StoreClock) -> None:
     config = RolloutConfig(timeout_s=0.3, max_attempts=2)
     (r,) = await store.enqueue([rollout(config=config)])
     _, first = await claim_one(store)
-    await wait_status(store, r.rollout_id, RolloutStatus.QUEUING)
+    # Past the first attempt's deadline; then the store's time stands still, so the retried
+    # attempt cannot time out as well (and fail the rollout) however slow this machine is.
+    store_clock.advance(1.0)
+    await wait_status(store, r.rollout_id, RolloutStatus.QUEUING, timeout=30)
     _, second = await claim_one(store, "w2")
     await store.update_attempt(second, status=AttemptStatus.SUCCEEDED)
     assert (await store.get_rollout(r.rollout_id)).status is RolloutStatus.SUCCEEDED
@@ -336,14 +367,21 @@ async def test_watchdog_retries_timed_out_attempt(store: Store) -> None:
     assert late.status is AttemptStatus.TIMEOUT and late.late_status is AttemptStatus.SUCCEEDED
 
 
-async def test_watchdog_finds_lost_attempts_and_heartbeats_keep_them(store: Store) -> None:
+async def test_watchdog_finds_lost_attempts_and_heartbeats_keep_them(
+    store: Store, store_clock: StoreClock
+) -> None:
     config = RolloutConfig(heartbeat_timeout_s=1.0, max_attempts=2)
     kept, lost = await store.enqueue([rollout(0, config=config), rollout(1, config=config)])
     _, kept_attempt = await claim_one(store, "alive")
     _, lost_attempt = await claim_one(store, "dead")
-    for _ in range(16):  # 1.6 s: past the lost attempt's deadline, heartbeats every 0.1 s
-        worker = await store.heartbeat("alive", attempt_ids=[kept_attempt])
-        await asyncio.sleep(0.1)
+    # 1.6 s of store time, past the lost attempt's deadline, with a heartbeat every 0.1 s of
+    # it: real stalls between heartbeats do not count, so the kept attempt cannot miss one.
+    for _ in range(16):
+        store_clock.advance(0.1)
+        await store.heartbeat("alive", attempt_ids=[kept_attempt])
+    await wait_status(store, lost.rollout_id, RolloutStatus.QUEUING, timeout=30)
+    await store.reconcile()  # one more full pass at this time: it must leave the kept one alone
+    worker = await store.heartbeat("alive", attempt_ids=[kept_attempt])
     assert worker.running_attempt_ids == [kept_attempt]
     assert (await store.get_attempt(kept_attempt)).status is AttemptStatus.RUNNING
     assert (await store.get_attempt(lost_attempt)).status is AttemptStatus.LOST

@@ -62,8 +62,20 @@ async def url() -> AsyncIterator[str]:
         yield base
 
 
-async def test_requests_round_trip_on_one_connection(url: str) -> None:
-    async with httpx.AsyncClient(base_url=url, transport=FastHTTPTransport()) as client:
+@pytest.fixture
+async def lasting_url() -> AsyncIterator[str]:
+    """Like ``url``, but idle connections stay open 30 s.
+
+    The server runs on the test's event loop: with a 1 s keep-alive, a stall of the loaded
+    machine between two requests would close the connection and make the client reconnect.
+    """
+    peers.clear()
+    async with aserve_app(APP, timeout_keep_alive=30) as base:
+        yield base
+
+
+async def test_requests_round_trip_on_one_connection(lasting_url: str) -> None:
+    async with httpx.AsyncClient(base_url=lasting_url, transport=FastHTTPTransport()) as client:
         for i in range(5):
             response = await client.post(
                 "/echo/a%2Fb", params={"q": f"x y{i}"}, content=f"body{i}".encode(),
