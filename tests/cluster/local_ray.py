@@ -29,11 +29,12 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _port_block(size: int = 40) -> int:
-    """A start port of ``size`` consecutive ports that were free a moment ago."""
+def _port_block(avoid: set[int], size: int = 40) -> int:
+    """A start port of ``size`` consecutive ports that were free a moment ago, none in ``avoid``
+    (ports handed out already but perhaps not bound yet: Ray refuses a node whose ports clash)."""
     for _ in range(50):
         start = free_port()
-        if start + size >= 65535:
+        if start + size >= 65535 or avoid & set(range(start, start + size)):
             continue
         taken = False
         for port in range(start, start + size):
@@ -56,17 +57,29 @@ class LocalRayCluster:
         self.port = free_port()
         self.address = f"127.0.0.1:{self.port}"
         self._nodes: list[subprocess.Popen[bytes]] = []
+        self._ports = {self.port}  # handed out to nodes so far
         self._workers, self._cpus = workers, cpus
 
     def start(self, timeout: float = 120.0) -> None:
         self._start_node("head", ["--head", "--port", str(self.port)])
         self._wait_port(self.port, timeout)  # the head's GCS: worker nodes can join
+        # Worker nodes join one at a time, and one that gave up is started again: on a loaded
+        # machine a raylet can miss Ray's fixed 30 s to register with the GCS ("The current
+        # node timed out during startup", seen once in CI with both lanes busy).
         for i in range(self._workers):
-            self._start_node(f"w{i}", ["--address", self.address])
-        self._wait_nodes(1 + self._workers, timeout)
+            for attempt in range(3):
+                joining = self._start_node(f"w{i}" + (f"-again{attempt}" if attempt else ""))
+                if self._wait_nodes(2 + i, timeout, joining):
+                    break
+                _kill_sessions({joining.pid})  # what it left behind must not join later
+            else:
+                raise RuntimeError(f"ray worker node w{i} gave up joining 3 times: {self.logs()}")
 
-    def _start_node(self, name: str, role: list[str]) -> None:
-        base = _port_block()
+    def _start_node(self, name: str, role: list[str] | None = None) -> subprocess.Popen[bytes]:
+        """Start a node; ``role`` defaults to a worker joining the head."""
+        role = role or ["--address", self.address]
+        base = _port_block(self._ports)
+        self._ports.update(range(base, base + 40))
         command = [
             RAY, "start", "--block", *role,
             "--num-cpus", str(self._cpus),
@@ -86,6 +99,7 @@ class LocalRayCluster:
                 command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
             )
         self._nodes.append(node)
+        return node
 
     def _wait_port(self, port: int, timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -97,16 +111,18 @@ class LocalRayCluster:
             time.sleep(0.2)
         raise RuntimeError(f"the ray head did not listen in {timeout} s: {self.logs()}")
 
-    def _wait_nodes(self, count: int, timeout: float) -> None:
+    def _wait_nodes(self, count: int, timeout: float, joining: subprocess.Popen[bytes]) -> bool:
+        """Wait until ``count`` nodes are alive (True), or ``joining`` exited (False)."""
         probe = (
             "import ray, sys; ray.init(address=sys.argv[1], logging_level='ERROR', "
             "log_to_driver=False); print(sum(n['Alive'] for n in ray.nodes()))"
         )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            for node in self._nodes:
-                if node.poll() is not None:
-                    raise RuntimeError(f"a ray node exited: {self.logs()}")
+            if joining.poll() is not None:
+                return False
+            if self._nodes[0].poll() is not None:
+                raise RuntimeError(f"the ray head exited: {self.logs()}")
             result = subprocess.run(
                 [sys.executable, "-c", probe, self.address],
                 capture_output=True,
@@ -116,7 +132,7 @@ class LocalRayCluster:
             )
             lines = result.stdout.strip().splitlines()
             if result.returncode == 0 and lines and int(lines[-1]) >= count:
-                return
+                return True
             time.sleep(1.0)
         raise RuntimeError(f"{count} ray nodes not up in {timeout} s: {self.logs()}")
 
@@ -128,18 +144,22 @@ class LocalRayCluster:
 
     def stop(self) -> None:
         """SIGTERM each node's session, then SIGKILL what is left of it."""
-        sessions = {node.pid for node in self._nodes}
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            for pid in _session_members(sessions):
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(pid, sig)
-            deadline = time.monotonic() + 5
-            while _session_members(sessions) and time.monotonic() < deadline:
-                time.sleep(0.2)
+        _kill_sessions({node.pid for node in self._nodes})
         for node in self._nodes:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 node.wait(5)
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _kill_sessions(sessions: set[int]) -> None:
+    """SIGTERM every process of ``sessions``, then SIGKILL what is left after 5 s."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in _session_members(sessions):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, sig)
+        deadline = time.monotonic() + 5
+        while _session_members(sessions) and time.monotonic() < deadline:
+            time.sleep(0.2)
 
 
 def _session_members(sessions: set[int]) -> list[int]:
