@@ -15,17 +15,25 @@ never re-tokenized.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import TYPE_CHECKING, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from fulmen.adapter.air import AIRConfig, call_signals
-from fulmen.adapter.credit import CallCredit, CreditFn, CreditInput, assign_credit, resolve_credit
+from fulmen.adapter.credit import (
+    CallCredit,
+    CreditFn,
+    CreditInput,
+    assign_credit,
+    per_call_credit,
+    resolve_credit,
+)
 from fulmen.adapter.selection import CallSelection
 from fulmen.adapter.signals import read_signals
+from fulmen.errors import ConfigError
 from fulmen.store.reading import read_llm_calls, read_spans
 from fulmen.types import LLMCall, LLMChoice, Reward, Span
 from fulmen.types.transitions import AdapterDiagnostics, Trajectory, Transition
@@ -81,6 +89,18 @@ class TransitionOptions(BaseModel):
     calls: CallSelection = Field(default_factory=CallSelection)
     air: AIRConfig = Field(default_factory=AIRConfig)
 
+    @model_validator(mode="after")
+    def _one_reward_per_merged_sequence(self) -> TransitionOptions:
+        if self.credit == "per_call" and self.merge:
+            # A merged transition carries one reward, its last call's: the rewards emitted for
+            # the earlier calls of the chain would be dropped without a word.
+            raise ValueError(
+                "transitions.credit 'per_call' does not work with merge: true (a merged "
+                "sequence carries only its last call's reward, so the rewards emitted for the "
+                "earlier calls would not be trained); set merge: false"
+            )
+        return self
+
     def credit_fn(self) -> CreditFn:
         """Return the credit function these options name, with ``gamma`` bound when given."""
         options = {"gamma": self.gamma, "gamma_role": self.gamma_role}
@@ -128,6 +148,7 @@ def build_trajectory(
     task_id: str | None = None,
     options: TransitionOptions | None = None,
     credit: CreditFn | None = None,
+    exclude: Collection[str] = (),
 ) -> Trajectory:
     """Build the transitions of one finished attempt from its call records, spans and rewards.
 
@@ -135,8 +156,22 @@ def build_trajectory(
     or posted, is the final reward (``fulmen.adapter.signals``). ``credit`` overrides the
     strategy named in ``options``. Calls are ordered by their store
     sequence number; ``call_index`` is the position in that order.
+
+    ``exclude`` names calls (by ``call_id``) that are read but never trained, such as offline
+    GRPO's calls not sampled from the behaviour policy: they keep their place among the calls,
+    so a reward emitted for one of them stays its own (and is not trained) instead of falling
+    to the call before it, and in a merged sequence their tokens are observation, masked out.
+
+    Raises:
+        ConfigError: ``credit`` is ``per_call_credit`` and ``options.merge`` is on (a merged
+            sequence carries one reward: the earlier calls' rewards would be dropped).
     """
     opts = options or TransitionOptions()
+    if credit is per_call_credit and opts.merge:
+        raise ConfigError(
+            "credit per_call_credit does not work with merge: true (a merged sequence carries "
+            "only its last call's reward); set merge: false"
+        )
     ordered = sorted(calls, key=lambda c: c.sequence)
     diag = AdapterDiagnostics(calls=len(ordered), rollouts=1)
     signals = read_signals(ordered, spans, rewards)
@@ -159,7 +194,7 @@ def build_trajectory(
             if opts.names == "call_or_spans"
             else tuple(c.agent_name for c in ordered)
         )
-        selected = _select(ordered, agents, opts, diag)
+        selected = _select(ordered, agents, opts, diag, frozenset(exclude))
         credits = assign_credit(
             credit or opts.credit_fn(),
             CreditInput(
@@ -199,12 +234,16 @@ def _select(
     agents: Sequence[str | None],
     opts: TransitionOptions,
     diag: AdapterDiagnostics,
+    excluded: frozenset[str],
 ) -> list[tuple[int, LLMCall, str | None]]:
     selected: list[tuple[int, LLMCall, str | None]] = []
     for index, (call, agent) in enumerate(zip(calls, agents, strict=True)):
         if not _is_trainable(call):
             diag.skipped_not_token_level += 1
+            diag.failed_calls += call.error is not None
             continue
+        if call.call_id in excluded:
+            continue  # the caller counts its own exclusions
         if agent is None:
             diag.calls_unnamed += 1
         if not opts.selects(agent):
@@ -336,7 +375,11 @@ class AttemptRecords:
         return read_signals(self.calls, self.spans, self.rewards).final_reward
 
     def trajectory(
-        self, *, options: TransitionOptions | None = None, credit: CreditFn | None = None
+        self,
+        *,
+        options: TransitionOptions | None = None,
+        credit: CreditFn | None = None,
+        exclude: Collection[str] = (),
     ) -> Trajectory:
         """Build the attempt's transitions (see ``build_trajectory``)."""
         return build_trajectory(
@@ -348,6 +391,7 @@ class AttemptRecords:
             rewards=self.rewards,
             options=options,
             credit=credit,
+            exclude=exclude,
         )
 
 

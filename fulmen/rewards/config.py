@@ -100,9 +100,16 @@ class Criterion(BaseModel):
         weight: its weight in the primary reward (a weighted mean, so only ratios matter).
         question: scored by the judge on each rollout alone, from 0 to ``judge.scale``.
         rank: ordered by the judge over the succeeded rollouts of one group (one call per
-            group): rank ``r`` (1 = best) of ``n`` scores ``(n - r) / (n - 1)``. Comparable
-            within the group only, which is what GRPO's group-relative advantage needs; left
-            out for a rollout that ran alone (validation), see ``docs/rewards.md``.
+            group): rank ``r`` (1 = best) of ``n`` scores ``(n - r) / (n - 1)``, rollouts that
+            tie sharing the mean of the ranks they span. Comparable within the group only,
+            which is what GRPO's group-relative advantage needs; left out for a rollout that
+            ran alone (validation), see ``docs/rewards.md``.
+        ties: with ``rank``: ``equal`` (default) lets the judge put equally good rollouts in
+            one place, and rollouts whose content the judge reads is identical always tie
+            (the judge sees each distinct content once; a group whose every rollout is the
+            same scores 0.5 each, with no call), so identical rollouts never get different
+            scores; ``forbidden`` asks for a strict order of every rollout (identical ones
+            too, each shown), the behaviour before ties existed.
         check: a Python function ``module:fn`` given the ``JudgedRollout``; returns a number
             in [0, 1] (``True``/``False`` count as 1/0), may be async.
     """
@@ -114,6 +121,7 @@ class Criterion(BaseModel):
     question: str | None = Field(default=None, min_length=1)
     rank: str | None = Field(default=None, min_length=1)
     check: str | None = Field(default=None, pattern=r"^[\w.]+:[\w.]+$")
+    ties: Literal["equal", "forbidden"] = "equal"
 
     @model_validator(mode="after")
     def _one_kind(self) -> Self:
@@ -123,6 +131,8 @@ class Criterion(BaseModel):
                 f"criterion {self.name!r} needs exactly one of question, rank, check; "
                 f"got {kinds or 'none'}"
             )
+        if "ties" in self.model_fields_set and self.rank is None:
+            raise ValueError(f"criterion {self.name!r}: ties has effect only with rank")
         return self
 
     @property

@@ -2,14 +2,24 @@
 
 A rubric call asks for ``{"scores": {"<criterion>": <number>, ...}}``: every ``question``
 criterion exactly once, each a number from 0 to the scale. A ranking call labels the group's
-rollouts ``R1``..``Rn`` and asks for ``{"ranking": ["R3", "R1", ...]}``, best first: a
-permutation of the labels. Either answer may add ``"reasoning": "<text>"`` and may be wrapped
-in one Markdown code fence; anything else is a ``FormatError`` saying what was wrong.
+rollouts ``R1``..``Rn`` and asks for ``{"ranking": ["R3", "R1", ...]}``, best first: each
+label exactly once, and (when ties are allowed) equally good ones together in an inner list,
+``["R3", ["R1", "R4"], "R2"]``. Either answer may add ``"reasoning": "<text>"`` and may be
+wrapped in one Markdown code fence; anything else is a ``FormatError`` saying what was wrong.
+
+A ranking's scores: rank ``r`` (1 = best) of ``n`` scores ``(n - r) / (n - 1)``, and rollouts
+that tie share the mean of the ranks they span (fractional ranking), so a tie of all ``n``
+scores 0.5 each. ``copies`` counts a label once per rollout it stands for (identical
+rollouts are shown to the judge once, and tie).
 
 >>> parse_scores('{"scores": {"goal": 8}}', names=["goal"], scale=10)
 {'goal': 0.8}
 >>> parse_ranking('{"ranking": ["R2", "R1", "R3"]}', size=3)
 [0.5, 1.0, 0.0]
+>>> parse_ranking('{"ranking": [["R1", "R3"], "R2"]}', size=3)
+[0.75, 0.0, 0.75]
+>>> ranking_scores([[1], [0]], copies=[3, 1])  # R1 stands for three identical rollouts
+[0.3333333333333333, 1.0]
 """
 
 from __future__ import annotations
@@ -17,7 +27,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 from fulmen.rewards.config import Criterion, JudgeConfig
 
@@ -27,6 +37,8 @@ __all__ = [
     "parse_ranking",
     "parse_scores",
     "ranking_messages",
+    "ranking_scores",
+    "read_ranking",
     "retry_messages",
     "rubric_messages",
 ]
@@ -74,17 +86,31 @@ def rubric_messages(
 def ranking_messages(
     judge: JudgeConfig, criterion: Criterion, *, task: str, contents: Sequence[str]
 ) -> Messages:
-    """Build the group call: rank the rollouts (``R1``..``Rn``) on ``criterion``."""
+    """Build the group call: rank the rollouts (``R1``..``Rn``) on ``criterion``.
+
+    With ``criterion.ties`` ``equal`` the judge may put equally good runs in one place.
+    """
     names = labels(len(contents))
+    if criterion.ties == "equal":
+        answer = (
+            'Answer with only a JSON object: {"reasoning": "<one short paragraph>", '
+            f'"ranking": [<labels, best first>]}}, listing each of {", ".join(names)} exactly '
+            "once. Runs that are equally good share a place: write them together in an inner "
+            'list, as in ["R2", ["R1", "R3"]] (R2 best, R1 and R3 tied after it).'
+        )
+    else:
+        answer = (
+            'Answer with only a JSON object: {"reasoning": "<one short paragraph>", '
+            f'"ranking": [<labels, best first>]}}, listing each of {", ".join(names)} exactly '
+            "once (no ties)."
+        )
     system = _system(
         judge,
         [
             f"You are a strict evaluator. You compare {len(contents)} finished runs of an AI "
             "agent on the same task and rank them from best to worst.",
             f"Criterion: {criterion.rank}",
-            'Answer with only a JSON object: {"reasoning": "<one short paragraph>", '
-            f'"ranking": [<labels, best first>]}}, listing each of {", ".join(names)} exactly '
-            "once (no ties).",
+            answer,
         ],
     )
     runs = "\n\n".join(
@@ -154,16 +180,51 @@ def parse_scores(answer: str, *, names: Sequence[str], scale: int) -> dict[str, 
     return out
 
 
-def parse_ranking(answer: str, *, size: int) -> list[float]:
-    """Read a ranking answer: each rollout's score, in group order, ``(n - r) / (n - 1)``."""
+def read_ranking(answer: str, *, size: int, ties: bool = True) -> list[list[int]]:
+    """Read a ranking answer into its places, best first, each the indices of its labels.
+
+    ``ties`` lets a place be an inner list of labels; without it every place is one label.
+    """
     if size < 2:
         raise ValueError(f"a ranking needs at least 2 rollouts, not {size}")
     ranking = _object(answer, "ranking")
     expected = labels(size)
-    if not isinstance(ranking, list) or not all(isinstance(x, str) for x in ranking):
-        raise FormatError('"ranking" is not a list of labels')
-    given = [x.strip() for x in ranking]
+    what = "labels and lists of tied labels" if ties else "labels"
+    if not isinstance(ranking, list):
+        raise FormatError(f'"ranking" is not a list of {what}')
+    places: list[list[str]] = []
+    for item in cast("list[Any]", ranking):
+        if isinstance(item, str):
+            places.append([item.strip()])
+        elif ties and isinstance(item, list) and item and all(isinstance(x, str) for x in item):
+            places.append([x.strip() for x in cast("list[str]", item)])
+        else:
+            raise FormatError(f'"ranking" is not a list of {what}')
+    given = [label for place in places for label in place]
     if sorted(given) != sorted(expected):
         raise FormatError(f"the ranking {given} is not an ordering of {expected}, each once")
-    rank = {label: r for r, label in enumerate(given, 1)}
-    return [(size - rank[label]) / (size - 1) for label in expected]
+    return [[expected.index(label) for label in place] for place in places]
+
+
+def ranking_scores(places: Sequence[Sequence[int]], *, copies: Sequence[int]) -> list[float]:
+    """Score each label of a ranking's ``places`` (see the module docstring), in label order.
+
+    ``copies[i]`` is how many rollouts label ``i`` stands for; they count as tied rollouts.
+    """
+    total = sum(copies)
+    if total < 2:
+        raise ValueError(f"a ranking needs at least 2 rollouts, not {total}")
+    scores = [0.0] * len(copies)
+    before = 0
+    for place in places:
+        size = sum(copies[i] for i in place)
+        mean_rank = before + (size + 1) / 2
+        for i in place:
+            scores[i] = (total - mean_rank) / (total - 1)
+        before += size
+    return scores
+
+
+def parse_ranking(answer: str, *, size: int, ties: bool = True) -> list[float]:
+    """Read a ranking answer: each rollout's score, in group order (``ranking_scores``)."""
+    return ranking_scores(read_ranking(answer, size=size, ties=ties), copies=[1] * size)

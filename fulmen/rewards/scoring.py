@@ -2,7 +2,8 @@
 
 For a group (the rollouts of one task in one step) it asks the judge one rubric call per
 rollout for the ``question`` criteria, one ranking call per ``rank`` criterion for the whole
-group, and runs the ``check`` functions. Each rollout's scores (in [0, 1]) and their weighted
+group (rollouts with identical content shown once and tied, unless the criterion forbids
+ties), and runs the ``check`` functions. Each rollout's scores (in [0, 1]) and their weighted
 mean, the primary, make its ``Judgement``; a failure of any of its criteria makes it a
 ``Judgement`` with an ``error`` and no values, never a 0. Answers are cached by request hash
 (``fulmen.rewards.cache``); a format error gets one retry with what was wrong, then fails.
@@ -27,9 +28,10 @@ from fulmen.rewards.config import Criterion, RewardConfig
 from fulmen.rewards.content import JudgedRollout, render_content, render_task
 from fulmen.rewards.prompts import (
     FormatError,
-    parse_ranking,
     parse_scores,
     ranking_messages,
+    ranking_scores,
+    read_ranking,
     retry_messages,
     rubric_messages,
 )
@@ -206,17 +208,28 @@ class RewardJudge:
     ) -> None:
         judge = self._judge_config()
         contents = [self._content(run) for run in group]
-        messages = ranking_messages(
-            judge, criterion, task=render_task(group[0].task), contents=contents
-        )
-        try:
-            value = await self._ask(messages, lambda text: parse_ranking(text, size=len(group)))
-        except JudgeFailed as exc:
-            for problems in errors:
-                problems.append(f"ranking {criterion.name!r} of the group: {exc}")
-            return
-        for score, place in zip(cast("list[float]", value), scores, strict=True):
-            place[criterion.name] = score
+        ties = criterion.ties == "equal"
+        # With ties, the judge sees each distinct content once: identical rollouts tie.
+        shown = list(dict.fromkeys(contents)) if ties else contents
+        copies = [contents.count(c) for c in shown] if ties else [1] * len(contents)
+        if len(shown) == 1:
+            places: list[list[int]] = [[0]]  # every rollout the same: one shared place
+        else:
+            messages = ranking_messages(
+                judge, criterion, task=render_task(group[0].task), contents=shown
+            )
+            try:
+                value = await self._ask(
+                    messages, lambda text: read_ranking(text, size=len(shown), ties=ties)
+                )
+            except JudgeFailed as exc:
+                for problems in errors:
+                    problems.append(f"ranking {criterion.name!r} of the group: {exc}")
+                return
+            places = _places(value, size=len(shown))
+        by_shown = ranking_scores(places, copies=copies)
+        for i, (content, place) in enumerate(zip(contents, scores, strict=True)):
+            place[criterion.name] = by_shown[shown.index(content) if ties else i]
 
     async def _check(
         self, run: JudgedRollout, criterion: Criterion, scores: dict[str, float], errors: list[str]
@@ -302,6 +315,19 @@ class RewardJudge:
         if self._client is None:
             raise ConfigError("reward.judge is not set")
         return self._client
+
+
+def _places(value: Any, *, size: int) -> list[list[int]]:
+    """Return a cached ranking as places (``read_ranking``'s form).
+
+    A cache written before ties existed holds each label's score instead (a strict order,
+    ``(n - r) / (n - 1)``), which gives the same places back.
+    """
+    items = cast("list[Any]", value)
+    if all(isinstance(item, list) for item in items):
+        return [[int(i) for i in cast("list[Any]", item)] for item in items]
+    order = sorted(range(size), key=lambda i: -float(items[i]))
+    return [[i] for i in order]
 
 
 def _load_check(criterion: Criterion) -> CheckFunction:

@@ -11,16 +11,21 @@ closing validation) keeps its latest line.
 At the end of the whole run (after the last stage's closing validation; once, whatever the
 stages), ``end_run``:
 
-* with ``validation.keep_best`` (the default) picks the version with the best primary score,
-  ``val/reward_mean`` (``pick_best``; ties keep the later version). When that is an earlier
-  version than the last one — the model before training included — it makes the engine serve
-  it again (its adapter hot-loaded, its full weights or the original base weights reloaded, its
-  prompts carried) and publishes a resources version naming it (later rollouts use it; its
-  metadata says ``keep_best`` and the step it was kept from). When its files are gone (a full
-  fine-tune keeps the weights of its last two steps only), it says so and keeps the last
-  version;
+* with ``validation.keep_best`` (the default) picks the version with the best score
+  (``pick_best``; ties keep the later version): its mean reward over the validation tasks, a
+  rollout that failed or gave no reward counted as ``validation.failed_rollouts`` says (0 by
+  default; ``leave_out``: the mean over the tasks it scored, ``val/reward_mean``). When that is
+  an earlier version than the last one — the model before training included — it makes the
+  engine serve it again (its adapter hot-loaded, its full weights or the original base weights
+  reloaded, its prompts carried) and publishes a resources version naming it, routed as the
+  stage that validated it routed its calls (an agent that stage served from the base model
+  stays on the base model; later rollouts use it; its metadata says ``keep_best`` and the step
+  and stage it was kept from). When its files are gone (a full fine-tune keeps the weights of
+  its last two steps only), it says so and keeps the last version;
 * whatever ``keep_best`` says, compares the last validation with the one before training
-  (``validation_change``: per-task paired differences, the same tasks each time) and warns
+  (``validation_change``): per-task paired differences over the validation tasks both ran,
+  failed rollouts counted by the same rule (``leave_out``: over the tasks scored both times),
+  and the "before -> after" it reports is the mean of each over exactly those tasks; it warns
   loudly when the last is more than two standard errors lower;
 * logs what it decided as ``end/*`` metrics at the last validation's step (``metrics.jsonl``
   and the run's record in the store) and returns it as an ``EndOfRun``, whose ``summary`` the
@@ -38,7 +43,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -51,6 +56,7 @@ if TYPE_CHECKING:
 __all__ = [
     "PRIMARY_SCORE",
     "Change",
+    "FailedRollouts",
     "EndOfRun",
     "Validated",
     "end_run",
@@ -63,8 +69,11 @@ __all__ = [
 
 logger = logging.getLogger("fulmen.train")
 
-#: The score that ranks validated versions (the one the end-of-run summary shows).
+#: The validation metric each ``Validated`` line keeps: the mean over the tasks scored.
 PRIMARY_SCORE = "val/reward_mean"
+
+#: How a validation rollout that failed or gave no reward counts (``validation.failed_rollouts``).
+FailedRollouts = Literal["score_zero", "leave_out"]
 
 #: How many standard errors below the baseline the last validation may fall before the end of
 #: the run warns.
@@ -104,8 +113,28 @@ class Validated(BaseModel):
 
     @property
     def score(self) -> float:
-        """The primary score (NaN when it was not measured)."""
+        """``val/reward_mean``: the mean over the tasks scored (NaN when none was)."""
         return self.scores.get(PRIMARY_SCORE, math.nan)
+
+    @property
+    def failed(self) -> int:
+        """Its validation rollouts that failed or gave no reward."""
+        return sum(r is None for r in self.rewards)
+
+    def ranked_score(self, failed: FailedRollouts = "score_zero") -> float:
+        """Return the score ``keep_best`` ranks it by: its mean reward over validation tasks.
+
+        ``score_zero``: a task whose rollout failed or gave no reward counts as 0;
+        ``leave_out``: the mean over the tasks scored (NaN when none was). A line written
+        before per-task rewards were kept has only ``score``.
+        """
+        if not self.rewards:
+            return self.score
+        if failed == "score_zero":
+            values = [0.0 if r is None else r for r in self.rewards]
+        else:
+            values = [r for r in self.rewards if r is not None]
+        return math.fsum(values) / len(values) if values else math.nan
 
     @property
     def is_base(self) -> bool:
@@ -125,8 +154,15 @@ class Validated(BaseModel):
 
 
 def record_validation(run_dir: Path, validated: Validated) -> None:
-    """Append ``validated`` to ``RUN_DIR/validations.jsonl`` (a non-finite score is not kept)."""
-    if not math.isfinite(validated.score):
+    """Append ``validated`` to ``RUN_DIR/validations.jsonl``.
+
+    A validation with a non-finite reward, or with no per-task rewards and a non-finite score,
+    is not kept; one whose every rollout failed is (it scores 0 under ``score_zero``).
+    """
+    rewards = validated.rewards
+    if any(r is not None and not math.isfinite(r) for r in rewards) or (
+        not rewards and not math.isfinite(validated.score)
+    ):
         return
     finite = {k: v for k, v in validated.scores.items() if math.isfinite(v)}
     line = validated.model_copy(update={"scores": finite}).model_dump_json()
@@ -153,41 +189,47 @@ def read_validations(run_dir: Path, run_id: str) -> list[Validated]:
     return [by_step[step] for step in sorted(by_step)]
 
 
-def pick_best(validated: Sequence[Validated]) -> Validated | None:
-    """Return the version with the highest primary score; ties keep the later one.
+def pick_best(
+    validated: Sequence[Validated], *, failed: FailedRollouts = "score_zero"
+) -> Validated | None:
+    """Return the version with the highest ``ranked_score(failed)``; ties keep the later one.
 
     ``None`` when none has a finite score.
     """
     best: Validated | None = None
+    best_score = -math.inf
     for candidate in sorted(validated, key=lambda v: v.step):
-        if math.isfinite(candidate.score) and (best is None or candidate.score >= best.score):
-            best = candidate
+        score = candidate.ranked_score(failed)
+        if math.isfinite(score) and (best is None or score >= best_score):
+            best, best_score = candidate, score
     return best
 
 
 @dataclass(frozen=True)
 class Change:
-    """The last validation's score against the baseline's, with its standard error.
+    """The last validation against the one before training, paired task by task.
 
     Attributes:
-        baseline / final: the two primary scores.
-        standard_error: of ``final - baseline``: per-task paired (the same validation tasks
-            both times) when each has a reward per task, else unpaired from the two spreads
-            (for 0/1 rewards, the binomial one); NaN when it cannot be estimated (fewer than
-            two tasks).
-        tasks: the validation tasks it rests on.
-        paired: whether ``standard_error`` is the paired one.
+        baseline / final: the mean reward of each over the ``tasks`` paired tasks.
+        standard_error: of ``final - baseline``, from the per-task differences; NaN when it
+            cannot be estimated (fewer than two tasks).
+        tasks: the validation tasks it rests on: those both validations ran (under
+            ``leave_out``, of those, the ones scored both times).
+        left_out: validation tasks not paired (run by one of them only, or under
+            ``leave_out`` a failed rollout in either).
+        zeroed: failed rollouts counted as reward 0 (``score_zero``), both validations.
     """
 
     baseline: float
     final: float
     standard_error: float
     tasks: int
-    paired: bool
+    left_out: int = 0
+    zeroed: int = 0
 
     @property
     def delta(self) -> float:
-        """``final - baseline``."""
+        """``final - baseline``: the mean of the per-task differences."""
         return self.final - self.baseline
 
     @property
@@ -204,29 +246,54 @@ class Change:
             return -self.delta / self.standard_error
         return math.inf if self.delta < 0 else 0.0
 
-
-def validation_change(baseline: Validated, final: Validated) -> Change:
-    """Compare ``final``'s primary score with ``baseline``'s (see ``Change``)."""
-    if len(baseline.rewards) == len(final.rewards):
-        # Paired over the tasks scored both times (a failed rollout has no reward to pair).
-        pairs = [
-            (a, b)
-            for a, b in zip(baseline.rewards, final.rewards, strict=True)
-            if a is not None and b is not None
-        ]
-        if len(pairs) >= 2:
-            differences = [b - a for a, b in pairs]
-            error = statistics.stdev(differences) / math.sqrt(len(differences))
-            return Change(baseline.score, final.score, error, len(differences), paired=True)
-    before = [r for r in baseline.rewards if r is not None]
-    after = [r for r in final.rewards if r is not None]
-    if len(before) >= 2 and len(after) >= 2:
-        error = math.sqrt(
-            statistics.variance(before) / len(before) + statistics.variance(after) / len(after)
+    def line(self) -> str:
+        """Return ``validation reward: before B -> after F (+D ± SE, paired over N ...)``."""
+        error = f" ± {self.standard_error:.3f}" if math.isfinite(self.standard_error) else ""
+        notes = [f"paired over {self.tasks} validation tasks"]
+        if self.zeroed:
+            notes.append(f"{self.zeroed} failed validation rollouts counted as 0")
+        if self.left_out:
+            notes.append(f"{self.left_out} tasks left out (not scored by both validations)")
+        return (
+            f"validation reward: before {self.baseline:.3f} -> after {self.final:.3f} "
+            f"({self.delta:+.3f}{error}, {'; '.join(notes)})"
         )
+
+
+def validation_change(
+    baseline: Validated, final: Validated, *, failed: FailedRollouts = "score_zero"
+) -> Change | None:
+    """Compare ``final`` with ``baseline`` task by task (see ``Change``).
+
+    The validation tasks are a prefix of one list (``validation.max_tasks`` cuts it), so the
+    first tasks of two validations of different lengths are the same tasks. ``None`` when no
+    task can be paired (a line without per-task rewards, or nothing scored both times).
+    """
+    ran = min(len(baseline.rewards), len(final.rewards))
+    both = list(zip(baseline.rewards[:ran], final.rewards[:ran], strict=True))
+    if failed == "score_zero":
+        pairs = [(a or 0.0, b or 0.0) for a, b in both]
+        zeroed = sum((a is None) + (b is None) for a, b in both)
     else:
-        error = math.nan
-    return Change(baseline.score, final.score, error, min(len(before), len(after)), paired=False)
+        pairs = [(a, b) for a, b in both if a is not None and b is not None]
+        zeroed = 0
+    if not pairs:
+        return None
+    differences = [b - a for a, b in pairs]
+    error = (
+        statistics.stdev(differences) / math.sqrt(len(differences))
+        if len(differences) >= 2
+        else math.nan
+    )
+    left_out = max(len(baseline.rewards), len(final.rewards)) - len(pairs)
+    return Change(
+        baseline=math.fsum(a for a, _ in pairs) / len(pairs),
+        final=math.fsum(b for _, b in pairs) / len(pairs),
+        standard_error=error,
+        tasks=len(pairs),
+        left_out=left_out,
+        zeroed=zeroed,
+    )
 
 
 @dataclass
@@ -236,14 +303,20 @@ class EndOfRun:
     Attributes:
         final: the run's last validation.
         keep_best: ``validation.keep_best``.
+        failed: ``validation.failed_rollouts``: how the scores count a failed rollout.
         best: the best-scoring version when it is an earlier one than ``final``.
         kept: ``best``, when the run ends serving it.
         missing: the files of ``best`` that no longer exist (it was not served again).
-        change: the last validation against the one before training (``None``: no baseline).
+        change: the last validation against the one before training (``None``: no baseline,
+            or no task to pair).
+        baseline: the validation before training (``None``: the run has none, or it is the
+            last one).
     """
 
     final: Validated
     keep_best: bool
+    failed: FailedRollouts = "score_zero"
+    baseline: Validated | None = None
     best: Validated | None = None
     kept: Validated | None = None
     missing: tuple[str, ...] = ()
@@ -254,7 +327,6 @@ class EndOfRun:
         change = self.change
         if change is None or not change.fell:
             return []
-        how = "paired over" if change.paired else "over"
         below = change.errors_below
         errors = (
             "every task fell as much" if math.isinf(below) else f"{below:.1f} standard errors below"
@@ -262,7 +334,7 @@ class EndOfRun:
         return [
             f"!!! WARNING: validation FELL during training: {change.baseline:.3f} before training "
             f"-> {change.final:.3f} after ({change.delta:+.3f}; {errors}, "
-            f"{how} {change.tasks} validation tasks)"
+            f"paired over {change.tasks} validation tasks)"
         ]
 
     def notes(self) -> list[str]:
@@ -270,7 +342,12 @@ class EndOfRun:
         best, final = self.best, self.final
         if best is None:
             return []
-        scores = f"{best.score:.3f} beat the final {final.score:.3f}"
+        scores = (
+            f"{best.ranked_score(self.failed):.3f} beat the final "
+            f"{final.ranked_score(self.failed):.3f}"
+        )
+        if self.failed == "leave_out" and (best.failed or final.failed):
+            scores += " (each over the tasks it scored)"
         if self.kept is not None:
             return [f"serving {best.name()}: its validation {scores} (validation.keep_best)"]
         if self.missing:
@@ -284,27 +361,46 @@ class EndOfRun:
         ]
 
     def summary(self) -> list[str]:
-        """Return the lines ``fulmen train`` prints at the end: warnings first."""
-        return [*self.warnings(), *self.notes()]
+        """Return the lines ``fulmen train`` prints at the end.
+
+        Warnings first, then the paired change before -> after, then which version is served.
+        """
+        return [*self.warnings(), *self.comparison(), *self.notes()]
+
+    def comparison(self) -> list[str]:
+        """Return the before -> after line: paired, or why there is no pair to compare."""
+        if self.change is not None:
+            return [self.change.line()]
+        if self.baseline is None:
+            return []
+        before, after = self.baseline, self.final
+        return [
+            "validation reward: no validation task was scored both before and after training "
+            f"({before.failed} of {len(before.rewards)} rollouts failed before, "
+            f"{after.failed} of {len(after.rewards)} after): nothing to compare"
+        ]
 
     def metrics(self) -> dict[str, float]:
         """Return the ``end/*`` metrics of the decision (logged at the last validation's step)."""
         served = self.kept or self.final
         out = {
             "end/served_step": float(served.step),
-            "end/served_reward_mean": served.score,
-            "end/final_reward_mean": self.final.score,
+            "end/served_reward_mean": served.ranked_score(self.failed),
+            "end/final_reward_mean": self.final.ranked_score(self.failed),
             "end/kept_earlier": float(self.kept is not None),
         }
         if self.best is not None:
             out["end/best_step"] = float(self.best.step)
-            out["end/best_reward_mean"] = self.best.score
+            out["end/best_reward_mean"] = self.best.ranked_score(self.failed)
         if self.missing:
             out["end/best_files_missing"] = 1.0
         change = self.change
         if change is not None:
+            out["end/val_before"] = change.baseline
+            out["end/val_after"] = change.final
             out["end/val_change"] = change.delta
             out["end/val_change_se"] = change.standard_error
+            out["end/val_change_tasks"] = float(change.tasks)
             out["end/val_fell"] = float(change.fell)
         return out
 
@@ -317,8 +413,12 @@ class Publisher(Protocol):
         resources: Mapping[str, Resource] | None = None,
         *,
         metadata: Mapping[str, JsonData] | None = None,
+        route_as: int | None = None,
     ) -> int:
-        """Store the served policy plus the carried resources; return the version."""
+        """Store the served policy plus the carried resources; return the version.
+
+        Its calls are routed as stage ``route_as`` routes them (``None``: the publisher's own).
+        """
         ...
 
 
@@ -336,11 +436,13 @@ async def end_run(session: RunSession, publisher: Publisher) -> EndOfRun | None:
     if not validated:
         return None
     final = validated[-1]
-    report = EndOfRun(final=final, keep_best=validation.keep_best)
+    failed = validation.failed_rollouts
+    report = EndOfRun(final=final, keep_best=validation.keep_best, failed=failed)
     baseline = validated[0]
     if baseline.step == 0 and baseline is not final:
-        report.change = validation_change(baseline, final)
-    best = pick_best(validated)
+        report.baseline = baseline
+        report.change = validation_change(baseline, final, failed=failed)
+    best = pick_best(validated, failed=failed)
     if best is not None and best.step != final.step:
         report.best = best
         if validation.keep_best:
@@ -377,7 +479,12 @@ async def _serve_again(session: RunSession, kept: Validated, publisher: Publishe
     reached = state.resources
     state.resources = dict(kept.resources)
     try:
-        await publisher.publish(metadata={"keep_best": True, "kept_step": kept.step})
+        # routed as its own stage did: an agent it served from the base model stays there
+        stage = min(kept.stage, len(session.config.plan()) - 1)
+        await publisher.publish(
+            metadata={"keep_best": True, "kept_step": kept.step, "kept_stage": kept.stage},
+            route_as=stage,
+        )
     finally:
         state.resources = reached
 

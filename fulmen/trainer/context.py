@@ -168,16 +168,20 @@ class StageContext:
         resources: Mapping[str, Resource] | None = None,
         *,
         metadata: Mapping[str, JsonData] | None = None,
+        route_as: int | None = None,
     ) -> int:
         """Store ``llm`` plus the carried resources updated with ``resources``.
 
         A ``grpo`` or ``ppo`` stage's training rollouts sample the behaviour policy its updates
         correct for, so its ``llm`` says so (``behaviour_modes``): the gateway then sends their
         calls with no field that reshapes the distribution and refuses those that constrain
-        decoding (``fulmen.types.behaviour``). Returns the new version.
+        decoding (``fulmen.types.behaviour``). ``route_as`` routes the calls as stage
+        ``route_as`` does (``_served_models``; ``None``: this stage), for a version that stage
+        trained and the end of the run serves again (``fulmen.trainer.best``). Returns the new
+        version.
         """
         settings = self.session.config.rollouts
-        model, routes = self._served_models()
+        model, routes = self._served_models(self.index if route_as is None else route_as)
         llm = LLMResource(
             base_url=self.session.stack.engine_url,
             model=model,
@@ -412,17 +416,18 @@ class StageContext:
 
     # -- plumbing ---------------------------------------------------------------------------
 
-    def _served_models(self) -> tuple[str, dict[str, str]]:
+    def _served_models(self, index: int) -> tuple[str, dict[str, str]]:
         """Return ``llm``'s ``model`` and ``agent_models`` for what the engine serves now.
 
         A stage whose config names the agents its policy serves (``policy_agents()``: PPO's
         and DPO's ``untrained_agents: base``) routes those agents to the policy and every
         other call, named or not, to the base model; otherwise ``model`` is the policy and
-        the routes are the per-role adapters'. Read from the stage's config, so the end of
-        the run (``fulmen.trainer.best``), which publishes through a new context, routes alike.
+        the routes are the per-role adapters'. Read from the config of stage ``index``, so
+        the end of the run (``fulmen.trainer.best``) routes a version it serves again as the
+        stage that trained it did.
         """
         session = self.session
-        stage = session.config.plan()[self.index]
+        stage = session.config.plan()[index]
         policy_agents = getattr(stage, "policy_agents", None)
         agents = cast(
             "tuple[str, ...] | None", policy_agents() if callable(policy_agents) else None

@@ -86,6 +86,8 @@ class AdapterDiagnostics(BaseModel):
         calls: LLM calls read.
         calls_used: calls that went into a transition.
         skipped_not_token_level: calls without token ids or logprobs.
+        failed_calls: of those, calls that failed (an error, a 400 say, instead of a reply):
+            the engine may well be token-level.
         skipped_agent: calls of agents the name patterns did not select.
         calls_unnamed: token-level calls no agent name reached (neither the ``x-fulmen-agent``
             header nor a span named their agent).
@@ -109,6 +111,7 @@ class AdapterDiagnostics(BaseModel):
     calls: int = 0
     calls_used: int = 0
     skipped_not_token_level: int = 0
+    failed_calls: int = 0
     skipped_agent: int = 0
     calls_unnamed: int = 0
     skipped_empty: int = 0

@@ -1,6 +1,10 @@
 from __future__ import annotations
 
+import pytest
+
 from fulmen.adapter import TransitionOptions, build_trajectory, load_trajectory
+from fulmen.adapter.credit import per_call_credit
+from fulmen.errors import ConfigError
 from fulmen.store.memory import MemoryStore
 from fulmen.types import LLMCallCreate, RolloutCreate, SpanCreate
 
@@ -206,3 +210,64 @@ def test_names_call_attributes_a_call_by_its_header_alone() -> None:
     strict = _build([named, unnamed], spans, agents=("writer",), names="call")
     assert [t.call_ids for t in strict.transitions] == [["r1-call-1"]]
     assert strict.diagnostics.calls_unnamed == 1 and strict.diagnostics.skipped_agent == 1
+
+
+def _three_rewarded_calls() -> tuple[list, list]:
+    """Three calls, a reward emitted after each one (0.25, 1.0, 0.5), then the final 1.0."""
+    calls = [call(1, [1], [2]), call(3, [1, 2, 9], [3]), call(5, [1, 2, 9, 3, 9], [4])]
+    spans = [
+        reward_span(2, 0.25),
+        reward_span(4, 1.0, response_id="resp-r1-3"),
+        reward_span(6, 0.5),
+        reward_span(7, 1.0, source="return"),
+    ]
+    return calls, spans
+
+
+def test_an_excluded_call_keeps_its_own_reward_and_is_not_trained() -> None:
+    """Issue 46, item 2: removing a call before rewards are read moved its reward (1.0) onto
+    the call before it (0.25 + 1.0); excluding it keeps every reward on its own call."""
+    calls, spans = _three_rewarded_calls()
+    removed = _build([calls[0], calls[2]], spans, credit="per_call")  # the old offline path
+    assert [t.reward for t in removed.transitions] == [1.25, 0.5]
+    kept = build_trajectory(
+        rollout_id="r1",
+        calls=calls,
+        spans=spans,
+        options=TransitionOptions(credit="per_call"),
+        exclude={"r1-call-3"},
+    )
+    assert [(t.call_ids, t.reward) for t in kept.transitions] == [
+        (["r1-call-1"], 0.25),
+        (["r1-call-5"], 0.5),
+    ]
+    assert (kept.diagnostics.calls, kept.diagnostics.calls_used) == (3, 2)
+    # merged: the excluded call's tokens are observation, masked out like a tool result
+    merged = build_trajectory(
+        rollout_id="r1",
+        calls=calls,
+        spans=spans,
+        options=TransitionOptions(merge=True),
+        exclude={"r1-call-3"},
+    )
+    (t,) = merged.transitions
+    assert t.call_ids == ["r1-call-1", "r1-call-5"]
+    assert (t.completion_token_ids, t.loss_mask) == ([2, 9, 3, 9, 4], [1, 0, 0, 0, 1])
+
+
+def test_per_call_credit_on_merged_sequences_is_refused_by_the_adapter_itself() -> None:
+    """Issue 46, item 7: a merged sequence carries its last call's reward only; called
+    directly, the adapter trained 0.5 for calls whose emitted rewards sum to 1.75."""
+    calls, spans = _three_rewarded_calls()
+    with pytest.raises(ValueError, match="'per_call' does not work with merge: true"):
+        TransitionOptions(credit="per_call", merge=True)
+    with pytest.raises(ConfigError, match="does not work with merge: true"):
+        build_trajectory(
+            rollout_id="r1",
+            calls=calls,
+            spans=spans,
+            options=TransitionOptions(merge=True),
+            credit=per_call_credit,
+        )
+    per_call = _build(calls, spans, credit="per_call")
+    assert [t.reward for t in per_call.transitions] == [0.25, 1.0, 0.5]

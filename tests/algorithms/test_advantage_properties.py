@@ -1,5 +1,5 @@
 """Property-based tests over the advantage estimators, the credit strategies and the sample
-builder (issue 27).
+builder (issue 27), and over per-role and offline batches built from call records (issue 46).
 
 Batches are groups of rollouts of 1..6 calls each, credited by a built-in strategy (as the
 adapter does, per call or merged into one chain), then turned into samples by ``build_samples``.
@@ -17,6 +17,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from fulmen.adapter import TransitionOptions, build_trajectory
 from fulmen.adapter.credit import CreditInput, assign_credit, resolve_credit
 from fulmen.algorithms.grpo import GRPOConfig
 from fulmen.algorithms.grpo.advantages import (
@@ -24,9 +25,15 @@ from fulmen.algorithms.grpo.advantages import (
     rollout_advantages,
     transition_advantages,
 )
+from fulmen.algorithms.grpo.anchors import anchor_advantages
+from fulmen.algorithms.grpo.config import GRPOAlgorithmConfig
+from fulmen.algorithms.grpo.offline import BATCH_GROUP, offline_batch
+from fulmen.algorithms.grpo.roles import role_of, split_by_role
 from fulmen.algorithms.grpo.samples import build_samples
 from fulmen.errors import ConfigError
-from fulmen.types.transitions import Transition
+from fulmen.types import LLMCall, Span
+from fulmen.types.transitions import Trajectory, Transition
+from tests.adapter.factories import call, reward_span
 
 from .builders import transition
 
@@ -407,3 +414,235 @@ def test_estimators_are_finite_for_finite_rewards(
         normalize_std=normalize_std,
     )
     assert got.dtype == torch.float64 and bool(torch.isfinite(got).all())
+
+
+# -- per-role and offline batches, from call records (issue 46) -------------------------------
+#
+# Rollouts are recorded as the gateway and the emitters write them: token-level calls, each
+# made by an agent (or by none: no header), a reward emitted after some calls (named by the
+# call's response id or left to follow it in store order), the final reward; offline, some
+# calls were not sampled from the behaviour policy and are excluded. The adapter builds the
+# transitions; per-role batches are split by ``split_by_role``, offline ones regrouped by
+# ``offline_batch``; then ``build_samples``.
+
+ROLES = {"w": ["writer"], "r": ["rewriter"], "rest": ["*"]}
+AGENT_NAMES = ("writer", "rewriter", "checker", None)
+RECORDS = settings(PROPERTY, max_examples=60)
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """One recorded rollout: per call its agent, emitted reward and whether it is excluded."""
+
+    rollout_id: str
+    task: str
+    final: float
+    agents: tuple[str | None, ...]
+    emitted: tuple[float | None, ...]
+    excluded: tuple[bool, ...]
+
+    def call_id(self, k: int) -> str:
+        return f"{self.rollout_id}-call-{2 * k + 1}"
+
+    def trajectory(self, options: TransitionOptions, *, exclude: bool = True) -> Trajectory:
+        calls: list[LLMCall] = []
+        spans: list[Span] = []
+        for k, (agent, emitted) in enumerate(zip(self.agents, self.emitted, strict=True)):
+            made = call(2 * k + 1, [1, 2 + k], [3 + k, 4], rollout_id=self.rollout_id)
+            calls.append(made.model_copy(update={"agent_name": agent}))
+            if emitted is not None:  # named by response id on odd calls, by order on even
+                named = made.response_id if k % 2 else None
+                spans.append(
+                    reward_span(2 * k + 2, emitted, response_id=named, rollout_id=self.rollout_id)
+                )
+        spans.append(
+            reward_span(2 * len(calls) + 1, self.final, source="return", rollout_id=self.rollout_id)
+        )
+        skipped = {self.call_id(k) for k, out in enumerate(self.excluded) if out} if exclude else ()
+        return build_trajectory(
+            rollout_id=self.rollout_id,
+            task_id=self.task,
+            calls=calls,
+            spans=spans,
+            options=options,
+            exclude=skipped,
+        )
+
+
+@st.composite
+def recorded_batches(
+    draw: st.DrawFn, *, equal: bool = False, tasks: int = 3, excluding: bool = True
+) -> list[Recorded]:
+    """1..``tasks`` tasks of 1..3 rollouts of 1..4 calls; ``equal``: one reward for all."""
+    shared = draw(COARSE)
+    out: list[Recorded] = []
+    for g in range(draw(st.integers(1, tasks))):
+        for _ in range(draw(st.integers(1, 3))):
+            n = draw(st.integers(1, 4))
+            out.append(
+                Recorded(
+                    f"r{len(out)}",
+                    f"task{g}",
+                    shared if equal else draw(COARSE),
+                    tuple(draw(st.sampled_from(AGENT_NAMES)) for _ in range(n)),
+                    tuple(
+                        shared if equal else draw(st.one_of(st.none(), COARSE)) for _ in range(n)
+                    ),
+                    tuple(excluding and draw(st.booleans()) for _ in range(n)),
+                )
+            )
+    return out
+
+
+def _role_options(credit: str) -> TransitionOptions:
+    """What ``GRPOAlgorithmConfig.transition_options`` gives per-role runs."""
+    config = GRPOAlgorithmConfig.model_validate(
+        {"adapters": ROLES, "transitions": {"credit": credit}, "grpo": {"advantage": "transition"}}
+    )
+    return config.transition_options()
+
+
+def _expected_reward(r: Recorded, k: int) -> float:
+    emitted = r.emitted[k]
+    return 0.0 if emitted is None else emitted
+
+
+@RECORDS
+@given(batch=recorded_batches(excluding=False), credit=st.sampled_from(["final", "per_call"]))
+def test_per_role_batches_train_each_call_into_its_own_role_with_its_own_reward(
+    batch: list[Recorded], credit: str
+) -> None:
+    transitions = [t for r in batch for t in r.trajectory(_role_options(credit)).transitions]
+    parts, unrouted = split_by_role(transitions, ROLES)
+    by_id = {r.rollout_id: r for r in batch}
+    unnamed = sum(agent is None for r in batch for agent in r.agents)
+    assert unrouted == unnamed  # served by the base model: no adapter trains them
+    for role, part in parts.items():
+        for t in part:
+            r, k = by_id[t.rollout_id], t.call_index
+            assert t.agent_name == r.agents[k] is not None and role_of(t.agent_name, ROLES) == role
+            want = _expected_reward(r, k) if credit == "per_call" else r.final
+            assert t.reward == want  # never another call's
+    assert sum(len(p) for p in parts.values()) + unrouted == len(transitions)
+
+
+@RECORDS
+@given(batch=recorded_batches(equal=True), credit=st.sampled_from(["final", "per_call"]))
+def test_per_role_batches_with_equal_rewards_give_no_update(
+    batch: list[Recorded], credit: str
+) -> None:
+    transitions = [t for r in batch for t in r.trajectory(_role_options(credit)).transitions]
+    config = GRPOConfig(advantage="transition", min_abs_advantage=0.0, skip_zero_advantage=False)
+    for part in split_by_role(transitions, ROLES)[0].values():
+        samples, stats = build_samples(part, config=config)
+        assert samples == [] and stats.trained_tokens == 0
+
+
+@RECORDS
+@given(batch=recorded_batches(tasks=3, excluding=False), data=st.data())
+def test_a_roles_advantages_never_read_another_tasks_rewards(
+    batch: list[Recorded], data: st.DataObject
+) -> None:
+    """Changing every reward of the other tasks leaves a task's advantages, in every role."""
+    task = data.draw(st.sampled_from(sorted({r.task for r in batch})))
+    changed = [
+        r if r.task == task else replace(r, final=r.final + 1.5, emitted=(2.0,) * len(r.agents))
+        for r in batch
+    ]
+    config = GRPOConfig(advantage="transition", min_abs_advantage=0.0, skip_zero_advantage=False)
+    options = _role_options("per_call")
+
+    def advantages(rollouts: list[Recorded]) -> dict[tuple[str, str, int], list[float]]:
+        out: dict[tuple[str, str, int], list[float]] = {}
+        transitions = [t for r in rollouts for t in r.trajectory(options).transitions]
+        for role, part in split_by_role(transitions, ROLES)[0].items():
+            for key, values in _advantages_by_call(part, config).items():
+                out[(role, *key)] = values
+        return out
+
+    before, after = advantages(batch), advantages(changed)
+    mine = {r.rollout_id for r in batch if r.task == task}
+    for key, values in before.items():
+        if key[1] in mine:
+            assert after[key] == pytest.approx(values, abs=1e-12), key
+
+
+@RECORDS
+@given(batch=recorded_batches(), credit=st.sampled_from(["final", "per_call"]))
+def test_offline_batches_keep_every_reward_on_its_own_call(
+    batch: list[Recorded], credit: str
+) -> None:
+    """An excluded (off-behaviour) call is not trained and its reward stays its own: each
+    trained call's reward is the one emitted for it, as if nothing had been excluded."""
+    options = TransitionOptions(credit=credit)
+    by_id = {r.rollout_id: r for r in batch}
+    offline = offline_batch([r.trajectory(options) for r in batch])
+    whole = {
+        (t.rollout_id, t.call_index): t.reward
+        for r in batch
+        for t in r.trajectory(options, exclude=False).transitions
+    }
+    trained = {(t.rollout_id, t.call_index) for t in offline.transitions}
+    assert trained == {
+        (r.rollout_id, k) for r in batch for k, out in enumerate(r.excluded) if not out
+    }
+    for t in offline.transitions:
+        r = by_id[t.rollout_id]
+        want = _expected_reward(r, t.call_index) if credit == "per_call" else r.final
+        assert t.reward == want == whole[(t.rollout_id, t.call_index)]
+        assert t.call_ids == [r.call_id(t.call_index)]
+
+
+@RECORDS
+@given(
+    batch=recorded_batches(equal=True),
+    anchor_weight=st.sampled_from([0.0, 1.0]),
+    advantage=st.sampled_from(["rollout", "transition"]),
+)
+def test_offline_batches_with_equal_rewards_give_no_update(
+    batch: list[Recorded], anchor_weight: float, advantage: str
+) -> None:
+    offline = offline_batch([r.trajectory(TransitionOptions()) for r in batch])
+    config = GRPOConfig.model_validate(
+        {
+            "advantage": advantage,
+            "anchor_weight": anchor_weight,
+            "min_abs_advantage": 0.0,
+            "skip_zero_advantage": False,
+        }
+    )
+    samples, stats = build_samples(offline.transitions, config=config)
+    assert samples == [] and stats.trained_tokens == 0
+
+
+@RECORDS
+@given(batch=recorded_batches(tasks=4, excluding=False), state=st.sampled_from(["plan", None]))
+def test_offline_groups_never_mix_tasks(batch: list[Recorded], state: str | None) -> None:
+    """Task groups hold one task; the batch group holds one rollout per task (a pooled
+    baseline); anchor step groups never compare calls of two tasks."""
+    trajectories = [r.trajectory(TransitionOptions()) for r in batch]
+    named = [
+        tr.model_copy(
+            update={
+                "transitions": [t.model_copy(update={"state_key": state}) for t in tr.transitions]
+            }
+        )
+        for tr in trajectories
+    ]
+    offline = offline_batch(named)
+    task_of = {r.rollout_id: r.task for r in batch}
+    pooled = {t.rollout_id for t in offline.transitions if t.task_id == BATCH_GROUP}
+    assert len({task_of[rid] for rid in pooled}) == len(pooled)  # one rollout per task
+    for t in offline.transitions:
+        if t.task_id != BATCH_GROUP:
+            assert t.task_id == task_of[t.rollout_id]
+    steps, _ = anchor_advantages(offline.transitions)
+    for t, step in zip(offline.transitions, steps, strict=True):
+        if step:
+            assert t.task_id != BATCH_GROUP
+            peers = [
+                u
+                for u in offline.transitions
+                if u.task_id == t.task_id and u.rollout_id != t.rollout_id
+            ]
+            assert all(task_of[u.rollout_id] == task_of[t.rollout_id] for u in peers)

@@ -118,3 +118,43 @@ def test_merged_rollouts_only_repeat_the_rollout_level_so_the_config_refuses_the
         GRPOAlgorithmConfig.model_validate({**merge, "grpo": {"anchor_weight": 1.0}})
     GRPOAlgorithmConfig.model_validate({**merge, "grpo": {"anchor_weight": 0.0}})
     GRPOAlgorithmConfig.model_validate({"grpo": {"anchor_weight": 1.0}})
+
+
+def test_the_offline_batch_group_never_anchors_calls_of_different_tasks() -> None:
+    """Issue 46, item 5: offline GRPO pools the rollouts of four unrelated tasks (one each,
+    rewards 1, 1, 0, 0) in its batch group; their calls all name the state ``plan``. Anchor
+    credit compared them as one step group and added +-0.866 to each call; now the batch
+    group is a baseline only, and each call keeps its rollout-level advantage, +-0.866."""
+    from fulmen.algorithms.grpo.offline import BATCH_GROUP, offline_batch
+    from fulmen.types.transitions import AdapterDiagnostics, Trajectory
+
+    trajectories = [
+        Trajectory(
+            rollout_id=f"s{i}",
+            task_id=f"ticket-{i}",
+            final_reward=reward,
+            transitions=[
+                transition(
+                    None, f"s{i}", [1, 2, i], [5], reward, task=f"ticket-{i}", state_key="plan"
+                )
+            ],
+            diagnostics=AdapterDiagnostics(calls=1, calls_used=1, rollouts=1),
+        )
+        for i, reward in enumerate((1.0, 1.0, 0.0, 0.0))
+    ]
+    batch = offline_batch(trajectories)
+    assert {t.task_id for t in batch.transitions} == {BATCH_GROUP}
+    steps, stats = anchor_advantages(batch.transitions)
+    assert steps == [0.0] * 4 and (stats.anchor_calls, stats.anchor_groups) == (0, 0)
+    samples, sample_stats = build_samples(batch.transitions, config=GRPOConfig(anchor_weight=1.0))
+    assert sample_stats.anchor_calls == 0
+    assert [s.advantages[0] for s in samples] == pytest.approx(
+        [0.866, 0.866, -0.866, -0.866], abs=1e-3
+    )
+    # a task with two kept rollouts stays its own group, and its shared state still anchors
+    pair = [
+        transition(None, f"p{i}", [1, 2], [5], reward, task="refund", state_key="plan")
+        for i, reward in enumerate((1.0, 0.0))
+    ]
+    steps, stats = anchor_advantages([*batch.transitions, *pair])
+    assert steps[4:] == pytest.approx([0.7071, -0.7071], abs=1e-4) and stats.anchor_groups == 1

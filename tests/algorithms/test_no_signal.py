@@ -71,6 +71,7 @@ def test_equal_rewards_with_uneven_call_counts_take_no_step(kl_coef: float) -> N
     metrics = engine.train_step(batch)
     assert metrics["updated"] == 0.0 and engine.step == 0
     assert metrics["skipped_zero_advantage"] == len(batch)
+    assert metrics["trained_tokens"] == 0.0  # issue 46, item 7: it said 36 (12 calls x 3)
     assert torch.equal(before, _params(engine))
 
 
@@ -192,3 +193,18 @@ def test_discounted_transition_trains_on_equal_rewards_as_documented() -> None:
     assert got == pytest.approx([5 / 24, 0.25 - 19 / 24, 0.5 - 19 / 24, 5 / 24])
     rollout, _ = build_samples([*a, *b], config=GRPOConfig(normalize_std=False))
     assert rollout == []
+
+
+def test_a_step_skipped_for_a_non_finite_gradient_trained_no_tokens() -> None:
+    """Issue 46, item 7: a batch with signal whose gradient is NaN (a base weight poisoned
+    here) takes no optimizer step, and reports ``trained_tokens`` 0, not the batch's 12."""
+    engine = GRPOUpdater(tiny_llama(), config=GRPOConfig(learning_rate=1e-2))
+    batch = _rollouts(None, {"a": 1.0, "b": 0.0, "c": 1.0, "d": 0.0}, dict.fromkeys("abcd", 1))
+    _, stats = build_samples(batch, config=engine.config)
+    assert stats.trained_tokens == 12
+    with torch.no_grad():
+        norm = next(m for n, m in engine.model.named_modules() if n.endswith("norm"))
+        norm.weight.fill_(float("nan"))  # type: ignore[union-attr]
+    metrics = engine.train_step(batch)
+    assert (metrics["updated"], metrics["skipped_nonfinite"]) == (0.0, 1.0)
+    assert metrics["trained_tokens"] == 0.0

@@ -9,8 +9,10 @@ import torch
 
 from fulmen.algorithms.grpo import GRPOConfig
 from fulmen.algorithms.grpo.role_policies import RolePolicies
-from fulmen.algorithms.grpo.roles import role_of
+from fulmen.algorithms.grpo.roles import check_adapters, role_of, split_by_role
+from fulmen.algorithms.grpo.samples import build_samples
 from fulmen.algorithms.policy import load_adapter_weights
+from fulmen.types import LLMResource
 
 from .builders import transition
 from .models import tiny_llama
@@ -134,3 +136,61 @@ def test_per_role_runs_attribute_calls_by_the_header_that_routed_them() -> None:
         GRPOAlgorithmConfig(
             adapters={"writer": ["write_*"]}, transitions={"names": "call_or_spans"}
         )
+
+
+def test_calls_without_an_agent_name_train_no_adapter_even_under_a_catch_all() -> None:
+    """Issue 46, item 1: the gateway serves a call that carried no agent name from the base
+    model, so a catch-all role must not train it (its logprobs are the base model's).
+
+    Two rollouts of one task, each a ``check_query`` call and an unnamed call (3 tokens each):
+    the catch-all role ``other`` trains on the two ``check_query`` calls (6 tokens, advantages
+    +-0.7071), not on four calls (12 tokens) as before.
+    """
+    adapters = {"writer": ["write_query"], "other": ["*"]}
+    routes = {"write_query": "policy-writer-1", "*": "policy-other-1"}
+    llm = LLMResource(base_url="http://e/v1", model="tiny", agent_models=routes)
+    assert llm.model_for(None) == "tiny" and llm.model_for("check_query") == "policy-other-1"
+    assert role_of(None, adapters) is None  # as the gateway routed it
+    assert role_of("check_query", adapters) == "other"
+    batch = [
+        transition(None, rollout, [1, 2], [5, 6, 7], reward, call_index=k, agent_name=agent)
+        for rollout, reward in (("r0", 1.0), ("r1", 0.0))
+        for k, agent in enumerate(("check_query", None))
+    ]
+    parts, unrouted = split_by_role(batch, adapters)
+    assert parts["writer"] == [] and unrouted == 2
+    assert [(t.rollout_id, t.agent_name) for t in parts["other"]] == [
+        ("r0", "check_query"),
+        ("r1", "check_query"),
+    ]
+    samples, stats = build_samples(parts["other"], config=GRPOConfig())
+    assert (stats.transitions, stats.trained_tokens) == (2, 6)
+    assert [s.advantages[0] for s in samples] == pytest.approx([0.70710, -0.70710], abs=1e-4)
+
+
+def test_a_pattern_two_adapters_name_is_refused() -> None:
+    """The gateway's routes map a pattern once (the later adapter's model), while training
+    gives its calls to the first adapter that names it: two adapters, one call, no match."""
+    with pytest.raises(ValueError, match=r"'\*' is named by both 'a' and 'b'"):
+        check_adapters({"a": ["write_query", "*"], "b": ["*"]})
+
+
+async def test_the_role_loop_counts_the_unnamed_calls_it_leaves_out() -> None:
+    from fulmen.algorithms.grpo.config import GRPOAlgorithmConfig
+    from fulmen.algorithms.grpo.diagnose import no_update_reason
+    from fulmen.algorithms.grpo.role_loop import RoleGRPOLoop
+
+    policies = _policies()
+    loop = RoleGRPOLoop(GRPOAlgorithmConfig(adapters=ADAPTERS), None)  # type: ignore[arg-type]
+    loop._trainer = policies
+    named = _batch(policies, "write_query", seed=8)
+    unnamed = [
+        t.model_copy(update={"agent_name": None, "rollout_id": f"u{i}"})
+        for i, t in enumerate(_batch(policies, "write_query", seed=9))
+    ]
+    metrics = await loop._train(named + unnamed)
+    assert (metrics["transitions"], metrics["dropped_unrouted"]) == (4.0, 4.0)
+    assert metrics["writer/transitions"] == 4.0 and metrics["writer/updated"] == 1.0
+    alone = await loop._train(unnamed)
+    assert (alone["updated"], alone["transitions"], alone["dropped_unrouted"]) == (0.0, 0.0, 4.0)
+    assert "4 transitions came from calls that carried no agent name" in no_update_reason(alone)

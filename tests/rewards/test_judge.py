@@ -13,7 +13,7 @@ import pytest
 from fulmen.adapter.transitions import load_attempt
 from fulmen.rewards import RewardConfig
 from fulmen.rewards.cache import JudgeCache
-from fulmen.rewards.content import JudgedRollout
+from fulmen.rewards.content import JudgedReply, JudgedRollout
 from fulmen.rewards.posting import judge_rollouts
 from fulmen.rewards.scoring import RewardJudge
 from fulmen.store import open_store
@@ -287,3 +287,66 @@ def test_the_config_refuses_what_would_have_no_effect() -> None:
         RewardConfig.model_validate(
             {"criteria": [{"name": "g", "check": "m:f"}, {"name": "g", "check": "m:g"}]}
         )
+
+
+TIED = [
+    {"name": "short", "weight": 0.6, "check": "tests.rewards.checks:is_short"},
+    {"name": "best", "weight": 0.4, "rank": "Which greeting is best?"},
+]
+
+
+async def test_identical_rollouts_tie_instead_of_getting_a_made_up_order(
+    judge_server: tuple[Script, str], store: Any
+) -> None:
+    """Issue 46, item 4: with ties forbidden, four identical rollouts got 1.0, 0.867, 0.733,
+    0.6 (rank scores 1, 2/3, 1/3, 0 at weight 0.4 beside a check at 0.6), and GRPO trained on
+    advantages of +-1.16 that meant nothing. Identical content now ties: 0.5 each, no call."""
+    script, url = judge_server
+    script.replies = deque([Reply(content='{"ranking": ["R1", "R2", "R3", "R4"]}')])
+    rollouts = await finished(store, ["hi"] * 4)
+    async with RewardJudge(config(url, TIED)) as judge:
+        judgements = await judge_rollouts(store, judge, [rollouts])
+    assert [j.values for j in judgements] == [
+        {"short": 1.0, "best": 0.5, "reward": pytest.approx(0.8)}
+    ] * 4
+    assert script.requests == []  # nothing to rank: no judge call
+    # ties: forbidden, the behaviour before, on request
+    forbidden = [TIED[0], {**TIED[1], "ties": "forbidden"}]
+    async with RewardJudge(config(url, forbidden)) as judge:
+        strict = await judge.judge_group(
+            [JudgedRollout(f"r{i}", "t", (JudgedReply("hi"),)) for i in range(4)]
+        )
+    rewards = [j.values["reward"] for j in strict if j.values]
+    assert rewards == pytest.approx([1.0, 0.8667, 0.7333, 0.6], abs=1e-4)
+    assert "(no ties)" in script.requests[0]["messages"][0]["content"]
+
+
+async def test_the_judge_may_tie_and_tied_rollouts_share_their_mean_rank(
+    judge_server: tuple[Script, str], store: Any
+) -> None:
+    """Contents a, b, a, c: the judge sees a, b, c once each (R1..R3) and answers c first, a
+    and b tied; a stands for two rollouts, so the tie spans ranks 2..4 of 4 (mean 3) and
+    scores (4 - 3) / 3 = 1/3, c rank 1 scores 1."""
+    script, url = judge_server
+    script.replies = deque([Reply(content='{"ranking": ["R3", ["R1", "R2"]]}')])
+    rollouts = await finished(store, ["a", "b", "a", "c"])
+    criteria = [{"name": "best", "rank": "Which greeting is best?"}]
+    async with RewardJudge(config(url, criteria)) as judge:
+        judgements = await judge_rollouts(store, judge, [rollouts])
+    assert [j.values["best"] for j in judgements if j.values] == pytest.approx(
+        [1 / 3, 1 / 3, 1 / 3, 1.0]
+    )
+    [request] = script.requests
+    system, user = (m["content"] for m in request["messages"])
+    assert "share a place" in system and "=== R3 ===\n[reply 1]\nc" in user
+    assert "=== R4 ===" not in user
+    # with ties forbidden a tied answer is out of format: asked once more, then an error
+    script.replies = deque([Reply(content='{"ranking": ["R3", ["R1", "R2"]]}')] * 2)
+    strict = [{**criteria[0], "ties": "forbidden"}]
+    async with RewardJudge(config(url, strict)) as judge:
+        failed = await judge.judge_group(
+            [JudgedRollout(f"x{t}", "t", (JudgedReply(t),)) for t in "abc"]
+        )
+    assert all(j.error and "not a list of labels" in j.error for j in failed)
+    with pytest.raises(ValueError, match="ties has effect only with rank"):
+        RewardConfig.model_validate({"criteria": [{"name": "g", "check": "m:f", "ties": "equal"}]})

@@ -86,7 +86,7 @@ def test_a_fall_of_more_than_two_paired_standard_errors_is_loud() -> None:
     differences = [-0.3, -0.3, -0.1, -0.3]
     mean = sum(differences) / 4
     spread = math.sqrt(sum((d - mean) ** 2 for d in differences) / 3)
-    assert change.paired and change.tasks == 4
+    assert change is not None and change.tasks == 4
     assert change.delta == pytest.approx(-0.25)
     assert change.standard_error == pytest.approx(spread / 2)
     assert change.fell
@@ -103,27 +103,85 @@ def test_a_fall_within_the_noise_or_a_rise_is_not_a_warning() -> None:
     baseline = validated(0, 0.5, rewards=[1.0, 0.0, 1.0, 0.0])
     noisy = validated(4, 0.25, rewards=[0.0, 1.0, 0.0, 0.0])  # one task better, two worse
     change = validation_change(baseline, noisy)
-    assert change.paired and not change.fell
-    assert not validation_change(baseline, validated(4, 0.75)).fell
+    assert change is not None and not change.fell
+    rise = validation_change(baseline, validated(4, 0.75))
+    assert rise is not None and not rise.fell
     report = best.EndOfRun(final=noisy, keep_best=True, change=change)
     assert report.warnings() == []
 
 
-def test_every_task_falling_by_the_same_amount_is_loud_and_unpaired_falls_back() -> None:
+def test_every_task_falling_by_the_same_amount_is_loud_and_other_lengths_pair_a_prefix() -> None:
     baseline = validated(0, 0.5, rewards=[0.5] * 8)
     uniform = validation_change(baseline, validated(3, 0.25, rewards=[0.25] * 8))
-    assert uniform.standard_error == 0 and uniform.fell
+    assert uniform is not None and uniform.standard_error == 0 and uniform.fell
     report = best.EndOfRun(final=validated(3, 0.25), keep_best=True, change=uniform)
     assert "every task fell" in report.warnings()[0]
-    # other task lists (max_tasks changed on resume): the two spreads, unpaired
-    unpaired = validation_change(
+    # other task lists (max_tasks changed on resume): the first 6 tasks are the same tasks,
+    # so the change is paired over them: 0.5 -> 0.0, differences -1, 0, -1, 0, -1, 0
+    shorter = validation_change(
         validated(0, 0.5, rewards=[1.0, 0.0] * 4), validated(3, 0.0, rewards=[0.0] * 6)
     )
-    assert not unpaired.paired
-    assert unpaired.standard_error == pytest.approx(math.sqrt((2 / 7) / 8))
-    assert unpaired.fell  # 0.5 below, with a standard error of 0.19
+    assert shorter is not None and (shorter.tasks, shorter.left_out) == (6, 2)
+    assert (shorter.baseline, shorter.final) == (0.5, 0.0)
+    assert shorter.standard_error == pytest.approx(math.sqrt(0.3 / 6))
+    assert shorter.fell  # 0.5 below, with a standard error of 0.22
     one_task = validation_change(validated(0, 1.0, rewards=[1.0]), validated(1, 0.0, rewards=[0]))
-    assert not one_task.fell  # no spread to judge by
+    assert one_task is not None and not one_task.fell  # no spread to judge by
+
+
+def test_a_failed_validation_rollout_counts_as_zero_so_failing_cannot_win() -> None:
+    """Issue 46, item 3: 6 of 8 rollouts failed and the other 2 solved (1.000 over the tasks
+    scored) used to beat a version that solved 5 of 8 (0.625), and the end of the run
+    reported +0.750 where the paired difference over the tasks scored both times is 0."""
+    base = validated(0, 0.25, rewards=[1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0])
+    good = validated(3, 0.625, rewards=[1.0, 1.0, 1.0, 1.0, 1.0, 0.0, 0.0, 0.0])
+    failing = validated(6, 1.0, rewards=[1.0, 1.0, None, None, None, None, None, None])
+    assert failing.score == 1.0  # val/reward_mean: over the 2 tasks scored
+    assert failing.ranked_score() == 0.25 and pick_best([base, good, failing]) == good
+    change = validation_change(base, failing)
+    assert change is not None
+    assert (change.baseline, change.final, change.delta, change.tasks) == (0.25, 0.25, 0.0, 8)
+    report = best.EndOfRun(final=failing, keep_best=True, best=good, kept=good, change=change)
+    assert report.summary() == [
+        "validation reward: before 0.250 -> after 0.250 (+0.000 ± 0.000, paired over 8 "
+        "validation tasks; 6 failed validation rollouts counted as 0)",
+        "serving step 3's version: its validation 0.625 beat the final 0.250 "
+        "(validation.keep_best)",
+    ]
+    metrics = report.metrics()
+    assert (metrics["end/final_reward_mean"], metrics["end/served_reward_mean"]) == (0.25, 0.625)
+    assert (metrics["end/val_before"], metrics["end/val_after"]) == (0.25, 0.25)
+    assert (metrics["end/val_change"], metrics["end/val_change_tasks"]) == (0.0, 8.0)
+    # validation.failed_rollouts: leave_out, the explicit other rule: each version on the tasks
+    # it scored, and the change paired over the 2 tasks scored both times (1.0 -> 1.0)
+    assert pick_best([base, good, failing], failed="leave_out") == failing
+    left = validation_change(base, failing, failed="leave_out")
+    assert left is not None and (left.baseline, left.final, left.tasks) == (1.0, 1.0, 2)
+    assert left.line() == (
+        "validation reward: before 1.000 -> after 1.000 (+0.000 ± 0.000, paired over 2 "
+        "validation tasks; 6 tasks left out (not scored by both validations))"
+    )
+
+
+def test_with_leave_out_and_no_task_scored_both_times_nothing_is_compared() -> None:
+    base = validated(0, 0.5, rewards=[1.0, 0.0, None, None])
+    final = validated(4, 1.0, rewards=[None, None, 1.0, 1.0])
+    assert validation_change(base, final, failed="leave_out") is None
+    report = best.EndOfRun(final=final, keep_best=True, failed="leave_out", baseline=base)
+    assert report.summary() == [
+        "validation reward: no validation task was scored both before and after training "
+        "(2 of 4 rollouts failed before, 2 of 4 after): nothing to compare"
+    ]
+
+
+def test_every_rollout_failing_is_recorded_and_ranked_last(tmp_path: Path) -> None:
+    record_validation(tmp_path, validated(0, 0.25, rewards=[1.0, 0.0, 0.0, 0.0]))
+    record_validation(tmp_path, validated(2, math.nan, rewards=[None] * 4))
+    read = read_validations(tmp_path, "run")
+    assert [(v.step, v.ranked_score()) for v in read] == [(0, 0.25), (2, 0.0)]
+    assert pick_best(read) == read[0]
+    change = validation_change(read[0], read[1])
+    assert change is not None and change.delta == -0.25 and change.zeroed == 4
 
 
 # -- what the end of a run serves (a stand-in engine) ----------------------------------------
@@ -232,7 +290,12 @@ async def test_an_earlier_adapter_that_scored_higher_is_served_again(tmp_path: P
         ]
         # 0.3 -> 0.1 on each of 4 tasks: more than two standard errors, and loudly
         assert report.change is not None and report.change.fell
-        assert report.summary() == [*report.warnings(), *report.notes()]
+        assert report.summary() == [
+            *report.warnings(),
+            "validation reward: before 0.300 -> after 0.100 (-0.200 ± 0.000, paired over 4 "
+            "validation tasks)",
+            *report.notes(),
+        ]
         (recorded,) = (await store.query_run_metrics("run")).items  # the run's record has it
         assert (recorded.step, recorded.values["end/served_step"]) == (2, 1.0)
         # state.json keeps what training reached: a resumed run trains on from step 2
@@ -336,6 +399,38 @@ async def test_stages_pick_once_across_the_run_with_the_kept_prompts(tmp_path: P
         assert session.state.resources == {}  # state.json keeps what training reached
     end = read_metrics(tmp_path / "metrics.jsonl")[-1]
     assert (end["stage"], end["algorithm"], end["end/served_step"]) == (1, "grpo", 2)
+
+
+async def test_an_earlier_stages_version_is_served_with_that_stages_routing(
+    tmp_path: Path,
+) -> None:
+    """Issue 46, item 6: stage 0 (PPO, ``untrained_agents: base``) served its adapter to the
+    solver and the checker from the base model; the last stage (GRPO) serves every call from
+    its adapter. Stage 0's version, kept at the end, was published with the last stage's
+    routing: the checker it was validated on the base model with ended on the adapter."""
+    ppo = "{name: ppo, untrained_agents: base, transitions: {agents: [solver]}}"
+    async with running_session(tmp_path, "algorithm=null", f"stages=[{ppo}, grpo]") as (
+        session,
+        store,
+    ):
+        record_validation(tmp_path, validated(0, 0.1))
+        ppo_adapter = "stages/0-ppo/adapters/step-00002"
+        (tmp_path / ppo_adapter).mkdir(parents=True)
+        record_validation(tmp_path, validated(2, 0.7, adapter=ppo_adapter, stage=0))
+        grpo_adapter = "stages/1-grpo/adapters/step-00003"
+        (tmp_path / grpo_adapter).mkdir(parents=True)
+        record_validation(tmp_path, validated(5, 0.4, adapter=grpo_adapter, stage=1))
+        session.state.stage, session.state.step_offset = 1, 2
+        await serve_final(session, grpo_adapter, "policy-5")
+        report = await end_run(session, last_stage_context(session))
+        assert report is not None and report.kept is not None and report.kept.step == 2
+        latest = await store.latest_resources()
+        assert latest is not None and latest.metadata["kept_stage"] == 0
+        llm = latest.resources["llm"]
+        assert isinstance(llm, LLMResource)
+        assert (llm.model, llm.agent_models) == ("tiny", {"solver": "policy-2-kept"})
+        assert llm.model_for("checker") == "tiny" and llm.model_for(None) == "tiny"
+        assert llm.model_for("solver") == "policy-2-kept"
 
 
 # -- real runs ---------------------------------------------------------------------------------

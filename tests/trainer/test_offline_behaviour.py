@@ -143,4 +143,70 @@ async def test_the_offline_loop_trains_only_the_behaviour_calls(tmp_path: Path) 
     batch = await loop._read()
     assert loop._off_behaviour == 5
     assert len(batch.transitions) == 6
-    assert batch.calls == 6 and batch.token_level_calls == 6
+    # every call of the rewarded rollouts, the 5 off-behaviour ones (not trained) included
+    assert batch.calls == 11 and batch.token_level_calls == 11
+
+
+async def test_a_dropped_calls_reward_stays_its_own(tmp_path: Path) -> None:
+    """Issue 46, item 2: per-call rewards 0.25, 1.0, 0.5 on three recorded calls, the middle
+    one sampled with ``top_p`` 0.9. Dropping it before the rewards were read gave its 1.0 to
+    the call before it (transitions rewarded 1.25 and 0.5); it must stay its own: 0.25, 0.5."""
+    url = f"sqlite:///{tmp_path / 'traffic.db'}"
+    async with open_store(url, watchdog_interval=None) as store:
+        create = RolloutCreate(input={}, mode=Mode.PRODUCTION, rollout_id="s", task_id="t")
+        await store.enqueue([create])
+        (claim,) = await store.claim("w")
+        attempt_id = claim.attempt.attempt_id
+        for n, (reward, request) in enumerate(((0.25, {}), (1.0, {"top_p": 0.9}), (0.5, {}))):
+            made = token_call("s", attempt_id, n, **request)
+            await store.add_llm_calls([made.model_copy(update={"response_id": f"resp-{n}"})])
+            await store.add_spans([reward_span("s", attempt_id, n, reward, f"resp-{n}")])
+        await store.update_attempt(attempt_id, status=AttemptStatus.SUCCEEDED)
+        await store.add_reward(RewardCreate.scalar(1.0, rollout_id="s"))
+        attempts = [await load_attempt(store, "s")]
+
+    async def read_source(source: StoreSource) -> list[AttemptRecords]:
+        return attempts
+
+    async def drop_off_behaviour(
+        source: StoreSource, attempts: list[AttemptRecords], *, temperature: float
+    ) -> Any:
+        return await behaviour_calls(source.store, attempts, temperature=temperature)
+
+    config = GRPOAlgorithmConfig(
+        steps=1,
+        source=StoreSource(store=url),
+        transitions={"credit": "per_call"},
+        grpo={"advantage": "transition"},
+    )
+    context = SimpleNamespace(read_source=read_source, behaviour_calls=drop_off_behaviour, seed=0)
+    loop = OfflineGRPOLoop(config, context)  # type: ignore[arg-type]
+    batch = await loop._read()
+    assert loop._off_behaviour == 1
+    assert [(t.call_ids, t.reward) for t in batch.transitions] == [
+        (["s-c0"], 0.25),
+        (["s-c2"], 0.5),
+    ]
+
+
+def reward_span(rollout_id: str, attempt_id: str, n: int, value: float, response_id: str) -> Any:
+    """The span ``emit_reward(value)`` writes for the call that answered ``response_id``."""
+    from fulmen.tracing import semconv
+    from fulmen.types import SpanCreate
+
+    return SpanCreate(
+        rollout_id=rollout_id,
+        attempt_id=attempt_id,
+        trace_id="a" * 32,
+        span_id=f"{n + 1:016x}",
+        name=semconv.SPAN_REWARD,
+        attributes={
+            semconv.REWARD_NAMES: [semconv.DEFAULT_REWARD_NAME],
+            semconv.REWARD_VALUES: [value],
+            semconv.REWARD_PRIMARY: semconv.DEFAULT_REWARD_NAME,
+            semconv.REWARD_SOURCE: "emit",
+            semconv.RESPONSE_ID: response_id,
+        },
+        start_time=float(n),
+        end_time=float(n),
+    )

@@ -16,6 +16,11 @@ return as the credit strategy gives it (the transition's credited reward: ``R`` 
 ``gamma^(n-1-k) R`` with ``discounted``, the call's emitted reward with ``per_call``), and
 mean and std are over the calls of ``S``. A step group needs calls of at least two rollouts;
 otherwise ``A_step`` is 0 (no comparison, no signal). ``ω = 0`` (the default) is GRPO unchanged.
+
+A step group never mixes tasks. Offline GRPO's batch group (``offline.BATCH_GROUP``) is not a
+task: it pools rollouts whose task no other kept rollout shares, one rollout per task, for a
+common baseline, so a state named alike (or prompted alike) in two of them is two tasks'
+states, and its calls get no step group.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from dataclasses import dataclass
 import torch
 
 from fulmen.algorithms.grpo.advantages import group_advantages
+from fulmen.algorithms.grpo.offline import BATCH_GROUP
 from fulmen.types.transitions import Transition
 
 __all__ = ["AnchorStats", "anchor_advantages"]
@@ -44,8 +50,13 @@ class AnchorStats:
     anchor_groups: int = 0
 
 
-def _state(t: Transition) -> object:
-    return ("named", t.state_key) if t.state_key is not None else tuple(t.prompt_token_ids)
+def _step_key(t: Transition) -> tuple[str, object]:
+    """Return the step group of ``t``: its task group and its state (named, or its tokens)."""
+    state = ("named", t.state_key) if t.state_key is not None else tuple(t.prompt_token_ids)
+    if t.group_id == BATCH_GROUP:
+        # one rollout per task in that group: its states are its own (see the module doc)
+        return t.group_id, (t.rollout_id, state)
+    return t.group_id, state
 
 
 def anchor_advantages(
@@ -54,10 +65,11 @@ def anchor_advantages(
     """Return each transition's step-level advantage ``A_step`` (0 without an anchor group).
 
     Transitions are grouped by their GRPO group (``group_id``) and their state: the key the
-    agent named (``state_key``, the ``x-fulmen-state`` header), else their prompt token ids.
+    agent named (``state_key``, the ``x-fulmen-state`` header), else their prompt token ids;
+    in offline GRPO's batch group, by their rollout too (see the module docstring).
     """
     keys: dict[tuple[str, object], int] = {}
-    step_group = [keys.setdefault((t.group_id, _state(t)), len(keys)) for t in transitions]
+    step_group = [keys.setdefault(_step_key(t), len(keys)) for t in transitions]
     rollouts_in: dict[int, set[str]] = {}
     for t, group in zip(transitions, step_group, strict=True):
         rollouts_in.setdefault(group, set()).add(t.rollout_id)

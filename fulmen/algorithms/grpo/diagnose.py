@@ -41,6 +41,13 @@ def no_update_reason(metrics: Mapping[str, float], *, store_url: str = "STORE_UR
             f"`fulmen rollouts list --status failed --store {store_url}`"
         )
     if _count(metrics, "transitions") == 0:
+        unrouted = _count(metrics, "dropped_unrouted")
+        if unrouted:
+            return (
+                f"{unrouted} transitions came from calls that carried no agent name "
+                "(x-fulmen-agent), which the base model served and no adapter of "
+                "algorithm.adapters trains; check the names with `fulmen dev`"
+            )
         calls = _count(metrics, "adapter/calls")
         not_token = _count(metrics, "adapter/skipped_not_token_level")
         other_agent = _count(metrics, "adapter/skipped_agent")
@@ -60,11 +67,15 @@ def no_update_reason(metrics: Mapping[str, float], *, store_url: str = "STORE_UR
                 "selects; check the names with `fulmen dev`"
             )
         if not_token:
-            return f"{not_token} of {calls} calls had no token ids (not a token-level engine)"
+            return _untrainable_calls(
+                calls, not_token, _count(metrics, "adapter/failed_calls"), store_url
+            )
         return f"the adapter built no transitions from {calls} calls"
+    longest = _count(metrics, "dropped_overlong_longest")
+    overlong = "longer than grpo.max_seq_len" + (f" (up to {longest} tokens)" if longest else "")
     dropped = {
         "truncated": _count(metrics, "dropped_truncated"),
-        "longer than grpo.max_seq_len": _count(metrics, "dropped_overlong"),
+        overlong: _count(metrics, "dropped_overlong"),
         "without trained tokens": _count(metrics, "dropped_untrained"),
     }
     kept = _count(metrics, "transitions") - sum(dropped.values())
@@ -81,3 +92,23 @@ def no_update_reason(metrics: Mapping[str, float], *, store_url: str = "STORE_UR
             "algorithm.group_size or a higher sampling temperature give GRPO a signal"
         )
     return "no transition carried a learning signal"
+
+
+def _untrainable_calls(calls: int, not_token: int, failed: int, store_url: str) -> str:
+    """Why ``not_token`` of ``calls`` calls had no token ids: failed calls or the engine."""
+    see = (
+        "see the errors with `fulmen rollouts show ROLLOUT_ID --store "
+        f"{store_url}` (a prompt longer than the model's context is a 400 naming it)"
+    )
+    failed = min(failed, not_token)
+    if failed == not_token:
+        every = "every one" if failed == calls else f"{failed}"
+        return (
+            f"{every} of the {calls} calls failed: the engine answered with an error instead "
+            f"of a reply; {see}"
+        )
+    text_only = not_token - failed
+    reason = f"{text_only} of {calls} calls had no token ids (not a token-level engine)"
+    if failed:
+        reason += f", and {failed} failed (an error instead of a reply; {see})"
+    return reason

@@ -9,12 +9,14 @@ when it was served, clipped to ``[1 - clip_low, 1 + clip_high]``. Saving, hot-lo
 checkpoints are the on-policy loop's, so a killed run resumes after its last step.
 
 That ratio is right only for tokens sampled from ``softmax(logits / temperature)`` at the
-trainer's temperature. ``AlgorithmContext.behaviour_calls`` drops, before transitions are
-built, every token-level call whose request (as the engine got it: the agent's body with its
-rollout's sampling fields applied, ``LLMResource.request_fields``) was sampled otherwise:
-another temperature, ``top_p`` < 1, ``top_k``, penalties, structured output
-(``fulmen.types.behaviour.off_behaviour_reason``). They are counted as
-``offline/off_behaviour_calls_skipped`` and their reasons logged. In a merged chain a dropped
+trainer's temperature. ``AlgorithmContext.behaviour_calls`` finds every token-level call whose
+request (as the engine got it: the agent's body with its rollout's sampling fields applied,
+``LLMResource.request_fields``) was sampled otherwise: another temperature, ``top_p`` < 1,
+``top_k``, penalties, structured output (``fulmen.types.behaviour.off_behaviour_reason``).
+Such calls are not trained: they are counted as ``offline/off_behaviour_calls_skipped``, their
+reasons logged, and the adapter is told to leave them out (``build_trajectory``'s
+``exclude``), so they keep their place among the rollout's calls and a reward emitted for one
+of them stays its own instead of landing on the call before it. In a merged chain a dropped
 call's tokens become part of the next call's observation, masked out like a tool result.
 """
 
@@ -32,7 +34,7 @@ from fulmen.algorithms.rewards import reward_metrics
 from fulmen.algorithms.serving import serve_policy
 
 if TYPE_CHECKING:
-    pass
+    from fulmen.adapter.transitions import AttemptRecords
 
 __all__ = ["OfflineGRPOLoop"]
 
@@ -51,7 +53,7 @@ class OfflineGRPOLoop(GRPOLoop):
             raise ValueError("the offline GRPO loop needs algorithm.source (data.from_store)")
         attempts = await self.context.read_source(source)
         temperature = self.config.update_config(seed=self.context.seed).temperature
-        attempts, reasons = await self.context.behaviour_calls(
+        behaviour, reasons = await self.context.behaviour_calls(
             source, attempts, temperature=temperature
         )
         self._off_behaviour = sum(reasons.values())
@@ -63,7 +65,13 @@ class OfflineGRPOLoop(GRPOLoop):
                 temperature,
                 "; ".join(f"{n} x {reason}" for reason, n in reasons.most_common(5)),
             )
-        batch = offline_batch([a.trajectory(options=self.options) for a in attempts])
+        # Built from every recorded call, so each per-call reward finds its own call; the
+        # calls the behaviour check dropped are named and left out of training.
+        trajectories = [
+            attempt.trajectory(options=self.options, exclude=_dropped(attempt, kept))
+            for attempt, kept in zip(attempts, behaviour, strict=True)
+        ]
+        batch = offline_batch(trajectories)
         logger.info(
             "offline grpo: %d rollouts read, %d rewarded; %d of %d calls token-level "
             "(%d text-only calls skipped)",
@@ -112,3 +120,13 @@ class OfflineGRPOLoop(GRPOLoop):
             reason = no_update_reason(metrics, store_url=context.store_url)
             logger.warning("step %d made no update: %s", step + 1, reason)
         return metrics
+
+
+def _dropped(attempt: AttemptRecords, kept: AttemptRecords) -> set[str]:
+    """Return the ids of ``attempt``'s calls that the behaviour check left out of ``kept``."""
+    if kept.rollout_id != attempt.rollout_id:
+        raise ValueError(
+            f"behaviour_calls answered for rollout {kept.rollout_id!r} in place of "
+            f"{attempt.rollout_id!r}: it must keep the attempts' order"
+        )
+    return {c.call_id for c in attempt.calls} - {c.call_id for c in kept.calls}

@@ -6,8 +6,9 @@ update is one ``GRPOUpdater`` step per adapter on its role's transitions
 (``fulmen.algorithms.grpo.roles.RolePolicies``), each updated adapter is saved to
 ``RUN_DIR/adapters/ROLE/step-N`` and hot-loaded under its own name, and every publish routes
 each role's calls to its adapter (``LLMResource.agent_models``); agents no adapter names run on
-the base model. Metrics are per adapter (``ROLE/loss``, ``ROLE/transitions``, ...); ``updated``
-is 1 when any adapter took a step.
+the base model, and so do calls that carried no agent name, which no adapter trains on
+(``roles``). Metrics are per adapter (``ROLE/loss``, ``ROLE/transitions``, ...); ``updated``
+is 1 when any adapter took a step; ``dropped_unrouted`` counts the transitions of no adapter.
 """
 
 from __future__ import annotations
@@ -82,6 +83,8 @@ class RoleGRPOLoop(GRPOLoop):
             parts = [values[key] for values in per_role.values() if key in values]
             if parts:
                 metrics[key] = float(sum(parts))
+        routed = sum(values.get("transitions", 0.0) for values in per_role.values())
+        metrics["dropped_unrouted"] = float(len(transitions)) - routed
         return metrics
 
     async def _serve(self, completed: int, train_metrics: Mapping[str, float]) -> None:

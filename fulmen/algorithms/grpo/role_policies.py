@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from fulmen.algorithms.grpo.roles import check_adapters, role_of
+from fulmen.algorithms.grpo.roles import check_adapters, split_by_role
 from fulmen.algorithms.grpo.updater import GRPOUpdater
 from fulmen.types.transitions import Transition
 
@@ -36,17 +36,13 @@ class RolePolicies:
 
     def split(self, transitions: Sequence[Transition]) -> dict[str, list[Transition]]:
         """Return each adapter's transitions (those of no adapter are left out)."""
-        out: dict[str, list[Transition]] = {name: [] for name in self.adapters}
-        for transition in transitions:
-            role = role_of(transition.agent_name, self.adapters)
-            if role is not None:
-                out[role].append(transition)
-        return out
+        return split_by_role(transitions, self.adapters)[0]
 
     def train_step(self, transitions: Sequence[Transition]) -> dict[str, dict[str, float]]:
         """Take one step per adapter on its own transitions; return each adapter's metrics.
 
-        Each engine counts stale transitions against its own ``policy_version``.
+        Each engine counts stale transitions against its own ``policy_version``. Transitions
+        of no adapter (a call without an agent name: the base model served it) train nothing.
         """
         return {
             name: self.engines[name].train_step(part)

@@ -134,3 +134,15 @@ def test_the_value_head_is_saved_and_restored_with_the_adapter(tmp_path: Path) -
     from safetensors.torch import load_file
 
     assert not any("value" in key for key in load_file(str(adapter / "adapter_model.safetensors")))
+
+
+def test_a_step_skipped_for_a_non_finite_gradient_trained_no_tokens() -> None:
+    """Issue 46, item 7: no optimizer step, so ``trained_tokens`` is 0, not the batch's 12."""
+    updater = _updater()
+    batch = _batch(updater)
+    with torch.no_grad():
+        norm = next(m for n, m in updater.model.named_modules() if n.endswith("norm"))
+        norm.weight.fill_(float("nan"))  # type: ignore[union-attr]
+    metrics = updater.train_step(batch)
+    assert (metrics["updated"], metrics["skipped_nonfinite"]) == (0.0, 1.0)
+    assert metrics["trained_tokens"] == 0.0
