@@ -42,8 +42,15 @@ from fulmen.algorithms.apo.selection import Scored, select_beam, select_pareto
 from fulmen.algorithms.apo.state import APOState, Candidate, RoundProgress
 from fulmen.algorithms.apo.tasks import minibatch, split_tasks
 from fulmen.algorithms.context import AlgorithmContext
-from fulmen.errors import ConfigError
-from fulmen.types import PROMPT_SCORES_KEY, Mode, PromptLineage, PromptTemplate, Rollout
+from fulmen.errors import AgentFailed, ConfigError
+from fulmen.types import (
+    PROMPT_SCORES_KEY,
+    Mode,
+    PromptLineage,
+    PromptTemplate,
+    Rollout,
+    RolloutStatus,
+)
 from fulmen.types.limits import JsonData
 
 __all__ = ["APOOptimizer", "run_apo"]
@@ -322,6 +329,15 @@ class APOOptimizer:
             tag=f"apo-val-v{candidate.version}",
         )
         state.rollouts += len(rollouts)
+        if rollouts and all(r.status is RolloutStatus.FAILED for r in rollouts):
+            # A prompt scored 0 on rollouts that never ran would be compared, kept and
+            # published as if measured; a broken agent must stop the run instead.
+            error = (rollouts[0].error or "no error recorded").strip().splitlines()[-1]
+            raise AgentFailed(
+                f"APO: every one of the {len(rollouts)} rollouts scoring prompt version "
+                f"{candidate.version} failed (the first: {error}); fix the agent, see "
+                "`fulmen rollouts list --status failed`"
+            )
         rewards = await self.context.rewards(rollouts)
         candidate.instances = {
             self.context.task_id(index, task): reward

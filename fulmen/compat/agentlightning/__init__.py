@@ -3,20 +3,25 @@
 One changed import line moves a 0.x agent or training script to fulmen. The agent side
 (``LitAgent``, ``@rollout``, resources, emitters) runs under ``fulmen train`` or
 ``agl.Trainer``; the algorithm names map onto fulmen's (``APO`` → ``apo``, ``VERL`` →
-``grpo`` with a key-by-key report); ``LightningStore`` keeps the store calls of custom
-algorithms. Where fulmen cannot do what 0.x did, ``NotSupported`` says what to change:
-``docs/migrate-from-agent-lightning.md`` lists every name.
+``grpo`` with a key-by-key report); an ``Algorithm`` of one's own has its ``run()`` driven
+against ``LightningStore``, the store facade. Every 0.x module path and name resolves
+(``namespace``): working, or ``NotSupported`` saying what to write instead;
+``docs/migrate-from-agent-lightning.md`` lists them.
 """
 
 from __future__ import annotations
 
+import sys
+
+from fulmen.compat.agentlightning import namespace
 from fulmen.compat.agentlightning.adapters import (
     LlmProxyTraceToTriplet,
     TraceAdapter,
     TracerTraceToTriplet,
     TraceToMessages,
 )
-from fulmen.compat.agentlightning.algorithms import APO, VERL, Algorithm, Baseline
+from fulmen.compat.agentlightning.algorithm_base import Algorithm, FastAlgorithm, algo
+from fulmen.compat.agentlightning.algorithms import APO, VERL, Baseline
 from fulmen.compat.agentlightning.decorators import (
     FunctionalLitAgent,
     llm_rollout,
@@ -34,8 +39,11 @@ from fulmen.compat.agentlightning.emitters import (
     reward,
 )
 from fulmen.compat.agentlightning.errors import NotSupported
-from fulmen.compat.agentlightning.litagent import LitAgent
+from fulmen.compat.agentlightning.lit_agent import LitAgent
 from fulmen.compat.agentlightning.logs import configure_logger
+from fulmen.compat.agentlightning.logs import setup as setup_logging
+from fulmen.compat.agentlightning.logs import setup_module as setup_module_logging
+from fulmen.compat.agentlightning.memory_store import InMemoryLightningStore
 from fulmen.compat.agentlightning.resources import (
     LLM,
     NamedResources,
@@ -44,16 +52,7 @@ from fulmen.compat.agentlightning.resources import (
     ResourcesUpdate,
     ResourceUnion,
 )
-from fulmen.compat.agentlightning.spans import (
-    Span,
-    find_final_reward,
-    find_reward_spans,
-    get_reward_value,
-    is_reward_span,
-)
-from fulmen.compat.agentlightning.store import InMemoryLightningStore, LightningStore
-from fulmen.compat.agentlightning.trainer import Trainer
-from fulmen.compat.agentlightning.types import (
+from fulmen.compat.agentlightning.rollouts import (
     Attempt,
     AttemptedRollout,
     AttemptStatus,
@@ -65,36 +64,30 @@ from fulmen.compat.agentlightning.types import (
     RolloutStatus,
     TaskInput,
 )
-from fulmen.compat.agentlightning.verl import VerlTranslation, translate_verl_config
+from fulmen.compat.agentlightning.spans import (
+    Span,
+    find_final_reward,
+    find_reward_spans,
+    get_message_value,
+    get_object_value,
+    get_reward_value,
+    get_rewards_from_span,
+    is_reward_span,
+)
+from fulmen.compat.agentlightning.store_facade import LightningStore
+from fulmen.compat.agentlightning.trainer_facade import Trainer
+from fulmen.compat.agentlightning.verl_config import translate_verl_config
+from fulmen.compat.agentlightning.verl_report import VerlTranslation
 
-# 0.x names fulmen has no counterpart for: reaching one raises NotSupported saying what to use.
-_REFUSED: dict[str, tuple[str, str]] = {
-    "AgentOpsTracer": ("fulmen traces every rollout itself", "the agl.emit_* functions"),
-    "OtelTracer": ("fulmen traces every rollout itself", "the agl.emit_* functions"),
-    "Tracer": ("fulmen traces every rollout itself", "the agl.emit_* functions"),
-    "LitAgentRunner": ("fulmen's runner runs agents", "fulmen train / agl.Trainer.dev"),
-    "Runner": ("fulmen's runner runs agents", "fulmen train / agl.Trainer.dev"),
-    "LLMProxy": ("fulmen's gateway records every call", "the llm resource's URL"),
-    "ExecutionStrategy": ("fulmen starts its parts itself", "store_url + fulmen runner"),
-    "ClientServerExecutionStrategy": ("fulmen starts its parts itself", "fulmen runner"),
-    "SharedMemoryExecutionStrategy": ("fulmen starts its parts itself", "fulmen train"),
-    "AgentLightningClient": ("0.x's legacy HTTP client", "agl.LightningStore.open(url)"),
-    "AgentLightningServer": ("0.x's legacy HTTP server", "fulmen store serve"),
-    "DevTaskLoader": ("0.x's legacy dev loader", "agl.Trainer.dev"),
-    "LightningStoreServer": ("fulmen serves its store itself", "fulmen store serve"),
-    "LightningStoreClient": ("stores are opened by URL", "agl.LightningStore.open(url)"),
-    "LightningStoreThreaded": ("fulmen's stores are safe to share", "agl.LightningStore"),
-    "FastAlgorithm": ("0.x algorithm classes drive 0.x's runners", "agl.APO / agl.VERL"),
-    "algo": ("0.x algorithm classes drive 0.x's runners", "agl.APO / agl.VERL"),
-    "Hook": ("fulmen's runner calls no hooks", "code in the rollout method"),
-}
+__version__ = "0.3.0"  # the 0.x API this layer follows
+
+# The 0.x module paths (``agentlightning.algorithm.apo``, ...) under this package.
+namespace.install(sys.modules[__name__])
 
 
 def __getattr__(name: str) -> object:
-    refused = _REFUSED.get(name)
-    if refused is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    raise NotSupported(f"agl.{name}", why=refused[0], instead=refused[1])
+    """Resolve the other 0.x names: working ones lazily, refused ones with NotSupported."""
+    return namespace.resolve("", name)
 
 
 __all__ = [
@@ -107,6 +100,7 @@ __all__ = [
     "AttemptedRollout",
     "Baseline",
     "Dataset",
+    "FastAlgorithm",
     "FunctionalLitAgent",
     "InMemoryLightningStore",
     "LightningStore",
@@ -130,6 +124,7 @@ __all__ = [
     "Trainer",
     "TracerTraceToTriplet",
     "VerlTranslation",
+    "algo",
     "configure_logger",
     "emit_annotation",
     "emit_exception",
@@ -139,12 +134,17 @@ __all__ = [
     "emit_reward",
     "find_final_reward",
     "find_reward_spans",
+    "get_message_value",
+    "get_object_value",
     "get_reward_value",
+    "get_rewards_from_span",
     "is_reward_span",
     "llm_rollout",
     "operation",
     "prompt_rollout",
     "reward",
     "rollout",
+    "setup_logging",
+    "setup_module_logging",
     "translate_verl_config",
 ]

@@ -11,7 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from fulmen.compat.agentlightning.verl import translate_verl_config
+from fulmen.compat.agentlightning.verl_config import translate_verl_config
 
 __all__ = ["main"]
 

@@ -1,48 +1,122 @@
-"""The 0.x algorithms users configure (``APO``, ``VERL``, ``Baseline``) as fulmen configs.
+"""The 0.x algorithms users configure (``APO``, ``VERL``, ``Baseline``) on fulmen.
 
-Each keeps 0.x's constructor and turns into the fulmen algorithm section that does the same
-job: ``APO`` → ``algorithm: apo`` (textual-gradient beam search), ``VERL`` → ``algorithm:
-grpo`` through ``fulmen.compat.agentlightning.verl`` (its report says what happened to every
-key), ``Baseline`` → ``Trainer.dev``'s plain run of the tasks. A 0.x ``Algorithm`` subclass of
-one's own is refused by ``agl.Trainer``: fulmen's algorithms reach the store through their
-context only (``docs/architecture.md``); port the loop to the store facade instead.
+``APO`` and ``VERL`` keep 0.x's constructors and turn into the fulmen algorithm that does the
+same job: ``APO`` → ``algorithm: apo`` (textual-gradient beam search), ``VERL`` → ``algorithm:
+grpo`` through ``fulmen.compat.agentlightning.verl_config`` (its report says what happened to
+every key). ``Baseline`` is 0.x's smoke-test algorithm: driven through its ``run`` like any
+other ``Algorithm`` subclass, it runs every task once and logs what happened (what
+``agl.Trainer.dev`` runs).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Literal, TypeVar
 
 from fulmen.algorithms.apo.config import APOConfig, OptimizerEndpoint
+from fulmen.compat.agentlightning.algorithm_base import Algorithm, FastAlgorithm
 from fulmen.compat.agentlightning.errors import NotSupported
-from fulmen.compat.agentlightning.verl import VerlTranslation, translate_verl_config
+from fulmen.compat.agentlightning.spans import find_final_reward
+from fulmen.compat.agentlightning.verl_config import translate_verl_config
+from fulmen.compat.agentlightning.verl_report import VerlTranslation
 
-__all__ = ["APO", "VERL", "Algorithm", "Baseline"]
+__all__ = ["APO", "VERL", "Baseline"]
 
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
 
-class Algorithm:
-    """Base of the 0.x algorithm names this layer knows; each gives a fulmen section."""
+class Baseline(FastAlgorithm):
+    """Run every task once per epoch without training and log each rollout (0.x's ``Baseline``).
 
-    def fulmen_section(self) -> dict[str, Any]:
-        """Return the ``algorithm:`` section of a fulmen training config."""
-        raise NotImplementedError
+    Train tasks run as ``train`` rollouts and validation tasks as ``val`` ones, with the latest
+    resources; each finished rollout is logged with its status, reward and, with
+    ``span_verbosity``, its spans. ``results`` holds one row per rollout (``rollout_id``,
+    ``mode``, ``status``, ``reward``, ``error``). ``polling_interval`` and
+    ``max_queue_length`` only paced 0.x's queue: fulmen's runner takes rollouts as it can.
 
+    Args:
+        n_epochs: passes over the tasks.
+        train_split: accepted for 0.x's signature (0.x checked it and did not use it).
+        span_verbosity: ``keys`` logs each span's attribute names, ``key_values`` also their
+            values, ``none`` no spans.
+    """
 
-class Baseline(Algorithm):
-    """Run the tasks once, without training (0.x's ``Baseline``; ``agl.Trainer.dev``)."""
+    def __init__(
+        self,
+        *,
+        n_epochs: int = 1,
+        train_split: float = 0.5,
+        polling_interval: float = 5.0,
+        max_queue_length: int = 4,
+        span_verbosity: Literal["keys", "key_values", "none"] = "keys",
+    ) -> None:
+        if not 0.0 < train_split < 1.0:
+            raise ValueError("train_split must be between 0 and 1.")
+        if n_epochs < 1:
+            raise ValueError(f"n_epochs must be at least 1, got {n_epochs}")
+        self.n_epochs = n_epochs
+        self.train_split = train_split
+        self.polling_interval = polling_interval
+        self.max_queue_length = max_queue_length
+        self.span_verbosity = span_verbosity
+        self.results: list[dict[str, Any]] = []
 
-    def fulmen_section(self) -> dict[str, Any]:
-        """Refused: a baseline trains nothing; ``agl.Trainer.dev`` runs it."""
-        raise NotSupported(
-            "Trainer(algorithm=Baseline()).fit",
-            why="a baseline trains nothing",
-            instead="trainer.dev(agent, dataset), which runs every task once and reports",
+    async def run(self, train_dataset: Any = None, val_dataset: Any = None) -> None:
+        """Run the tasks and log every rollout (``results`` keeps them)."""
+        store = self.get_store()
+        tasks = [("train", t) for t in _items(train_dataset)] + [
+            ("val", t) for t in _items(val_dataset)
+        ]
+        if not tasks:
+            logger.error("Baseline needs train_dataset or val_dataset; nothing to run")
+            return
+        for epoch in range(self.n_epochs):
+            logger.info("Baseline epoch %d/%d: %d rollouts", epoch + 1, self.n_epochs, len(tasks))
+            rollouts = [await store.enqueue_rollout(input=t, mode=m) for m, t in tasks]
+            ids = [r.rollout_id for r in rollouts]
+            done = {r.rollout_id: r for r in await store.wait_for_rollouts(rollout_ids=ids)}
+            for rollout in rollouts:
+                await self._report(done.get(rollout.rollout_id, rollout))
+
+    async def _report(self, rollout: Any) -> None:
+        store = self.get_store()
+        spans = await store.query_spans(rollout.rollout_id, "latest")
+        attempt = await store.get_latest_attempt(rollout.rollout_id)
+        error = (attempt.metadata or {}).get("error") if attempt is not None else None
+        reward = find_final_reward(spans)
+        logger.info(
+            "[Rollout %s] %s rollout finished with status %s, reward %s%s",
+            rollout.rollout_id,
+            rollout.mode,
+            rollout.status,
+            reward,
+            f", error: {error}" if error else "",
         )
+        if self.span_verbosity != "none":
+            for span in spans:
+                shown = (
+                    span.attributes
+                    if self.span_verbosity == "key_values"
+                    else list(span.attributes)
+                )
+                logger.info("[Rollout %s] span #%d %s: %s", rollout.rollout_id,
+                            span.sequence_id, span.name, shown)  # fmt: skip
+        self.results.append(
+            {
+                "rollout_id": rollout.rollout_id,
+                "mode": rollout.mode,
+                "status": rollout.status,
+                "reward": reward,
+                "error": error,
+            }
+        )
+
+
+def _items(dataset: Any) -> list[Any]:
+    return [] if dataset is None else [dataset[i] for i in range(len(dataset))]
 
 
 class APO(Algorithm, Generic[T]):
@@ -113,7 +187,7 @@ class APO(Algorithm, Generic[T]):
         )
 
     def fulmen_section(self) -> dict[str, Any]:
-        """Return the ``algorithm: apo`` section (the prompt's name is set by ``agl.Trainer``)."""
+        """Return the ``algorithm: apo`` section (``agl.Trainer`` sets prompt and scoring)."""
         config = APOConfig(
             rounds=self.beam_rounds,
             beam_width=self.beam_width,

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, cast
 from fulmen.agent.api import Agent
 from fulmen.compat.agentlightning.errors import NotSupported
 from fulmen.compat.agentlightning.resources import named_resources
-from fulmen.compat.agentlightning.types import AttemptedRollout, rollout_from_fulmen
+from fulmen.compat.agentlightning.rollouts import AttemptedRollout, rollout_from_fulmen
 
 if TYPE_CHECKING:
     from fulmen.agent.context import RolloutContext

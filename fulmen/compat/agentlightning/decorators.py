@@ -14,7 +14,7 @@ import logging
 from collections.abc import Callable
 from typing import Any, TypeVar, overload
 
-from fulmen.compat.agentlightning.litagent import LitAgent
+from fulmen.compat.agentlightning.lit_agent import LitAgent
 from fulmen.compat.agentlightning.resources import LLM, MAIN_LLM, PromptTemplate, ProxyLLM
 
 __all__ = ["FunctionalLitAgent", "llm_rollout", "prompt_rollout", "rollout"]
@@ -72,8 +72,9 @@ class FunctionalLitAgent(LitAgent[T]):
         return kwargs
 
     def _first_llm(self, resources: dict[str, Any], rollout: Any) -> LLM:
-        # ``main_llm`` is an alias the bridge adds for class-form agents; it is not a second LLM.
-        llm = _first({k: v for k, v in resources.items() if k != MAIN_LLM}, LLM, "LLM")
+        # ``main_llm`` beside ``llm`` is the alias the bridge adds; it is not a second LLM.
+        alias = resources.get(MAIN_LLM) is resources.get("llm")
+        llm = _first({k: v for k, v in resources.items() if k != MAIN_LLM or not alias}, LLM, "LLM")
         if self.strip_proxy and isinstance(llm, ProxyLLM):
             return llm.with_attempted_rollout(rollout)
         return llm

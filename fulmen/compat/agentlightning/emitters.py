@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import json
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar, cast
 
@@ -74,7 +75,9 @@ def emit_object(
 ) -> None:
     """Record an object (stored as JSON) as an observation of the rollout."""
     _sent(propagate, "emit_object")
-    emit_observation(object, name="object", attributes=_flat(attributes))
+    # Always JSON (a string too), so agl.get_object_value reads back what was given.
+    text = json.dumps(object, default=str)
+    emit_observation(text, name="object", attributes=_flat(attributes))
 
 
 def emit_message(

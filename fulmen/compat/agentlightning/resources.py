@@ -8,6 +8,12 @@ fulmen's ``LLMResource`` when published.
 
 Inside a rollout, fulmen's ``llm`` resource is also offered as ``main_llm``, the name 0.x's
 VERL algorithm published it under, so ``resources["main_llm"]`` keeps working.
+
+An ``LLM``'s ``sampling_parameters`` were information for the agent in 0.x (the agent passed
+them, or not, with its calls); the model served the values each call sent. They are kept that
+way: stored in the snapshot's metadata (``snapshot_to_fulmen``) and shown to the agent, never
+applied by the gateway. The sampling fulmen itself applies is the run's ``rollouts.*_sampling``
+for its own algorithms (``apo``, ``grpo``), which the agent then sees as the parameters.
 """
 
 from __future__ import annotations
@@ -15,16 +21,18 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
 from fulmen.agent.context import rollout_base_url
 from fulmen.compat.agentlightning.errors import NotSupported
-from fulmen.types import LLMResource, Resource
+from fulmen.types import LLMResource, Resource, ResourcesCreate
 from fulmen.types import PromptTemplate as FulmenPromptTemplate
 
 if TYPE_CHECKING:
     from fulmen.agent.context import RolloutContext
-    from fulmen.compat.agentlightning.types import AttemptedRollout
+    from fulmen.compat.agentlightning.rollouts import AttemptedRollout
+    from fulmen.types import Resources
+    from fulmen.types.limits import JsonData
 
 __all__ = [
     "LLM",
@@ -37,6 +45,8 @@ __all__ = [
     "resource_to_fulmen",
     "resources_from_fulmen",
     "resources_to_fulmen",
+    "snapshot_from_fulmen",
+    "snapshot_to_fulmen",
 ]
 
 logger = logging.getLogger(__name__)
@@ -80,14 +90,30 @@ class ProxyLLM(LLM):
     """
 
     resource_type: Literal["proxy_llm"] = "proxy_llm"  # type: ignore[assignment]
+    _routed: str | None = PrivateAttr(default=None)
 
     def __getattribute__(self, name: str) -> Any:
         if name == "endpoint":
+            private = super().__getattribute__("__pydantic_private__") or {}
+            routed = private.get("_routed")
+            if routed is not None:
+                return routed
             logger.warning(
                 "ProxyLLM.endpoint is not recorded for any attempt; use "
                 "get_base_url(rollout.rollout_id, rollout.attempt.attempt_id)"
             )
         return super().__getattribute__(name)
+
+    def routed_for(self, rollout_id: str, attempt_id: str) -> ProxyLLM:
+        """Return a copy whose ``endpoint`` records calls for that attempt.
+
+        What a rollout method receives: 0.2 agents read ``llm.endpoint`` (their calls were
+        traced by instrumentation), 0.3 agents call ``get_base_url(rollout_id,
+        attempt_id)``; both reach this attempt's recording URL.
+        """
+        copy = self.model_copy()
+        copy._routed = self.get_base_url(rollout_id, attempt_id)
+        return copy
 
     def get_base_url(self, rollout_id: str | None = None, attempt_id: str | None = None) -> str:
         """Return the URL recording calls of one attempt (``rollout_id``, ``attempt_id``).
@@ -101,7 +127,9 @@ class ProxyLLM(LLM):
             raise ValueError("rollout_id and attempt_id must both be strings, or both None")
         prefix = endpoint.rstrip("/")
         if prefix.endswith("/v1"):
-            return rollout_base_url(prefix[: -len("/v1")], rollout_id, attempt_id)
+            # With the attempt's key in the path, whatever key the agent's client sends.
+            key = self.api_key or None
+            return rollout_base_url(prefix[: -len("/v1")], rollout_id, attempt_id, key)
         return f"{prefix}/rollout/{rollout_id}/attempt/{attempt_id}"
 
     def with_attempted_rollout(self, rollout: AttemptedRollout) -> LLM:
@@ -173,13 +201,9 @@ def resource_to_fulmen(name: str, resource: Any) -> Resource:
     if isinstance(resource, LLMResource | FulmenPromptTemplate):
         return resource
     if isinstance(resource, LLM):
-        endpoint: str = resource.__dict__["endpoint"]
-        sampling = {"default": dict(resource.sampling_parameters)}
+        # sampling_parameters go to the snapshot's metadata (snapshot_to_fulmen), unapplied.
         return LLMResource(
-            base_url=endpoint,
-            model=resource.model,
-            api_key=resource.api_key,
-            sampling=sampling if resource.sampling_parameters else {},
+            base_url=resource.__dict__["endpoint"], model=resource.model, api_key=resource.api_key
         )
     raise NotSupported(
         f"resource {name!r} of type {type(resource).__name__}",
@@ -193,45 +217,82 @@ def resources_to_fulmen(resources: NamedResources) -> dict[str, Resource]:
     return {name: resource_to_fulmen(name, res) for name, res in resources.items()}
 
 
-def resources_from_fulmen(resources: dict[str, Resource]) -> dict[str, Any]:
-    """Return the 0.x view of stored resources (LLMs as ``LLM`` with their upstream URL)."""
+def resources_from_fulmen(
+    resources: dict[str, Resource], sampling: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """Return the 0.x view of stored resources (LLMs as ``LLM`` with their upstream URL).
+
+    ``sampling``: each LLM's 0.x ``sampling_parameters`` by name (``snapshot_from_fulmen``);
+    an LLM without them shows the sampling fulmen applies to its calls.
+    """
     out: dict[str, Any] = {}
     for name, res in resources.items():
         if isinstance(res, LLMResource):
+            shown = (sampling or {}).get(name, res.sampling.get("default", {}))
             out[name] = LLM(
                 endpoint=res.base_url,
                 model=res.model,
                 api_key=res.api_key,
-                sampling_parameters=dict(res.sampling.get("default", {})),
+                sampling_parameters=dict(shown),
             )
         else:
             out[name] = PromptTemplate.from_fulmen(res)
     return out
 
 
+# Where a snapshot's metadata keeps 0.x's sampling_parameters, by resource name.
+_SAMPLING_KEY = "agl_sampling_parameters"
+
+
+def snapshot_to_fulmen(resources: NamedResources) -> ResourcesCreate:
+    """Return a 0.x named-resources dict as a fulmen snapshot (sampling in its metadata)."""
+    sampling: dict[str, JsonData] = {
+        name: dict(res.sampling_parameters)
+        for name, res in resources.items()
+        if isinstance(res, LLM) and res.sampling_parameters
+    }
+    metadata: dict[str, JsonData] = {_SAMPLING_KEY: sampling} if sampling else {}
+    return ResourcesCreate(resources=resources_to_fulmen(resources), metadata=metadata)
+
+
+def _sampling_of(snapshot: Resources | None) -> dict[str, Any]:
+    found = snapshot.metadata.get(_SAMPLING_KEY) if snapshot is not None else None
+    return found if isinstance(found, dict) else {}  # pyright: ignore[reportUnknownVariableType]
+
+
+def snapshot_from_fulmen(snapshot: Resources) -> ResourcesUpdate:
+    """Return a stored snapshot as 0.x's ``ResourcesUpdate``."""
+    return ResourcesUpdate(
+        resources_id=str(snapshot.version),
+        resources=resources_from_fulmen(snapshot.resources, _sampling_of(snapshot)),
+    )
+
+
 def named_resources(context: RolloutContext, *, proxy: bool) -> dict[str, Any]:
     """Return the resources a 0.x rollout method receives for this attempt.
 
-    LLMs carry this attempt's sampling; with ``proxy`` (class-form agents, as 0.x gave them a
-    ``ProxyLLM``) they are ``ProxyLLM`` whose ``get_base_url(rollout_id, attempt_id)`` is the
-    attempt's recording URL, else plain ``LLM`` already routed to it (the decorator forms'
+    LLMs carry the snapshot's 0.x ``sampling_parameters`` (else the sampling fulmen applies);
+    with ``proxy`` (class-form agents, as 0.x gave them a ``ProxyLLM``) they are ``ProxyLLM``
+    whose ``get_base_url(rollout_id, attempt_id)`` and ``endpoint`` are both the attempt's
+    recording URL, else plain ``LLM`` already routed to it (the decorator forms'
     ``strip_proxy``). ``llm`` is also offered as ``main_llm`` (see the module docstring).
     """
     stored = context.resources.resources if context.resources is not None else {}
+    given = _sampling_of(context.resources)
     out: dict[str, Any] = {}
     for name, res in stored.items():
         if not isinstance(res, LLMResource):
             out[name] = PromptTemplate.from_fulmen(res)
             continue
         llm = context.llm(name)
-        sampling = dict(llm.sampling)
+        sampling = dict(given.get(name, llm.sampling))
         if proxy and context.gateway_url is not None:
             out[name] = ProxyLLM(
                 endpoint=f"{context.gateway_url.rstrip('/')}/v1",
                 model=llm.model,
                 api_key=llm.api_key,
                 sampling_parameters=sampling,
-            )
+            ).routed_for(context.rollout_id, context.attempt_id)
         else:
             out[name] = LLM(
                 endpoint=llm.base_url, model=llm.model, api_key=llm.api_key,

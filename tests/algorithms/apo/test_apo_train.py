@@ -232,3 +232,16 @@ async def test_the_rollout_budget_stops_before_the_next_round(
     state = APOState.load(tmp_path / "run")
     assert state is not None and (state.rounds_done, state.rollouts) == (1, 14)
     assert len(model.critiques) == 1
+
+
+async def test_a_run_whose_every_rollout_failed_stops_instead_of_publishing(
+    tmp_path: Path, calc_tasks: Any
+) -> None:
+    from fulmen.errors import AgentFailed
+
+    # No model behind the endpoint: every rollout of the first scoring fails.
+    config = write_config(tmp_path, "http://127.0.0.1:9", calc_tasks, rounds=1)
+    with pytest.raises(AgentFailed, match=r"every one of the 4 rollouts scoring prompt version"):
+        await Trainer(load_config(config)).afit()
+    state = APOState.load(tmp_path / "run")
+    assert state is None or state.rounds_done == 0

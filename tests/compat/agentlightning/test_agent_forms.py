@@ -113,3 +113,21 @@ def test_refusals_say_what_to_change() -> None:
 
     with pytest.raises(agl.NotSupported, match="list of spans"):
         _result(bridge.agent, [])
+
+
+async def test_emitted_objects_and_messages_read_back_through_the_store_facade(
+    gw: Running,
+) -> None:
+    records = await run(gw, toy_agents.ToyLitAgent())
+    store = agl.LightningStore(gw.store)
+    spans = await store.query_spans(records.rollout_id, "latest")
+    objects = [agl.get_object_value(s) for s in spans if agl.get_object_value(s) is not None]
+    messages = [agl.get_message_value(s) for s in spans if agl.get_message_value(s)]
+    assert objects == [{"answer": "aaaa", "mode": "train"}]
+    assert messages == ["answered 4 characters"]
+    assert agl.find_final_reward(spans) == 0.5
+    (reward_span,) = agl.find_reward_spans(spans)
+    assert [(d.name, d.value) for d in agl.get_rewards_from_span(reward_span)] == [("reward", 0.5)]
+    # the model call is among the spans, as 0.x's tracer put it there
+    (call,) = [s for s in spans if s.name == "openai.chat.completion"]
+    assert call.attributes["gen_ai.completion.0.content"] == "aaaa"

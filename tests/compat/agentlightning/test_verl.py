@@ -10,7 +10,7 @@ import pytest
 
 import fulmen.compat.agentlightning as agl
 from fulmen.compat.agentlightning.__main__ import main
-from fulmen.compat.agentlightning.verl import translate_verl_config
+from fulmen.compat.agentlightning.verl_config import translate_verl_config
 
 
 def typical() -> dict[str, Any]:

@@ -4,7 +4,7 @@ A facade over any fulmen store (``memory://``, SQLite, PostgreSQL, ``http://``),
 algorithm code keeps its calls while fulmen's store keeps its rules. The lifecycle follows the
 0.x store contract (``queuing → preparing → running → succeeded | failed | cancelled``, a
 failure retried as ``requeuing`` while ``retry_condition`` and ``max_attempts`` allow it);
-statuses and ids translate as ``fulmen.compat.agentlightning.types`` says.
+statuses and ids translate as ``fulmen.compat.agentlightning.rollouts`` says.
 
 Where fulmen's rules are stricter, the call is refused (``NotSupported``) instead of behaving
 otherwise: resources are immutable (``update_resources``), attempts are made only by claims
@@ -22,11 +22,10 @@ from typing import TYPE_CHECKING, Any, Literal
 from fulmen.compat.agentlightning.errors import NotSupported
 from fulmen.compat.agentlightning.resources import (
     ResourcesUpdate,
-    resources_from_fulmen,
-    resources_to_fulmen,
+    snapshot_from_fulmen,
+    snapshot_to_fulmen,
 )
-from fulmen.compat.agentlightning.spans import Span, span_from_fulmen
-from fulmen.compat.agentlightning.types import (
+from fulmen.compat.agentlightning.rollouts import (
     Attempt,
     AttemptedRollout,
     Rollout,
@@ -37,11 +36,11 @@ from fulmen.compat.agentlightning.types import (
     rollout_from_fulmen,
     rollout_statuses_to_fulmen,
 )
+from fulmen.compat.agentlightning.spans import Span, call_span, span_from_fulmen
 from fulmen.errors import NotFound
 from fulmen.types import (
     UNSET,
     AttemptStatus,
-    ResourcesCreate,
     RolloutCreate,
     RolloutQuery,
     RolloutStatus,
@@ -49,13 +48,14 @@ from fulmen.types import (
     SpanStatus,
     Unset,
 )
+from fulmen.types import Span as FulmenSpan
 
 if TYPE_CHECKING:
     from fulmen.store.base import Store
     from fulmen.types import Attempt as FulmenAttempt
     from fulmen.types import Rollout as FulmenRollout
 
-__all__ = ["InMemoryLightningStore", "LightningStore"]
+__all__ = ["LightningStore"]
 
 _REPORTED = {"succeeded": AttemptStatus.SUCCEEDED, "failed": AttemptStatus.FAILED}
 
@@ -152,9 +152,27 @@ class LightningStore:
         return rollout_from_fulmen(rollout, has_spans=has_spans)
 
     async def query_rollouts(
-        self, *, status: list[str] | None = None, rollout_ids: list[str] | None = None
+        self,
+        *,
+        status: list[str] | None = None,
+        rollout_ids: list[str] | None = None,
+        status_in: list[str] | None = None,
+        rollout_id_in: list[str] | None = None,
+        **options: Any,
     ) -> list[Rollout]:
-        """Rollouts with any of the 0.x ``status`` values and ids (enqueue order)."""
+        """Rollouts with any of the 0.x statuses and ids, in enqueue order.
+
+        0.2's ``status`` / ``rollout_ids`` and 0.3's ``status_in`` / ``rollout_id_in`` are the
+        same filters; 0.3's sorting, paging and substring filters are refused.
+        """
+        if options:
+            raise NotSupported(
+                f"query_rollouts({', '.join(sorted(options))}=...)",
+                why="the facade filters by status and id and answers in enqueue order",
+                instead="filter, sort or page the returned list in Python",
+            )
+        status = status_in if status is None else status
+        rollout_ids = rollout_id_in if rollout_ids is None else rollout_ids
         query = RolloutQuery(
             statuses=rollout_statuses_to_fulmen(status) if status is not None else None,
             rollout_ids=list(rollout_ids) if rollout_ids is not None else None,
@@ -304,22 +322,32 @@ class LightningStore:
         return span_from_fulmen(stored)
 
     async def query_spans(self, rollout_id: str, attempt_id: str | None = None) -> list[Span]:
-        """Return the spans of a rollout in sequence order (one attempt, ``"latest"``, or all)."""
+        """Return a rollout's spans in sequence order (one attempt, ``"latest"``, or all).
+
+        The gateway's record of each model call is among them, as the span 0.x's tracer made
+        of it (``fulmen.compat.agentlightning.spans.call_span``).
+        """
         if attempt_id == "latest":
             latest = await self.get_latest_attempt(rollout_id)
             if latest is None:
                 return []
             attempt_id = latest.attempt_id
         out: list[Span] = []
-        after = 0
-        while True:
-            page = await self.store.query_spans(
-                rollout_id, attempt_id=attempt_id, after_sequence=after, limit=1000
-            )
-            out += [span_from_fulmen(s) for s in page.items]
-            if page.next_cursor is None or not page.items:
-                return out
-            after = page.next_cursor
+        for query in (self.store.query_spans, self.store.query_llm_calls):
+            after = 0
+            while True:
+                page = await query(
+                    rollout_id, attempt_id=attempt_id, after_sequence=after, limit=1000
+                )
+                out += [
+                    span_from_fulmen(item) if isinstance(item, FulmenSpan) else call_span(item)
+                    for item in page.items
+                ]
+                if page.next_cursor is None or not page.items:
+                    break
+                after = page.next_cursor
+        # Spans and calls share the rollout's sequence numbers.
+        return sorted(out, key=lambda span: span.sequence_id)
 
     async def get_next_span_sequence_id(self, rollout_id: str, attempt_id: str) -> int:
         """Refused: fulmen's store numbers spans as they arrive."""
@@ -333,12 +361,8 @@ class LightningStore:
 
     async def add_resources(self, resources: dict[str, Any]) -> ResourcesUpdate:
         """Store a new immutable snapshot; it becomes the latest (its id: the version)."""
-        stored = await self.store.add_resources(
-            ResourcesCreate(resources=resources_to_fulmen(resources))
-        )
-        return ResourcesUpdate(
-            resources_id=str(stored.version), resources=resources_from_fulmen(stored.resources)
-        )
+        stored = await self.store.add_resources(snapshot_to_fulmen(resources))
+        return snapshot_from_fulmen(stored)
 
     async def update_resources(self, resources_id: str, resources: dict[str, Any]) -> Any:
         """Refused: a snapshot never changes in fulmen."""
@@ -354,42 +378,12 @@ class LightningStore:
             stored = await self.store.get_resources(_version(resources_id) or 0)
         except NotFound:
             return None
-        return ResourcesUpdate(
-            resources_id=str(stored.version), resources=resources_from_fulmen(stored.resources)
-        )
+        return snapshot_from_fulmen(stored)
 
     async def get_latest_resources(self) -> ResourcesUpdate | None:
         """Return the newest snapshot, or ``None`` before any was added."""
         stored = await self.store.latest_resources()
-        if stored is None:
-            return None
-        return ResourcesUpdate(
-            resources_id=str(stored.version), resources=resources_from_fulmen(stored.resources)
-        )
-
-
-class InMemoryLightningStore(LightningStore):
-    """0.x's in-memory store: a fulmen ``MemoryStore`` behind the facade.
-
-    Create it inside a running event loop (its watchdog is an asyncio task); ``close()`` it.
-    """
-
-    def __init__(self, *, watchdog_interval: float | None = 1.0) -> None:
-        from fulmen.store.memory import MemoryStore
-        from fulmen.store.watchdog import Watchdog
-
-        super().__init__(MemoryStore(), url="memory://")
-        self._owned = True
-        self._watchdog: Watchdog | None = None
-        if watchdog_interval is not None:
-            self._watchdog = Watchdog(self.store, interval=watchdog_interval)
-            self._watchdog.start()
-
-    async def close(self) -> None:
-        """Stop the watchdog and close the store."""
-        if self._watchdog is not None:
-            await self._watchdog.stop()
-        await super().close()
+        return None if stored is None else snapshot_from_fulmen(stored)
 
 
 def _version(resources_id: str | None) -> int | None:

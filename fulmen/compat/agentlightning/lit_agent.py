@@ -24,7 +24,7 @@ from fulmen.compat.agentlightning.errors import NotSupported
 
 if TYPE_CHECKING:
     from fulmen.agent.api import Agent
-    from fulmen.compat.agentlightning.types import RolloutRawResult
+    from fulmen.compat.agentlightning.rollouts import RolloutRawResult
 
 __all__ = ["LitAgent"]
 

@@ -15,153 +15,30 @@ a config and says what happens to it:
     non-blocking one only concerns machinery fulmen runs itself (FSDP offload, vLLM memory,
     loggers): reported, not applied.
 
+The report ends with notes on what differs without being a key: the sampling of every call
+(``VerlTranslation.notes``).
+
 ``python -m fulmen.compat.agentlightning verl-report CONFIG.json`` prints the report.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, Field, JsonValue
+from fulmen.compat.agentlightning.verl_report import ACTOR as _ACTOR
+from fulmen.compat.agentlightning.verl_report import MODEL as _MODEL
+from fulmen.compat.agentlightning.verl_report import ROLLOUT as _ROLLOUT
+from fulmen.compat.agentlightning.verl_report import VerlTranslation, Walk, flatten
 
-__all__ = ["KeyReport", "VerlTranslation", "flatten", "translate_verl_config"]
-
-Status = Literal["honoured", "translated", "refused"]
-
-_ACTOR = "actor_rollout_ref.actor"
-_ROLLOUT = "actor_rollout_ref.rollout"
-_MODEL = "actor_rollout_ref.model"
+__all__ = ["translate_verl_config"]
 
 
-class KeyReport(BaseModel):
-    """What happens to one VERL key.
-
-    Attributes:
-        key: the dotted VERL key (``actor_rollout_ref.actor.optim.lr``).
-        value: its value in the config.
-        status: ``honoured``, ``translated`` or ``refused``.
-        fulmen: the fulmen option it sets or matches, if any.
-        note: the rule, or why it is refused and what to do instead.
-        blocking: a refusal that changes what is learned (``agl.VERL`` raises).
-    """
-
-    key: str
-    value: JsonValue
-    status: Status
-    fulmen: str | None = None
-    note: str = ""
-    blocking: bool = False
-
-
-class VerlTranslation(BaseModel):
-    """Return the report of a whole config and the fulmen options it yields.
-
-    Attributes:
-        entries: one report per leaf key, in the config's order.
-        overrides: fulmen config path → value (``algorithm.grpo.learning_rate``).
-        total_epochs: ``trainer.total_epochs``, turned into ``algorithm.steps`` once the
-            number of training tasks is known (``steps_for``).
-    """
-
-    entries: list[KeyReport] = Field(default_factory=list)
-    overrides: dict[str, Any] = Field(default_factory=dict)
-    total_epochs: int | None = None
-
-    def blocking(self) -> list[KeyReport]:
-        """Return the refusals that change what is learned."""
-        return [e for e in self.entries if e.blocking]
-
-    def counts(self) -> dict[str, int]:
-        """How many keys are honoured, translated and refused."""
-        out = {"honoured": 0, "translated": 0, "refused": 0}
-        for entry in self.entries:
-            out[entry.status] += 1
-        return out
-
-    def steps_for(self, train_tasks: int) -> int | None:
-        """``algorithm.steps`` for ``total_epochs`` passes over ``train_tasks`` tasks."""
-        if self.total_epochs is None:
-            return None
-        per_step = int(self.overrides.get("algorithm.tasks_per_step", 4))
-        return self.total_epochs * max(1, math.ceil(train_tasks / per_step))
-
-    def render(self) -> str:
-        """Return the report as a fixed-width table, one line per key, then the counts."""
-        width = max((len(e.key) for e in self.entries), default=10)
-        lines = [f"{'VERL key':<{width}}  {'status':<10}  fulmen / note"]
-        for e in self.entries:
-            status = "REFUSED!" if e.blocking else e.status
-            target = f"{e.fulmen}: " if e.fulmen else ""
-            lines.append(f"{e.key:<{width}}  {status:<10}  {target}{e.note}")
-        counts = self.counts()
-        lines.append(
-            f"{counts['honoured']} honoured, {counts['translated']} translated, "
-            f"{counts['refused']} refused ({len(self.blocking())} blocking)"
-        )
-        return "\n".join(lines)
-
-
-def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Nested dicts → ``{"a.b.c": leaf}`` (lists and scalars are leaves)."""
-    out: dict[str, Any] = {}
-    for key, value in config.items():
-        path = f"{prefix}{key}"
-        if isinstance(value, Mapping) and value:
-            out.update(flatten(value, f"{path}."))  # pyright: ignore[reportUnknownArgumentType]
-        else:
-            out[path] = value
-    return out
-
-
-class _Walk:
-    """Collects entries and overrides while the rules look at the flattened config."""
-
-    def __init__(self, flat: dict[str, Any]) -> None:
-        self.flat = flat
-        self.result = VerlTranslation()
-
-    def add(
-        self,
-        key: str,
-        status: Status,
-        note: str,
-        fulmen: str | None = None,
-        *,
-        value: Any = None,
-        blocking: bool = False,
-    ) -> None:
-        if fulmen is not None and status == "translated" and value is not None:
-            self.result.overrides[fulmen] = value
-        self.result.entries.append(
-            KeyReport(
-                key=key,
-                value=_json(self.flat[key]),
-                status=status,
-                fulmen=fulmen,
-                note=note,
-                blocking=blocking,
-            )
-        )
-
-    def get(self, key: str, default: Any = None) -> Any:
-        return self.flat.get(key, default)
-
-
-def _json(value: Any) -> JsonValue:
-    if value is None or isinstance(value, bool | int | float | str):
-        return value
-    if isinstance(value, list | tuple):
-        return [_json(v) for v in value]  # pyright: ignore[reportUnknownVariableType]
-    return str(value)
-
-
-Rule = Callable[[_Walk, str, Any], None]
+Rule = Callable[[Walk, str, Any], None]
 
 
 def _to(fulmen: str, note: str = "", convert: Callable[[Any], Any] = lambda v: v) -> Rule:
-    def rule(walk: _Walk, key: str, value: Any) -> None:
+    def rule(walk: Walk, key: str, value: Any) -> None:
         walk.add(key, "translated", note or "same value", fulmen, value=convert(value))
 
     return rule
@@ -170,7 +47,7 @@ def _to(fulmen: str, note: str = "", convert: Callable[[Any], Any] = lambda v: v
 def _when(expected: Any, fulmen: str | None, note: str, refusal: str) -> Rule:
     """Honoured at ``expected`` (what fulmen does); any other value is a blocking refusal."""
 
-    def rule(walk: _Walk, key: str, value: Any) -> None:
+    def rule(walk: Walk, key: str, value: Any) -> None:
         if value == expected:
             walk.add(key, "honoured", note, fulmen)
         else:
@@ -180,13 +57,13 @@ def _when(expected: Any, fulmen: str | None, note: str, refusal: str) -> Rule:
 
 
 def _machinery(note: str) -> Rule:
-    def rule(walk: _Walk, key: str, value: Any) -> None:
+    def rule(walk: Walk, key: str, value: Any) -> None:
         walk.add(key, "refused", f"not applied: {note}")
 
     return rule
 
 
-def _adv_estimator(walk: _Walk, key: str, value: Any) -> None:
+def _adv_estimator(walk: Walk, key: str, value: Any) -> None:
     if value == "grpo":
         walk.add(key, "honoured", "fulmen trains with GRPO", "algorithm.name")
     else:
@@ -197,10 +74,10 @@ def _adv_estimator(walk: _Walk, key: str, value: Any) -> None:
         )  # fmt: skip
 
 
-def _response_length(walk: _Walk, key: str, value: Any) -> None:
+def _response_length(walk: Walk, key: str, value: Any) -> None:
     walk.add(
-        key, "translated", "the rollouts' token budget in both modes",
-        "rollouts.train_sampling.max_tokens", value=int(value),
+        key, "translated", "every call's max_tokens in both modes (replacing the agent's own; "
+        "see the sampling note)", "rollouts.train_sampling.max_tokens", value=int(value),
     )  # fmt: skip
     walk.result.overrides["rollouts.val_sampling.max_tokens"] = int(value)
     prompt = walk.get("data.max_prompt_length")
@@ -208,7 +85,7 @@ def _response_length(walk: _Walk, key: str, value: Any) -> None:
         walk.result.overrides["algorithm.grpo.max_seq_len"] = int(prompt) + int(value)
 
 
-def _prompt_length(walk: _Walk, key: str, value: Any) -> None:
+def _prompt_length(walk: Walk, key: str, value: Any) -> None:
     walk.add(
         key, "translated", "max_seq_len = max_prompt_length + max_response_length (longer "
         "sequences are dropped and counted, not truncated)", "algorithm.grpo.max_seq_len",
@@ -216,7 +93,7 @@ def _prompt_length(walk: _Walk, key: str, value: Any) -> None:
     )  # fmt: skip
 
 
-def _mini_batch(walk: _Walk, key: str, value: Any) -> None:
+def _mini_batch(walk: Walk, key: str, value: Any) -> None:
     batch = walk.get("data.train_batch_size")
     if batch is None or int(value) >= int(batch):
         walk.add(key, "honoured", "one update per step over the whole batch", "algorithm.steps")
@@ -228,7 +105,7 @@ def _mini_batch(walk: _Walk, key: str, value: Any) -> None:
         )  # fmt: skip
 
 
-def _micro_batch(walk: _Walk, key: str, value: Any) -> None:
+def _micro_batch(walk: Walk, key: str, value: Any) -> None:
     length = int(walk.get("data.max_prompt_length", 0) or 0) + int(
         walk.get("data.max_response_length", 0) or 0
     )
@@ -239,7 +116,7 @@ def _micro_batch(walk: _Walk, key: str, value: Any) -> None:
     )  # fmt: skip
 
 
-def _use_kl_loss(walk: _Walk, key: str, value: Any) -> None:
+def _use_kl_loss(walk: Walk, key: str, value: Any) -> None:
     coef = float(walk.get(f"{_ACTOR}.kl_loss_coef", 0.0) or 0.0)
     walk.add(
         key, "translated", "KL to the reference in the loss, weighted by kl_loss_coef"
@@ -247,13 +124,13 @@ def _use_kl_loss(walk: _Walk, key: str, value: Any) -> None:
     )  # fmt: skip
 
 
-def _kl_coef(walk: _Walk, key: str, value: Any) -> None:
+def _kl_coef(walk: Walk, key: str, value: Any) -> None:
     used = bool(walk.get(f"{_ACTOR}.use_kl_loss", False))
     note = "read with use_kl_loss" if used else "unused: use_kl_loss is off (as in VERL)"
     walk.add(key, "honoured", note, "algorithm.grpo.kl_coef")
 
 
-def _kl_type(walk: _Walk, key: str, value: Any) -> None:
+def _kl_type(walk: Walk, key: str, value: Any) -> None:
     names = {"low_var_kl": "k3", "kl": "k1", "k1": "k1", "k3": "k3"}
     if value in names:
         walk.add(
@@ -265,7 +142,7 @@ def _kl_type(walk: _Walk, key: str, value: Any) -> None:
                  "algorithm.grpo.kl_estimator", blocking=True)  # fmt: skip
 
 
-def _loss_agg(walk: _Walk, key: str, value: Any) -> None:
+def _loss_agg(walk: Walk, key: str, value: Any) -> None:
     if value == "token-mean":
         walk.add(key, "translated", "every trained token weighs the same",
                  "algorithm.grpo.loss_normalization", value="token")  # fmt: skip
@@ -274,7 +151,7 @@ def _loss_agg(walk: _Walk, key: str, value: Any) -> None:
                  "algorithm.grpo.loss_normalization", blocking=True)  # fmt: skip
 
 
-def _top_p(walk: _Walk, key: str, value: Any) -> None:
+def _top_p(walk: Walk, key: str, value: Any) -> None:
     if float(value) >= 1.0:
         walk.add(key, "honoured", "no nucleus truncation", "rollouts.train_sampling")
     else:
@@ -282,7 +159,7 @@ def _top_p(walk: _Walk, key: str, value: Any) -> None:
         walk.add(key, "refused", note, "rollouts.train_sampling", blocking=True)
 
 
-def _lora_rank(walk: _Walk, key: str, value: Any) -> None:
+def _lora_rank(walk: Walk, key: str, value: Any) -> None:
     if int(value) > 0:
         walk.add(key, "translated", "adapter rank", "algorithm.grpo.lora.r", value=int(value))
     else:
@@ -290,7 +167,7 @@ def _lora_rank(walk: _Walk, key: str, value: Any) -> None:
                  value="full")  # fmt: skip
 
 
-def _gpus(walk: _Walk, key: str, value: Any) -> None:
+def _gpus(walk: Walk, key: str, value: Any) -> None:
     if int(value) == 1:
         walk.add(key, "honoured", "one process takes the update, as fulmen does by default")
         return
@@ -299,7 +176,7 @@ def _gpus(walk: _Walk, key: str, value: Any) -> None:
              "is the same)")  # fmt: skip
 
 
-def _logger(walk: _Walk, key: str, value: Any) -> None:
+def _logger(walk: Walk, key: str, value: Any) -> None:
     loggers = list(value) if isinstance(value, list | tuple) else [value]  # pyright: ignore[reportUnknownArgumentType]
     if "tensorboard" in loggers:
         walk.add(key, "translated", "tensorboard: true; metrics.jsonl always",
@@ -309,7 +186,7 @@ def _logger(walk: _Walk, key: str, value: Any) -> None:
                  "run's record in the store (wandb is not built in)")  # fmt: skip
 
 
-def _total_epochs(walk: _Walk, key: str, value: Any) -> None:
+def _total_epochs(walk: Walk, key: str, value: Any) -> None:
     walk.result.total_epochs = int(value)
     walk.add(key, "translated", "steps = total_epochs x ceil(train tasks / train_batch_size), "
              "computed when fit knows the tasks", "algorithm.steps")  # fmt: skip
@@ -347,6 +224,19 @@ _RULES: dict[str, Rule] = {
     f"{_ACTOR}.ppo_epochs": _to("algorithm.grpo.epochs", convert=int),
     f"{_ACTOR}.optim.lr": _to("algorithm.grpo.learning_rate", convert=float),
     f"{_ACTOR}.optim.weight_decay": _to("algorithm.grpo.weight_decay", convert=float),
+    f"{_ACTOR}.optim.lr_warmup_steps_ratio": _when(
+        0,
+        None,
+        "no warm-up: the learning rate is constant, as fulmen's",
+        "fulmen's learning rate is constant from the first step: remove the warm-up "
+        "(lr_warmup_steps_ratio: 0)",
+    ),
+    f"{_ACTOR}.optim.lr_warmup_steps": _when(
+        -1,
+        None,
+        "no warm-up steps (VERL's default)",
+        "fulmen's learning rate is constant from the first step: remove lr_warmup_steps",
+    ),
     f"{_ACTOR}.grad_clip": _to("algorithm.grpo.max_grad_norm", convert=float),
     f"{_ACTOR}.use_kl_loss": _use_kl_loss,
     f"{_ACTOR}.kl_loss_coef": _kl_coef,
@@ -380,7 +270,11 @@ _RULES: dict[str, Rule] = {
     "trainer.logger": _logger,
     "trainer.project_name": _LOGGING,
     "trainer.experiment_name": _LOGGING,
-    "trainer.default_local_dir": _machinery("checkpoints go under run_dir"),
+    "trainer.default_local_dir": _to(
+        "run_dir",
+        "the run's directory (checkpoints, store, metrics); a second run resumes "
+        "from it, as VERL's resume_mode auto did",
+    ),
     "agentlightning.port": _machinery("fulmen's gateway picks its own port"),
 }
 
@@ -393,13 +287,32 @@ _PREFIXES: dict[str, Rule] = {
 }
 
 
+def _sampling_note(overrides: dict[str, Any]) -> str:
+    """Say how the gateway samples each mode's calls, which VERL left to the agent's requests."""
+
+    def fields(mode: str, temperature: float) -> str:
+        shown = {"temperature": overrides.get(f"rollouts.{mode}_sampling.temperature", temperature)}
+        tokens = overrides.get(f"rollouts.{mode}_sampling.max_tokens")
+        if tokens is not None:
+            shown["max_tokens"] = tokens
+        return ", ".join(f"{k} {v}" for k, v in shown.items())
+
+    return (
+        "sampling: the gateway sends every training call with rollouts.train_sampling "
+        f"({fields('train', 1.0)}) and every validation call with rollouts.val_sampling "
+        f"({fields('val', 0.0)}), in place of the values the agent puts on its own calls; "
+        "VERL's vLLM server used the agent's own temperature and max_tokens. Set "
+        "rollouts.*_sampling in the fulmen config to change them"
+    )
+
+
 def translate_verl_config(config: Mapping[str, Any]) -> VerlTranslation:
     """Report every leaf key of a 0.x VERL config and collect the fulmen options it sets.
 
     A key the layer does not know is refused as blocking: its effect cannot be vouched for.
     """
     flat = flatten(config)
-    walk = _Walk(flat)
+    walk = Walk(flat)
     for key, value in flat.items():
         rule = _RULES.get(key)
         if rule is None:
@@ -409,6 +322,7 @@ def translate_verl_config(config: Mapping[str, Any]) -> VerlTranslation:
                      "fulmen option it stands for in the fulmen config", blocking=True)  # fmt: skip
             continue
         rule(walk, key, value)
+    walk.result.notes.append(_sampling_note(walk.result.overrides))
     if walk.get(f"{_MODEL}.lora_rank") is None and f"{_MODEL}.path" in flat:
         # VERL without lora_rank trains every weight; fulmen's default is an adapter.
         walk.result.overrides["algorithm.grpo.finetune"] = "full"
