@@ -22,6 +22,7 @@ from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
 from fulmen.algorithms.lora import LoraSettings
+from fulmen.algorithms.stopping import check_stop, watch_layers
 from fulmen.errors import ConfigError
 
 __all__ = [
@@ -62,8 +63,8 @@ class PolicySettings(Protocol):
         ...
 
     @property
-    def gradient_checkpointing(self) -> bool:
-        """Recompute decoder activations in backward to save memory."""
+    def gradient_checkpointing(self) -> bool | None:
+        """Recompute decoder activations in backward to save memory (``None``: by length)."""
         ...
 
     @property
@@ -123,8 +124,14 @@ def prepare_policy(
 
     LoRA wraps the model with a peft adapter named ``adapter_name``; an already wrapped model
     is kept, and gets that adapter added when it lacks it (one adapter per role on one base,
-    ``fulmen.algorithms.grpo.roles``). Full fine-tuning trains every parameter.
+    ``fulmen.algorithms.grpo.roles``). Full fine-tuning trains every parameter. The model
+    attends with :mod:`fulmen.attention`'s blockwise attention (what the built-in engine runs:
+    long sequences without a ``[tokens x tokens]`` tensor), and its layers check for a stop
+    request (:mod:`fulmen.algorithms.stopping`). Activation checkpointing is made available
+    unless ``gradient_checkpointing`` is ``False``; ``update_mode`` turns it on per
+    micro-batch.
     """
+    _use_blockwise_attention(model)
     model = model.to(device=policy_device(config), dtype=_DTYPES[config.dtype])
     if config.finetune == "lora":
         from peft import LoraConfig, PeftModel, get_peft_model
@@ -153,7 +160,8 @@ def prepare_policy(
     else:
         for parameter in model.parameters():
             parameter.requires_grad_(True)
-    if config.gradient_checkpointing:
+    watch_layers(model)
+    if config.gradient_checkpointing is not False:
         causal_lm = causal_lm_of(model)
         # transformers 5 renamed gradient_* to activation_* (the old name warns).
         enable = getattr(causal_lm, "activation_checkpointing_enable", None)
@@ -164,6 +172,18 @@ def prepare_policy(
                 gradient_checkpointing_kwargs={"use_reentrant": False}
             )
     return model
+
+
+def _use_blockwise_attention(model: nn.Module) -> None:
+    """Switch a transformers model to blockwise attention (a no-op for other modules)."""
+    from fulmen.attention import register
+
+    causal_lm = causal_lm_of(model)
+    name = register()
+    setter = getattr(causal_lm, "set_attn_implementation", None)
+    config = getattr(causal_lm, "config", None)
+    if callable(setter) and getattr(config, "_attn_implementation", name) != name:
+        setter(name)
 
 
 def load_adapter_weights(
@@ -246,8 +266,13 @@ def load_stage_policy(
 
 
 @contextmanager
-def update_mode(model: nn.Module, *, dropout: Literal["lora", "all"]) -> Iterator[None]:
+def update_mode(
+    model: nn.Module, *, dropout: Literal["lora", "all"], checkpoint: bool = True
+) -> Iterator[None]:
     """Put ``model`` in the mode of a training forward *and backward*; eval mode after.
+
+    ``checkpoint`` (when ``prepare_policy`` made checkpointing available) recomputes the
+    layers' activations in the backward; ``False`` keeps them (faster, for short batches).
 
     The mode must hold through ``backward()``: activation checkpointing recomputes the forward
     there, and a recompute in another mode (dropout on in the forward, off in the recompute)
@@ -259,10 +284,13 @@ def update_mode(model: nn.Module, *, dropout: Literal["lora", "all"]) -> Iterato
     """
     if dropout == "all":
         model.train()
+        for module in model.modules():  # HF checkpoints a layer only in training mode
+            if getattr(module, "gradient_checkpointing", False) is True:
+                module.training = checkpoint  # the flag alone: not the layer's children
     else:
         model.eval()
         for module in model.modules():
-            if getattr(module, "gradient_checkpointing", False) is True:
+            if checkpoint and getattr(module, "gradient_checkpointing", False) is True:
                 module.training = True  # the flag alone: not the layer's children
             lora_dropout = getattr(module, "lora_dropout", None)
             if isinstance(lora_dropout, nn.ModuleDict):
@@ -356,6 +384,7 @@ def token_logprobs(
     # One chunk keeps its logits for backward; several are recomputed there, one at a time.
     recompute = torch.is_grad_enabled() and int(targets.shape[0]) > chunk_tokens
     for start in range(0, int(targets.shape[0]), chunk_tokens):
+        check_stop()
         h = selected[start : start + chunk_tokens]
         t = targets[start : start + chunk_tokens]
         if recompute:

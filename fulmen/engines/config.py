@@ -27,6 +27,17 @@ class EngineConfig(BaseModel):
             --dtype``); ``bfloat16`` samples about twice as fast on CPU, and its logprobs differ
             from a float32 trainer's by a few hundredths on average (docs/engine.md).
         prefix_cache: the built-in engine reuses the KV of prompt prefixes it has seen.
+        prefix_cache_mb: most MiB of prompt-prefix KV the built-in engine keeps (``fulmen
+            serve --prefix-cache-mb``); ``None``: 512, or one whole context's KV if larger (a
+            32k-token prefix on Gemma 3 270M in float32 is 1.2 GB), so a long shared prefix
+            (a coding agent's tools and system prompt) stays cached whole.
+        kv_cache_mb: most MiB of KV the built-in engine's running batch may hold (``fulmen
+            serve --kv-cache-mb``): rows x the widest row, each sequence counted at its prompt
+            plus ``max_tokens``; a request that would pass it waits for room. ``None``:
+            ``max_batch`` whole contexts (docs/engine.md, *Long prompts*).
+        prefill_chunk_tokens: most prompt tokens one prefill pass of the built-in engine
+            computes (``fulmen serve --prefill-chunk-tokens``); a longer prompt takes several
+            passes, so its activations stay the size of one chunk.
         threads: torch threads of the built-in engine (``fulmen serve --threads``). 1 leaves
             the other cores to the update and the agents; a synchronous run, where the update
             waits while rollouts run, samples faster with more (docs/engine.md).
@@ -41,6 +52,9 @@ class EngineConfig(BaseModel):
     max_batch: int = Field(default=8, ge=1)
     dtype: Literal["float32", "bfloat16"] = "float32"
     prefix_cache: bool = True
+    prefix_cache_mb: int | None = Field(default=None, ge=1)
+    kv_cache_mb: int | None = Field(default=None, ge=1)
+    prefill_chunk_tokens: int = Field(default=2048, ge=1)
     threads: int = Field(default=1, ge=1, le=1024)
     max_lora_rank: int = Field(default=64, ge=1)
     startup_timeout_s: float = Field(default=300.0, gt=0)
@@ -52,18 +66,36 @@ class EngineConfig(BaseModel):
         if self.kind != "endpoint" and self.url is not None:
             raise ValueError(f"engine.url has no effect with engine.kind {self.kind!r}")
         if self.kind != "builtin":
-            for name in ("max_batch", "dtype", "prefix_cache", "threads"):
+            builtin_only = (
+                "max_batch",
+                "dtype",
+                "prefix_cache",
+                "prefix_cache_mb",
+                "kv_cache_mb",
+                "prefill_chunk_tokens",
+                "threads",
+            )
+            for name in builtin_only:
                 if name in self.model_fields_set:
                     raise ValueError(f"engine.{name} has no effect with engine.kind {self.kind!r}")
+        if not self.prefix_cache and self.prefix_cache_mb is not None:
+            raise ValueError("engine.prefix_cache_mb has no effect with engine.prefix_cache false")
         return self
 
     def builtin_serve_flags(self) -> list[str]:
-        """Return the ``fulmen serve`` flags that set a built-in engine's dtype and prefix cache.
+        """Return the ``fulmen serve`` flags that set a built-in engine's dtype, caches and chunks.
 
         ``max_batch`` is not among them: each launcher takes it as a number.
         """
-        return [
+        flags = [
             "--dtype",
             self.dtype,
             "--prefix-cache" if self.prefix_cache else "--no-prefix-cache",
+            "--prefill-chunk-tokens",
+            str(self.prefill_chunk_tokens),
         ]
+        if self.prefix_cache_mb is not None:
+            flags += ["--prefix-cache-mb", str(self.prefix_cache_mb)]
+        if self.kv_cache_mb is not None:
+            flags += ["--kv-cache-mb", str(self.kv_cache_mb)]
+        return flags

@@ -5,7 +5,8 @@ counts, whether it is usable for token-level RL), the tool results the agent sen
 and the tool calls the model made in it, and the transitions the adapter builds. Tool calls and
 results are read from the recorded request and response, in the Chat Completions shape
 (``tool_calls`` / ``role: tool`` messages) or the Responses shape (``function_call`` /
-``function_call_output`` items).
+``function_call_output`` items). Transitions longer than GRPO's ``max_seq_len`` (the one set,
+else the engine's context) are named in a warning before any training drops them.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from fulmen.types import (
     RolloutStatus,
 )
 
-__all__ = ["run_dev", "tool_calls_of", "tool_results_of"]
+__all__ = ["configured_max_seq_len", "run_dev", "tool_calls_of", "tool_results_of"]
 
 
 def _tail(text: Any, width: int = 70) -> str:
@@ -106,11 +107,13 @@ async def run_dev(
     rollouts: RolloutSettings,
     mode: Mode = Mode.VAL,
     out: TextIO,
+    max_seq_len: int | None = None,
 ) -> list[dict[str, Any]]:
     """Run one rollout of ``mode`` per task on ``stack`` and print a report to ``out``.
 
     ``mode`` picks the sampling: ``train`` at ``rollouts.train_sampling``, else
-    ``val_sampling``.
+    ``val_sampling``. ``max_seq_len`` is GRPO's length limit when the config sets one; else
+    the engine's context (``/v1/models``) is the limit transitions are checked against.
     """
     from fulmen.adapter.transitions import load_attempt
 
@@ -142,6 +145,7 @@ async def run_dev(
         if time.monotonic() - started > rollouts.timeout_s + 60:
             break
     report: list[dict[str, Any]] = []
+    lengths: list[int] = []
     for rollout in await _in_order(store, ids):
         records = await load_attempt(store, rollout.rollout_id)
         trajectory = records.trajectory(options=options)
@@ -178,6 +182,7 @@ async def run_dev(
                 tool_calls += 1
                 out.write(f"      tool call:   {name}({_tail(arguments, 200)})\n")
         for t in trajectory.transitions:
+            lengths.append(len(t.prompt_token_ids) + len(t.completion_token_ids))
             out.write(
                 f"   transition call={t.call_index} agent={t.agent_name} "
                 f"prompt={len(t.prompt_token_ids)} completion={len(t.completion_token_ids)} "
@@ -202,7 +207,43 @@ async def run_dev(
         f"\n{len(succeeded)}/{len(report)} rollouts succeeded; mean reward {mean:.3f}; "
         f"{sum(r['transitions'] for r in report)} transitions\n"
     )
+    limit = max_seq_len or await _engine_context(stack.engine_url)
+    over = [n for n in lengths if limit is not None and n > limit]
+    if over and limit is not None:
+        shown = ", ".join(str(n) for n in sorted(over, reverse=True)[:8])
+        setting = "algorithm.grpo.max_seq_len" if max_seq_len else "the model's context"
+        out.write(
+            f"warning: {len(over)} of {len(lengths)} transitions are longer than {setting} "
+            f"({limit} tokens): {shown} tokens. Training drops them; raise "
+            "algorithm.grpo.max_seq_len (unset, it is the model's context) or shorten the "
+            "agent's prompts\n"
+        )
     return report
+
+
+def configured_max_seq_len(config: Any) -> int | None:
+    """Return the smallest ``grpo.max_seq_len`` the config's GRPO stages set (``None``: none)."""
+    stages = getattr(config, "stages", None) or [getattr(config, "algorithm", None)]
+    limits = [
+        limit
+        for stage in stages
+        if (limit := getattr(getattr(stage, "grpo", None), "max_seq_len", None)) is not None
+    ]
+    return min(limits) if limits else None
+
+
+async def _engine_context(base_url: str) -> int | None:
+    """Return the context ``max_model_len`` the engine reports at ``/models`` (``None``: none)."""
+    import httpx
+
+    try:
+        async with httpx.AsyncClient(timeout=10) as client:
+            body = (await client.get(f"{base_url.rstrip('/')}/models")).json()
+        values = [m.get("max_model_len") for m in body.get("data", [])]
+    except (httpx.HTTPError, ValueError, AttributeError, TypeError):
+        return None
+    known = [int(v) for v in values if isinstance(v, int) and v > 0]
+    return min(known) if known else None
 
 
 def _named_rewards(records: Any) -> dict[str, float]:

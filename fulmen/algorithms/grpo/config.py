@@ -51,8 +51,12 @@ class GRPOConfig(ComputeSettings):
         loss_normalization: ``"token"`` (every trained token of the batch weighs the same) or
             ``"rollout"`` (every rollout's tokens sum to the same weight).
         micro_batch_tokens: padded tokens per forward pass (rows x longest row), the memory knob.
+            A longer sequence forms a micro-batch of its own.
         epochs: optimizer steps over the same batch (1 = strictly on-policy).
-        max_seq_len: longer sequences are dropped and counted.
+        max_seq_len: longer sequences (prompt plus completion) are dropped, counted, and
+            logged with their lengths each step. ``None`` (default): the model's context
+            (``max_position_embeddings``: 32,768 for Gemma 3 270M), so whatever the engine
+            could serve can train (``fulmen.algorithms.sequence_lengths``).
         skip_truncated: drop transitions whose last call hit its token limit.
         skip_zero_advantage: do not run the model on sequences whose every token has zero
             advantage (they add nothing to the loss when ``kl_coef`` is 0; still normalized).
@@ -63,7 +67,10 @@ class GRPOConfig(ComputeSettings):
             the policy's logprobs are computed the same way, so on-policy ratios are 1.
             ``TrainConfig`` sets it from ``rollouts.train_sampling.temperature``.
         logit_chunk_tokens: LM-head rows computed at once (bounds the vocab-sized activations).
-        gradient_checkpointing: recompute decoder activations in backward to save memory.
+        gradient_checkpointing: recompute decoder activations in backward to save memory:
+            ``true`` for every micro-batch, ``false`` never, ``None`` (default) for a
+            micro-batch over ``micro_batch_tokens`` (one long sequence), where a 30k-token
+            sequence would otherwise hold every layer's activations at once.
         seed: seed of the adapter's initialization (the global torch RNG is left alone).
         is_cap: truncated importance sampling of *stale* tokens (sampled by an older policy
             than the one being trained): their ratio is taken against the current policy's
@@ -96,12 +103,12 @@ class GRPOConfig(ComputeSettings):
     loss_normalization: Literal["token", "rollout"] = "token"
     micro_batch_tokens: int = Field(default=4096, ge=1)
     epochs: int = Field(default=1, ge=1)
-    max_seq_len: int = Field(default=8192, ge=2)
+    max_seq_len: int | None = Field(default=None, ge=2)
     skip_truncated: bool = False
     skip_zero_advantage: bool = True
     temperature: float = Field(default=1.0, gt=0)
     logit_chunk_tokens: int = Field(default=256, ge=1)
-    gradient_checkpointing: bool = False
+    gradient_checkpointing: bool | None = None
     seed: int = 0
     is_cap: float | None = Field(default=None, gt=0)
 
@@ -227,14 +234,6 @@ class GRPOAlgorithmConfig(BaseModel):
             raise ValueError(
                 "algorithm.transitions.credit 'per_call' has no effect with grpo.advantage "
                 "'rollout' (set grpo.advantage: transition)"
-            )
-        if options.credit == "per_call" and options.merge:
-            # A merged transition carries one reward, its last call's: the rewards emitted for
-            # the earlier calls of the chain would be dropped without a word.
-            raise ValueError(
-                "algorithm.transitions.credit 'per_call' does not work with merge: true (a "
-                "merged sequence carries only its last call's reward, so the rewards emitted "
-                "for the earlier calls would not be trained); set merge: false"
             )
         if grpo.anchor_weight > 0 and options.merge:
             # A merged transition is grouped by its first call's prompt, which every rollout of

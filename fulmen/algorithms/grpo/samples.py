@@ -63,6 +63,7 @@ class SampleStats:
     zeroed_advantage_tokens: int = 0
     anchor_calls: int = 0  # calls with an anchor group (``anchor_weight`` > 0)
     anchor_groups: int = 0
+    # The tokens the step's loss is normalized over (0 when the batch takes no step).
     trained_tokens: int = 0
     # Over the rollouts whose transitions were kept for training (``reward/mean`` and
     # ``reward/std`` of a step are over all its rollouts).
@@ -160,6 +161,7 @@ def build_samples(
     if not any(any(s.advantages) for s in built):
         # no signal anywhere: no step, not even a KL-only one (module docstring)
         stats.skipped_zero_advantage = len(built)
+        stats.trained_tokens = 0  # nothing is trained
         return [], stats
     samples: list[TokenSample] = []
     for sample in built:
@@ -230,7 +232,10 @@ def _keep(
         stats.stale += _is_stale(t, policy_version)
         if t.is_truncated and config.skip_truncated:
             stats.dropped_truncated += 1
-        elif len(t.prompt_token_ids) + len(t.completion_token_ids) > config.max_seq_len:
+        elif (
+            config.max_seq_len is not None
+            and len(t.prompt_token_ids) + len(t.completion_token_ids) > config.max_seq_len
+        ):
             stats.dropped_overlong += 1
         elif not _positions(t):
             stats.dropped_untrained += 1

@@ -10,7 +10,11 @@ logprobs match the sampler's; gradients flow regardless. The policy's forward an
 run in ``update_mode``: only the flags the config asked for are in train mode (activation
 checkpointing, LoRA dropout), and they stay so through ``backward()``, where checkpointing
 recomputes the forward. A step whose gradient norm is not finite is skipped (no optimizer
-step, counted in ``skipped_nonfinite``). Torch, transformers and peft are imported here, never
+step, counted in ``skipped_nonfinite``). Long sequences (``fulmen.algorithms.sequence_lengths``):
+``max_seq_len`` defaults to the model's context, a micro-batch over the token budget recomputes
+its activations in the backward, and the transitions dropped for length are logged with their
+lengths each step. A stop request (``fulmen.algorithms.stopping``) ends an update at its next
+safe point without an optimizer step. Torch, transformers and peft are imported here, never
 by ``import fulmen``.
 """
 
@@ -44,6 +48,16 @@ from fulmen.algorithms.policy import (
     token_logprobs,
     update_mode,
 )
+from fulmen.algorithms.sequence_lengths import (
+    describe_plan,
+    is_checkpointed,
+    model_context,
+    overlong_lengths,
+    overlong_warning,
+    padded_tokens,
+    resolve_max_seq_len,
+)
+from fulmen.algorithms.stopping import UpdateStopped
 from fulmen.types.transitions import Transition
 
 __all__ = ["GRPOUpdater"]
@@ -131,6 +145,10 @@ class GRPOUpdater:
             self.model = prepare_policy(model, self.config, adapter_name=adapter_name)
         self.activate()
         self.model.eval()
+        #: The model's context (``None``: its config names none); ``max_seq_len`` defaults to it.
+        self.context_length = model_context(self.model)
+        limit = resolve_max_seq_len(self.config.max_seq_len, self.model)
+        self.config = self.config.model_copy(update={"max_seq_len": limit})
         self.device = policy_device(self.config)
         self._reference = (
             ReferencePolicy(self.model, finetune=self.config.finetune)
@@ -171,6 +189,7 @@ class GRPOUpdater:
         started = time.perf_counter()
         cfg = self.config
         samples, metrics = self._samples(transitions, policy_version)
+        self._report_overlong(transitions, metrics)
         if not samples:
             metrics.update(updated=0.0, step_time_s=time.perf_counter() - started)
             return metrics
@@ -188,6 +207,8 @@ class GRPOUpdater:
                 grad_norm,
                 self.skipped_nonfinite,
             )
+        if self.skipped_nonfinite > skipped:
+            metrics["trained_tokens"] = 0.0  # the step was not taken
         metrics.update(
             updated=0.0 if self.skipped_nonfinite > skipped else 1.0,
             skipped_nonfinite=float(self.skipped_nonfinite - skipped),
@@ -198,6 +219,25 @@ class GRPOUpdater:
             learning_rate=cfg.learning_rate,
         )
         return metrics
+
+    def _report_overlong(
+        self, transitions: Sequence[Transition], metrics: dict[str, float]
+    ) -> None:
+        """Log the transitions dropped for length, with their lengths; the longest in metrics."""
+        limit = self.config.max_seq_len or 0
+        lengths = overlong_lengths(transitions, limit)
+        if lengths:
+            metrics["dropped_overlong_longest"] = float(max(lengths))
+            logger.warning(
+                "GRPO step %d: %s",
+                self.step,
+                overlong_warning(
+                    lengths,
+                    max_seq_len=limit,
+                    context=self.context_length,
+                    option="algorithm.grpo.max_seq_len",
+                ),
+            )
 
     def train_part(self, part: Sequence[TokenSample]) -> None:
         """Train on this rank's share of a step (``parallel.workers.Updater``)."""
@@ -214,8 +254,17 @@ class GRPOUpdater:
         self.activate()
         totals = _Totals()
         grad_norm = 0.0
-        for _ in range(self.config.epochs):
-            self._backward(samples, totals)
+        for epoch in range(self.config.epochs):
+            try:
+                self._backward(samples, totals, describe=epoch == 0)
+            except UpdateStopped:
+                self.optimizer.zero_grad(set_to_none=True)  # no half-accumulated step remains
+                logger.warning(
+                    "GRPO step %d: the update stopped at a safe point (the run is stopping); "
+                    "the weights are those of the last finished step",
+                    self.step,
+                )
+                raise
             if self.collective is not None:
                 self.collective.sum_gradients(self._trainable)
             grad_norm = apply_gradients(self.optimizer, max_grad_norm=self.config.max_grad_norm)
@@ -254,15 +303,27 @@ class GRPOUpdater:
         metrics["step"] = float(self.step)
         return samples, metrics
 
-    def _backward(self, samples: Sequence[TokenSample], totals: _Totals) -> None:
+    def _backward(
+        self, samples: Sequence[TokenSample], totals: _Totals, *, describe: bool = False
+    ) -> None:
+        cfg = self.config
         plan = plan_micro_batches(
-            lengths=[len(s) for s in samples], token_budget=self.config.micro_batch_tokens
+            lengths=[len(s) for s in samples], token_budget=cfg.micro_batch_tokens
         )
-        for group in plan:
+        padded = padded_tokens(plan, [len(s) for s in samples])
+        is_long, line = describe_plan(
+            padded, budget=cfg.micro_batch_tokens, setting=cfg.gradient_checkpointing
+        )
+        if describe:
+            (logger.info if is_long else logger.debug)("GRPO step %d: %s", self.step, line)
+        for group, tokens in zip(plan, padded, strict=True):
             batch = collate([samples[i] for i in group], pad_id=self.pad_token_id)
-            self._accumulate(batch.to(self.device), totals)
+            checkpoint = is_checkpointed(
+                cfg.gradient_checkpointing, padded_tokens=tokens, budget=cfg.micro_batch_tokens
+            )
+            self._accumulate(batch.to(self.device), totals, checkpoint=checkpoint)
 
-    def _accumulate(self, batch: MicroBatch, totals: _Totals) -> None:
+    def _accumulate(self, batch: MicroBatch, totals: _Totals, *, checkpoint: bool) -> None:
         cfg = self.config
         coordinates: dict[str, Any] = {
             "input_ids": batch.input_ids,
@@ -276,7 +337,7 @@ class GRPOUpdater:
         if self._reference is not None:  # eval mode, no graph: before the policy's forward
             with torch.no_grad(), autocast_context(cfg), self._reference.active() as reference:
                 ref_logprobs, _ = token_logprobs(reference, **coordinates)
-        with update_mode(self.model, dropout="lora"):
+        with update_mode(self.model, dropout="lora", checkpoint=checkpoint):
             self._loss_backward(batch, coordinates, ref_logprobs, totals)
 
     def _loss_backward(

@@ -167,7 +167,9 @@ class PPOUpdater(checkpoint.LoraUpdaterFiles[PPOConfig]):
             updated=float(math.isfinite(norm)),
             skipped_nonfinite=float(not math.isfinite(norm)),
             grad_norm=norm,
-            trained_tokens=float(sum(len(c.sample.positions) for c in calls)),
+            trained_tokens=float(sum(len(c.sample.positions) for c in calls))
+            if math.isfinite(norm)
+            else 0.0,  # no optimizer step was taken
             learning_rate=self.config.learning_rate,
             step_time_s=time.perf_counter() - started,
         )

@@ -7,7 +7,10 @@ of a decode step on this CPU. Here the query heads of a group are folded into th
 instead, so one matmul per KV head reads the cache in place; the arithmetic is the same.
 
 :func:`register` adds it to transformers' attention and mask registries under
-:data:`GQA_EAGER` (with eager's mask); registering is idempotent.
+:data:`GQA_EAGER` (with eager's mask); registering is idempotent. It holds a whole
+``[queries x keys]`` score matrix per layer, so it is no longer the engine's default
+(``fulmen serve --attn-implementation eager``): :mod:`fulmen.attention`'s blockwise attention
+serves long prompts and decodes a single query the same way, folded per key-value head.
 """
 
 from __future__ import annotations

@@ -12,6 +12,14 @@ A weight update that touches what a running sequence uses (a full reload, or rep
 removing the adapter it runs on) waits until those sequences finish, and admission pauses
 meanwhile, so every response is produced by one policy version.
 
+Memory is bounded by a KV budget: rows x columns of the padded running batch's cache (every
+row is as wide as the widest). A request is admitted only if the batch, with each sequence at
+its longest (prompt plus ``max_tokens``), stays within ``kv_budget_tokens`` (default
+``max_batch`` full contexts); one that does not waits, and a request alone in an empty batch
+always runs. A prompt is prefilled in chunks of at most ``prefill_chunk_tokens`` (rows x
+columns), appended in place to a cache allocated once for the whole prefill, so the
+activations of a pass stay the size of a chunk whatever the prompt's length.
+
 With a :class:`PrefixCache`, a new sequence takes the KV of its longest cached prompt prefix
 as past keys and values and computes only the rest (see :mod:`.prefill`); its prompt's blocks
 are cached after the prefill, and its prompt plus output when it finishes (the next turn of a
@@ -37,7 +45,13 @@ from fulmen.engines.builtin.errors import APIError, not_found
 from fulmen.engines.builtin.kv_cache import GrowableCache
 from fulmen.engines.builtin.metrics import EngineCounters
 from fulmen.engines.builtin.model import ServedModel
-from fulmen.engines.builtin.prefill import PrefillRow, build_batch, plan_groups, row_kv
+from fulmen.engines.builtin.prefill import (
+    PrefillBatch,
+    PrefillRow,
+    build_batch,
+    plan_groups,
+    row_kv,
+)
 from fulmen.engines.builtin.prefix_cache import PrefixCache
 from fulmen.engines.builtin.sampling import sample
 from fulmen.engines.builtin.sequence import Job, JobFailed, JobStarted, Sequence
@@ -48,6 +62,9 @@ logger = logging.getLogger(__name__)
 
 #: ``touches`` value of an update that changes the base weights (every sequence depends on it).
 ALL_WEIGHTS = "*"
+
+#: Decode steps of spare room in a cache the loop rebuilds (merge, drop): a step writes in place.
+_HEADROOM = 128
 
 
 @dataclass
@@ -67,6 +84,11 @@ class Scheduler:
         threads: torch intra-op threads for the batching thread.
         prefix_cache: reuse the KV of cached prompt prefixes (``None``: recompute every
             prompt).
+        prefill_chunk_tokens: most prompt tokens (rows x columns) one prefill pass computes;
+            longer prompts are prefilled in several passes.
+        kv_budget_tokens: most padded KV columns (rows x widest row, each sequence counted at
+            prompt plus ``max_tokens``) the running batch may reach; ``None``: ``max_batch``
+            times the model's context.
     """
 
     def __init__(
@@ -76,11 +98,19 @@ class Scheduler:
         max_batch: int = 8,
         threads: int = 1,
         prefix_cache: PrefixCache | None = None,
+        prefill_chunk_tokens: int = 2048,
+        kv_budget_tokens: int | None = None,
     ) -> None:
+        if prefill_chunk_tokens < 1:
+            raise ValueError(f"prefill_chunk_tokens must be >= 1, got {prefill_chunk_tokens}")
+        if kv_budget_tokens is not None and kv_budget_tokens < 1:
+            raise ValueError(f"kv_budget_tokens must be >= 1, got {kv_budget_tokens}")
         self.model = model
         self.max_batch = max_batch
         self.threads = threads
         self.prefix_cache = prefix_cache
+        self.prefill_chunk_tokens = prefill_chunk_tokens
+        self.kv_budget_tokens = kv_budget_tokens or max_batch * model.max_model_len
         self.counters = EngineCounters()
         self._waiting: collections.deque[Job] = collections.deque()
         self._updates: collections.deque[_Update] = collections.deque()
@@ -127,6 +157,17 @@ class Scheduler:
     def waiting(self) -> int:
         """Number of requests waiting for admission."""
         return len(self._waiting)
+
+    @property
+    def kv_tokens(self) -> int:
+        """Padded KV columns the running batch holds now (rows x widest row)."""
+        mask = self._mask
+        return 0 if mask is None else int(mask.shape[0] * mask.shape[1])
+
+    @staticmethod
+    def _longest(seq: Sequence) -> int:
+        """Columns ``seq`` can reach: its prompt plus its ``max_tokens``."""
+        return len(seq.job.prompt_ids) + seq.job.params.max_tokens
 
     def _loop(self) -> None:
         torch.set_num_threads(self.threads)
@@ -193,6 +234,7 @@ class Scheduler:
         counters = self.counters
         with self._lock:
             now = time.monotonic() if self._waiting else 0.0
+            widest = max((self._longest(s) for s in [*self._rows, *new]), default=0)
             while self._waiting:
                 job = self._waiting[0]
                 size = len(self._rows) + len(new)
@@ -201,6 +243,10 @@ class Scheduler:
                     continue
                 if size and size + job.n > self.max_batch:
                     break
+                longest = len(job.prompt_ids) + job.params.max_tokens
+                if size and (size + job.n) * max(widest, longest) > self.kv_budget_tokens:
+                    break  # the padded KV cache would outgrow the budget: wait
+                widest = max(widest, longest)
                 self._waiting.popleft()
                 if job.adapter is not None and job.adapter not in self.model.adapters:
                     job.sink(JobFailed(not_found(f"The model `{job.adapter}` does not exist.")))
@@ -224,15 +270,12 @@ class Scheduler:
             rows.append(PrefillRow(seq, seq.namespace, match))
         try:
             for group in plan_groups(rows):
-                batch = build_batch(group, self.model.pad_token_id)
                 seqs = [r.seq for r in group]
-                logits = self.model.forward(
-                    batch.ids,
-                    batch.mask,
-                    batch.positions,
-                    batch.cache,
-                    [s.job.adapter for s in seqs],
+                headroom = min(128, max(s.job.params.max_tokens for s in seqs))
+                batch = build_batch(
+                    group, self.model.pad_token_id, self.model.kv_shape, headroom=headroom
                 )
+                logits = self._prefill_chunks(batch, [s.job.adapter for s in seqs])
                 self.counters.prefill_passes += 1
                 self.counters.prompt_tokens += sum(r.length for r in group)
                 if cache is not None:
@@ -244,6 +287,25 @@ class Scheduler:
             for row in rows:
                 if row.match is not None:
                     row.match.release()
+
+    def _prefill_chunks(self, batch: PrefillBatch, adapters: list[str | None]) -> torch.Tensor:
+        """Run a prefill's columns in chunks of ``prefill_chunk_tokens``; the last one's logits."""
+        rows, width = batch.ids.shape
+        past = batch.mask.shape[1] - width
+        step = max(1, self.prefill_chunk_tokens // rows)
+        logits: torch.Tensor | None = None
+        for start in range(0, width, step):
+            end = min(width, start + step)
+            logits = self.model.forward(
+                batch.ids[:, start:end],
+                batch.mask[:, : past + end],
+                batch.positions[:, start:end],
+                batch.cache,
+                adapters,
+            )
+            self.counters.prefill_chunks += 1
+        assert logits is not None  # a prefill has at least one column
+        return logits
 
     def _remember_prompts(
         self, cache: PrefixCache, group: list[PrefillRow], kv: Any, used: list[int]
@@ -291,18 +353,21 @@ class Scheduler:
             self._rows, self._cache, self._mask = list(new), cache, mask
             return
         width = max(self._mask.shape[1], mask.shape[1])
+        old_rows = len(self._rows)
+        merged = GrowableCache.allocate(
+            self.model.kv_shape,
+            batch=old_rows + len(new),
+            filled=width,
+            capacity=width + _HEADROOM,
+        )
+        layers = zip(merged.pairs(), self._cache.pairs(), cache.pairs(), strict=True)
+        for (keys, values), (old_k, old_v), (new_k, new_v) in layers:
+            for target, old, fresh in ((keys, old_k, new_k), (values, old_v, new_v)):
+                target[:old_rows, :, width - old.shape[2] :] = old
+                target[old_rows:, :, width - fresh.shape[2] :] = fresh
         old_pad, new_pad = width - self._mask.shape[1], width - mask.shape[1]
-        layers = [
-            (
-                torch.cat([F.pad(a.keys, (0, 0, old_pad, 0)), F.pad(b.keys, (0, 0, new_pad, 0))]),
-                torch.cat(
-                    [F.pad(a.values, (0, 0, old_pad, 0)), F.pad(b.values, (0, 0, new_pad, 0))]
-                ),
-            )
-            for a, b in zip(self._cache.layers, cache.layers, strict=True)
-        ]
         self._mask = torch.cat([F.pad(self._mask, (old_pad, 0)), F.pad(mask, (new_pad, 0))])
-        self._cache = GrowableCache(layers)
+        self._cache = merged
         self._rows = [*self._rows, *new]
 
     def _drop_finished(self) -> None:
@@ -317,19 +382,18 @@ class Scheduler:
         if not keep or self._mask is None:
             self._rows, self._cache, self._mask = [], None, None
             return
-        index = torch.tensor(keep, dtype=torch.long)
-        mask = self._mask.index_select(0, index)
+        mask = self._mask.index_select(0, torch.tensor(keep, dtype=torch.long))
         lead = int((mask.sum(dim=0) == 0).long().cumprod(dim=0).sum())
         self._mask = mask[:, lead:]
-        self._cache = GrowableCache(
-            [
-                (
-                    layer.keys.index_select(0, index)[:, :, lead:],
-                    layer.values.index_select(0, index)[:, :, lead:],
-                )
-                for layer in self._cache.layers
-            ]
+        width = self._mask.shape[1]
+        kept = GrowableCache.allocate(
+            self.model.kv_shape, batch=len(keep), filled=width, capacity=width + _HEADROOM
         )
+        for (keys, values), (old_k, old_v) in zip(kept.pairs(), self._cache.pairs(), strict=True):
+            for target, source in ((keys, old_k), (values, old_v)):
+                for row, i in enumerate(keep):
+                    target[row] = source[i, :, lead:]
+        self._cache = kept
         self._rows = [self._rows[i] for i in keep]
 
     def _remember_outputs(self, cache: PrefixCache, finished: list[int]) -> None:

@@ -58,6 +58,7 @@ class EngineCounters:
     """What the batching loop counts: tokens, forward passes, decoded rows, admission waits.
 
     Attributes:
+        prefill_chunks: forward passes of prefills (a long prompt takes several per prefill).
         decode_rows: sequences summed over decode passes (per pass: the batch it decoded).
         queue_wait_s: seconds admitted requests waited in the queue, summed.
         admitted_requests: requests admitted into the running batch.
@@ -66,6 +67,7 @@ class EngineCounters:
     prompt_tokens: int = 0
     generated_tokens: int = 0
     prefill_passes: int = 0
+    prefill_chunks: int = 0
     decode_passes: int = 0
     decode_rows: int = 0
     queue_wait_s: float = 0.0
@@ -88,6 +90,9 @@ def render_metrics(
     bfloat16: bool = False,
     threads: int = 1,
     max_batch: int = 0,
+    kv_tokens: int = 0,
+    kv_budget_tokens: int = 0,
+    kv_bytes_per_token: int = 0,
 ) -> str:
     """Render the counters and gauges in the Prometheus text exposition format."""
     p = "fulmen_engine_"
@@ -96,6 +101,24 @@ def render_metrics(
         _line(p + "threads", "gauge", "Torch threads the batching thread computes with.", threads),
         _line(p + "max_batch", "gauge", "Most sequences decoded together.", max_batch),
         _line(p + "queue_length", "gauge", "Requests waiting for admission.", waiting),
+        _line(
+            p + "kv_tokens",
+            "gauge",
+            "KV columns the running batch holds (rows x widest row, padding included).",
+            kv_tokens,
+        ),
+        _line(
+            p + "kv_budget_tokens",
+            "gauge",
+            "Most KV columns the running batch may reach; requests wait beyond it.",
+            kv_budget_tokens,
+        ),
+        _line(
+            p + "kv_bytes_per_token",
+            "gauge",
+            "Bytes of keys and values per KV column over every layer.",
+            kv_bytes_per_token,
+        ),
         _line(p + "running_sequences", "gauge", "Sequences in the running batch.", running),
         _line(p + "policy_version", "gauge", "Current policy (weights) version.", policy_version),
         _line(
@@ -118,6 +141,12 @@ def render_metrics(
             "counter",
             "Prefill forward passes.",
             counters.prefill_passes,
+        ),
+        _line(
+            p + "prefill_chunks_total",
+            "counter",
+            "Forward passes of prefills (long prompts take several chunks).",
+            counters.prefill_chunks,
         ),
         _line(
             p + "decode_passes_total", "counter", "Decode forward passes.", counters.decode_passes

@@ -12,13 +12,14 @@ that computes fewer padded tokens.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from collections.abc import Sequence as Seq
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from fulmen.engines.builtin.kv_cache import GrowableCache
+from fulmen.engines.builtin.kv_cache import GrowableCache, KVShape
 from fulmen.engines.builtin.prefix_cache import PrefixMatch
 from fulmen.engines.builtin.sequence import Sequence
 
@@ -83,8 +84,14 @@ def plan_groups(rows: Seq[PrefillRow]) -> list[list[PrefillRow]]:
     return groups[::-1]
 
 
-def build_batch(rows: Seq[PrefillRow], pad_token_id: int) -> PrefillBatch:
-    """Lay out one prefill group: cached past KV plus the token columns to compute."""
+def build_batch(
+    rows: Seq[PrefillRow], pad_token_id: int, shape: KVShape, *, headroom: int = 0
+) -> PrefillBatch:
+    """Lay out one prefill group: cached past KV plus the token columns to compute.
+
+    The group's KV cache is allocated once with room for every column of the prefill plus
+    ``headroom`` decode steps; the matched prefixes are copied into it block by block.
+    """
     width = max(r.uncached for r in rows)
     used = [max(0, r.length - width) for r in rows]
     past = max(used)
@@ -96,30 +103,41 @@ def build_batch(rows: Seq[PrefillRow], pad_token_id: int) -> PrefillBatch:
         mask[i, past - u : past] = 1
         mask[i, past + width - len(new) :] = 1
     positions = ((mask.cumsum(1) - 1).clamp(min=0))[:, past:]
-    cache = GrowableCache()
-    if past:
-        first = next(r.match for r, u in zip(rows, used, strict=True) if u and r.match)
-        sample = first.kv(1)
-        layers, _, heads, _, dim = sample.shape
-        buffer = sample.new_zeros((layers, 2, len(rows), heads, past, dim))
-        for i, (row, u) in enumerate(zip(rows, used, strict=True)):
-            if u and row.match is not None:
-                buffer[:, :, i, :, past - u :] = row.match.kv(u)
-        cache = GrowableCache([(buffer[k, 0], buffer[k, 1]) for k in range(layers)])
+    cache = GrowableCache.allocate(
+        shape, batch=len(rows), filled=past, capacity=past + width + headroom
+    )
+    layers = cache.pairs()
+    for i, (row, u) in enumerate(zip(rows, used, strict=True)):
+        if u and row.match is not None:
+            for start, block in row.match.blocks(u):
+                column = past - u + start
+                end = column + block.shape[3]
+                for index, (keys, values) in enumerate(layers):
+                    keys[i, :, column:end] = block[index, 0]
+                    values[i, :, column:end] = block[index, 1]
     return PrefillBatch(ids, mask, positions, cache, used)
 
 
-def row_kv(cache: Any, row: int, length: int, skip: int = 0) -> torch.Tensor:
+def row_kv(cache: Any, row: int, length: int, skip: int = 0) -> Callable[[int, int], torch.Tensor]:
     """KV of the last ``length`` columns of batch row ``row``, minus the first ``skip``.
 
-    Returns ``[layers, 2, kv_heads, length - skip, head_dim]``, the layout the prefix cache
-    stores.
+    Returns a function of ``(start, end)``, columns relative to the first kept one, giving
+    ``[layers, 2, kv_heads, end - start, head_dim]`` (the layout the prefix cache stores): a
+    block at a time, so a long prompt's KV is never gathered whole.
     """
     if length - skip <= 0:
         raise ValueError(f"no columns left: length {length}, skip {skip}")
-    start = -length + skip
-    parts = [
-        torch.stack([layer.keys[row, :, start:], layer.values[row, :, start:]])
-        for layer in cache.layers
-    ]
-    return torch.stack(parts)
+    first = -length + skip
+    layers = list(cache.layers)
+
+    def columns(start: int, end: int) -> torch.Tensor:
+        lo, hi = first + start, first + end
+        parts = [
+            torch.stack(
+                [layer.keys[row, :, lo : hi or None], layer.values[row, :, lo : hi or None]]
+            )
+            for layer in layers
+        ]
+        return torch.stack(parts)
+
+    return columns

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -77,11 +77,21 @@ class PrefixMatch:
 
     def kv(self, length: int) -> torch.Tensor:
         """KV of the first ``length`` matched tokens: ``[layers, 2, kv_heads, length, dim]``."""
-        blocks = -(-length // self.block_size)
-        if blocks > len(self.nodes):
+        return torch.cat([block for _, block in self.blocks(length)], dim=3)
+
+    def blocks(self, length: int) -> Iterator[tuple[int, torch.Tensor]]:
+        """Yield the first ``length`` matched tokens' KV by block: ``(first token, kv)`` pairs.
+
+        Each ``kv`` is ``[layers, 2, kv_heads, n, dim]`` (``n`` is the block size, less in the
+        last block), a view of the cached block: a long prefix is copied once, where it goes.
+        """
+        if length > self.tokens:
             raise ValueError(f"{length} tokens asked of a {self.tokens}-token match")
-        tensors = [n.kv for n in self.nodes[:blocks] if n.kv is not None]
-        return torch.cat(tensors, dim=3)[:, :, :, :length]
+        size = self.block_size
+        for index, node in enumerate(self.nodes[: -(-length // size)]):
+            if node.kv is not None:
+                start = index * size
+                yield start, node.kv[:, :, :, : min(size, length - start)]
 
     def release(self) -> None:
         """Unpin the matched blocks (they become evictable again); idempotent."""
@@ -148,37 +158,51 @@ class PrefixCache:
         return found
 
     def insert(
-        self, namespace: Hashable, tokens: Sequence[int], kv: torch.Tensor, *, offset: int = 0
+        self,
+        namespace: Hashable,
+        tokens: Sequence[int],
+        kv: torch.Tensor | Callable[[int, int], torch.Tensor],
+        *,
+        offset: int = 0,
     ) -> int:
         """Cache the whole blocks of ``tokens``; ``kv[:, :, :, j]`` is token ``offset + j``.
 
-        ``kv`` has shape ``[layers, 2, kv_heads, len(tokens) - offset, head_dim]``. Blocks
+        ``kv`` has shape ``[layers, 2, kv_heads, len(tokens) - offset, head_dim]``, or is a
+        function of ``(start, end)`` returning that slice (columns relative to ``offset``), so
+        a long prompt's KV is gathered a block at a time rather than copied whole. Blocks
         starting before ``offset`` are not in ``kv``: they are only walked if already cached
         (the walk stops at the first one that is not). Blocks already cached are kept and
-        marked as used. Returns how many blocks were added; evicts least recently used blocks
-        if the bound is exceeded afterwards.
+        marked as used. No more blocks are walked than the bound holds (a prefix longer than
+        the whole cache keeps its start). Returns how many blocks were added; evicts least
+        recently used blocks if the bound is exceeded afterwards.
         """
-        if kv.shape[3] != len(tokens) - offset:
+        if isinstance(kv, torch.Tensor) and kv.shape[3] != len(tokens) - offset:
             raise ValueError(f"KV for {kv.shape[3]} tokens given for {len(tokens) - offset}")
+        kv_of = _slicer(kv) if isinstance(kv, torch.Tensor) else kv
         if self.max_bytes == 0:
             return 0
         parent = self._root(namespace)
         tick = next(self._clock)
         added = 0
         size = self.block_size
+        room: int | None = None  # blocks the bound holds, known once one block's size is
         for index, block in enumerate(self._blocks(tokens, len(tokens))):
+            if room is not None and index >= room:
+                break
             key = (parent.uid, block)
             node = self._nodes.get(key)
             start = index * size - offset
             if node is None:
                 if start < 0:
                     break
-                block_kv = kv[:, :, :, start : start + size].clone()
+                block_kv = kv_of(start, start + size).clone()
                 node = _Node(next(self._ids), key, parent, block_kv, namespace)
                 self._nodes[key] = node
                 parent.children += 1
                 self.bytes += _nbytes(node)
                 added += 1
+            if room is None and node.kv is not None:
+                room = max(1, self.max_bytes // max(1, _nbytes(node)))
             node.tick = tick
             parent = node
         self.stats.inserted_blocks += added
@@ -224,6 +248,15 @@ class PrefixCache:
             del self._roots[ns]
         self.stats.invalidated_blocks += len(dropped)
         return len(dropped)
+
+
+def _slicer(kv: torch.Tensor) -> Callable[[int, int], torch.Tensor]:
+    """Return a function of ``(start, end)`` slicing ``kv``'s token columns."""
+
+    def columns(start: int, end: int) -> torch.Tensor:
+        return kv[:, :, :, start:end]
+
+    return columns
 
 
 def _nbytes(node: _Node) -> int:

@@ -146,15 +146,25 @@ def sampling_params(
     """Build sampling parameters, enforcing the context limit with a 400 error."""
     _refuse_unsupported(req)
     max_tokens = req.max_completion_tokens or req.max_tokens
+    param = "messages" if isinstance(req, ChatRequest) else "prompt"
+    if prompt_len >= max_model_len:
+        raise APIError(
+            f"This model's maximum context length is {max_model_len} tokens. However, your "
+            f"prompt is {prompt_len} tokens long, which leaves no room for a completion "
+            f"(the context holds the prompt and the completion: at most {max_model_len - 1} "
+            "prompt tokens). Please reduce the length of the messages or prompt, or serve a "
+            "model with a longer context.",
+            param=param,
+        )
     if max_tokens is None:
         max_tokens = max_model_len - prompt_len
-    if prompt_len + max_tokens > max_model_len or max_tokens < 1:
+    if prompt_len + max_tokens > max_model_len:
         raise APIError(
             f"This model's maximum context length is {max_model_len} tokens. However, you "
             f"requested {prompt_len + max_tokens} tokens ({prompt_len} in the messages, "
             f"{max_tokens} in the completion). Please reduce the length of the messages or "
             "completion.",
-            param="messages" if isinstance(req, ChatRequest) else "prompt",
+            param=param,
         )
     stop = (req.stop,) if isinstance(req.stop, str) else tuple(s for s in req.stop or () if s)
     if isinstance(req, ChatRequest):

