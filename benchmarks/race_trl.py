@@ -1,0 +1,490 @@
+"""fulmen (``fulmen train``) against TRL's ``GRPOTrainer`` on Reasoning Gym, on one wall clock.
+
+Both trainers get the same base model, LoRA rank and target modules, group size, tasks per
+step, completion length, sampling temperature, training tasks, wall-clock budget and learning
+rate grid; each runs in its own process, one after the other. Each saves its adapter as
+training goes; the held-out accuracy (greedy, the same evaluator and the dataset's own
+``score_answer`` for both) is measured afterwards, outside the budget, at fixed minutes: the
+state after the last step that ended by that minute. Every point goes to
+``OUT/results.jsonl``; the summary (best learning rate per trainer, means over seeds, the time
+each needs to reach TRL's final accuracy and its ratio, the final paired gain with its standard
+error, rollout tokens per second, update seconds per step) is printed as one JSON line and the
+curves are drawn to ``OUT/race.png``.
+
+    python benchmarks/race_trl.py --dataset leg_counting --out runs/race        # the full race
+    python benchmarks/race_trl.py --ci --out /tmp/race                          # two steps each
+
+TRL's side is written as TRL's own GRPO quick start, on the CPU (``use_cpu=True``), with the
+shared knobs set to the race's values and everything else at TRL's defaults (``trl_args``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import math
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+CI_ARITHMETIC = {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1}
+
+
+def _args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--dataset", action="append", help="Reasoning Gym dataset (repeatable)")
+    p.add_argument("--dataset-config", default="{}", help="JSON config of the dataset(s)")
+    p.add_argument("--model", default="gemma-3-270m", help="fulmen model name or HF directory")
+    p.add_argument("--budget-min", type=float, default=30.0, help="training wall clock, minutes")
+    p.add_argument("--marks", default="0,5,10,20,30", help="minutes to measure at")
+    p.add_argument("--seeds", default="0,1,2")
+    p.add_argument("--lrs", default="1e-5,5e-5", help="the learning-rate grid (both trainers)")
+    p.add_argument("--group-size", type=int, default=8)
+    p.add_argument("--tasks-per-step", type=int, default=4)
+    p.add_argument("--completion-length", type=int, default=32)
+    p.add_argument("--heldout", type=int, default=128)
+    p.add_argument("--train-size", type=int, default=2000)
+    p.add_argument("--lora-r", type=int, default=16)
+    p.add_argument("--lora-targets", default="q_proj,k_proj,v_proj,o_proj")
+    p.add_argument("--answer-format", default="raw", choices=["raw", "tag"])
+    p.add_argument("--trainers", default="trl,fulmen")
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--max-steps", type=int, default=None, help="stop each run after N steps")
+    p.add_argument("--ci", action="store_true", help="two steps each, tiny model, one seed")
+    p.add_argument("--side", help=argparse.SUPPRESS)  # internal: run one TRL training
+    args = p.parse_args(argv)
+    if args.ci:
+        args.dataset = args.dataset or ["basic_arithmetic"]
+        if args.dataset_config == "{}":
+            args.dataset_config = json.dumps(CI_ARITHMETIC)
+        args.model, args.seeds, args.lrs, args.max_steps = "tiny", "0", "1e-3", 2
+        args.heldout, args.train_size, args.group_size, args.tasks_per_step = 8, 32, 4, 2
+        args.completion_length, args.budget_min, args.marks = 8, 5.0, "0,5"
+    if not args.dataset:
+        p.error("give --dataset NAME (a Reasoning Gym dataset), or --ci")
+    return args
+
+
+def environment(args: argparse.Namespace, dataset: str) -> dict[str, Any]:
+    """The Reasoning Gym section both trainers draw their tasks and held-out set from."""
+    return {
+        "library": "reasoning_gym",
+        "dataset": dataset,
+        "config": json.loads(args.dataset_config),
+        "train_size": args.train_size,
+        "val_size": args.heldout,
+        "answer_format": args.answer_format,
+    }
+
+
+def messages(task: dict[str, Any]) -> list[dict[str, str]]:
+    """The built-in agent's prompt of a task: the system prompt, then the question."""
+    return [
+        {"role": "system", "content": task["agent"]["system_prompt"]},
+        {"role": "user", "content": task["question"]},
+    ]
+
+
+# ---- fulmen's side: `fulmen train` on a config written for the run --------------------------
+
+
+def run_fulmen(args: argparse.Namespace, dataset: str, lr: float, seed: int, run: Path) -> None:
+    """Train with ``fulmen train`` for the budget; adapters land in ``run/adapters``."""
+    import yaml
+
+    steps = args.max_steps or 1_000_000
+    config = {
+        "model": args.model,
+        "run_dir": str(run),
+        "seed": seed,
+        "environment": {**environment(args, dataset), "val_size": 0},
+        "engine": {"max_batch": args.tasks_per_step * args.group_size},
+        "rollouts": {
+            "concurrency": args.tasks_per_step * args.group_size,
+            "train_sampling": {"temperature": 1.0, "max_tokens": args.completion_length},
+        },
+        "algorithm": {
+            "steps": steps,
+            "tasks_per_step": args.tasks_per_step,
+            "group_size": args.group_size,
+            "max_minutes": None if args.max_steps else args.budget_min,
+            "grpo": {
+                "learning_rate": lr,
+                "lora": {
+                    "r": args.lora_r,
+                    "alpha": 2 * args.lora_r,
+                    "target_modules": args.lora_targets.split(","),
+                },
+            },
+        },
+    }
+    run.mkdir(parents=True, exist_ok=True)
+    (run / "race.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
+    argv = [sys.executable, "-m", "fulmen", "train", str(run / "race.yaml")]
+    subprocess.run(argv, check=True, stdout=subprocess.DEVNULL)
+
+
+def fulmen_checkpoints(run: Path) -> tuple[list[tuple[float, Path]], dict[str, float]]:
+    """(seconds since the first step began, adapter) per step, and the run's throughput."""
+    from fulmen.trainer.metrics import read_metrics
+
+    steps = [r for r in read_metrics(run / "metrics.jsonl") if "time/step_s" in r]
+    start = steps[0]["time"] - steps[0]["time/step_s"]
+    points = [(r["time"] - start, run / "adapters" / f"step-{int(r['step']):05d}") for r in steps]
+    rollout_s = sum(r["time/rollout_s"] for r in steps)
+    return points, {
+        "steps": len(steps),
+        "rollout_tokens_per_s": sum(r.get("trained_tokens", 0.0) for r in steps) / rollout_s,
+        "update_s_per_step": statistics.fmean(r["time/train_s"] for r in steps),
+    }
+
+
+# ---- TRL's side: GRPOTrainer as its quick start writes it, on the CPU -----------------------
+
+
+def trl_args(args: argparse.Namespace, lr: float, seed: int, run: Path) -> dict[str, Any]:
+    """TRL's ``GRPOConfig``: the race's shared knobs; TRL's defaults for everything else."""
+    return {
+        "output_dir": str(run),
+        "use_cpu": True,
+        "bf16": False,  # float32, as fulmen's updater computes by default
+        "learning_rate": lr,
+        "per_device_train_batch_size": args.tasks_per_step * args.group_size,
+        "num_generations": args.group_size,
+        "max_completion_length": args.completion_length,
+        "temperature": 1.0,
+        "max_steps": args.max_steps or 1_000_000,
+        "seed": seed,
+        "logging_steps": 1,
+        "save_strategy": "no",
+        "report_to": "none",
+    }
+
+
+def run_trl(args: argparse.Namespace, dataset: str, lr: float, seed: int, run: Path) -> None:
+    """Train TRL's ``GRPOTrainer`` in its own process (``--side trl``)."""
+    spec = {"dataset": dataset, "lr": lr, "seed": seed, "run": str(run)}
+    argv = [sys.executable, __file__, *sys.argv[1:], "--side", json.dumps(spec)]
+    subprocess.run(argv, check=True)
+
+
+def trl_side(args: argparse.Namespace, spec: dict[str, Any]) -> None:
+    """One TRL run: the budget enforced and the adapter kept after every step by a callback."""
+    from datasets import Dataset
+    from peft import LoraConfig
+    from transformers import TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    from fulmen.engines.models import resolve_model
+    from fulmen.environments.config import EnvironmentAdapter
+    from fulmen.environments.reasoning_gym import reasoning_gym_tasks, score_reply
+
+    run = Path(spec["run"])
+    config = EnvironmentAdapter.validate_python(
+        {**environment(args, spec["dataset"]), "val_size": 0}
+    )
+    tasks = reasoning_gym_tasks(config, "train")  # type: ignore[arg-type]
+    rows = [{"prompt": messages(t), "task": json.dumps(t)} for t in tasks]
+
+    def reasoning_gym_reward(completions: list[Any], task: list[str], **_: Any) -> list[float]:
+        return [
+            score_reply(json.loads(t), c[0]["content"] if isinstance(c, list) else c)
+            for c, t in zip(completions, task, strict=True)
+        ]
+
+    class Clock(TrainerCallback):
+        """Stops at the budget; saves each step's adapter with its time since training began."""
+
+        def __init__(self) -> None:
+            self.start = 0.0
+            self.points: list[dict[str, Any]] = []
+
+        def on_train_begin(self, *_: Any, **__: Any) -> None:
+            self.start = time.monotonic()
+
+        def on_step_end(
+            self, _a: Any, state: Any, control: Any, model: Any = None, **__: Any
+        ) -> None:
+            elapsed = time.monotonic() - self.start
+            path = run / "adapters" / f"step-{state.global_step:05d}"
+            model.save_pretrained(path)
+            self.points.append({"step": state.global_step, "seconds": elapsed, "path": str(path)})
+            if elapsed >= args.budget_min * 60 and not args.max_steps:
+                control.should_training_stop = True
+
+    clock = Clock()
+    lora = LoraConfig(
+        r=args.lora_r, lora_alpha=2 * args.lora_r, target_modules=args.lora_targets.split(",")
+    )
+    trainer = GRPOTrainer(
+        model=str(resolve_model(args.model)),
+        reward_funcs=reasoning_gym_reward,
+        args=GRPOConfig(**trl_args(args, spec["lr"], spec["seed"], run)),
+        train_dataset=Dataset.from_list(rows),
+        peft_config=lora,
+        callbacks=[clock],
+    )
+    generation_s = _time_generation(trainer)
+    trainer.train()
+    logs = [h for h in trainer.state.log_history if "completions/mean_length" in h]
+    tokens = sum(h["completions/mean_length"] for h in logs) * args.tasks_per_step * args.group_size
+    train_s = clock.points[-1]["seconds"]
+    summary = {
+        "points": clock.points,
+        "steps": len(clock.points),
+        "rollout_tokens_per_s": tokens / max(generation_s[0], 1e-9),
+        "update_s_per_step": (train_s - generation_s[0]) / len(clock.points),
+    }
+    (run / "trl.json").write_text(json.dumps(summary), encoding="utf-8")
+
+
+def _time_generation(trainer: Any) -> list[float]:
+    """Add up the time TRL spends generating (its ``_generate``), to split rollout and update."""
+    total = [0.0]
+    generate = trainer._generate  # TRL 1.16's generation step (TRL is pinned below 1.17)
+
+    def timed(*a: Any, **k: Any) -> Any:
+        began = time.monotonic()
+        try:
+            return generate(*a, **k)
+        finally:
+            total[0] += time.monotonic() - began
+
+    trainer._generate = timed
+    return total
+
+
+# ---- the held-out evaluation, the same for both ---------------------------------------------
+
+
+def evaluate(
+    args: argparse.Namespace, heldout: list[dict[str, Any]], adapter: Path | None
+) -> dict[str, float]:
+    """Greedy held-out accuracy (score 1) and mean score of the base model with ``adapter``."""
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from fulmen.engines.models import resolve_model
+    from fulmen.environments.reasoning_gym import score_reply
+
+    path = resolve_model(args.model)
+    tokenizer = AutoTokenizer.from_pretrained(path, padding_side="left")
+    model: Any = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    if adapter is not None:
+        model = PeftModel.from_pretrained(model, str(adapter))
+    model.eval()
+    scores: list[float] = []
+    for start in range(0, len(heldout), 16):
+        batch = heldout[start : start + 16]
+        prompts = [
+            tokenizer.apply_chat_template(messages(t), tokenize=False, add_generation_prompt=True)
+            for t in batch
+        ]
+        encoded = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+        with torch.no_grad():
+            out = model.generate(
+                **encoded,
+                max_new_tokens=args.completion_length,
+                do_sample=False,
+                pad_token_id=tokenizer.pad_token_id or tokenizer.eos_token_id,
+            )
+        for task, ids in zip(batch, out[:, encoded["input_ids"].shape[1] :], strict=True):
+            scores.append(score_reply(task, tokenizer.decode(ids, skip_special_tokens=True)))
+    return {
+        "accuracy": sum(s >= 1.0 for s in scores) / len(scores),
+        "score": statistics.fmean(scores),
+    }
+
+
+def at_mark(points: list[tuple[float, Path]], minute: float) -> Path | None:
+    """The adapter after the last step that ended by ``minute`` (``None``: the base model)."""
+    done = [path for seconds, path in points if seconds <= minute * 60]
+    return done[-1] if done else None
+
+
+# ---- the whole race and its summary ---------------------------------------------------------
+
+
+def race(args: argparse.Namespace) -> dict[str, Any]:
+    from fulmen.environments.config import EnvironmentAdapter
+    from fulmen.environments.reasoning_gym import reasoning_gym_tasks
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    results = args.out / "results.jsonl"
+    marks = [float(m) for m in args.marks.split(",")]
+    for dataset in args.dataset:
+        config = EnvironmentAdapter.validate_python(environment(args, dataset))
+        heldout = reasoning_gym_tasks(config, "val")  # type: ignore[arg-type]
+        base = evaluate(args, heldout, None)
+        for trainer in args.trainers.split(","):
+            for lr in (float(x) for x in args.lrs.split(",")):
+                for seed in (int(s) for s in args.seeds.split(",")):
+                    run = args.out / dataset / trainer / f"lr{lr:g}" / f"seed{seed}"
+                    (run_fulmen if trainer == "fulmen" else run_trl)(args, dataset, lr, seed, run)
+                    if trainer == "fulmen":
+                        points, speed = fulmen_checkpoints(run)
+                    else:
+                        summary = json.loads((run / "trl.json").read_text())
+                        points = [(p["seconds"], Path(p["path"])) for p in summary.pop("points")]
+                        speed = summary
+                    row = {"dataset": dataset, "trainer": trainer, "lr": lr, "seed": seed}
+                    _append(results, {**row, "kind": "speed", **speed})
+                    for minute in marks:
+                        adapter = at_mark(points, minute)
+                        measured = base if adapter is None else evaluate(args, heldout, adapter)
+                        step = 0 if adapter is None else int(adapter.name.split("-")[1])
+                        _append(
+                            results,
+                            {**row, "kind": "point", "minute": minute, "step": step, **measured},
+                        )
+    summary = summarize([json.loads(line) for line in results.read_text().splitlines()], marks)
+    plot(summary, args.out / "race.png")
+    return summary
+
+
+def _append(path: Path, record: dict[str, Any]) -> None:
+    with path.open("a", encoding="utf-8") as f:
+        f.write(json.dumps(record) + "\n")
+
+
+def _mean_se(values: list[float]) -> tuple[float, float]:
+    mean = statistics.fmean(values)
+    se = statistics.stdev(values) / math.sqrt(len(values)) if len(values) > 1 else 0.0
+    return mean, se
+
+
+def _time_to(curve: list[tuple[float, float]], target: float) -> float | None:
+    """The first minute ``curve`` (minute, accuracy) reaches ``target``, linearly between marks."""
+    if not curve:
+        return None
+    if curve[0][1] >= target:
+        return curve[0][0]
+    for (m0, a0), (m1, a1) in itertools.pairwise(curve):
+        if a1 >= target:  # a0 < target <= a1
+            return m0 + (m1 - m0) * (target - a0) / (a1 - a0)
+    return None
+
+
+def summarize(records: list[dict[str, Any]], marks: list[float]) -> dict[str, Any]:
+    """Per dataset: each trainer at its best rate, its curve over seeds, and the comparisons."""
+    out: dict[str, Any] = {}
+    points = [r for r in records if r["kind"] == "point"]
+    for dataset in sorted({r["dataset"] for r in points}):
+        best: dict[str, Any] = {}
+        for trainer in sorted({r["trainer"] for r in points if r["dataset"] == dataset}):
+            mine = [r for r in points if (r["dataset"], r["trainer"]) == (dataset, trainer)]
+            final = max(marks)
+            by_lr = {
+                lr: statistics.fmean(
+                    r["accuracy"] for r in mine if r["lr"] == lr and r["minute"] == final
+                )
+                for lr in {r["lr"] for r in mine}
+            }
+            lr = max(by_lr, key=lambda x: by_lr[x])
+            chosen = [r for r in mine if r["lr"] == lr]
+            seeds = sorted({r["seed"] for r in chosen})
+            curve = {
+                m: _mean_se([r["accuracy"] for r in chosen if r["minute"] == m]) for m in marks
+            }
+            per_seed = {
+                s: [
+                    (m, next(r["accuracy"] for r in chosen if r["seed"] == s and r["minute"] == m))
+                    for m in marks
+                ]
+                for s in seeds
+            }
+            speed = [
+                r
+                for r in records
+                if r["kind"] == "speed"
+                and (r["dataset"], r["trainer"], r["lr"]) == (dataset, trainer, lr)
+            ]
+            best[trainer] = {
+                "lr": lr,
+                "lr_grid": by_lr,
+                "accuracy": {str(m): {"mean": v[0], "se": v[1]} for m, v in curve.items()},
+                "per_seed": per_seed,
+                "rollout_tokens_per_s": statistics.fmean(r["rollout_tokens_per_s"] for r in speed),
+                "update_s_per_step": statistics.fmean(r["update_s_per_step"] for r in speed),
+                "steps": statistics.fmean(r["steps"] for r in speed),
+            }
+        out[dataset] = {"trainers": best, **_compare(best, marks)}
+    return out
+
+
+def _compare(best: dict[str, Any], marks: list[float]) -> dict[str, Any]:
+    if not {"fulmen", "trl"} <= set(best):
+        return {}
+    final = str(max(marks))
+    target = best["trl"]["accuracy"][final]["mean"]
+    times = {
+        t: [_time_to(c, target) for c in best[t]["per_seed"].values()] for t in ("fulmen", "trl")
+    }
+    mean_time = {
+        t: (statistics.fmean(v) if v and None not in v else None) for t, v in times.items()
+    }
+    ratio = None
+    if mean_time["fulmen"] is not None and mean_time["trl"]:
+        ratio = mean_time["fulmen"] / mean_time["trl"]
+    seeds = sorted(set(best["fulmen"]["per_seed"]) & set(best["trl"]["per_seed"]))
+    gains = [
+        best["fulmen"]["per_seed"][s][-1][1] - best["trl"]["per_seed"][s][-1][1] for s in seeds
+    ]
+    gain, se = _mean_se(gains) if gains else (float("nan"), float("nan"))
+    return {
+        "trl_final_accuracy": target,
+        "minutes_to_trl_final": mean_time,
+        "time_ratio_fulmen_over_trl": ratio,
+        "final_gain": gain,
+        "final_gain_se": se,
+        "gain_shown": bool(gains) and se > 0 and gain >= 2 * se,
+    }
+
+
+def plot(summary: dict[str, Any], path: Path) -> None:
+    """Both trainers' held-out accuracy over minutes (mean ± SE over seeds), one panel a dataset."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(summary), figsize=(5 * len(summary), 3.6), squeeze=False)
+    for ax, (dataset, found) in zip(axes[0], summary.items(), strict=True):
+        for trainer, data in found["trainers"].items():
+            minutes = [float(m) for m in data["accuracy"]]
+            mean = [v["mean"] for v in data["accuracy"].values()]
+            se = [v["se"] for v in data["accuracy"].values()]
+            ax.plot(minutes, mean, marker="o", label=f"{trainer} (lr {data['lr']:g})")
+            ax.fill_between(
+                minutes,
+                [m - s for m, s in zip(mean, se, strict=True)],
+                [m + s for m, s in zip(mean, se, strict=True)],
+                alpha=0.2,
+            )
+        ax.set_title(dataset)
+        ax.set_xlabel("training wall clock (min)")
+        ax.set_ylabel("held-out accuracy (greedy)")
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main() -> int:
+    args = _args()
+    if args.side:
+        trl_side(args, json.loads(args.side))
+        return 0
+    summary = race(args)
+    print(json.dumps({"race": summary, "out": str(args.out)}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,52 @@
+"""``benchmarks/race_trl.py --ci``: both trainers, two steps each on the tiny model.
+
+fulmen (``fulmen train``) and TRL's ``GRPOTrainer`` each train two steps on the same Reasoning
+Gym tasks; every adapter is measured on the same held-out problems at the fixed minutes, and
+the summary, the JSON-lines record and the plot are written. Asserts what was run and
+recorded, never how fast or how well.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("trl")
+pytest.importorskip("reasoning_gym")
+pytest.importorskip("matplotlib")
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.slow
+def test_ci_mode_races_both_trainers_two_steps(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "race_trl.py"), "--ci", "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=ROOT,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    summary = json.loads(done.stdout.strip().splitlines()[-1])["race"]["basic_arithmetic"]
+    records = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
+    for trainer in ("fulmen", "trl"):
+        speed = [r for r in records if r["kind"] == "speed" and r["trainer"] == trainer]
+        assert [r["steps"] for r in speed] == [2]
+        assert speed[0]["rollout_tokens_per_s"] > 0 and speed[0]["update_s_per_step"] > 0
+        points = {
+            r["minute"]: r for r in records if r["kind"] == "point" and r["trainer"] == trainer
+        }
+        assert set(points) == {0.0, 5.0}
+        assert points[0.0]["step"] == 0 and points[5.0]["step"] == 2  # base, then both steps
+        assert 0.0 <= points[5.0]["accuracy"] <= 1.0 and 0.0 <= points[5.0]["score"] <= 1.0
+        assert summary["trainers"][trainer]["lr_grid"]
+    # The held-out set is the same for both: the base model scores the same at minute 0.
+    base = {r["trainer"]: r["score"] for r in records if r["kind"] == "point" and r["minute"] == 0}
+    assert base["fulmen"] == base["trl"]
+    assert {"final_gain", "final_gain_se", "time_ratio_fulmen_over_trl"} <= set(summary)
+    assert (tmp_path / "race.png").stat().st_size > 0
