@@ -10,6 +10,8 @@ embedding program can hand any component its own settings. Variables:
 ``FULMEN_STORE_DB``         the backend ``fulmen store serve`` serves
 ``FULMEN_GATEWAY_TOKEN``    bearer token the gateway requires and runners send (``FULMEN_TOKEN``
                             is read when it is unset, for older setups)
+``FULMEN_ENGINE_TOKEN``     the built-in engine's admin token (``fulmen serve``): its routes that
+                            change the served weights require it; vLLM gets it as its API key
 ``FULMEN_CACHE_DIR``        where built models are cached (default ``~/.cache/fulmen/models``)
 ``FULMEN_SPILL_DIR``        where runners and gateways spill records while the store is away
                             (default ``~/.cache/fulmen/spill``)
@@ -68,6 +70,7 @@ class Settings:
         store_token: ``$FULMEN_STORE_TOKEN``.
         store_db: ``$FULMEN_STORE_DB``.
         gateway_token: ``$FULMEN_GATEWAY_TOKEN``, else ``$FULMEN_TOKEN``.
+        engine_token: ``$FULMEN_ENGINE_TOKEN``.
         cache_dir: ``$FULMEN_CACHE_DIR``, else ``~/.cache/fulmen/models``.
         spill_dir: ``$FULMEN_SPILL_DIR``, else ``~/.cache/fulmen/spill``.
         vllm_python: ``$FULMEN_VLLM_PYTHON``.
@@ -79,6 +82,7 @@ class Settings:
     store_token: str | None = None
     store_db: str | None = None
     gateway_token: str | None = None
+    engine_token: str | None = None
     cache_dir: Path = field(default_factory=lambda: _default_cache_root() / "models")
     spill_dir: Path = field(default_factory=lambda: _default_cache_root() / "spill")
     vllm_python: str | None = None
@@ -95,6 +99,7 @@ class Settings:
             store_token=_get(env, "FULMEN_STORE_TOKEN"),
             store_db=_get(env, "FULMEN_STORE_DB"),
             gateway_token=_get(env, "FULMEN_GATEWAY_TOKEN") or _get(env, "FULMEN_TOKEN"),
+            engine_token=_get(env, "FULMEN_ENGINE_TOKEN"),
             cache_dir=Path(cache).expanduser() if cache else _default_cache_root() / "models",
             spill_dir=Path(spill).expanduser() if spill else _default_cache_root() / "spill",
             vllm_python=_get(env, "FULMEN_VLLM_PYTHON"),

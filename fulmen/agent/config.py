@@ -29,7 +29,8 @@ class RunnerConfig(BaseModel):
         gateway_url: the gateway's base URL; the ``llm`` resource then points at
             ``{gateway_url}/rollout/{r}/attempt/{a}/v1`` (without it, at the upstream itself,
             and calls are not recorded).
-        gateway_api_key: the key agents send to the gateway (if it requires one).
+        gateway_api_key: the gateway's token (if it requires one). The runner keeps it; each
+            attempt's agent gets a key minted from it that is valid for that attempt only.
         modes: claim only rollouts of these modes (default: all).
         poll_interval: seconds between claims while the queue is empty.
         heartbeat_interval: seconds between heartbeats; keep it well below the rollouts'

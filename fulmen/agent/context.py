@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 from fulmen.errors import ConfigError
 from fulmen.types import LLMResource, PromptTemplate
+from fulmen.types.attempt_keys import url_key
 
 if TYPE_CHECKING:
     from fulmen.types import Attempt, Mode, Resources, Rollout
@@ -27,9 +28,18 @@ _R = TypeVar("_R", LLMResource, PromptTemplate)
 _NO_KEY = "fulmen-no-key"
 
 
-def rollout_base_url(gateway_url: str, rollout_id: str, attempt_id: str) -> str:
-    """Return the gateway URL recording calls of one attempt (``.../rollout/r/attempt/a/v1``)."""
-    return f"{gateway_url.rstrip('/')}/rollout/{rollout_id}/attempt/{attempt_id}/v1"
+def rollout_base_url(
+    gateway_url: str, rollout_id: str, attempt_id: str, key: str | None = None
+) -> str:
+    """Return the gateway URL recording calls of one attempt (``.../rollout/r/attempt/a/v1``).
+
+    With the attempt's ``key``, its URL form goes into the path
+    (``.../attempt/a/key/MAC/v1``): the URL alone then opens the attempt, whatever API key the
+    client sends (``fulmen.types.attempt_keys``).
+    """
+    path = f"{gateway_url.rstrip('/')}/rollout/{rollout_id}/attempt/{attempt_id}"
+    mac = url_key(key) if key is not None else None
+    return f"{path}/key/{mac}/v1" if mac is not None else f"{path}/v1"
 
 
 class LLM(BaseModel):
@@ -88,8 +98,13 @@ class RolloutContext:
         """List the names of the resources of this rollout's version."""
         return sorted(self.resources.resources) if self.resources is not None else []
 
-    def llm(self, name: str | None = None) -> LLM:
-        """Return LLM resource ``name`` (default: the one named ``llm``, or the only one)."""
+    def llm(self, name: str | None = None, *, key_in_url: bool = True) -> LLM:
+        """Return LLM resource ``name`` (default: the one named ``llm``, or the only one).
+
+        Its ``base_url`` carries the attempt's key (``key_in_url``), so that a client sending
+        an API key of its own still reaches the attempt; a command agent, whose command lines
+        other processes may read, gets the URL without it and the key apart.
+        """
         resource = self._pick(LLMResource, name, "llm")
         key, res = resource
         sampling = {**res.sampling.get("default", {}), **res.sampling.get(self.mode.value, {})}
@@ -104,7 +119,12 @@ class RolloutContext:
             )
         return LLM(
             name=key,
-            base_url=rollout_base_url(self.gateway_url, self.rollout_id, self.attempt_id),
+            base_url=rollout_base_url(
+                self.gateway_url,
+                self.rollout_id,
+                self.attempt_id,
+                self.gateway_api_key if key_in_url else None,
+            ),
             model=res.model,
             api_key=self.gateway_api_key or res.api_key or _NO_KEY,
             sampling=sampling,

@@ -46,6 +46,7 @@ from fulmen.tracing.instrumentation import instrument, uninstrument
 from fulmen.tracing.provider import create_provider, provider_tracer
 from fulmen.tracing.tasks import cancel_and_wait
 from fulmen.types import AttemptStatus, Mode
+from fulmen.types.attempt_keys import mint_attempt_key
 
 if TYPE_CHECKING:
     import httpx
@@ -99,6 +100,13 @@ class Runner:
         self.store = store
         if isinstance(agent, CommandAgentConfig):  # a program run per rollout
             agent = CommandAgent(agent)
+        unguarded = self.config.gateway_url is not None and self.config.gateway_api_key is None
+        if isinstance(agent, CommandAgent) and unguarded:
+            logger.warning(
+                "command agents run behind a gateway without a token: every rollout may call "
+                "as any other and post any rollout's reward; give the gateway and the runners "
+                "a token ($FULMEN_GATEWAY_TOKEN, docs/security.md)"
+            )
         self.target = RolloutTarget.of(agent)
         self._check_isolation()
         self.stats = RunnerStats()
@@ -298,6 +306,18 @@ class Runner:
             self._running.pop(attempt_id, None)
             self._wake.set()
 
+    def _attempt_key(self, claim: Claim) -> str | None:
+        """Return the key the attempt's agent gets: valid for this attempt only.
+
+        The gateway's token stays with the runner (it flushes the gateway with it); the agent
+        gets a key minted from it that the gateway accepts on this attempt's model paths and
+        for its own rewards, while the attempt runs (``fulmen.types.attempt_keys``).
+        """
+        token = self.config.gateway_api_key
+        if token is None:
+            return None
+        return mint_attempt_key(token, claim.rollout.rollout_id, claim.attempt.attempt_id)
+
     async def _execute(self, claim: Claim) -> RolloutResult:
         telemetry = self._telemetry
         if telemetry is None:
@@ -307,7 +327,7 @@ class Runner:
             attempt=claim.attempt,
             resources=await self._get_resources(claim.rollout.resources_version),
             gateway_url=self.config.gateway_url,
-            gateway_api_key=self.config.gateway_api_key,
+            gateway_api_key=self._attempt_key(claim),
         )
         if self.target.is_async(context.mode):
             await self._ensure_setup()

@@ -46,7 +46,8 @@ def register(subparsers: Any) -> None:
         action="append",
         default=[],
         metavar="URL",
-        help="engine that returns token ids (vLLM, fulmen's engine); repeat for several",
+        help="engine that returns token ids (vLLM, fulmen's engine); repeat for several. "
+        "$FULMEN_ENGINE_TOKEN, when set, is sent to them as their API key",
     )
     parser.add_argument(
         "--hosted-upstream",
@@ -177,7 +178,10 @@ async def _serve(args: argparse.Namespace, token: str | None, config: GatewayCon
     settings = cli_settings(args)
     env_name = args.upstream_api_key_env
     api_key = settings.variable(env_name) if env_name else None
-    upstreams = [Upstream(base_url=url) for url in args.upstream]
+    # An engine with an admin token ($FULMEN_ENGINE_TOKEN) may ask it on model calls too (vLLM
+    # with an API key): the gateway sends it, agents never hold it.
+    engine_key = settings.engine_token
+    upstreams = [Upstream(base_url=url, api_key=engine_key) for url in args.upstream]
     upstreams += [
         Upstream(base_url=url, api_key=api_key, is_token_level=False)
         for url in args.hosted_upstream

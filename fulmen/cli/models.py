@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fulmen.cli.rollouts import render_table
-from fulmen.cli.store import add_store_options, open_cli_store, run_async
+from fulmen.cli.store import add_store_options, cli_settings, open_cli_store, run_async
 from fulmen.errors import ConfigError, NotFound
 
 if TYPE_CHECKING:
@@ -99,7 +99,11 @@ def _serve(args: argparse.Namespace) -> int:
         )
     name = args.name or f"{version.run_id}-v{version.version}"
 
-    served: dict[str, Any] = run_async(lambda: EngineLink(args.engine).serve(version, name))
+    # The engine's admin token, if it asks for one ($FULMEN_ENGINE_TOKEN, never a flag: ps shows
+    # flags).
+    token = cli_settings(args).engine_token
+    link = EngineLink(args.engine, token=token)
+    served: dict[str, Any] = run_async(lambda: link.serve(version, name))
     if args.json:
         print(json.dumps(served))
         return 0
@@ -161,7 +165,8 @@ def register(subparsers: Any) -> None:
                 "--engine",
                 required=True,
                 metavar="URL",
-                help="the engine's base URL (http://HOST:PORT/v1 of fulmen serve or vLLM)",
+                help="the engine's base URL (http://HOST:PORT/v1 of fulmen serve or vLLM); an "
+                "engine with an admin token gets $FULMEN_ENGINE_TOKEN",
             )
             sub.add_argument(
                 "--name", help="model name of a served adapter (default: RUN_ID-vVERSION)"

@@ -286,7 +286,9 @@ class ServiceActor:
         import httpx
 
         try:
-            response = httpx.post(f"{self.url}{path}", json=body, timeout=600)
+            token = self._spec.env.get("FULMEN_ENGINE_TOKEN")
+            headers = {"Authorization": f"Bearer {token}"} if token else None
+            response = httpx.post(f"{self.url}{path}", json=body, headers=headers, timeout=600)
         except httpx.HTTPError as exc:
             raise EngineError(f"{self._spec.name}: {path} failed: {exc}") from exc
         if response.status_code >= 400:

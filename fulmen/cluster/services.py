@@ -51,6 +51,8 @@ class RayServices:
         self._log_dir = log_dir / "cluster"
         self._python_path = list(python_path)
         self.gateway_token = secrets.token_urlsafe(24)
+        # The engine replicas' admin token: their weight-changing routes require it.
+        self.engine_token = secrets.token_urlsafe(24)
         self._store_url = ""
         self._store_token: str | None = None
 
@@ -109,6 +111,7 @@ class RayServices:
                 threads=max(1, int(self.config.engine_cpus)),
                 log_dir=self._log_dir,
                 board=self.fleet.board_name,
+                token=self.engine_token,
             )
             for i, port in enumerate(sorted(ports))
         ]

@@ -44,11 +44,13 @@ def engine_spec(
     threads: int,
     log_dir: Path,
     board: str,
+    token: str | None = None,
 ) -> ServiceSpec:
     """Run the engine server (``python -m fulmen.cli.serve``) that ``engine`` describes.
 
     ``builtin`` or ``vllm``; the built-in engine's batch, dtype and prefix cache come from
-    ``engine``, its torch threads from ``threads`` (the replica's CPUs).
+    ``engine``, its torch threads from ``threads`` (the replica's CPUs). ``token``: the admin
+    token its weight-changing routes require, in its environment (``$FULMEN_ENGINE_TOKEN``).
     """
     args = ["--model", model, "--max-lora-rank", str(engine.max_lora_rank)]
     if engine.kind == "builtin":
@@ -61,6 +63,7 @@ def engine_spec(
         name=name,
         module="fulmen.cli.serve",
         args=tuple(args),
+        env={"FULMEN_ENGINE_TOKEN": token} if token is not None else {},
         log_dir=str(log_dir),
         port=port,
         health_path="/health",

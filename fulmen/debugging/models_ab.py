@@ -86,5 +86,5 @@ async def _serve(stack: TrainingStack, base_model: str, version: ModelVersion | 
     if version is None:
         return base_model
     name = f"{version.run_id}-v{version.version}"
-    await EngineLink(stack.engine_url).serve(version, name)
+    await EngineLink(stack.engine_url, token=stack.engine_token).serve(version, name)
     return name

@@ -46,6 +46,9 @@ class EngineProcess:
         env: extra environment variables for the child.
         log_path: file receiving the child's stdout and stderr (default: inherit).
         startup_timeout: seconds to wait for ``/health``.
+        token: the engine's admin token (``None``: it asks for none), sent as a bearer token
+            with every call this object makes; subclasses hand it to the server through its
+            environment, never its command line.
     """
 
     capabilities = Capabilities()
@@ -59,8 +62,10 @@ class EngineProcess:
         env: dict[str, str] | None = None,
         log_path: Path | None = None,
         startup_timeout: float = 180.0,
+        token: str | None = None,
     ) -> None:
         self.command = command
+        self.token = token
         self.host, self.port = host, port
         self.env = env or {}
         self.log_path = log_path
@@ -150,8 +155,11 @@ class EngineProcess:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
+    def _headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}"} if self.token is not None else {}
+
     async def _post(self, path: str, body: dict[str, Any]) -> httpx.Response:
-        async with httpx.AsyncClient(timeout=600) as client:
+        async with httpx.AsyncClient(timeout=600, headers=self._headers()) as client:
             response = await client.post(f"{self.root_url}{path}", json=body)
         if response.status_code >= 400:
             raise EngineError(
@@ -208,6 +216,8 @@ class BuiltinLauncher(EngineProcess):
         max_batch, max_lora_rank, threads: passed to ``fulmen serve``.
         python: interpreter to run (default: this one).
         log_path: where the server's output goes.
+        token: the admin token its weight-changing routes require (``$FULMEN_ENGINE_TOKEN``).
+        adapter_roots: the only folders it loads adapters and weights from (empty: any).
     """
 
     capabilities = Capabilities(full_reload=True, policy_version=True, replace_adapter=True)
@@ -223,8 +233,11 @@ class BuiltinLauncher(EngineProcess):
         python: str | None = None,
         log_path: Path | None = None,
         extra_args: list[str] | None = None,
+        token: str | None = None,
+        adapter_roots: list[Path] | None = None,
     ) -> None:
         port = port or free_port()
+        roots = [arg for root in adapter_roots or () for arg in ("--adapter-root", str(root))]
         command = [
             python or sys.executable,
             "-m",
@@ -239,8 +252,15 @@ class BuiltinLauncher(EngineProcess):
             str(max_lora_rank),
             "--threads",
             str(threads),
+            *roots,
             *(extra_args or []),
         ]
         super().__init__(
-            command, host="127.0.0.1", port=port, log_path=log_path, startup_timeout=600.0
+            command,
+            host="127.0.0.1",
+            port=port,
+            log_path=log_path,
+            startup_timeout=600.0,
+            env={"FULMEN_ENGINE_TOKEN": token} if token is not None else None,
+            token=token,
         )

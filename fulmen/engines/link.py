@@ -31,17 +31,27 @@ class EngineLink:
     Args:
         url: where the engine listens, e.g. ``http://127.0.0.1:8000``.
         transport: an httpx transport to use instead of the network (tests).
+        token: the engine's admin token, sent as a bearer token (``None``: none).
     """
 
-    def __init__(self, url: str, *, transport: httpx.AsyncBaseTransport | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        transport: httpx.AsyncBaseTransport | None = None,
+        token: str | None = None,
+    ) -> None:
         root = url.rstrip("/")
+        self._headers = {"Authorization": f"Bearer {token}"} if token is not None else None
         self.url = root[: -len("/v1")] if root.endswith("/v1") else root
         self._transport = transport
         self._texts: OrderedDict[int, str] = OrderedDict()
 
     async def _post(self, path: str, body: dict[str, Any], timeout: float) -> httpx.Response:
         try:
-            async with httpx.AsyncClient(timeout=timeout, transport=self._transport) as client:
+            async with httpx.AsyncClient(
+                timeout=timeout, transport=self._transport, headers=self._headers
+            ) as client:
                 response = await client.post(f"{self.url}{path}", json=body)
         except httpx.HTTPError as exc:
             raise EngineError(f"engine at {self.url} did not answer {path}: {exc}") from exc

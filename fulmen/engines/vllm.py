@@ -63,6 +63,8 @@ class VLLMLauncher(EngineProcess):
         dtype: weight dtype (``float32`` or ``bfloat16``).
         python: interpreter with vllm installed (see :func:`find_vllm_python`).
         log_path: file receiving vLLM's output.
+        token: vLLM's API key (``VLLM_API_KEY``, in its environment): every ``/v1`` route,
+            LoRA loading included, then requires it; the gateway sends it with each call.
     """
 
     capabilities = Capabilities(full_reload=False, policy_version=False, replace_adapter=True)
@@ -80,6 +82,7 @@ class VLLMLauncher(EngineProcess):
         python: str | None = None,
         log_path: Path | None = None,
         extra_args: list[str] | None = None,
+        token: str | None = None,
     ) -> None:
         from fulmen.engines.models import resolve_model
 
@@ -126,6 +129,13 @@ class VLLMLauncher(EngineProcess):
             "vllm",
             *(extra_args or []),
         ]
+        env = {**_CPU_ENV, **({"VLLM_API_KEY": token} if token is not None else {})}
         super().__init__(
-            command, host=host, port=port, env=_CPU_ENV, log_path=log_path, startup_timeout=600.0
+            command,
+            host=host,
+            port=port,
+            env=env,
+            log_path=log_path,
+            startup_timeout=600.0,
+            token=token,
         )

@@ -3,10 +3,13 @@
 Routes (``{path}`` is what follows ``/v1/``, such as ``chat/completions``)::
 
     /rollout/{rollout_id}/attempt/{attempt_id}/v1/{path}   tracked: recorded on that attempt
+    /rollout/{rollout_id}/attempt/{attempt_id}/key/{key}/v1/{path}
+                                                           the same, the attempt's key in the path
     /v1/{path}                                             untracked: recorded with no rollout
     POST /v1/rewards                                       a delayed reward, to the store
-    GET  /healthz                                          liveness, engines, recorder counts,
-                                                           production capture counters
+    GET  /healthz                                          liveness (no key needed); with the
+                                                           token (or none set): engines,
+                                                           recorder and capture counters
     GET  /metrics                                          Prometheus metrics (``metrics``)
     POST /gateway/flush                                    200 once every record is stored;
                                                            502 if the store refused some,
@@ -15,7 +18,10 @@ Routes (``{path}`` is what follows ``/v1/``, such as ``chat/completions``)::
 Agents see OpenAI's protocol, errors included: every failure is a JSON body in OpenAI's error
 shape, except on the Anthropic Messages endpoint (``.../v1/messages``), whose callers get
 Anthropic's. With a token, the gateway takes it as ``Authorization: Bearer`` or as Anthropic's
-``x-api-key``. Middleware is pure ASGI (``BaseHTTPMiddleware`` would break context variables).
+``x-api-key``, and also takes attempt keys confined to their own attempt
+(``fulmen.gateway.auth``). Only model API paths are forwarded to an engine
+(``fulmen.gateway.paths``). Middleware is pure ASGI (``BaseHTTPMiddleware`` would break
+context variables).
 
 Model calls, the gateway's hot path, are dispatched by ``ModelCallDispatch``, a middleware that
 sits after the token check and calls the same endpoints and error handlers as the route table:
@@ -25,9 +31,7 @@ CPU per call by 8% (same-run comparison). The route table still serves every oth
 
 from __future__ import annotations
 
-import hmac
 import logging
-import re
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -42,10 +46,25 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from fulmen.asgi_disconnect import CancelOnDisconnect
 from fulmen.errors import FulmenError
+from fulmen.gateway.auth import (
+    REWARDS_PATH,
+    TRACKED_PATH,
+    TRUSTED_SCOPE,
+    TokenAuth,
+    attempt_key_of,
+    is_messages,
+)
 from fulmen.gateway.capture import MESSAGES
 from fulmen.gateway.config import GatewayConfig
-from fulmen.gateway.errors import GatewayUnauthorized, error_body_for, openai_error_body
+from fulmen.gateway.errors import (
+    AttemptFinished,
+    KeyRefused,
+    TooManyCalls,
+    error_body_for,
+    openai_error_body,
+)
 from fulmen.gateway.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from fulmen.gateway.metrics import GatewayMetrics
 from fulmen.gateway.proxy import Gateway
@@ -58,10 +77,7 @@ __all__ = ["ModelCallDispatch", "TokenAuth", "create_app"]
 
 _log = logging.getLogger(__name__)
 _METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE"]
-# The proxy routes' paths, as the route table below matches them (a segment is ``[^/]+``).
-_TRACKED_PATH = re.compile(r"/rollout/([^/]+)/attempt/([^/]+)/v1/(.*)")
 _UNTRACKED_PREFIX = "/v1/"
-_REWARDS_PATH = "/v1/rewards"
 
 
 def create_app(
@@ -104,12 +120,25 @@ def create_app(
         Route(
             "/rollout/{rollout_id}/attempt/{attempt_id}/v1/{path:path}", _tracked, methods=_METHODS
         ),
+        Route(
+            "/rollout/{rollout_id}/attempt/{attempt_id}/key/{key}/v1/{path:path}",
+            _tracked,
+            methods=_METHODS,
+        ),
         rewards_route(store, gateway),
         Route("/v1/{path:path}", _untracked, methods=_METHODS),
     ]
-    middleware = [Middleware(ModelCallDispatch, gateway=gateway, metrics=metrics)]
+    # A call whose agent went away before its reply began is cancelled, and with it the
+    # engine's work for it (``fulmen.asgi_disconnect``).
+    middleware = [
+        Middleware(CancelOnDisconnect),
+        Middleware(ModelCallDispatch, gateway=gateway, metrics=metrics),
+    ]
     if token is not None:
-        middleware.insert(0, Middleware(TokenAuth, token=token, open_paths=("/healthz",)))
+        middleware.insert(
+            0,
+            Middleware(TokenAuth, token=token, open_paths=("/healthz",), refusals=gateway.refusals),
+        )
     app = Starlette(
         routes=routes,
         middleware=middleware,
@@ -146,7 +175,15 @@ async def _untracked(request: Request) -> Response:
 
 async def _handle_tracked(gateway: Gateway, request: Request) -> Response:
     params = request.path_params
-    ctx = await gateway.resolver.resolve(params["rollout_id"], params["attempt_id"])
+    try:
+        ctx = await gateway.resolver.resolve(params["rollout_id"], params["attempt_id"])
+    except AttemptFinished as exc:
+        if attempt_key_of(request) is None:
+            raise
+        gateway.refusals["attempt_ended"] += 1
+        raise KeyRefused(
+            f"this attempt's key expired with its attempt: {exc.message}", reason="attempt_ended"
+        ) from None
     return await gateway.handle(request, params["path"], ctx)
 
 
@@ -154,8 +191,19 @@ async def _handle_untracked(gateway: Gateway, request: Request) -> Response:
     return await gateway.handle(request, request.path_params["path"], None)
 
 
+async def _too_many_calls(gateway: Gateway, request: Request) -> Response:
+    del request
+    raise TooManyCalls(
+        "this rollout already has "
+        f"{gateway.config.max_calls_per_rollout} calls in flight (gateway max_calls_per_rollout)"
+    )
+
+
 async def _healthz(request: Request) -> Response:
     gateway = _gateway(request)
+    if gateway.token is not None and not request.scope.get(TRUSTED_SCOPE):
+        # Liveness for anyone; engines, counters and the release for the token's holders.
+        return Response(orjson.dumps({"status": "ok"}), media_type="application/json")
     recorder = gateway.recorder
     body = {
         "status": "ok",
@@ -270,16 +318,16 @@ class ModelCallDispatch:
             await self.app(scope, receive, send)
             return
         path: str = scope["path"]
-        tracked = _TRACKED_PATH.fullmatch(path)
+        tracked = TRACKED_PATH.fullmatch(path)
         if tracked is not None:
-            rollout_id, attempt_id, endpoint = tracked.groups()
+            rollout_id, attempt_id, _, endpoint = tracked.groups()
             scope["path_params"] = {
                 "rollout_id": rollout_id,
                 "attempt_id": attempt_id,
                 "path": endpoint,
             }
             handler = _handle_tracked
-        elif path.startswith(_UNTRACKED_PREFIX) and path != _REWARDS_PATH:
+        elif path.startswith(_UNTRACKED_PREFIX) and path != REWARDS_PATH:
             scope["path_params"] = {"path": path[len(_UNTRACKED_PREFIX) :]}
             handler = _handle_untracked
         else:
@@ -287,53 +335,29 @@ class ModelCallDispatch:
             return
         started = time.perf_counter()
         request = Request(scope, receive)
+        rollout_id = tracked.group(1) if tracked is not None else None
+        gateway = self._gateway
+        in_flight = gateway.rollout_calls
+        limit = gateway.config.max_calls_per_rollout
+        if rollout_id is not None and in_flight[rollout_id] >= limit:
+            gateway.refusals["too_many_calls"] += 1
+            handler = _too_many_calls
+        elif rollout_id is not None:
+            in_flight[rollout_id] += 1
         try:
-            response = await handler(self._gateway, request)
-        except Exception as exc:
-            response = await _error_response(request, exc)
-            if _is_messages(path):
-                response = _reshaped(response, MESSAGES)
-        self._metrics.observe_call(scope["path_params"]["path"], response.status_code, started)
-        await response(scope, receive, send)
-
-
-class TokenAuth:
-    """Pure-ASGI token check: ``Authorization: Bearer TOKEN`` or ``x-api-key: TOKEN``.
-
-    Refuses with a 401 in OpenAI's error shape (Anthropic's on the Messages endpoint).
-    """
-
-    def __init__(self, app: ASGIApp, *, token: str, open_paths: Sequence[str] = ()) -> None:
-        self.app = app
-        self._expected = f"Bearer {token}".encode()
-        self._key = token.encode()
-        self._open_paths = frozenset(open_paths)
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """Pass the request on if it carries the token, else answer 401."""
-        if scope["type"] != "http" or scope["path"] in self._open_paths:
-            await self.app(scope, receive, send)
-            return
-        if self._is_allowed(scope):
-            await self.app(scope, receive, send)
-            return
-        payload = openai_error_body(GatewayUnauthorized("missing or wrong API key"))
-        endpoint = MESSAGES if _is_messages(scope["path"]) else ""
-        body = orjson.dumps(error_body_for(endpoint, 401, payload))
-        response = Response(body, 401, media_type="application/json")
-        await response(scope, receive, send)
-
-    def _is_allowed(self, scope: Scope) -> bool:
-        given = _header(scope, b"authorization")
-        if given is not None and hmac.compare_digest(given, self._expected):
-            return True
-        key = _header(scope, b"x-api-key")  # looked up only when the bearer did not match
-        return key is not None and hmac.compare_digest(key, self._key)
-
-
-def _is_messages(path: str) -> bool:
-    """Whether ``path`` is the Messages endpoint (``/v1/messages``, maybe with ``/v1`` twice)."""
-    return path.endswith(f"/v1/{MESSAGES}")
+            try:
+                response = await handler(gateway, request)
+            except Exception as exc:
+                response = await _error_response(request, exc)
+                if is_messages(path):
+                    response = _reshaped(response, MESSAGES)
+            self._metrics.observe_call(scope["path_params"]["path"], response.status_code, started)
+            await response(scope, receive, send)
+        finally:
+            if rollout_id is not None and handler is not _too_many_calls:
+                in_flight[rollout_id] -= 1
+                if in_flight[rollout_id] <= 0:
+                    del in_flight[rollout_id]
 
 
 def _reshaped(response: Response, endpoint: str) -> Response:
@@ -346,11 +370,3 @@ def _reshaped(response: Response, endpoint: str) -> Response:
         return response
     body = error_body_for(endpoint, response.status_code, cast("dict[str, Any]", payload))
     return Response(orjson.dumps(body), response.status_code, media_type="application/json")
-
-
-def _header(scope: Scope, name: bytes) -> bytes | None:
-    headers: Any = scope["headers"]
-    for key, value in headers:
-        if key.lower() == name:
-            return value
-    return None

@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from fulmen.gateway.capture_config import CaptureConfig, RedactionConfig
 from fulmen.gateway.release_config import ReleaseConfig
+from fulmen.types.rewards import RewardRange
 
 __all__ = ["GatewayConfig"]
 
@@ -58,6 +59,14 @@ class GatewayConfig(BaseModel):
             ``fulmen.gateway.http1``) or ``httpx`` (``fulmen.gateway.httpx_upstream``), kept to
             measure one against the other (``benchmarks/gateway_overhead.py
             --compare-clients``).
+        reward_range: the values ``POST /v1/rewards`` accepts (``RewardRange``, default
+            ``[-1e6, 1e6]``); a value outside it is refused with a 422 naming the field.
+        max_calls_per_rollout: the most calls one rollout may have in flight at once; more
+            are answered 429 at once (an agent opening thousands of calls would otherwise
+            queue the engine's work of every other rollout behind its own).
+        max_n: the most choices (``n``) a tracked call may ask for; more is refused with a 400
+            (each choice is a full generation: an agent could otherwise multiply the engine's
+            work for every other rollout).
         session_headers: request headers recorded with each call (``client_headers``)
             because clients use them to tell their sessions, threads and sub-agents apart;
             ``algorithm.transitions.calls.headers`` selects calls by them.
@@ -87,6 +96,9 @@ class GatewayConfig(BaseModel):
     redaction: RedactionConfig | None = None
     model_map: dict[str, str] = Field(default_factory=dict)
     upstream_client: Literal["fulmen", "httpx"] = "fulmen"
+    reward_range: RewardRange = Field(default_factory=RewardRange)
+    max_calls_per_rollout: int = Field(default=16, ge=1, le=100_000)
+    max_n: int = Field(default=16, ge=1, le=1024)
     session_headers: tuple[str, ...] = (
         "x-claude-code-session-id",  # Claude Code
         "session-id",  # the Codex CLI

@@ -5,6 +5,9 @@
     GatewayError (fulmen.errors)
     ├── BadRequest          malformed JSON or a body the gateway cannot forward  400
     ├── GatewayUnauthorized missing or wrong bearer token                        401
+    ├── KeyRefused          an attempt's key used outside its attempt            403
+    ├── NotModelPath        a path that is not a model API (engine admin, ...)   404
+    ├── TooManyCalls        a rollout already has max_calls_per_rollout in flight 429
     ├── UnknownAttempt      rollout or attempt not in the store, or not paired   404
     ├── AttemptFinished     the attempt is final; its agent must stop calling    409
     ├── UpstreamUnavailable no upstream could be reached or it broke the reply   502
@@ -29,6 +32,9 @@ __all__ = [
     "AttemptFinished",
     "BadRequest",
     "GatewayUnauthorized",
+    "KeyRefused",
+    "NotModelPath",
+    "TooManyCalls",
     "UnknownAttempt",
     "UpstreamTimeout",
     "UpstreamUnavailable",
@@ -61,6 +67,35 @@ class GatewayUnauthorized(GatewayError):
 
     code = "unauthorized"
     http_status = 401
+
+
+class KeyRefused(GatewayError):
+    """An attempt's key was used outside its attempt (``fulmen.types.attempt_keys``).
+
+    For another attempt's calls, another rollout's reward, a path that is not its attempt's, or
+    after its attempt ended. ``reason`` labels the refusal in the gateway's metrics.
+    """
+
+    code = "key_refused"
+    http_status = 403
+
+    def __init__(self, message: str, *, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class NotModelPath(GatewayError):
+    """The path below ``/v1`` is not one of the model API paths the gateway forwards."""
+
+    code = "not_found"
+    http_status = 404
+
+
+class TooManyCalls(GatewayError):
+    """The rollout already has ``GatewayConfig.max_calls_per_rollout`` calls in flight."""
+
+    code = "rate_limit_exceeded"
+    http_status = 429
 
 
 class UnknownAttempt(GatewayError):

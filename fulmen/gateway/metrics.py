@@ -4,7 +4,8 @@ One registry per app (no process-wide state). Model calls are timed as they are 
 (until the reply starts: a stream's length is the agent's); everything else is read from the
 gateway's own state when scraped, so the hot path pays one histogram observation per call:
 records waiting to be written and the spill file's backlog while the store is away, records
-stored, dropped and shed, calls in flight per upstream, the production sessions held, and a
+stored, dropped and shed, calls in flight per upstream, requests refused at the trust boundary
+by reason, the production sessions held, and a
 canary release's calls and sessions per arm and its state.
 ``docs/production.md`` lists them with example alert rules.
 """
@@ -93,6 +94,15 @@ class _StateCollector(Collector):
         for upstream in gateway.pool.upstreams:
             in_flight.add_metric([upstream.base_url], gateway.pool.in_flight(upstream))
         yield in_flight
+        refused = CounterMetricFamily(
+            "fulmen_gateway_refused",
+            "Requests refused at the trust boundary, by reason (an attempt's key used outside "
+            "its attempt, a wrong key, a path that is not a model API path)",
+            labels=["reason"],
+        )
+        for reason, count in sorted(gateway.refusals.items()):
+            refused.add_metric([reason], count)
+        yield refused
         if gateway.capture is not None:
             yield from _capture_metrics(gateway.capture.status())
             if gateway.release is not None:

@@ -29,8 +29,11 @@ _REF = "#/components/schemas/{}"
 _DESCRIPTION = """\
 The fulmen gateway: an OpenAI-compatible proxy in front of inference engines that records every
 call (token ids, logprobs) into the store. Agents use a per-attempt base URL,
-`/rollout/{rollout_id}/attempt/{attempt_id}/v1`; plain `/v1` records calls with no rollout.
-`POST /v1/rewards` stores a reward (also one that arrives hours later) in the gateway's store.
+`/rollout/{rollout_id}/attempt/{attempt_id}/v1` (or `.../attempt/{attempt_id}/key/{key}/v1`, the
+attempt's key in the path); plain `/v1` records calls with no rollout. With a token, an attempt's
+own key opens that attempt's routes and its own rewards only (403 otherwise), and only model API
+paths reach an engine (404 otherwise). `POST /v1/rewards` stores a reward (also one that arrives
+hours later) in the gateway's store.
 Every error the gateway raises is OpenAI's error shape `{"error": {"message", "type", "param",
 "code"}}`; an engine's own error answers are passed through as the engine sent them."""
 
@@ -69,7 +72,11 @@ def _schemas() -> dict[str, Any]:
         },
         "Health": {
             "type": "object",
-            "required": ["status", "upstreams", "recorder"],
+            "description": (
+                "Engines and counters for the token's holders (or a gateway without one); "
+                "`status` alone for anyone else"
+            ),
+            "required": ["status"],
             "properties": {
                 "status": {"const": "ok"},
                 "upstreams": {
@@ -198,7 +205,13 @@ def _error(description: str) -> dict[str, Any]:
 
 
 def _model_operation(
-    operation_id: str, summary: str, *, tracked: bool, request: str, reply: str
+    operation_id: str,
+    summary: str,
+    *,
+    tracked: bool,
+    request: str,
+    reply: str,
+    keyed: bool = False,
 ) -> dict[str, Any]:
     responses: dict[str, Any] = {
         "200": {"description": "The engine's answer", "content": _json(_ref(reply))},
@@ -211,10 +224,16 @@ def _model_operation(
         "502": _error("No engine could be reached, or it broke the reply"),
         "504": _error("The engine did not answer in time"),
     }
+    responses["403"] = _error(
+        "An attempt's key used outside its attempt: another attempt's route, an untracked "
+        "call, or after its attempt ended"
+    )
     parameters: list[dict[str, Any]] = []
     if tracked:
         responses["404"] = _error("Unknown rollout or attempt, or the attempt is not the rollout's")
         responses["409"] = _error("The attempt is final: its agent must stop calling")
+        responses["429"] = _error("The rollout already has max_calls_per_rollout calls in flight")
+        names = ("rollout_id", "attempt_id", "key") if keyed else ("rollout_id", "attempt_id")
         parameters = [
             {
                 "name": name,
@@ -222,7 +241,7 @@ def _model_operation(
                 "required": True,
                 "schema": {"type": "string", "minLength": 1, "maxLength": 128},
             }
-            for name in ("rollout_id", "attempt_id")
+            for name in names
         ]
     operation: dict[str, Any] = {
         "operationId": operation_id,
@@ -258,10 +277,17 @@ def _rewards_operation() -> dict[str, Any]:
         },
         "400": _error("The body is not JSON"),
         "401": _error("Missing or wrong bearer token (when the gateway has one)"),
+        "403": _error(
+            "An attempt's key posting for another rollout, by response or session id, or "
+            "after its attempt ended"
+        ),
         "404": _error("No rollout, response or session has the id the reward names"),
         "409": _error("The key was used before with another value, target or metadata"),
         "413": _error("Request body above the gateway's limit"),
-        "422": _error("The body does not match RewardCreate; the message names the field"),
+        "422": _error(
+            "The body does not match RewardCreate, or a value is outside the gateway's "
+            "reward_range; the message names the field"
+        ),
         "502": _error("The store refused the reward"),
         "503": _error("The store is unreachable; retry with the same key"),
     }
@@ -322,11 +348,20 @@ def build_gateway_openapi() -> dict[str, Any]:
                 reply=reply,
             )
         }
-        paths[f"/rollout/{{rollout_id}}/attempt/{{attempt_id}}/v1/{route}"] = {
-            "post": _model_operation(
-                name, f"{what} recorded on the attempt", tracked=True, request=request, reply=reply
-            )
-        }
+        for keyed, key, suffix, how in (
+            (False, "", "", ""),
+            (True, "/key/{key}", "_keyed", ", its key in the path"),
+        ):
+            paths[f"/rollout/{{rollout_id}}/attempt/{{attempt_id}}{key}/v1/{route}"] = {
+                "post": _model_operation(
+                    f"{name}{suffix}",
+                    f"{what} recorded on the attempt{how}",
+                    tracked=True,
+                    request=request,
+                    reply=reply,
+                    keyed=keyed,
+                )
+            }
     return {
         "openapi": "3.1.0",
         "info": {"title": "fulmen gateway", "version": __version__, "description": _DESCRIPTION},

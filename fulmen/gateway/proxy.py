@@ -12,7 +12,7 @@ import logging
 import os
 import socket
 import time
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
@@ -37,6 +37,7 @@ from fulmen.gateway.config import GatewayConfig
 from fulmen.gateway.context import CallContext, ContextResolver
 from fulmen.gateway.errors import (
     BadRequest,
+    NotModelPath,
     UpstreamTimeout,
     UpstreamUnavailable,
     anthropic_error_body,
@@ -44,6 +45,7 @@ from fulmen.gateway.errors import (
 )
 from fulmen.gateway.errors import openai_error_body as error_body
 from fulmen.gateway.forward import HOP_HEADERS, Forwarder, UpstreamReply
+from fulmen.gateway.paths import is_model_path
 from fulmen.gateway.recorder import CallRecorder, FlushOutcome
 from fulmen.gateway.redaction import Redactor
 from fulmen.gateway.release import ReleaseRouter
@@ -124,12 +126,19 @@ class Gateway:
         self.release: ReleaseRouter | None = None
         if self.config.release is not None:
             engines = [u.base_url for u in upstreams if u.is_token_level]
-            self.release = ReleaseRouter(self.config.release, store, engines)
+            keys = {u.base_url: u.api_key for u in upstreams if u.api_key is not None}
+            self.release = ReleaseRouter(self.config.release, store, engines, engine_keys=keys)
         self.forwarder = Forwarder(self.pool, self.config)
         self.seeds = CallSeeds()
+        # Requests refused at the trust boundary, by reason (``/metrics``): an attempt's key
+        # used outside its attempt, a path that is not a model API path.
+        self.refusals: Counter[str] = Counter()
+        # Calls in flight per rollout (``max_calls_per_rollout``), until their reply ends.
+        self.rollout_calls: Counter[str] = Counter()
         self._is_started = False
         self._noted: OrderedDict[str, None] = OrderedDict()
         self._dropped_tools: set[str] = set()
+        self._replaced: set[tuple[str, str]] = set()  # (mode, field) logged by note_replaced
 
     def start(self) -> None:
         """Start background recording (idempotent; needs the serving event loop)."""
@@ -171,11 +180,17 @@ class Gateway:
         """Forward ``request`` for ``endpoint`` (the path below ``/v1``) and record it."""
         self.start()
         endpoint = _ALIASES.get(endpoint, endpoint)
+        if not is_model_path(request.method, endpoint):
+            self.refusals["not_model_path"] += 1
+            raise NotModelPath(
+                f"{request.method} /v1/{endpoint} is not a model API path the gateway forwards"
+            )
         if request.method != "POST" or endpoint not in RECORDED_ENDPOINTS:
             return await self._pass_through(request, endpoint, ctx)
         body = await self._json_body(request)
         call = _Call(self, request, endpoint, ctx, body)
         try:
+            self._check_choices(body, ctx)
             call.check_behaviour()
             reply = await call.send()
         except FulmenError as exc:
@@ -187,6 +202,17 @@ class Gateway:
         if body.get("stream") and content_type.startswith("text/event-stream"):
             return call.stream(reply)
         return await call.whole(reply)
+
+    def _check_choices(self, body: dict[str, Any], ctx: CallContext | None) -> None:
+        """Refuse a rollout's call that asks for more than ``max_n`` choices (engine work)."""
+        n = body.get("n")
+        if ctx is not None and isinstance(n, int) and n > self.config.max_n:
+            self.refusals["too_many_choices"] += 1
+            raise BadRequest(
+                f"n={n} asks for more choices than a rollout's call may (gateway max_n: "
+                f"{self.config.max_n})",
+                detail={"param": "n"},
+            )
 
     async def _json_body(self, request: Request) -> dict[str, Any]:
         raw = await read_body(request, self.config.max_body_bytes)
@@ -252,6 +278,32 @@ class Gateway:
                 ", ".join(new),
             )
 
+    def note_replaced(
+        self, ctx: CallContext, body: dict[str, Any], overrides: dict[str, Any]
+    ) -> None:
+        """Log, once per mode and field, an agent's sampling field the rollout's settings replaced.
+
+        Say ``max_tokens: 500`` sent as 8: agents keep their own values in their code, and a
+        run's sampling settings win over them without a word otherwise.
+        """
+        for name, value in overrides.items():
+            if name == "model" or name not in body or body[name] == value:
+                continue
+            if (ctx.mode, name) in self._replaced:
+                continue
+            self._replaced.add((ctx.mode, name))
+            _log.warning(
+                "rollout %s (%s): the agent's %s=%r was sent as %r: the run's sampling "
+                "settings for %s rollouts replace an agent's own (rollouts.%s_sampling)",
+                ctx.rollout_id,
+                ctx.mode,
+                name,
+                body[name],
+                value,
+                ctx.mode,
+                ctx.mode,
+            )
+
     def note_forced(self, rollout_id: str, fields: Sequence[str]) -> None:
         """Log, once per rollout, the agent's sampling ``fields`` a behaviour mode replaced."""
         if rollout_id in self._noted:
@@ -315,6 +367,8 @@ class _Call:
                 self.model = release.model_of(self.arm)
                 release.calls[self.arm] += 1
         overrides = ctx.overrides(self.model, self.agent_name) if ctx else {}
+        if ctx is not None:
+            gateway.note_replaced(ctx, body, overrides)
         if self.model != body.get("model"):
             overrides = {"model": self.model, **overrides}
         self._overrides = overrides

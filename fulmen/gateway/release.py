@@ -20,7 +20,7 @@ import asyncio
 import contextlib
 import logging
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from fulmen.engines.link import EngineLink
 from fulmen.errors import ConfigError, Conflict, FulmenError
@@ -44,12 +44,21 @@ class ReleaseRouter:
         store: where the release is kept and its model versions are found.
         engines: the base URLs of the token-level upstreams, which are asked to serve the arms
             that are adapter versions (``ReleaseConfig.serve_versions``).
+        engine_keys: the admin token of each of ``engines`` that has one, by base URL.
     """
 
-    def __init__(self, config: ReleaseConfig, store: Store, engines: Sequence[str] = ()) -> None:
+    def __init__(
+        self,
+        config: ReleaseConfig,
+        store: Store,
+        engines: Sequence[str] = (),
+        *,
+        engine_keys: Mapping[str, str] | None = None,
+    ) -> None:
         self.config = config
         self._store = store
         self._engines = list(engines)
+        self._engine_keys = dict(engine_keys or {})
         definition = config.definition()
         self.release: Release | None = None
         self._state = ReleaseState.CANARY
@@ -167,7 +176,7 @@ class ReleaseRouter:
             )
         for url in self._engines:
             try:
-                await EngineLink(url).serve(version, arm.model)
+                await EngineLink(url, token=self._engine_keys.get(url)).serve(version, arm.model)
             except FulmenError as exc:
                 raise ConfigError(
                     f"release {self.name!r}: {url} did not load {arm.model!r}: {exc}"

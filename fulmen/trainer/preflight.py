@@ -38,14 +38,21 @@ def check_agent(agent: Any, python_path: Sequence[Path]) -> None:
     """Import ``agent`` when it is a ``"module:object"`` string; ``ConfigError`` with a hint.
 
     A command agent (``agent: {command: ...}``) is checked for what its rollouts' own users
-    must reach when they get users of their own (``check_rollout_access``).
+    must reach when they get users of their own (``check_rollout_access``), and for files
+    its sandbox would hide (``check_visible``).
     """
     from fulmen.agent.api import load_target
-    from fulmen.agent.command.access import check_rollout_access, rollouts_get_own_users
+    from fulmen.agent.command.access import (
+        check_rollout_access,
+        check_visible,
+        rollouts_get_own_users,
+    )
     from fulmen.agent.command.config import CommandAgentConfig
 
-    if isinstance(agent, CommandAgentConfig) and rollouts_get_own_users(agent.sandbox):
-        check_rollout_access(agent)
+    if isinstance(agent, CommandAgentConfig):
+        if rollouts_get_own_users(agent.sandbox):
+            check_rollout_access(agent)
+        check_visible(agent)
     if not isinstance(agent, str):
         return
     try:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import secrets
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -48,6 +49,13 @@ class TrainingStack:
         cluster: run the store service, engine replicas and runners on Ray (``None``: all
             here, as child processes and tasks of this loop).
         python_path: directories runner actors put on ``sys.path`` (the agent's code).
+        weights_roots: the only folders the engine may load adapters and weights from (the
+            run folder); ``None``: anywhere.
+
+    The gateway and the engine get tokens of their own, made for this stack
+    (``gateway_token``, ``engine_token``): the runner mints each attempt's key from the first
+    (``fulmen.types.attempt_keys``), and the second guards the engine's routes that change the
+    served weights (``docs/security.md``).
     """
 
     def __init__(
@@ -62,8 +70,12 @@ class TrainingStack:
         log_dir: Path,
         cluster: ClusterConfig | None = None,
         python_path: Sequence[Path] = (),
+        weights_roots: Sequence[Path] | None = None,
     ) -> None:
         self._store_url = store_url
+        self.gateway_token = secrets.token_urlsafe(32)
+        self.engine_token = secrets.token_urlsafe(32)
+        self._weights_roots = list(weights_roots) if weights_roots is not None else None
         self._store_token = store_token
         self._agent = agent
         self._model = model
@@ -137,12 +149,17 @@ class TrainingStack:
                 threads=config.threads,
                 log_path=log_path,
                 extra_args=config.builtin_serve_flags(),
+                token=self.engine_token,
+                adapter_roots=self._weights_roots,
             )
         else:
             from fulmen.engines.vllm import VLLMLauncher
 
             self.engine = VLLMLauncher(
-                self._model, max_lora_rank=config.max_lora_rank, log_path=log_path
+                self._model,
+                max_lora_rank=config.max_lora_rank,
+                log_path=log_path,
+                token=self.engine_token,
             )
         logger.info("starting the %s engine for %s (log: %s)", config.kind, self._model, log_path)
         try:
@@ -163,7 +180,9 @@ class TrainingStack:
             upstreams = list(self.engine.urls)
         # Runners on other nodes call the gateway: it listens on this node's address, with a
         # token (a non-loopback listener is never open).
-        await self._start_gateway(upstreams, host=self._ray.node_ip, token=self._ray.gateway_token)
+        self.gateway_token = self._ray.gateway_token
+        self.engine_token = self._ray.engine_token
+        await self._start_gateway(upstreams, host=self._ray.node_ip)
         if self._agent is not None:
             await self._ray.start_runners(self._agent, self.gateway_url, self._rollouts)
 
@@ -172,13 +191,17 @@ class TrainingStack:
         upstreams: list[str] | None = None,
         *,
         host: str = "127.0.0.1",
-        token: str | None = None,
     ) -> None:
         import socket
 
         from fulmen.gateway.app import create_app
+        from fulmen.gateway.upstreams import Upstream
 
-        app = create_app(self.store, upstreams or [self.engine_url], token=token)
+        # The engines this stack started take its engine token (vLLM asks it on every call);
+        # an ``endpoint`` engine is the user's, with a key of its own.
+        key = self.engine_token if self._engine_config.kind != "endpoint" else None
+        engines = [Upstream(base_url=url, api_key=key) for url in upstreams or [self.engine_url]]
+        app = create_app(self.store, engines, token=self.gateway_token)
         self._gateway = AppTask(app, name="fulmen-gateway", lifespan="on")
         if host == "127.0.0.1":
             sock = loopback_socket()
@@ -199,6 +222,7 @@ class TrainingStack:
         config = RunnerConfig(
             concurrency=self._rollouts.concurrency,
             gateway_url=self.gateway_url,
+            gateway_api_key=self.gateway_token,
             sync_isolation=self._rollouts.sync_isolation,
             heartbeat_interval=2.0,
             poll_interval=0.1,

@@ -29,6 +29,7 @@ __all__ = [
     "Reward",
     "RewardCreate",
     "RewardName",
+    "RewardRange",
     "SessionId",
     "session_rollout_id",
 ]
@@ -63,6 +64,36 @@ SessionId: TypeAlias = Annotated[
 def session_rollout_id(session_id: str) -> str:
     """Return the rollout id a production session is stored under (``session-<id>``)."""
     return f"{SESSION_ROLLOUT_PREFIX}{session_id}"
+
+
+class RewardRange(BaseModel):
+    """The values a reward may take where rewards cross a trust boundary (the gateway's route).
+
+    An agent that posts its own reward is optimised against it; a range keeps one post from
+    swamping a group's statistics (``-1e308``, say). Both ends are included.
+
+    Attributes:
+        min: the lowest value accepted (default ``-1e6``).
+        max: the highest value accepted (default ``1e6``).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    min: FiniteFloat = -1e6
+    max: FiniteFloat = 1e6
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Self:
+        if self.min > self.max:
+            raise ValueError(f"reward range min {self.min:g} is above max {self.max:g}")
+        return self
+
+    def outside(self, values: dict[str, float]) -> str | None:
+        """Return the name of the first value outside the range; ``None`` when all are in it."""
+        for name, value in values.items():
+            if not self.min <= value <= self.max:
+                return name
+        return None
 
 
 class RewardCreate(BaseModel):

@@ -237,3 +237,19 @@ async def test_replay_expects_the_forced_fields(gw: Running) -> None:
     assert endpoint == "chat/completions"
     assert {k: expected[k] for k in forced_fields()} == forced_fields()
     assert {k: v for k, v in expected.items() if k != "stream_options"} == gw.script.requests[0]
+
+
+async def test_an_agents_sampling_replaced_by_the_runs_is_said_once_per_mode_and_field(
+    gw: Running, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A validation call at the agent's temperature 0.7 goes at the run's 0.0, said once."""
+    base = await attempt(gw, mode=Mode.VAL)
+    body = {"model": "tiny-model", "messages": MESSAGES, "temperature": 0.7}
+    same = {"model": "tiny-model", "messages": MESSAGES, "temperature": 0.0}
+    with caplog.at_level(logging.WARNING, logger="fulmen.gateway.proxy"):
+        for sent in (body, body, same):
+            assert (await post(f"{base}/chat/completions", sent)).status_code == 200
+    assert [r["temperature"] for r in gw.script.requests] == [0.0, 0.0, 0.0]
+    (warning,) = [r.getMessage() for r in caplog.records if "sampling settings" in r.getMessage()]
+    assert "(val): the agent's temperature=0.7 was sent as 0.0" in warning
+    assert "rollouts.val_sampling" in warning

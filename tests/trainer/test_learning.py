@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import io
 import json
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -104,6 +105,10 @@ def test_two_call_agent_trains_only_the_selected_agent(tmp_path: Path) -> None:
         assert step["adapter/skipped_agent"] == 8  # every planner call left out
         assert step["updated"] in (0.0, 1.0)
     _check_agent_attribution(config.run_dir / "store.db")
+    # The run folder and its store are its owner's only (docs/security.md); the calls above
+    # were made with attempt keys through a gateway that holds a token of its own.
+    assert stat.S_IMODE(config.run_dir.stat().st_mode) == 0o700
+    assert stat.S_IMODE((config.run_dir / "store.db").stat().st_mode) == 0o600
 
 
 def _check_on_policy(history: list[dict[str, Any]]) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import shutil
 import stat
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
 __all__ = [
     "blocked_for_others",
     "check_rollout_access",
+    "check_visible",
     "rollouts_get_own_users",
     "runnable_by_others",
 ]
@@ -180,5 +182,31 @@ def check_rollout_access(config: CommandAgentConfig) -> None:
                 "Under root each rollout runs as a user id of its own (sandbox.user: rollout), "
                 "which reaches files through their 'other' permissions only: put the agent's "
                 "files where other users may read them (chmod o+rx on the folders, o+r on the "
-                "files), or set sandbox.user: runner to run rollouts as the runner's user"
+                "files), or run the runner as an unprivileged user (sandbox.user: runner)"
             )
+
+
+def check_visible(config: CommandAgentConfig, *, hidden: Sequence[Path] = ()) -> None:
+    """Raise ``ConfigError`` if the sandbox would hide what the command needs to run.
+
+    The sandbox hides the rollouts' base folder (``sandbox.base_dir``), ``sandbox.hidden_paths``
+    and the runner's own ``hidden`` paths (its run folder, its store): a program, a ``#!``
+    interpreter, a file the command line names or the config folder inside one of them would
+    be missing in every rollout. Checked before the first rollout, with the path and the fix.
+    """
+    box = config.sandbox
+    covers = [(Path(os.path.realpath(h)), "sandbox.hidden_paths") for h in box.hidden_paths]
+    covers += [(Path(os.path.realpath(h)), "the run folder or store") for h in hidden]
+    if box.base_dir is not None:
+        covers.append((Path(os.path.realpath(box.base_dir)), "sandbox.base_dir"))
+    needs = [(written, path) for written, path, _, _ in _needs(config)]
+    needs.append(("the config folder", config.folder))
+    for written, path in needs:
+        real = Path(os.path.realpath(path))
+        for cover, what in covers:
+            if real == cover or real.is_relative_to(cover):
+                raise ConfigError(
+                    f"command agent: {written!r} ({real}) lies in {cover}, which the sandbox "
+                    f"hides from every rollout ({what}): move the agent's files out of it, or "
+                    f"choose another {what}"
+                )

@@ -1,10 +1,17 @@
 """``CommandAgent``: an executable run once per rollout, as an ``Agent`` the runner knows.
 
 Per attempt: a fresh directory (``Workspaces``), the command started in the sandbox with the
-rollout's model endpoint in its environment (``command_env``), its exit status, output and
-duration stored as a ``fulmen.command`` span of the attempt, then the reward from the verifier,
-the reward function, or what the command posted itself. A command the sandbox had to stop
-(timeout, output, disk, CPU or file-size limit) fails its attempt with that status.
+rollout's model endpoint and its attempt's own key in its environment, its exit status, output
+and duration stored as a ``fulmen.command`` span of the attempt, then the reward from the
+verifier, the reward function, or what the command posted itself. A command the sandbox had to
+stop (timeout, output, disk, files, CPU, memory or file-size limit), or could not start at all,
+fails its attempt with that status.
+
+Scoring happens where the agent cannot reach it (``docs/security.md``): once the command's
+processes are gone, links out of its working directory, FIFOs, sockets and devices are removed
+from it; the verifier runs with a home, a ``/tmp`` and a task file of its own (the whole task,
+private fields included), the rollout's files read-only (``bwrap``), and hands its reward over
+in a file only it can write (``$FULMEN_REWARD_FILE``) or as its first JSON line.
 """
 
 from __future__ import annotations
@@ -12,16 +19,25 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
+import stat
+import sys
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from fulmen.agent.api import Agent, RolloutResult, check_result
-from fulmen.agent.command.access import check_rollout_access, rollouts_get_own_users
+from fulmen.agent.command import tree
+from fulmen.agent.command.access import (
+    check_rollout_access,
+    check_visible,
+    rollouts_get_own_users,
+)
 from fulmen.agent.command.config import CommandAgentConfig, VerifierConfig
 from fulmen.agent.command.sandbox import Finished, Sandbox, inner_port
-from fulmen.agent.command.template import render
+from fulmen.agent.command.template import names_in, render
 from fulmen.agent.command.workspace import Workspace, Workspaces
 from fulmen.errors import ConfigError
 from fulmen.importing import import_object
@@ -39,6 +55,8 @@ __all__ = ["CommandAgent", "CommandFailed", "CommandResult"]
 logger = logging.getLogger(__name__)
 
 _PASSED_ENV = ("PATH", "LANG", "LC_ALL", "TERM")
+# The most a verifier's reward file may hold.
+_REWARD_FILE_BYTES = 65536
 
 
 class CommandFailed(RuntimeError):
@@ -73,9 +91,21 @@ def _without_v1(url: str) -> str:
 class CommandAgent(Agent):
     """Runs ``config.command`` per rollout (``CommandAgentConfig``, ``docs/command-agents.md``)."""
 
-    def __init__(self, config: CommandAgentConfig, *, base: Path | None = None) -> None:
+    def __init__(
+        self,
+        config: CommandAgentConfig,
+        *,
+        base: Path | None = None,
+        hidden: list[Path] | None = None,
+    ) -> None:
+        """Take the config; ``base`` holds the rollouts' folders (default: a new temporary one).
+
+        ``hidden``: paths of the runner's own (its run folder, its store) that no command may
+        see, besides the config's ``sandbox.hidden_paths``.
+        """
         self.config = config
         self._base = base
+        self._hidden = list(hidden or [])
         self._reward_function: Callable[[CommandResult], Any] | None = None
         if config.reward_function is not None:
             self._reward_function = import_object(config.reward_function, what="reward_function")
@@ -90,11 +120,40 @@ class CommandAgent(Agent):
         every rollout (``check_rollout_access``).
         """
         box = self.config.sandbox
+        if os.geteuid() == 0 and box.user == "runner":
+            raise ConfigError(
+                "command agent: sandbox.user: runner would run every rollout as root (uid 0), "
+                "which may read any file of this machine (its keys, other rollouts' answers, "
+                "the store). Use sandbox.user: rollout (the default: each rollout a user id of "
+                "its own; put the agent's files where other users may read them), or run the "
+                "runner as an unprivileged user"
+            )
         own_user = rollouts_get_own_users(box)
         if own_user:
             check_rollout_access(self.config)
-        self._spaces = Workspaces(self._base, uid_base=box.uid_base if own_user else None)
-        self._sandbox = Sandbox(box, self._spaces.base)
+        check_visible(self.config, hidden=self._hidden)
+        base = self._base or box.base_dir
+        self._spaces = Workspaces(base, uid_base=box.uid_base if own_user else None)
+        self._sandbox = Sandbox(box, self._spaces.base, hidden=self._runner_paths())
+
+    def _runner_paths(self) -> list[Path]:
+        """Return the runner's own paths to hide: those given, and its virtual environment.
+
+        The environment is left visible when the command runs an interpreter from it.
+        """
+        paths = list(self._hidden)
+        prefix = Path(sys.prefix)
+        if sys.prefix != sys.base_prefix:
+            programs = [self.config.command[0]]
+            if self.config.verifier is not None:
+                programs.append(self.config.verifier.command[0])
+            used = any(
+                Path(os.path.abspath(p)).is_relative_to(prefix) or p.startswith(str(prefix))
+                for p in programs
+            )
+            if not used:
+                paths.append(prefix)
+        return paths
 
     async def training_rollout(  # type: ignore[override]  # takes what it needs by name
         self, task: Any, context: RolloutContext
@@ -106,18 +165,19 @@ class CommandAgent(Agent):
         spaces, sandbox, config = self._spaces, self._sandbox, self.config
         values: dict[str, str] = {}
         llm = _llm_of(context)
+        shown = _public(task, config.private_fields)  # what the command may see of the task
 
         def files(space: Workspace) -> dict[str, str]:
             values.update(self._values(context, llm, space))
-            return {path: render(text, task, values) for path, text in config.files.items()}
+            return {path: render(text, shown, values) for path, text in config.files.items()}
 
         space = await asyncio.to_thread(
-            spaces.create, task, template=config.workdir_template, files=files
+            spaces.create, shown, template=config.workdir_template, files=files
         )
         try:
-            env = self._env(task, values, space, sandboxed=sandbox.backend == "bwrap")
-            argv = [render(part, task, values) for part in config.command]
-            stdin = render(config.stdin, task, values).encode() if config.stdin else None
+            env = self._env(shown, values, space, sandboxed=sandbox.backend == "bwrap")
+            argv = [render(part, shown, values) for part in config.command]
+            stdin = render(config.stdin, shown, values).encode() if config.stdin else None
             finished = await sandbox.run(
                 argv,
                 env=env,
@@ -127,16 +187,44 @@ class CommandAgent(Agent):
                 stdin=stdin,
                 timeout_s=config.timeout_s,
                 gateway=_address(llm.base_url) if llm is not None else None,
-                expose=[str(config.folder)],
+                expose=self._needed(config.command),
             )
             _record("command", finished, sandbox.level)
             self._check(finished, "command", config.timeout_s)
             assert finished.exit_code is not None
             if config.fail_on_exit_code and finished.exit_code != 0:
                 raise CommandFailed(_describe("command", finished, config.timeout_s))
+            # The command's processes are gone: nothing can put back what is removed here.
+            defused = await asyncio.to_thread(tree.defuse, space.work)
+            if defused:
+                logger.info(
+                    "rollout %s: removed %d links out of its directory, FIFOs, sockets or "
+                    "devices before scoring: %s",
+                    context.rollout_id,
+                    len(defused),
+                    ", ".join(defused[:5]),
+                )
             return await self._reward(task, values, env, space, finished)
         finally:
             await asyncio.to_thread(spaces.remove, space, keep=config.keep_workdir)
+
+    def _seen(self, space: Workspace, path: Path) -> str:
+        """Return ``path`` (in the rollout's directory) as the command sees it."""
+        assert self._sandbox is not None
+        return str(self._sandbox.view(space.root, path))
+
+    def _needed(self, command: list[str]) -> list[str]:
+        """Paths a command needs to see: its config folder, and what its line names by itself.
+
+        Parts filled from the task or per rollout are left out: a task must not choose what
+        the sandbox shows.
+        """
+        fixed = [
+            render(part, None, {"config_dir": str(self.config.folder)})
+            for part in command
+            if not set(names_in(part)) - {"config_dir"}
+        ]
+        return [str(self.config.folder), *fixed]
 
     def _values(self, context: RolloutContext, llm: LLM | None, space: Workspace) -> dict[str, str]:
         base_url = llm.base_url.rstrip("/") if llm is not None else ""
@@ -157,9 +245,9 @@ class CommandAgent(Agent):
             "attempt_id": context.attempt_id,
             "mode": context.mode.value,
             "reward_url": f"{gateway_root}/v1/rewards",
-            "workdir": str(space.work),
-            "home": str(space.home),
-            "task_file": str(space.task_file),
+            "workdir": self._seen(space, space.work),
+            "home": self._seen(space, space.home),
+            "task_file": self._seen(space, space.task_file),
             "config_dir": str(self.config.folder),
         }
 
@@ -169,7 +257,7 @@ class CommandAgent(Agent):
         config = self.config
         env = inherited_environment((*_PASSED_ENV, *config.pass_env))
         env.update(
-            HOME=str(space.home),
+            HOME=values["home"],
             TMPDIR="/tmp" if sandboxed else str(space.tmp),
             OPENAI_BASE_URL=values["openai_base_url"],
             OPENAI_API_KEY=values["api_key"],
@@ -187,6 +275,12 @@ class CommandAgent(Agent):
         return env
 
     def _check(self, finished: Finished, what: str, timeout_s: float) -> None:
+        if not finished.started:
+            tail = finished.stderr.strip()[-2000:]
+            raise CommandFailed(
+                f"{what} could not be started in the sandbox (status {finished.exit_code}): "
+                + (tail or "no message")
+            )
         if finished.status != "exited":
             raise CommandFailed(_describe(what, finished, timeout_s))
 
@@ -211,9 +305,21 @@ class CommandAgent(Agent):
                 workdir=space.work,
                 duration_s=finished.duration_s,
             )
-            value = await asyncio.to_thread(self._reward_function, result)
-            if asyncio.iscoroutine(value):
-                value = await value
+            function = self._reward_function
+            limit = self.config.reward_timeout_s
+
+            async def call() -> Any:
+                value = await asyncio.to_thread(function, result)
+                return await value if asyncio.iscoroutine(value) else value
+
+            try:
+                async with asyncio.timeout(limit):
+                    value = await call()
+            except TimeoutError:
+                raise CommandFailed(
+                    f"reward function {self.config.reward_function} ran past its "
+                    f"reward_timeout_s of {limit:g} s"
+                ) from None
             return check_result(value)
         return None  # the command posted its rewards to $FULMEN_REWARD_URL (or gave none)
 
@@ -227,10 +333,24 @@ class CommandAgent(Agent):
         exit_code: int,
     ) -> RolloutResult:
         assert self._sandbox is not None
+        own = await asyncio.to_thread(_verifier_folder, space, task)
         argv = [render(part, task, values) for part in verifier.command]
+        verifier_env = {
+            name: value
+            for name, value in env.items()
+            if name not in _MODEL_ENV  # the verifier calls no model
+        }
+        verifier_env.update(
+            HOME=self._seen(space, own / "home"),
+            TMPDIR="/tmp" if self._sandbox.backend == "bwrap" else str(own / "tmp"),
+            FULMEN_TASK_FILE=self._seen(space, own / "task.json"),
+            FULMEN_REWARD_FILE=self._seen(space, own / "reward.json"),
+            FULMEN_AGENT_EXIT_CODE=str(exit_code),
+            PYTHONNOUSERSITE="1",  # no user site of any home: nothing the agent planted loads
+        )
         finished = await self._sandbox.run(
             argv,
-            env={**env, "FULMEN_AGENT_EXIT_CODE": str(exit_code)},
+            env=verifier_env,
             root=space.root,
             cwd=space.work,
             uid=space.uid,
@@ -238,33 +358,95 @@ class CommandAgent(Agent):
             timeout_s=verifier.timeout_s,
             gateway=None,
             network=False,
-            expose=[str(self.config.folder)],
+            expose=self._needed(verifier.command),
+            writable=own,
+            tmp=own / "tmp",
         )
         _record("verifier", finished, self._sandbox.level)
         self._check(finished, "verifier", verifier.timeout_s)
         if verifier.reward == "exit_code":
             return 1.0 if finished.exit_code == 0 else 0.0
-        for line in reversed(finished.stdout.strip().splitlines()):
+        written = await asyncio.to_thread(_read_reward_file, own / "reward.json")
+        if written is not None:
+            return _reward_of(written, "wrote to $FULMEN_REWARD_FILE")
+        # The first JSON line: what the verifier says before it echoes anything of the agent's.
+        for line in finished.stdout.strip().splitlines():
             try:
                 value = json.loads(line)
             except ValueError:
                 continue
-            try:
-                return check_result(value)
-            except ConfigError as exc:
-                raise CommandFailed(
-                    f"verifier printed a JSON line that is no reward: {exc}"
-                ) from None
+            return _reward_of(value, "printed a JSON line")
         raise CommandFailed(
-            "verifier (reward: json) printed no JSON line; its stdout ended with:\n"
-            + finished.stdout[-2000:]
+            "verifier (reward: json) wrote no $FULMEN_REWARD_FILE and printed no JSON line; "
+            "its stdout ended with:\n" + finished.stdout[-2000:]
         )
+
+
+_MODEL_ENV = frozenset(
+    {"OPENAI_BASE_URL", "OPENAI_API_KEY", "ANTHROPIC_BASE_URL", "ANTHROPIC_API_KEY"}
+)
+
+
+def _public(task: Any, private: list[str]) -> Any:
+    """Return ``task`` without its ``private`` top-level fields (what the command sees)."""
+    if not private or not isinstance(task, dict):
+        return task
+    return {key: value for key, value in task.items() if key not in private}
+
+
+def _verifier_folder(space: Workspace, task: Any) -> Path:
+    """Make the verifier's own folder (home, tmp, the whole task), new and unguessable.
+
+    Made after the command's processes are gone, under a name the command could not know, so
+    nothing in it was put there by the agent. Owned by the rollout's user, closed to others.
+    """
+    own = space.root / f"verify-{uuid.uuid4().hex}"
+    own.mkdir(mode=0o700)
+    (own / "home").mkdir(mode=0o700)
+    (own / "tmp").mkdir(mode=0o700)
+    (own / "task.json").write_text(json.dumps(task, ensure_ascii=False))
+    if space.uid is not None:
+        for path in (own, own / "home", own / "tmp", own / "task.json"):
+            os.chown(path, space.uid, space.uid)
+    return own
+
+
+def _read_reward_file(path: Path) -> Any:
+    """Return the JSON of the verifier's reward file; ``None`` when it wrote none.
+
+    Opened without following a link and read only if it is a regular file of bounded size.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise CommandFailed(f"the verifier's reward file cannot be read: {exc.strerror}") from None
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(handle.fileno())
+        if not stat.S_ISREG(info.st_mode) or info.st_size > _REWARD_FILE_BYTES:
+            raise CommandFailed(
+                f"the verifier's reward file is not a regular file of at most "
+                f"{_REWARD_FILE_BYTES} bytes"
+            )
+        text = handle.read(_REWARD_FILE_BYTES)
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise CommandFailed(f"the verifier's reward file is not JSON: {exc}") from None
+
+
+def _reward_of(value: Any, how: str) -> RolloutResult:
+    try:
+        return check_result(value)
+    except ConfigError as exc:
+        raise CommandFailed(f"verifier {how} that is no reward: {exc}") from None
 
 
 def _llm_of(context: RolloutContext) -> LLM | None:
     """Return the rollout's model endpoint; ``None`` when its resources hold none."""
     try:
-        return context.llm()
+        return context.llm(key_in_url=False)  # the key apart: command lines are no secret
     except ConfigError:
         return None
 
@@ -281,6 +463,8 @@ def _describe(what: str, finished: Finished, timeout_s: float) -> str:
         "timeout": f"ran past its timeout of {timeout_s:g} s",
         "output_limit": "printed more than its output limit",
         "disk_limit": "wrote more than its disk limit",
+        "files_limit": "made more files than its max_files (or a tree deeper than 256 levels)",
+        "memory_limit": "used more than its memory limit (the kernel killed it)",
         "cpu_limit": "used up its CPU time limit",
         "file_limit": "wrote a file larger than its file-size limit",
         "exited": f"exited with status {finished.exit_code}",

@@ -14,7 +14,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from fulmen.agent.command.template import check_template
+from fulmen.agent.command.template import check_template, names_in
 
 __all__ = ["CommandAgentConfig", "SandboxConfig", "VerifierConfig", "runner_agent_args"]
 
@@ -44,17 +44,26 @@ class SandboxConfig(_Strict):
             or ``host`` (the machine's network; model calls could then bypass recording).
             ``process`` cannot restrict the network and accepts only ``host`` (``auto`` falls
             back to it with the warning).
-        memory_mb: the data segment limit of each process (``RLIMIT_DATA``: heap and private
-            mappings; unlike an address-space limit, it lets Node and Go reserve their arenas).
-        cpu_s: CPU seconds per process (``RLIMIT_CPU``); the kernel stops a process past it.
+        memory_mb: the memory of the whole rollout: with control groups (``cgroups``, a root
+            runner on Linux) every process of it together, shared memory, tmpfs and page cache
+            included; the command is killed past it (status ``memory_limit``). Each process
+            also gets it as its data segment limit (``RLIMIT_DATA``: heap and private
+            mappings; unlike an address-space limit, it lets Node and Go reserve their
+            arenas), which is all that holds without control groups; ``bwrap``'s
+            ``/dev/shm`` is a tmpfs of this size (at most 1 GiB).
+        cpu_s: CPU seconds of the whole rollout, every process it ran counted (killed past it,
+            status ``cpu_limit``); also each process's own limit (``RLIMIT_CPU``).
         max_processes: processes the command may have at once (``RLIMIT_NPROC``). Run by root,
             each running rollout gets a user id of its own from ``uid_base``, so the limit
             counts that rollout alone; run by another user, it counts all of that user's
             processes, so it is set to their number at start plus this.
         max_file_mb: the largest file the command may write (``RLIMIT_FSIZE``).
-        disk_mb: the most its rollout directory may hold; past it the command is killed
-            (``bwrap``'s private ``/tmp`` is a tmpfs of this size).
-        disk_check_s: how often the rollout directory's size is measured.
+        disk_mb: the most its rollout directory may hold, its ``/tmp`` included (``bwrap``'s
+            private ``/tmp`` is a folder of it); past it the command is killed.
+        max_files: the most files, folders and links its rollout directory may hold (empty
+            files take no disk blocks; each takes an inode), and a tree deeper than 256 levels
+            counts as past it; the command is killed (status ``files_limit``).
+        disk_check_s: how often the rollout directory's size, files and CPU time are measured.
         output_bytes: stdout and stderr together; the command is killed past it.
         keep_output_bytes: how much of each stream the attempt keeps: this many bytes from its
             start and as many from its end.
@@ -62,10 +71,21 @@ class SandboxConfig(_Strict):
             as a user id of its own (from ``uid_base``), so it cannot read other rollouts' files
             and the process limit counts it alone; the command and its interpreter must then be
             readable by other users (not under ``/root``, say). ``runner``: as the runner's
-            user (as root, the process limit then does not hold: the kernel exempts root).
+            user, for a runner that is not root; a root runner refuses it (its rollouts would
+            run as root, free to read any file on the machine).
         uid_base: first user id given to rollouts with ``user: rollout`` under root.
         hidden_paths: with ``bwrap``, absolute paths hidden behind an empty directory (the
-            runner's secrets, say); the other rollouts' directories are always hidden.
+            runner's secrets, say); the other rollouts' directories, ``/run`` (the host's
+            sockets) and the runner's run folder, store and virtual environment are always
+            hidden.
+        max_connections: the most connections a rollout may hold open to its gateway at once
+            (``network: gateway``); one more is closed at once.
+        base_dir: the folder that holds the rollouts' own directories (each made and removed
+            per attempt, closed to the others); ``None``: a new folder under ``$TMPDIR``. It is
+            hidden from every command: the agent's files may not lie in it.
+        cgroups: put each rollout in control groups of its own where the machine allows it
+            (a root runner): its memory, processes and CPU time counted together, and every
+            process of it killed at the end. ``false``: resource limits per process only.
     """
 
     backend: Literal["auto", "bwrap", "process"] = "auto"
@@ -75,12 +95,16 @@ class SandboxConfig(_Strict):
     max_processes: int | None = Field(default=256, ge=1, le=1_000_000)
     max_file_mb: int | None = Field(default=1024, ge=1, le=10_000_000)
     disk_mb: int | None = Field(default=2048, ge=1, le=10_000_000)
+    max_files: int | None = Field(default=100_000, ge=1, le=1_000_000_000)
     disk_check_s: float = Field(default=0.5, gt=0, le=60)
     output_bytes: int = Field(default=16 * _MB, ge=1024, le=1 << 40)
     keep_output_bytes: int = Field(default=32 * 1024, ge=256, le=16 * _MB)
     user: Literal["rollout", "runner"] = "rollout"
     uid_base: int = Field(default=61000, ge=1000, le=2**31 - 100_000)
     hidden_paths: list[Path] = Field(default_factory=list)
+    max_connections: int = Field(default=32, ge=1, le=100_000)
+    base_dir: Path | None = None
+    cgroups: bool = True
 
     @field_validator("hidden_paths")
     @classmethod
@@ -89,6 +113,13 @@ class SandboxConfig(_Strict):
             if not path.is_absolute():
                 raise ValueError(f"hidden path {str(path)!r} must be absolute")
         return paths
+
+    @field_validator("base_dir")
+    @classmethod
+    def _absolute_base(cls, path: Path | None) -> Path | None:
+        if path is not None and not path.is_absolute():
+            raise ValueError(f"base_dir {str(path)!r} must be absolute")
+        return path
 
 
 class VerifierConfig(_Strict):
@@ -136,11 +167,18 @@ class CommandAgentConfig(_Strict):
             the served policy's name from the rollout's ``llm`` resource.
         timeout_s: how long the command may run; the whole process tree is then killed and
             the attempt fails with status ``timeout`` (the rollout's own timeout also applies).
+        private_fields: top-level task fields the command never sees (the expected answer):
+            left out of its task file, its stdin and every template it gets; the verifier and
+            the reward function get the whole task. A template of the command that names one
+            is a config error.
         verifier: a command that scores the agent's work (see ``VerifierConfig``).
         reward_function: ``"module:function"`` called with a ``CommandResult`` (exit status,
             stdout, stderr, working directory, task); returns a number, a dict of named
             numbers or ``None``. At most one of ``verifier`` and ``reward_function``; with
-            neither, the command posts its own rewards to ``$FULMEN_REWARD_URL``.
+            neither, the command posts its own rewards to ``$FULMEN_REWARD_URL``. It runs in
+            the runner once the command's processes are gone, with links out of the working
+            directory, FIFOs, sockets and devices removed from it first.
+        reward_timeout_s: how long the reward function may take; past it the attempt fails.
         fail_on_exit_code: a non-zero exit fails the attempt; by default it is recorded and
             the reward (verifier, function or posted) decides.
         keep_workdir: leave each rollout's directory behind (for debugging); default: removed.
@@ -160,8 +198,10 @@ class CommandAgentConfig(_Strict):
     workdir_template: Path | None = None
     model: str | None = Field(default=None, min_length=1)
     timeout_s: float = Field(default=600.0, gt=0, le=86_400)
+    private_fields: list[str] = Field(default_factory=list)
     verifier: VerifierConfig | None = None
     reward_function: str | None = Field(default=None, pattern=r"^[\w.]+:[\w.]+$")
+    reward_timeout_s: float = Field(default=60.0, gt=0, le=86_400)
     fail_on_exit_code: bool = False
     keep_workdir: bool = False
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
@@ -174,6 +214,13 @@ class CommandAgentConfig(_Strict):
     def _command_templates(cls, command: list[str]) -> list[str]:
         for part in command:
             check_template(part, where="command")
+            if "api_key" in names_in(part):
+                # Any process of the machine reads a command line (/proc/PID/cmdline).
+                raise ValueError(
+                    "command: ${api_key} may not be passed on the command line, where other "
+                    "processes can read it; the command has it in $OPENAI_API_KEY and "
+                    "$ANTHROPIC_API_KEY (or write it into a file with files:)"
+                )
         return command
 
     @field_validator("env")
@@ -210,6 +257,21 @@ class CommandAgentConfig(_Strict):
     def _check(self) -> CommandAgentConfig:
         if self.verifier is not None and self.reward_function is not None:
             raise ValueError("give verifier or reward_function, not both")
+        if self.private_fields:
+            texts = {
+                "command": self.command,
+                "stdin": [self.stdin or ""],
+                **{f"env.{name}": [value] for name, value in self.env.items()},
+                **{f"files.{name}": [text] for name, text in self.files.items()},
+            }
+            for where, parts in texts.items():
+                for name in (n for part in parts for n in names_in(part)):
+                    if name.startswith("task.") and name.split(".")[1] in self.private_fields:
+                        raise ValueError(
+                            f"{where}: ${{{name}}} would show the command a private field "
+                            f"({', '.join(self.private_fields)}); only the verifier and the "
+                            "reward function see them"
+                        )
         config_dir = (self.config_dir or Path.cwd()).resolve()
         object.__setattr__(self, "config_dir", config_dir)
         if self.workdir_template is not None:

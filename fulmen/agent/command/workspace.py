@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from fulmen.agent.command import tree
+
 __all__ = ["UID_LOCKS", "Workspace", "Workspaces"]
 
 UID_LOCKS = Path("/tmp/fulmen-rollout-uids")
@@ -111,10 +113,16 @@ class Workspaces:
         return space
 
     def remove(self, space: Workspace, *, keep: bool) -> None:
-        """Remove the directory (unless ``keep``) and free its user id."""
-        if not keep:
-            shutil.rmtree(space.root, ignore_errors=True)
-        self._give_back(space.uid)
+        """Remove the directory (unless ``keep``) and free its user id, whatever it holds.
+
+        The agent chose the tree's shape: ``tree.remove`` takes any depth, and the user id
+        is freed even if removing failed.
+        """
+        try:
+            if not keep:
+                tree.remove(space.root)
+        finally:
+            self._give_back(space.uid)
 
     def _take_uid(self) -> int | None:
         """Take a user id no running rollout of any runner on this machine has.

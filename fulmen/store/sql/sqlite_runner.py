@@ -23,8 +23,10 @@ import asyncio
 import concurrent.futures
 import contextlib
 import logging
+import os
 import sqlite3
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
@@ -83,6 +85,16 @@ def _open_engine(url: URL, busy_timeout_s: float) -> Engine:
     return engine
 
 
+def _create_private(path: Path) -> None:
+    """Create a new database file that only its owner may read; an existing one keeps its mode.
+
+    A store holds every task, answers included, and every call; SQLite gives the ``-wal``
+    and ``-shm`` files the database file's mode.
+    """
+    with contextlib.suppress(FileExistsError, FileNotFoundError):
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+
+
 class SqliteRunner:
     """SQLite operations for one store object; one writer at a time."""
 
@@ -114,6 +126,8 @@ class SqliteRunner:
     async def open(cls, url: URL, dialect: SqlDialect, *, busy_timeout_s: float) -> SqliteRunner:
         """Create the engine and its connections (in a thread: opening may wait on locks)."""
         engine = _open_engine(url, busy_timeout_s)
+        if url.database not in (None, "", ":memory:"):
+            _create_private(Path(url.database))
 
         def connect() -> tuple[Connection, Connection, Connection | None]:
             writer = engine.connect().execution_options(**{_BEGIN_OPTION: "BEGIN IMMEDIATE"})

@@ -183,7 +183,8 @@ async def test_a_checkout_the_rollouts_users_cannot_read_fails_loudly(store: Sto
     """A script under a folder only root may enter: every attempt fails with the folder named.
 
     Before the check such rollouts ended ``succeeded`` with no call and no reward (the command
-    exited on its first read). As the runner's own user the same script runs.
+    exited on its first read). Running them as the root runner's own user instead is refused:
+    such rollouts could read every file of the machine.
     """
     checkout = Path(tempfile.mkdtemp(prefix="fulmen-private-", dir="/tmp"))  # mode 0700
     shutil.copy(AGENTS / "chat_agent.py", checkout / "agent.py")
@@ -194,7 +195,7 @@ async def test_a_checkout_the_rollouts_users_cannot_read_fails_loudly(store: Sto
         done = await store.get_rollout(rollout.rollout_id)
         assert done.status == "failed"
         assert f"the folder {checkout} (mode 700) is not searchable" in (done.error or "")
-        assert "sandbox.user: runner" in (done.error or "")
+        assert "chmod o+rx" in (done.error or "")
         assert (await store.query_llm_calls(rollout.rollout_id)).items == []
 
         as_runner = config.model_copy(
@@ -204,5 +205,29 @@ async def test_a_checkout_the_rollouts_users_cannot_read_fails_loudly(store: Sto
     finally:
         shutil.rmtree(checkout)
     done = await store.get_rollout(rollout.rollout_id)
-    assert done.status == "succeeded", done.error
-    assert [r.values for r in await store.list_rewards(rollout.rollout_id)] == [{"reward": 1.0}]
+    assert done.status == "failed"
+    assert "sandbox.user: runner would run every rollout as root" in (done.error or "")
+    assert (await store.query_llm_calls(rollout.rollout_id)).items == []
+
+
+@pytest.mark.skipif(
+    shutil.which("bwrap") is None and os.environ.get("CI") != "true", reason="no bubblewrap"
+)
+async def test_every_rollout_sees_its_directory_at_the_same_path(store: Store) -> None:
+    """Identical agents send identical prompts, so the engine's prefix cache serves them all."""
+    prompts = {}
+    for backend in ("bwrap", "process"):
+        box = {"backend": backend, "network": "gateway" if backend == "bwrap" else "host"}
+        config = CommandAgentConfig(command=[PY, str(AGENTS / "paths_agent.py")], sandbox=box)
+        rollouts = await run_all(store, CommandAgent(config), [{"n": 1}, {"n": 2}])
+        prompts[backend] = []
+        for rollout in rollouts:
+            [call] = (await store.query_llm_calls(rollout.rollout_id)).items
+            prompts[backend].append(call.request["messages"][0]["content"])
+    first, second = prompts["bwrap"]
+    assert (
+        first
+        == second
+        == ("cwd /home/rollout/work; home /home/rollout/home; task /home/rollout/task.json")
+    )
+    assert prompts["process"][0] != prompts["process"][1]  # the machine's own paths differ

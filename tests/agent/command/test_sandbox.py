@@ -189,3 +189,65 @@ def test_a_missing_backend_or_an_impossible_network_rule_is_refused(
     with pytest.raises(RuntimeError, match="bubblewrap is not installed"):
         Sandbox(SandboxConfig(backend="bwrap"), tmp_path)
     assert Sandbox(SandboxConfig(), tmp_path).backend == "process"  # auto, with a warning
+
+
+@needs_bwrap
+async def test_a_relay_that_cannot_start_fails_the_attempt_with_the_reason(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No relay, no command: the attempt fails saying so, never ``succeeded`` with no call."""
+    import tempfile
+
+    import fulmen.agent.command.sandbox as sandbox_module
+
+    # The relay's interpreter where the sandbox does not show it (a folder it hides), as a
+    # runner's virtual environment under /tmp once was.
+    folder = Path(tempfile.mkdtemp(dir="/var/tmp"))
+    try:
+        folder.chmod(0o755)
+        (folder / "python3").symlink_to(PY)
+        monkeypatch.setattr(sandbox_module, "interpreter_for", lambda uid: str(folder / "python3"))
+        config = CommandAgentConfig(
+            command=[PY, HOSTILE, "read", "/etc/hostname", "-"],
+            reward_function="tests.agent.command.test_sandbox:always_one",
+            sandbox={"hidden_paths": [str(folder)]},
+        )
+        [rollout] = await store.enqueue([RolloutCreate(input={"x": 1})])
+        async with serving_gateway(store) as (url, _):
+            runner = Runner(store, CommandAgent(config), concurrency=1, gateway_url=url, **FAST)
+            await runner.run(until_idle=True)
+    finally:
+        shutil.rmtree(folder)
+    done = await store.get_rollout(rollout.rollout_id)
+    assert done.status == "failed"
+    assert "command could not be started in the sandbox" in (done.error or "")
+    assert f"execvp {folder / 'python3'}: No such file" in (done.error or "")
+    assert await store.list_rewards(rollout.rollout_id) == []
+
+
+def test_files_the_sandbox_would_hide_are_refused_before_the_first_rollout() -> None:
+    import tempfile
+
+    from fulmen.errors import ConfigError
+
+    folder = Path(tempfile.mkdtemp(dir="/var/tmp"))  # one the rollouts' users may read
+    try:
+        folder.chmod(0o755)
+        (folder / "agent.py").write_text("print(1)\n")
+        command = [PY, "${config_dir}/agent.py"]
+        hidden = CommandAgentConfig(
+            command=command, config_dir=folder, sandbox={"hidden_paths": [str(folder)]}
+        )
+        with pytest.raises(ConfigError, match=r"lies in .* which the sandbox hides .*hidden_"):
+            CommandAgent(hidden).setup()
+        in_base = CommandAgentConfig(
+            command=command, config_dir=folder, sandbox={"base_dir": str(folder)}
+        )
+        with pytest.raises(ConfigError, match=r"sandbox\.base_dir"):
+            CommandAgent(in_base).setup()
+        # The run folder the trainer hides, given to the agent by the runner.
+        plain = CommandAgentConfig(command=command, config_dir=folder)
+        with pytest.raises(ConfigError, match="the run folder or store"):
+            CommandAgent(plain, hidden=[folder]).setup()
+    finally:
+        shutil.rmtree(folder)
