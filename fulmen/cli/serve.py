@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
+import logging
 import sys
+from pathlib import Path
 from typing import Any
 
 from fulmen.errors import ConfigError
 
 __all__ = ["main", "register"]
+
+logger = logging.getLogger(__name__)
 
 
 def register(subparsers: Any) -> None:
@@ -17,10 +21,12 @@ def register(subparsers: Any) -> None:
     p: argparse.ArgumentParser = subparsers.add_parser(
         "serve",
         help="serve a model over an OpenAI-compatible API",
-        description="Serve a model (tiny, gemma-3-270m or a local HF directory) with token ids, "
-        "logprobs, tool calls and runtime LoRA loading.",
+        description="Serve a model (tiny, tiny-long, gemma-3-270m or a local HF directory) with "
+        "token ids, logprobs, tool calls and runtime LoRA loading.",
     )
-    p.add_argument("--model", required=True, help="tiny, gemma-3-270m, or a local model directory")
+    p.add_argument(
+        "--model", required=True, help="tiny, tiny-long, gemma-3-270m, or a local model directory"
+    )
     p.add_argument("--engine", choices=["builtin", "vllm"], default="builtin")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
@@ -39,7 +45,13 @@ def register(subparsers: Any) -> None:
         default=1,
         help="torch threads of the built-in engine (1 is fastest on a shared machine)",
     )
-    p.add_argument("--attn-implementation", choices=["eager", "sdpa"], default="eager")
+    p.add_argument(
+        "--attn-implementation",
+        choices=["blockwise", "eager", "sdpa"],
+        default="blockwise",
+        help="built-in engine: blockwise (default: long prompts without a score matrix), eager "
+        "(a whole score matrix per layer) or transformers' sdpa",
+    )
     p.add_argument(
         "--prefix-cache",
         action=argparse.BooleanOptionalAction,
@@ -49,14 +61,39 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--prefix-cache-mb",
         type=int,
-        default=512,
-        help="built-in engine: most MiB of cached prefix KV; least recently used blocks go first",
+        default=None,
+        help="built-in engine: most MiB of cached prefix KV, least recently used blocks going "
+        "first (default: 512, or one whole context's KV if larger)",
+    )
+    p.add_argument(
+        "--kv-cache-mb",
+        type=int,
+        default=None,
+        help="built-in engine: most MiB of KV the running batch may hold (rows x widest row, "
+        "each sequence at prompt plus max_tokens); requests wait beyond it (default: "
+        "--max-batch whole contexts)",
+    )
+    p.add_argument(
+        "--prefill-chunk-tokens",
+        type=int,
+        default=2048,
+        help="built-in engine: most prompt tokens one prefill pass computes; longer prompts "
+        "take several passes (default: 2048)",
     )
     p.add_argument(
         "--vllm-python",
         default=None,
         help="python with vllm installed (default: $FULMEN_VLLM_PYTHON, else this python if "
         "vllm is importable)",
+    )
+    p.add_argument(
+        "--adapter-root",
+        action="append",
+        default=None,
+        metavar="DIR",
+        help="load adapters and weights only from under DIR (repeatable; default: anywhere). "
+        "With $FULMEN_ENGINE_TOKEN set, the routes that change the served weights require it "
+        "as a bearer token (vLLM: every /v1 route does, as VLLM_API_KEY)",
     )
     p.add_argument(
         "--allow-remote",
@@ -78,6 +115,13 @@ def _check_host(host: str, allow_remote: bool) -> None:
         )
 
 
+def _engine_token(args: argparse.Namespace) -> str | None:
+    """Return ``$FULMEN_ENGINE_TOKEN``: a token on the command line would show in ``ps``."""
+    from fulmen.cli.store import cli_settings
+
+    return cli_settings(args).engine_token
+
+
 def _run(args: argparse.Namespace) -> int:
     _check_host(args.host, args.allow_remote)
     name = args.served_model_name or args.model
@@ -86,6 +130,7 @@ def _run(args: argparse.Namespace) -> int:
 
         launcher = VLLMLauncher(
             args.model,
+            token=_engine_token(args),
             host=args.host,
             port=args.port,
             served_model_name=name,
@@ -113,20 +158,45 @@ def _run(args: argparse.Namespace) -> int:
         dtype=args.dtype,
         attn_implementation=args.attn_implementation,
     )
+    for flag in ("prefix_cache_mb", "kv_cache_mb", "prefill_chunk_tokens", "max_batch"):
+        value = getattr(args, flag)
+        if value is not None and value <= 0:
+            raise ConfigError(f"--{flag.replace('_', '-')} must be positive, got {value}")
+    per_token = model.kv_shape.bytes_per_token
+    context_bytes = model.max_model_len * per_token
     cache = None
     if args.prefix_cache:
-        if args.prefix_cache_mb <= 0:
-            raise ConfigError(f"--prefix-cache-mb must be positive, got {args.prefix_cache_mb}")
-        cache = PrefixCache(max_bytes=args.prefix_cache_mb << 20)
-    app = create_app(model, max_batch=args.max_batch, threads=args.threads, prefix_cache=cache)
+        mb = args.prefix_cache_mb
+        cache = PrefixCache(max_bytes=(mb << 20) if mb else max(512 << 20, context_bytes))
+    budget = None if args.kv_cache_mb is None else max(1, (args.kv_cache_mb << 20) // per_token)
+    app = create_app(
+        model,
+        max_batch=args.max_batch,
+        threads=args.threads,
+        prefix_cache=cache,
+        prefill_chunk_tokens=args.prefill_chunk_tokens,
+        kv_budget_tokens=budget,
+        admin_token=_engine_token(args),
+        adapter_roots=[Path(root) for root in args.adapter_root or ()],
+    )
+    kv_tokens = app.state.engine.scheduler.kv_budget_tokens
+    logger.info(
+        "serving %s: context %d tokens, KV %d bytes per token; running batch up to %d KV "
+        "tokens (%.0f MiB), prefix cache %s, prefill chunks of %d tokens",
+        name,
+        model.max_model_len,
+        per_token,
+        kv_tokens,
+        kv_tokens * per_token / 2**20,
+        f"{cache.max_bytes / 2**20:.0f} MiB" if cache is not None else "off",
+        args.prefill_chunk_tokens,
+    )
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run ``serve`` alone (``python -m fulmen.cli.serve ...``), as engine launchers do."""
-    import logging
-
     parser = argparse.ArgumentParser(prog="fulmen")
     register(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(["serve", *(argv if argv is not None else sys.argv[1:])])

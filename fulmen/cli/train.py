@@ -5,9 +5,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import shlex
 import signal
 import sys
 import textwrap
+import threading
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
@@ -108,18 +110,19 @@ def _train(args: argparse.Namespace) -> int:
     work = trainer.afit()
     if args.dashboard:
         work = _with_dashboard(work, config, token, port=args.dashboard_port)
+    received: list[int] = []
     try:
-        history = asyncio.run(_until_signal(work))
+        history = asyncio.run(_until_signal(work, received))
     except asyncio.CancelledError:
-        print(f"stopped; run the same command again to resume from {config.run_dir}")
-        return 143
+        print(_resume_line(config.run_dir, _command(args)), flush=True)
+        return 128 + (received[0] if received else signal.SIGTERM)
     records = read_metrics(config.run_dir / "metrics.jsonl")
     train = [r["reward/mean"] for r in records if r.get("reward/mean") is not None]
     val = [r for r in records if r.get("val/reward_mean") is not None]
     print(f"done: {len(history)} steps in this run, {len(train)} in all")
     if train:
         print(f"train reward: first step {train[0]:.3f} -> last step {train[-1]:.3f}")
-    if val:
+    if val and (trainer.end_of_run is None or trainer.end_of_run.baseline is None):
         print(f"validation reward: before {_val(val[0])} -> after {_val(val[-1])}")
     if trainer.end_of_run is not None:
         for line in trainer.end_of_run.summary():
@@ -182,18 +185,70 @@ def _with_dashboard(
     )
 
 
-async def _until_signal(work: Coroutine[Any, Any, _T]) -> _T:
-    """Await ``work``; SIGTERM cancels it so the engine, gateway and store are stopped cleanly.
+async def _until_signal(work: Coroutine[Any, Any, _T], received: list[int]) -> _T:
+    """Await ``work``; SIGTERM or SIGINT stops it within seconds, at the next safe point.
 
-    The run directory keeps its last checkpoint, and the next ``fulmen train`` resumes from it.
+    The signal cancels the run's task (the engine, gateway and store are stopped cleanly) and
+    sets the run's stop event (``fulmen.algorithms.stopping``), which an update running on a
+    worker thread checks before every layer: it ends there without an optimizer step, so the
+    run directory keeps the checkpoint of the last finished step and the next ``fulmen
+    train`` resumes from it. The signal's number is appended to ``received``; a second signal
+    is handled by Python's default (SIGINT: ``KeyboardInterrupt``).
     """
-    task = asyncio.ensure_future(work)
+    from fulmen.algorithms.stopping import stop_scope
+
     loop = asyncio.get_running_loop()
-    loop.add_signal_handler(signal.SIGTERM, task.cancel)
+    with stop_scope(threading.Event()) as stop:
+        task = asyncio.ensure_future(work)  # its context, and its threads', carry ``stop``
+
+    def on_signal(number: int) -> None:
+        received.append(number)
+        stop.set()
+        task.cancel()
+        for other in _STOP_SIGNALS:  # a second signal is not swallowed
+            loop.remove_signal_handler(other)
+        print(
+            f"received {signal.Signals(number).name}: stopping at the next safe point "
+            "(an update stops before its next layer; the last finished step's checkpoint is "
+            "kept)",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    for number in _STOP_SIGNALS:
+        loop.add_signal_handler(number, on_signal, number)
     try:
         return await task
     finally:
-        loop.remove_signal_handler(signal.SIGTERM)
+        for number in _STOP_SIGNALS:
+            loop.remove_signal_handler(number)
+
+
+#: The signals that stop a run at its next safe point.
+_STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+def _command(args: argparse.Namespace) -> str:
+    """Return the ``fulmen train`` command line of ``args`` (run it again to resume)."""
+    words = ["fulmen", "train", str(args.config)]
+    for override in args.set:
+        words += ["--set", override]
+    if args.store:
+        words += ["--store", args.store]
+    return " ".join(shlex.quote(w) for w in words)
+
+
+def _resume_line(run_dir: Any, command: str) -> str:
+    """Say where the stopped run resumes from, and the command that resumes it."""
+    from fulmen.trainer.state import RunState
+
+    state = RunState(run_dir)
+    kept = (
+        f"the checkpoint of step {state.step} ({run_dir / state.checkpoint}) is kept"
+        if state.checkpoint
+        else "no step had finished, so the run starts over"
+    )
+    return f"stopped; {kept}. Resume with the same command: {command}"
 
 
 def _dev(args: argparse.Namespace) -> int:

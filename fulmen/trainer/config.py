@@ -12,7 +12,7 @@ import types
 import typing
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any, TypeAlias, cast
+from typing import Annotated, Any, Literal, TypeAlias, cast
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -28,6 +28,7 @@ from fulmen.algorithms.sft.config import SFTAlgorithmConfig
 from fulmen.algorithms.source import StoreFilter
 from fulmen.cluster.config import ClusterConfig
 from fulmen.engines.config import EngineConfig
+from fulmen.environments.config import EnvironmentConfig, apply_environment
 from fulmen.errors import ConfigError
 from fulmen.rewards.config import RewardConfig
 
@@ -95,18 +96,27 @@ class ValidationConfig(_Strict):
         every: validate before training, then every this many steps, and after the last step.
         max_tasks: validate on at most this many validation tasks (``None``: all).
         keep_best: at the end of the whole run (after the last stage's closing validation),
-            serve the version with the best validation reward (``val/reward_mean``) instead
+            serve the version with the best validation score (its mean reward over the
+            validation tasks, a failed rollout counted as ``failed_rollouts`` says) instead
             of the last one when an earlier version, the model before training included,
-            scored higher (ties keep the later one): the engine serves it again, the last
-            resources version names it and the end-of-run summary says so
-            (``fulmen.trainer.best``). ``false``: the run ends serving its last version. A
-            last validation more than two standard errors below the one before training is
-            reported loudly either way.
+            scored higher (ties keep the later one): the engine serves it again, routed as
+            the stage that validated it routed its calls, the last resources version names
+            it and the end-of-run summary says so (``fulmen.trainer.best``). ``false``: the
+            run ends serving its last version. A last validation more than two standard
+            errors below the one before training is reported loudly either way.
+        failed_rollouts: how ``keep_best`` and the end-of-run change before -> after count a
+            validation rollout that failed or gave no reward: ``score_zero`` (default) as
+            reward 0, so every version is scored on every validation task and one that fails
+            tasks cannot outrank one that solves them; ``leave_out`` leaves it out: a
+            version's score is the mean over the tasks it scored, and the change is paired
+            over the tasks scored both times. ``val/reward_mean`` always leaves them out
+            (they are counted in ``val/failed``).
     """
 
     every: int = Field(default=5, ge=1)
     max_tasks: int | None = Field(default=None, ge=1)
     keep_best: bool = True
+    failed_rollouts: Literal["score_zero", "leave_out"] = "score_zero"
 
 
 #: What ``algorithm:`` (or each entry of ``stages:``) holds, selected by ``name``: the config
@@ -161,6 +171,9 @@ class TrainConfig(_Strict):
             everything runs on this machine.
         python_path: directories put on ``sys.path`` before importing the agent and data
             (relative to the config file).
+        environment: tasks, held-out split, agent and reward from an environment library
+            (Reasoning Gym, verifiers, OpenEnv, TextArena; ``docs/environments.md``): sets
+            ``data`` and, unless given, ``agent``.
     """
 
     model: str
@@ -179,6 +192,7 @@ class TrainConfig(_Strict):
     tensorboard: bool = False
     python_path: list[Path] = Field(default_factory=list)
     cluster: ClusterConfig | None = None
+    environment: EnvironmentConfig | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -194,6 +208,7 @@ class TrainConfig(_Strict):
         if isinstance(out.get("stages"), list):
             stages = cast("list[Any]", out["stages"])
             out["stages"] = [_algorithm_section(s, f"stages.{i}") for i, s in enumerate(stages)]
+        out = apply_environment(out)  # its agent and data (fulmen.environments.config)
         _give_offline_source(out)
         from fulmen.algorithms.grpo.behaviour import align_behaviour_temperature
 

@@ -12,12 +12,14 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TextIO
 
 from fulmen.engines.config import EngineConfig
+from fulmen.environments.config import ENVIRONMENT_SOURCE
 from fulmen.errors import ConfigError
 from fulmen.settings import Settings
 from fulmen.trainer.config import TrainConfig
@@ -105,17 +107,21 @@ class Trainer:
         # Before anything starts: a wrong agent or data path fails in a second, not after
         # the engine and gateway are up.
         if runs_agent:
-            check_before_start(agent or config.agent, config.python_path)
+            # As the runner will run it: with the run folder hidden from a command agent.
+            check_before_start(_hide_run(agent or config.agent, config.run_dir), config.python_path)
         run_dir = config.run_dir
         train_source = train_data or config.data.train
         train_tasks = (
-            load_tasks(train_source, python_path=config.python_path)
+            _load_tasks(config, train_source, "train")
             if runs_agent and train_source is not None
             else []
         )
         val_source = val_data or config.data.val
-        val_tasks = load_tasks(val_source, python_path=config.python_path) if val_source else None
-        run_dir.mkdir(parents=True, exist_ok=True)
+        val_tasks = _load_tasks(config, val_source, "val") if val_source else None
+        # Owner-only: the run folder holds the store (every task and answer), checkpoints and
+        # the engine's log; no rollout's user may enter it (docs/security.md).
+        run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        os.chmod(run_dir, 0o700)
         if config.engine.kind == "endpoint":
             # A running endpoint (a hosted model, say) serves prompt-only algorithms: there are
             # no local weights to resolve, and the name is only what requests ask for.
@@ -125,13 +131,14 @@ class Trainer:
         stack = TrainingStack(
             store_url=config.store_url or f"sqlite:///{run_dir / 'store.db'}",
             store_token=self.store_token,
-            agent=(agent or config.agent) if runs_agent else None,
+            agent=_hide_run(agent or config.agent, run_dir) if runs_agent else None,
             model=config.model,
             engine=config.engine,
             rollouts=config.rollouts,
             log_dir=run_dir,
             cluster=config.cluster,
             python_path=config.python_path,
+            weights_roots=[run_dir],
         )
         validation = config.validation
         if validation is None or not val_tasks:
@@ -220,7 +227,7 @@ class Trainer:
         out: TextIO,
     ) -> list[dict[str, Any]]:
         """Run ``dev`` on the running event loop."""
-        from fulmen.trainer.dev import run_dev
+        from fulmen.trainer.dev import configured_max_seq_len, run_dev
 
         config = self.config
         if config.data.from_store is not None and agent is None:
@@ -234,7 +241,7 @@ class Trainer:
             raise ConfigError(
                 f"fulmen dev --split {split} needs data.{split} (or tasks passed to dev)"
             )
-        chosen = load_tasks(source, python_path=config.python_path)[:n]
+        chosen = _load_tasks(config, source, split)[:n]
         out.write(_dev_header(len(chosen), split, config, given=tasks is not None) + "\n")
         engine = EngineConfig(kind="endpoint", url=endpoint) if endpoint else config.engine
         stack = TrainingStack(
@@ -256,7 +263,19 @@ class Trainer:
                 rollouts=config.rollouts,
                 mode=Mode.TRAIN if split == "train" else Mode.VAL,
                 out=out,
+                max_seq_len=configured_max_seq_len(config),
             )
+
+
+def _load_tasks(
+    config: TrainConfig, source: str | Sequence[Any], split: Literal["train", "val"]
+) -> list[Any]:
+    """Load the tasks ``source`` names (``environment``: the split of the config's section)."""
+    if source == ENVIRONMENT_SOURCE and config.environment is not None:
+        from fulmen.environments.tasks import environment_tasks
+
+        return environment_tasks(config.environment, split)
+    return load_tasks(source, python_path=config.python_path)
 
 
 def _dev_header(n: int, split: str, config: TrainConfig, *, given: bool) -> str:
@@ -317,3 +336,18 @@ async def _diagnose(config: TrainConfig, stack: TrainingStack) -> list[Finding]:
             engine = None  # the diagnosis goes on without the engine's counters
     is_async = any(getattr(stage, "async_", None) is not None for stage in config.plan())
     return diagnose(records, is_async=is_async, engine=engine)
+
+
+def _hide_run(agent: Any, run_dir: Path) -> Any:
+    """Return ``agent`` with the run folder among the paths its sandbox hides (command agents).
+
+    The run folder holds the store (every task, answers included) and the checkpoints: a
+    rollout being trained must not read them, whatever their modes.
+    """
+    from fulmen.agent.command.config import CommandAgentConfig
+
+    if not isinstance(agent, CommandAgentConfig):
+        return agent
+    box = agent.sandbox
+    hidden = [*box.hidden_paths, run_dir.resolve()]
+    return agent.model_copy(update={"sandbox": box.model_copy(update={"hidden_paths": hidden})})

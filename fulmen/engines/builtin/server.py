@@ -14,16 +14,21 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from fulmen.asgi_disconnect import CancelOnDisconnect
+from fulmen.engines.builtin.admin import AdminGate, check_served_path
 from fulmen.engines.builtin.batching import ALL_WEIGHTS, Scheduler
 from fulmen.engines.builtin.errors import APIError, bad_request
 from fulmen.engines.builtin.generation import Generation
@@ -56,6 +61,7 @@ class _Engine:
     model: ServedModel
     scheduler: Scheduler
     text: TokenText
+    adapter_roots: tuple[Path, ...] = ()
 
 
 def _engine(request: Request) -> _Engine:
@@ -298,6 +304,9 @@ async def metrics(request: Request) -> Response:
         bfloat16=e.model.dtype_name == "bfloat16",
         threads=e.scheduler.threads,
         max_batch=e.scheduler.max_batch,
+        kv_tokens=e.scheduler.kv_tokens,
+        kv_budget_tokens=e.scheduler.kv_budget_tokens,
+        kv_bytes_per_token=e.model.kv_shape.bytes_per_token,
     )
     return PlainTextResponse(text, media_type="text/plain; version=0.0.4; charset=utf-8")
 
@@ -311,7 +320,9 @@ async def _update(request: Request, apply: Any, touches: str, what: dict[str, An
 async def load_lora_adapter(request: Request) -> Response:
     """``POST /v1/load_lora_adapter`` (vLLM's body); replacing a loaded name is allowed."""
     req = parse_request(LoadAdapterRequest, await _body(request))
-    m = _engine(request).model
+    e = _engine(request)
+    check_served_path(req.lora_path, e.adapter_roots, param="lora_path")
+    m = e.model
     return await _update(
         request,
         lambda: m.load_adapter(req.lora_name, req.lora_path),
@@ -336,7 +347,10 @@ async def unload_lora_adapter(request: Request) -> Response:
 async def reload_weights(request: Request) -> Response:
     """``POST /v1/reload_weights``: copy all base weights from a model directory."""
     req = parse_request(ReloadWeightsRequest, await _body(request) if await request.body() else {})
-    m = _engine(request).model
+    e = _engine(request)
+    if req.path is not None:
+        check_served_path(req.path, e.adapter_roots, param="path")
+    m = e.model
     return await _update(
         request, lambda: m.reload_weights(req.path), ALL_WEIGHTS, {"path": req.path or str(m.path)}
     )
@@ -355,13 +369,29 @@ def create_app(
     max_batch: int = 8,
     threads: int = 1,
     prefix_cache: PrefixCache | None = None,
+    prefill_chunk_tokens: int = 2048,
+    kv_budget_tokens: int | None = None,
+    admin_token: str | None = None,
+    adapter_roots: Sequence[Path] = (),
 ) -> Starlette:
     """Build the ASGI app serving ``model``; the batching thread runs during the lifespan.
 
     ``prefix_cache`` (``None``: off) lets requests reuse the KV of prompt prefixes computed
-    before.
+    before; ``prefill_chunk_tokens`` and ``kv_budget_tokens`` are the
+    :class:`~fulmen.engines.builtin.batching.Scheduler`'s. ``admin_token`` (``None``: none
+    asked) guards the routes that change the served weights, and ``adapter_roots`` (empty:
+    anywhere) the folders they load from (``fulmen.engines.builtin.admin``). A request whose
+    client leaves before its reply starts is cancelled with its generation
+    (``fulmen.asgi_disconnect``).
     """
-    scheduler = Scheduler(model, max_batch=max_batch, threads=threads, prefix_cache=prefix_cache)
+    scheduler = Scheduler(
+        model,
+        max_batch=max_batch,
+        threads=threads,
+        prefix_cache=prefix_cache,
+        prefill_chunk_tokens=prefill_chunk_tokens,
+        kv_budget_tokens=kv_budget_tokens,
+    )
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -383,10 +413,15 @@ def create_app(
         Route("/v1/unload_lora_adapter", unload_lora_adapter, methods=["POST"]),
         Route("/v1/reload_weights", reload_weights, methods=["POST"]),
     ]
+    middleware = [Middleware(CancelOnDisconnect)]
+    if admin_token is not None:
+        middleware.insert(0, Middleware(AdminGate, token=admin_token))
     app = Starlette(
         routes=routes,
+        middleware=middleware,
         lifespan=lifespan,
         exception_handlers={APIError: _api_error, Exception: _api_error},
     )
-    app.state.engine = _Engine(model, scheduler, TokenText(model.tokenizer))
+    roots = tuple(Path(os.path.realpath(root)) for root in adapter_roots)
+    app.state.engine = _Engine(model, scheduler, TokenText(model.tokenizer), roots)
     return app
