@@ -96,12 +96,6 @@ async def run_update_steps(
             trained = time.perf_counter()
             completed = step + 1
             await serve_policy(updater, context, name=f"step-{completed:05d}", step=completed)
-            last = completed == steps or time.monotonic() >= deadline
-            if last or completed % checkpoint_every == 0:
-                directory = context.run_dir / "checkpoints" / f"step-{completed:05d}"
-                await asyncio.to_thread(updater.save_checkpoint, directory)
-                context.save_progress(completed, checkpoint=directory)
-                keep_newest(context.run_dir / "checkpoints", pattern="step-*")
             metrics.update(
                 {
                     "time/rollout_s": sampled - started,
@@ -109,7 +103,15 @@ async def run_update_steps(
                     "time/step_s": time.perf_counter() - started,
                 }
             )
+            # The step's line first, then the checkpoint that marks it done: a run killed in
+            # between runs the step again on resume, never loses its line.
             context.log(completed, metrics)
+            last = completed == steps or time.monotonic() >= deadline
+            if last or completed % checkpoint_every == 0:
+                directory = context.run_dir / "checkpoints" / f"step-{completed:05d}"
+                await asyncio.to_thread(updater.save_checkpoint, directory)
+                context.save_progress(completed, checkpoint=directory)
+                keep_newest(context.run_dir / "checkpoints", pattern="step-*")
             if warn_if_idle is not None:
                 warn_if_idle(completed, batch, metrics)
             history.append(metrics)

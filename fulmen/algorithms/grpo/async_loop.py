@@ -100,7 +100,6 @@ class AsyncGRPOLoop(GRPOLoop):
         trained = time.perf_counter()
         await self._serve(step + 1, train_metrics)
         synced = time.perf_counter()
-        await self._checkpoint(step + 1)
         metrics = self._metrics(finished, trajectories, transitions, train_metrics)
         metrics.update(self._async_metrics(harvest, dropped, transitions))
         times = {
@@ -110,7 +109,9 @@ class AsyncGRPOLoop(GRPOLoop):
             "time/train_s": trained - rolled,
             "time/sync_s": synced - trained,
         }
-        return self._log_step(step, metrics, times, started)
+        logged = self._log_step(step, metrics, times, started)  # before the checkpoint (loop.py)
+        await self._checkpoint(step + 1)
+        return logged
 
     async def _train(self, transitions: Sequence[Any]) -> dict[str, float]:
         # stale transitions are counted against the update count, not the engine's version

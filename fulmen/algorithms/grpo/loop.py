@@ -144,14 +144,17 @@ class GRPOLoop:
         trained = time.perf_counter()
         await self._serve(step + 1, train_metrics)
         synced = time.perf_counter()
-        await self._checkpoint(step + 1)
         metrics = self._metrics(finished, trajectories, transitions, train_metrics)
         times = {
             "time/rollout_s": rolled - started,
             "time/train_s": trained - rolled,
             "time/sync_s": synced - trained,
         }
-        return self._log_step(step, metrics, times, started)
+        # The step's metrics first, then the checkpoint that marks it done: a run killed in
+        # between runs the step again on resume (twice in the metrics), never loses its line.
+        logged = self._log_step(step, metrics, times, started)
+        await self._checkpoint(step + 1)
+        return logged
 
     def _log_step(
         self, step: int, metrics: dict[str, float], times: Mapping[str, float], started: float

@@ -98,7 +98,6 @@ class OfflineGRPOLoop(GRPOLoop):
         self._trainer.policy_version = await serve_policy(
             self._trainer, context, name=name, step=step + 1
         )
-        await self._checkpoint(step + 1)
         rewards = [t.rollout_reward for t in {t.rollout_id: t for t in batch.transitions}.values()]
         metrics: dict[str, float] = {
             **reward_metrics("reward", rewards, context.success_threshold),
@@ -115,7 +114,8 @@ class OfflineGRPOLoop(GRPOLoop):
             "time/step_s": time.perf_counter() - started,
         }
         metrics["task/success"] = metrics.pop("reward/success")
-        context.log(step + 1, metrics)
+        context.log(step + 1, metrics)  # before the checkpoint that marks the step done
+        await self._checkpoint(step + 1)
         if metrics.get("updated") == 0.0:
             reason = no_update_reason(metrics, store_url=context.store_url)
             logger.warning("step %d made no update: %s", step + 1, reason)

@@ -82,12 +82,12 @@ async def _rounds(
         name = f"round-{index + 1:03d}"
         await serve_policy(engine, context, name=name, step=index + 1)
         directory = context.run_dir / "checkpoints" / name
+        context.log(index + 1, metrics)  # before the checkpoint that marks the round done
         await asyncio.to_thread(engine.save_checkpoint, directory)
         context.save_progress(index + 1, checkpoint=directory)
         if engine.is_full:  # a model's size each; LoRA rounds keep every small adapter
             keep_newest(context.run_dir / "weights", pattern="round-*")
             keep_newest(context.run_dir / "checkpoints", pattern="round-*")
-        context.log(index + 1, metrics)
         history.append(metrics)
     return history
 
