@@ -41,10 +41,12 @@ from fulmen.types.transitions import Transition  # noqa: E402
 from tests.algorithms.builders import transition  # noqa: E402
 from tests.algorithms.models import tiny_llama  # noqa: E402
 
-#: Largest |single - parallel| weight difference accepted (updates here are ~1e-2): the ranks
+#: Largest |single - parallel| weight difference accepted (updates here are ~1e-2 a step, and a
+#: rank that skipped its share or a sum not averaged moves weights by that much): the ranks
 #: sum float32 gradients in another order, and Adam's step divides by sqrt(v), so a gradient
-#: near zero turns that rounding into a visible (still tiny) weight difference.
-TOLERANCE = 1e-5
+#: near zero turns that rounding into a visible (still tiny) weight difference. A full
+#: fine-tune reached 1.6e-5 after two steps in one CI run (1e-5 was the bound then).
+TOLERANCE = 5e-5
 
 
 @pytest.fixture(scope="module")

@@ -23,7 +23,9 @@ EMAIL = "jane.doe@example.org"
 PHONE = "+44 20 7946 0958"
 CARD = "4111 1111 1111 1111"  # passes Luhn
 ORDER = "order 4111111111111112"  # 16 digits failing Luhn: an ordinary number, kept
-SECRETS = (EMAIL, PHONE, CARD, "4111111111111111", "jane.doe", "7946")
+# "7946 0958": any fragment of the phone number, but not four digits alone, which a stored
+# timestamp or a random id can hold by chance (created 1796179468 failed a run once).
+SECRETS = (EMAIL, PHONE, CARD, "4111111111111111", "jane.doe", "7946 0958")
 
 
 def shout(text: str) -> str:
