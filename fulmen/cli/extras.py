@@ -50,6 +50,12 @@ OPTIONAL_PACKAGES: tuple[OptionalPackage, ...] = (
     OptionalPackage("pyarrow", "export", "fulmen export ... --out F.parquet"),
     OptionalPackage("openai", "examples", "the agents under examples/"),
     OptionalPackage(
+        "reasoning_gym", "reasoning-gym", "environment: library: reasoning_gym", "reasoning-gym"
+    ),
+    OptionalPackage("textarena", "textarena", "environment: library: textarena"),
+    OptionalPackage("verifiers", "verifiers", "environment: library: verifiers"),
+    OptionalPackage("openenv", "openenv", "environment: library: openenv"),
+    OptionalPackage(
         "openinference.instrumentation.langchain",
         "instrument",
         "LangGraph node names as agent names",
