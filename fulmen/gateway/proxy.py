@@ -12,7 +12,7 @@ import logging
 import os
 import socket
 import time
-from collections import Counter, OrderedDict
+from collections import Counter
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
@@ -45,6 +45,7 @@ from fulmen.gateway.errors import (
 )
 from fulmen.gateway.errors import openai_error_body as error_body
 from fulmen.gateway.forward import HOP_HEADERS, Forwarder, UpstreamReply
+from fulmen.gateway.notes import CallNotes
 from fulmen.gateway.paths import is_model_path
 from fulmen.gateway.recorder import CallRecorder, FlushOutcome
 from fulmen.gateway.redaction import Redactor
@@ -67,8 +68,6 @@ _log = logging.getLogger(__name__)
 
 # POST endpoints that are model calls and get a record; others are forwarded unrecorded.
 RECORDED_ENDPOINTS = TOKEN_ENDPOINTS | TRANSLATED.keys()
-# Rollouts whose forced sampling fields were logged (once each), remembered at most.
-_NOTED_ROLLOUTS = 4096
 # An Anthropic client given a base URL that already ends in ``/v1`` (the rollout URL the runner
 # hands out) appends ``/v1/messages`` to it: the doubled prefix means the same endpoint.
 _ALIASES = {f"v1/{MESSAGES}": MESSAGES}
@@ -136,9 +135,7 @@ class Gateway:
         # Calls in flight per rollout (``max_calls_per_rollout``), until their reply ends.
         self.rollout_calls: Counter[str] = Counter()
         self._is_started = False
-        self._noted: OrderedDict[str, None] = OrderedDict()
-        self._dropped_tools: set[str] = set()
-        self._replaced: set[tuple[str, str]] = set()  # (mode, field) logged by note_replaced
+        self.notes = CallNotes()
 
     def start(self) -> None:
         """Start background recording (idempotent; needs the serving event loop)."""
@@ -267,57 +264,6 @@ class Gateway:
         first = self.pool.ranked(ctx.rollout_id if ctx else None)[0]
         return self.pool.is_token_level(first)
 
-    def note_dropped_tools(self, kinds: Sequence[str]) -> None:
-        """Log, once per tool type, that tools of ``kinds`` were not given to the engine."""
-        new = sorted(set(kinds) - self._dropped_tools)
-        if new:
-            self._dropped_tools.update(new)
-            _log.warning(
-                "tools of type %s dropped from translated calls: a token-level engine serves "
-                "function tools only (docs/capture.md)",
-                ", ".join(new),
-            )
-
-    def note_replaced(
-        self, ctx: CallContext, body: dict[str, Any], overrides: dict[str, Any]
-    ) -> None:
-        """Log, once per mode and field, an agent's sampling field the rollout's settings replaced.
-
-        Say ``max_tokens: 500`` sent as 8: agents keep their own values in their code, and a
-        run's sampling settings win over them without a word otherwise.
-        """
-        for name, value in overrides.items():
-            if name == "model" or name not in body or body[name] == value:
-                continue
-            if (ctx.mode, name) in self._replaced:
-                continue
-            self._replaced.add((ctx.mode, name))
-            _log.warning(
-                "rollout %s (%s): the agent's %s=%r was sent as %r: the run's sampling "
-                "settings for %s rollouts replace an agent's own (rollouts.%s_sampling)",
-                ctx.rollout_id,
-                ctx.mode,
-                name,
-                body[name],
-                value,
-                ctx.mode,
-                ctx.mode,
-            )
-
-    def note_forced(self, rollout_id: str, fields: Sequence[str]) -> None:
-        """Log, once per rollout, the agent's sampling ``fields`` a behaviour mode replaced."""
-        if rollout_id in self._noted:
-            return
-        self._noted[rollout_id] = None
-        if len(self._noted) > _NOTED_ROLLOUTS:
-            self._noted.popitem(last=False)
-        _log.warning(
-            "rollout %s: the agent's %s sent at neutral values instead: its calls sample the "
-            "behaviour policy the trainer corrects for (docs/behaviour-policy.md)",
-            rollout_id,
-            ", ".join(fields),
-        )
-
     def record(self, exchange: Exchange, *, session_id: str | None = None) -> None:
         """Queue ``exchange`` for recording; the recorder builds the record in the background.
 
@@ -368,7 +314,7 @@ class _Call:
                 release.calls[self.arm] += 1
         overrides = ctx.overrides(self.model, self.agent_name) if ctx else {}
         if ctx is not None:
-            gateway.note_replaced(ctx, body, overrides)
+            gateway.notes.replaced(ctx, body, overrides)
         if self.model != body.get("model"):
             overrides = {"model": self.model, **overrides}
         self._overrides = overrides
@@ -405,7 +351,7 @@ class _Call:
         reshaped = reshaped_fields(fields)
         if reshaped:
             shown = [f"{name}={fields[name]!r}" for name in reshaped]
-            self.gateway.note_forced(ctx.rollout_id, shown)
+            self.gateway.notes.forced(ctx.rollout_id, shown)
 
     def _body_for(self, upstream: Upstream) -> bytes:
         level = self.gateway.pool.is_token_level(upstream)
@@ -431,7 +377,7 @@ class _Call:
             return self.body
         chat = self.translation.chat()
         if chat.dropped_tools:
-            self.gateway.note_dropped_tools(chat.dropped_tools)
+            self.gateway.notes.dropped_tools(chat.dropped_tools)
         return chat.request
 
     async def send(self) -> UpstreamReply:
