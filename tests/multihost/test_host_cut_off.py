@@ -1,10 +1,10 @@
 """Four hosts made of network namespaces: PostgreSQL + the store service (token on) on one, the
 trainer with the built-in engine (``tiny``) and a gateway on another, runners on two more.
 
-The toy example trains to completion with rollouts run on the runner hosts; then again with
-one runner host cut off mid-step (its switch port taken down, the processes left running):
-the store's watchdog finds its attempts lost, they are retried on another host, every
-rollout is counted once, the run finishes and the reward rises. Prints time-to-detect and
+The toy example trains with rollouts run on the runner hosts, one of them cut off mid-step (its
+switch port taken down, the processes left running): the store's watchdog finds its attempts
+lost, they are retried on the other host, every rollout is counted once, the run finishes and
+the reward rises. Prints time-to-detect and
 the number of retried attempts.
 """
 
@@ -71,12 +71,10 @@ def postgres(fabric: Fabric) -> Iterator[str]:
     result = fabric.run("db", _as_postgres(start), timeout=60)
     assert result.returncode == 0, result.stderr
     try:
-        for name in ("phase_a", "phase_b"):
-            made = fabric.run("db", _as_postgres([createdb, "-h", "127.0.0.1", "-p",
-                                                  str(PG_PORT), "-U", "postgres", name]),
-                              timeout=30)  # fmt: skip
-            assert made.returncode == 0, made.stderr
-        yield f"postgresql://postgres@127.0.0.1:{PG_PORT}"
+        made = fabric.run("db", _as_postgres([createdb, "-h", "127.0.0.1", "-p", str(PG_PORT),
+                                              "-U", "postgres", "fulmen"]), timeout=30)  # fmt: skip
+        assert made.returncode == 0, made.stderr
+        yield f"postgresql://postgres@127.0.0.1:{PG_PORT}/fulmen"
     finally:
         fabric.run("db", _as_postgres([pg_ctl, "-D", str(data), "-m", "immediate", "-w",
                                        "stop"]), timeout=60)  # fmt: skip
@@ -98,11 +96,9 @@ def _probe(fabric: Fabric, tmp_path: Path, host: str, *args: str, timeout: float
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
-def _train(
-    fabric: Fabric, tmp_path: Path, database: str, *, steps: int, cut: bool
-) -> dict[str, Any]:
+def _train(fabric: Fabric, tmp_path: Path, database: str, *, steps: int) -> dict[str, Any]:
     """Run one training over the four hosts; return the store's report and the figures."""
-    logs = tmp_path / ("cut" if cut else "clean")
+    logs = tmp_path / "cut"
     logs.mkdir()
     store_url = f"http://{fabric.addresses['db']}:{STORE_PORT}"
     gateway_url = f"http://{fabric.addresses['eng']}:{GATEWAY_PORT}"
@@ -164,11 +160,9 @@ def _train(
             for host in ("r1", "r2")
         ]
         started += runners
-        cut_at = None
-        if cut:
-            # From the db host, the moment the store sees r1 running an attempt.
-            cut_at = _probe(fabric, tmp_path, "db", "cut", store_url, "r1",
-                            *fabric.cut_command("r1"), timeout=200)["cut_at"]  # fmt: skip
+        # From the db host, the moment the store sees r1 running an attempt.
+        cut_at = _probe(fabric, tmp_path, "db", "cut", store_url, "r1",
+                        *fabric.cut_command("r1"), timeout=200)["cut_at"]  # fmt: skip
         trainer.wait(timeout=300)
         assert trainer.returncode == 0, tail(logs / "trainer.log")
         report = _probe(fabric, tmp_path, "db", "report", store_url, timeout=60)
@@ -197,17 +191,15 @@ def _check_counted_once(result: dict[str, Any], steps: int) -> list[dict[str, An
 def test_training_across_hosts_survives_a_runner_host_cut_off(
     fabric: Fabric, postgres: str, tmp_path: Path
 ) -> None:
-    clean = _train(fabric, tmp_path, f"{postgres}/phase_a", steps=2, cut=False)
-    attempts = _check_counted_once(clean, steps=2)
-    workers = {a["worker_id"] for a in attempts}
-    assert {"r1", "r2"} <= workers, workers  # the runner hosts ran rollouts
-    assert all(a["status"] == "succeeded" for a in attempts)
-
+    # A clean two-step run before this one (both hosts ran rollouts, every attempt succeeded)
+    # was dropped on 2026-12-02 for CI time: the cut run checks the same and more.
     # 16 steps: the reward takes off at step 6 to 8 in most runs, but it can creep (0.13 -> 0.30
     # after 12 steps in one CI run, 0.15 -> 0.52 in one of three runs here).
     steps = 16
-    cut = _train(fabric, tmp_path, f"{postgres}/phase_b", steps=steps, cut=True)
+    cut = _train(fabric, tmp_path, postgres, steps=steps)
     attempts = _check_counted_once(cut, steps=steps)
+    workers = {a["worker_id"] for a in attempts}
+    assert {"r1", "r2"} <= workers, workers  # the runner hosts ran rollouts
     lost = [a for a in attempts if a["status"] == "lost"]
     assert lost, "the cut-off host's attempts were not found lost"
     assert {a["worker_id"] for a in lost} == {"r1"}
