@@ -11,6 +11,7 @@ import sys
 import textwrap
 import threading
 from collections.abc import Coroutine
+from pathlib import Path
 from typing import Any, TypeVar
 
 __all__ = ["register"]
@@ -89,6 +90,17 @@ def register(subparsers: Any) -> None:
     dev.add_argument("--endpoint", help="OpenAI-compatible base URL to use instead of the engine")
     dev.add_argument("--model", help="model name to request from --endpoint")
     dev.add_argument("--json", action="store_true", help="also print the summary as JSON")
+    dev.add_argument(
+        "--store",
+        metavar="URL",
+        help="keep the rollouts in this store, to read afterwards with `fulmen rollouts` or the "
+        "dashboard: a file path or sqlite:///path.db (created if missing), postgresql://..., "
+        "or http://host:port of a `fulmen store serve` (default: a private in-memory store)",
+    )
+    dev.add_argument(
+        "--token",
+        help="bearer token of a protected http:// store (default: $FULMEN_STORE_TOKEN)",
+    )
     dev.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help=_SET_HELP)
     dev.set_defaults(func=_dev)
 
@@ -251,7 +263,17 @@ def _resume_line(run_dir: Any, command: str) -> str:
     return f"stopped; {kept}. Resume with the same command: {command}"
 
 
+def _dev_store(given: str | None) -> str | None:
+    """Return the store URL ``fulmen dev --store`` names (a path without a scheme: SQLite)."""
+    if not given:
+        return None
+    if "://" in given:
+        return given
+    return f"sqlite:///{Path(given).expanduser().resolve()}"
+
+
 def _dev(args: argparse.Namespace) -> int:
+    from fulmen.cli.store import cli_settings
     from fulmen.errors import error_summary
     from fulmen.trainer.config import load_config
     from fulmen.trainer.trainer import Trainer
@@ -259,11 +281,15 @@ def _dev(args: argparse.Namespace) -> int:
     if args.n < 1:
         raise SystemExit("fulmen dev: -n must be at least 1")
     config = load_config(args.config, overrides=args.set)
-    report = Trainer(config).dev(
-        n=args.n, split=args.split, endpoint=args.endpoint, model=args.model
+    store = _dev_store(args.store)
+    token = args.token or cli_settings(args).store_token if store else None
+    report = Trainer(config, store_token=token).dev(
+        n=args.n, split=args.split, endpoint=args.endpoint, model=args.model, store_url=store
     )
     if args.json:
         print(json.dumps(report))
+    if store:
+        print(f"fulmen dev: {len(report)} rollouts kept (fulmen rollouts list --store {store})")
     failed = [r for r in report if r["status"] != "succeeded"]
     if report and len(failed) == len(report):
         first = error_summary(failed[0]["error"]) or failed[0]["status"]

@@ -27,7 +27,13 @@ from fulmen.types import (
     RolloutStatus,
 )
 
-__all__ = ["configured_max_seq_len", "run_dev", "tool_calls_of", "tool_results_of"]
+__all__ = [
+    "configured_max_seq_len",
+    "max_seq_len_option",
+    "run_dev",
+    "tool_calls_of",
+    "tool_results_of",
+]
 
 
 def _tail(text: Any, width: int = 70) -> str:
@@ -108,12 +114,14 @@ async def run_dev(
     mode: Mode = Mode.VAL,
     out: TextIO,
     max_seq_len: int | None = None,
+    max_seq_len_option: str = "algorithm.grpo.max_seq_len",
 ) -> list[dict[str, Any]]:
     """Run one rollout of ``mode`` per task on ``stack`` and print a report to ``out``.
 
     ``mode`` picks the sampling: ``train`` at ``rollouts.train_sampling``, else
-    ``val_sampling``. ``max_seq_len`` is GRPO's length limit when the config sets one; else
-    the engine's context (``/v1/models``) is the limit transitions are checked against.
+    ``val_sampling``. ``max_seq_len`` is the updater's length limit when the config sets one
+    (``max_seq_len_option`` names it); else the engine's context (``/v1/models``) is the
+    limit transitions are checked against.
     """
     from fulmen.adapter.transitions import load_attempt
 
@@ -211,25 +219,43 @@ async def run_dev(
     over = [n for n in lengths if limit is not None and n > limit]
     if over and limit is not None:
         shown = ", ".join(str(n) for n in sorted(over, reverse=True)[:8])
-        setting = "algorithm.grpo.max_seq_len" if max_seq_len else "the model's context"
+        setting = max_seq_len_option if max_seq_len else "the model's context"
         out.write(
             f"warning: {len(over)} of {len(lengths)} transitions are longer than {setting} "
             f"({limit} tokens): {shown} tokens. Training drops them; raise "
-            "algorithm.grpo.max_seq_len (unset, it is the model's context) or shorten the "
+            f"{max_seq_len_option} (unset, it is the model's context) or shorten the "
             "agent's prompts\n"
         )
     return report
 
 
 def configured_max_seq_len(config: Any) -> int | None:
-    """Return the smallest ``grpo.max_seq_len`` the config's GRPO stages set (``None``: none)."""
-    stages = getattr(config, "stages", None) or [getattr(config, "algorithm", None)]
-    limits = [
-        limit
-        for stage in stages
-        if (limit := getattr(getattr(stage, "grpo", None), "max_seq_len", None)) is not None
-    ]
+    """Return the smallest ``max_seq_len`` the config's stages set (``None``: none).
+
+    Each updater's settings (``grpo``, ``ppo``, ``dpo``, ``sft``) have one; unset, it is the
+    model's context, which the engine reports.
+    """
+    limits = [limit for _, limit in _updater_limits(config) if limit is not None]
     return min(limits) if limits else None
+
+
+def max_seq_len_option(config: Any) -> str:
+    """Name the ``max_seq_len`` setting of the config's (first) updater, for messages."""
+    named = [option for option, _ in _updater_limits(config)]
+    return named[0] if named else "algorithm.grpo.max_seq_len"
+
+
+def _updater_limits(config: Any) -> list[tuple[str, int | None]]:
+    """Each stage's updater settings that have a ``max_seq_len``: (its option, its value)."""
+    stages = getattr(config, "stages", None)
+    where = [f"stages.{i}" for i in range(len(stages))] if stages else ["algorithm"]
+    found: list[tuple[str, int | None]] = []
+    for prefix, stage in zip(where, stages or [getattr(config, "algorithm", None)], strict=True):
+        for name in ("grpo", "ppo", "dpo", "sft"):
+            settings = getattr(stage, name, None)
+            if settings is not None and hasattr(settings, "max_seq_len"):
+                found.append((f"{prefix}.{name}.max_seq_len", settings.max_seq_len))
+    return found
 
 
 async def _engine_context(base_url: str) -> int | None:

@@ -190,6 +190,7 @@ class Trainer:
         endpoint: str | None = None,
         model: str | None = None,
         out: TextIO | None = None,
+        store_url: str | None = None,
     ) -> list[dict[str, Any]]:
         """Run ``n`` rollouts without training and print calls, rewards and transitions.
 
@@ -202,6 +203,8 @@ class Trainer:
             endpoint: an OpenAI-compatible base URL to use instead of starting the engine.
             model: the model name to request from ``endpoint`` (default: ``config.model``).
             out: where the report goes (default: stdout).
+            store_url: a store to keep the rollouts in, to read afterwards (``fulmen
+                rollouts list --store``); default: a private in-memory store.
         """
         return asyncio.run(
             self.adev(
@@ -212,6 +215,7 @@ class Trainer:
                 endpoint=endpoint,
                 model=model,
                 out=out or sys.stdout,
+                store_url=store_url,
             )
         )
 
@@ -225,9 +229,10 @@ class Trainer:
         endpoint: str | None = None,
         model: str | None = None,
         out: TextIO,
+        store_url: str | None = None,
     ) -> list[dict[str, Any]]:
         """Run ``dev`` on the running event loop."""
-        from fulmen.trainer.dev import configured_max_seq_len, run_dev
+        from fulmen.trainer.dev import configured_max_seq_len, max_seq_len_option, run_dev
 
         config = self.config
         if config.data.from_store is not None and agent is None:
@@ -245,7 +250,8 @@ class Trainer:
         out.write(_dev_header(len(chosen), split, config, given=tasks is not None) + "\n")
         engine = EngineConfig(kind="endpoint", url=endpoint) if endpoint else config.engine
         stack = TrainingStack(
-            store_url="memory://",
+            store_url=store_url or "memory://",
+            store_token=self.store_token,
             agent=agent or config.agent,
             model=config.model,
             engine=engine,
@@ -264,6 +270,7 @@ class Trainer:
                 mode=Mode.TRAIN if split == "train" else Mode.VAL,
                 out=out,
                 max_seq_len=configured_max_seq_len(config),
+                max_seq_len_option=max_seq_len_option(config),
             )
 
 

@@ -12,6 +12,8 @@ import textwrap
 from collections import deque
 from pathlib import Path
 
+import pytest
+
 from fulmen.trainer.config import load_config
 from fulmen.trainer.trainer import Trainer
 from tests.gateway.scripted_upstream import Reply, Script, create_upstream_app, serve_app
@@ -40,7 +42,7 @@ async def summarizer(task: dict[str, Any], llm: fulmen.LLM) -> float:
 """
 
 
-def write_project(tmp_path: Path, max_seq_len: int) -> Path:
+def write_project(tmp_path: Path, max_seq_len: int, algorithm: str = "grpo") -> Path:
     (tmp_path / "summary_agent.py").write_text(AGENT)
     config = tmp_path / "config.yaml"
     config.write_text(
@@ -52,16 +54,16 @@ def write_project(tmp_path: Path, max_seq_len: int) -> Path:
             run_dir: run
             data: {{train: "summary_agent:tasks"}}
             rollouts: {{concurrency: 1, timeout_s: 60}}
-            algorithm: {{grpo: {{max_seq_len: {max_seq_len}}}}}
+            algorithm: {{name: {algorithm}, {algorithm}: {{max_seq_len: {max_seq_len}}}}}
             """
         )
     )
     return config
 
 
-async def _dev(tmp_path: Path, max_seq_len: int) -> tuple[str, int]:
+async def _dev(tmp_path: Path, max_seq_len: int, algorithm: str = "grpo") -> tuple[str, int]:
     script = Script(replies=deque([Reply(content="A gateway records every call.")]))
-    config = load_config(write_project(tmp_path, max_seq_len))
+    config = load_config(write_project(tmp_path, max_seq_len, algorithm))
     out = io.StringIO()
     async with serve_app(create_upstream_app(script)) as upstream:
         report = await Trainer(config).adev(endpoint=f"{upstream}/v1", model="tiny-model", out=out)
@@ -71,12 +73,16 @@ async def _dev(tmp_path: Path, max_seq_len: int) -> tuple[str, int]:
     return out.getvalue(), int(fields["prompt"]) + int(fields["completion"])
 
 
-async def test_dev_warns_when_a_transition_is_longer_than_max_seq_len(tmp_path: Path) -> None:
-    text, length = await _dev(tmp_path, max_seq_len=16)
+@pytest.mark.parametrize("algorithm", ["grpo", "ppo", "dpo"])
+async def test_dev_warns_when_a_transition_is_longer_than_max_seq_len(
+    tmp_path: Path, algorithm: str
+) -> None:
+    text, length = await _dev(tmp_path, max_seq_len=16, algorithm=algorithm)
     assert length > 16
+    option = f"algorithm.{algorithm}.max_seq_len"
     assert (
-        f"warning: 1 of 1 transitions are longer than algorithm.grpo.max_seq_len (16 tokens): "
-        f"{length} tokens. Training drops them"
+        f"warning: 1 of 1 transitions are longer than {option} (16 tokens): "
+        f"{length} tokens. Training drops them; raise {option}"
     ) in text, text
 
 

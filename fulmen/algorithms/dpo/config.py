@@ -47,7 +47,8 @@ class DPOConfig(_Strict, ComputeSettings):
         max_grad_norm: global gradient-norm clip; ``None`` disables clipping.
         micro_batch_tokens: padded tokens per forward pass (rows x longest row), the memory
             knob; a pair's two sequences always share a micro-batch.
-        max_seq_len: pairs with a longer sequence are dropped and counted.
+        max_seq_len: pairs with a longer sequence are dropped and counted. ``None``
+            (default): the model's context (``max_position_embeddings``), as GRPO's.
         logit_chunk_tokens: LM-head rows computed at once (bounds the vocab-sized activations).
         gradient_checkpointing: recompute decoder activations in backward to save memory.
         seed: seed of the adapter's initialization (default: the run's seed).
@@ -64,7 +65,7 @@ class DPOConfig(_Strict, ComputeSettings):
     betas: tuple[float, float] = (0.9, 0.999)
     max_grad_norm: float | None = Field(default=1.0, gt=0)
     micro_batch_tokens: int = Field(default=4096, ge=2)
-    max_seq_len: int = Field(default=8192, ge=2)
+    max_seq_len: int | None = Field(default=None, ge=2)
     logit_chunk_tokens: int = Field(default=256, ge=1)
     gradient_checkpointing: bool = False
     seed: int | None = None

@@ -37,6 +37,7 @@ from fulmen.algorithms.policy import (
     token_logprobs,
     update_mode,
 )
+from fulmen.algorithms.sequence_lengths import resolve_max_seq_len
 
 __all__ = ["DPOUpdater"]
 
@@ -95,6 +96,8 @@ class DPOUpdater(checkpoint.LoraUpdaterFiles[DPOConfig]):
         self.reference = ReferencePolicy(self.model, finetune="lora")
         self.optimizer = build_optimizer(self.model, config)
         self.pad_token_id = getattr(causal_lm_of(self.model).config, "pad_token_id", None) or 0
+        #: The length limit: the configured one, else the model's context.
+        self.max_seq_len = resolve_max_seq_len(config.max_seq_len, self.model)
         self.step = 0
         #: Optimizer steps skipped because the gradient norm was not finite.
         self.skipped_nonfinite = 0
@@ -164,7 +167,7 @@ class DPOUpdater(checkpoint.LoraUpdaterFiles[DPOConfig]):
 
     def _fits(self, pair: PreferencePair) -> bool:
         (chosen, chosen_at), (rejected, rejected_at) = pair.sequences()
-        limit = self.config.max_seq_len
+        limit = self.max_seq_len
         return bool(chosen_at and rejected_at) and max(len(chosen), len(rejected)) <= limit
 
     def _plan(self, pairs: Sequence[PreferencePair]) -> list[list[int]]:

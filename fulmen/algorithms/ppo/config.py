@@ -62,7 +62,8 @@ class PPOConfig(_Strict, ComputeSettings):
             disables clipping.
         micro_batch_tokens: padded tokens per forward pass (rows x longest row).
         max_seq_len: a rollout with a longer call is dropped whole (its returns need every
-            call's value) and counted.
+            call's value) and counted. ``None`` (default): the model's context
+            (``max_position_embeddings``), as GRPO's.
         temperature: the temperature the rollouts were sampled at (set from
             ``rollouts.train_sampling.temperature``, as GRPO's).
         logit_chunk_tokens: LM-head rows computed at once (bounds the vocab-sized activations).
@@ -93,7 +94,7 @@ class PPOConfig(_Strict, ComputeSettings):
     betas: tuple[float, float] = (0.9, 0.999)
     max_grad_norm: float | None = Field(default=1.0, gt=0)
     micro_batch_tokens: int = Field(default=4096, ge=2)
-    max_seq_len: int = Field(default=8192, ge=2)
+    max_seq_len: int | None = Field(default=None, ge=2)
     temperature: float = Field(default=1.0, gt=0)
     logit_chunk_tokens: int = Field(default=256, ge=1)
     gradient_checkpointing: bool = False

@@ -53,6 +53,7 @@ from fulmen.algorithms.ppo.calls import (
 from fulmen.algorithms.ppo.config import PPOConfig
 from fulmen.algorithms.ppo.gae import clipped_value_loss, explained_variance, gae
 from fulmen.algorithms.ppo.value_head import ValueHead
+from fulmen.algorithms.sequence_lengths import resolve_max_seq_len
 from fulmen.types.transitions import Transition
 
 __all__ = ["PPOUpdater"]
@@ -129,6 +130,8 @@ class PPOUpdater(checkpoint.LoraUpdaterFiles[PPOConfig]):
         # What a checkpoint holds: the adapter's and the value head's trained parameters.
         self._trained = nn.ModuleDict({"policy": self.model, "value_head": self.value_head})
         self.pad_token_id = getattr(causal_lm_of(self.model).config, "pad_token_id", None) or 0
+        #: The length limit: the configured one, else the model's context.
+        self.max_seq_len = resolve_max_seq_len(config.max_seq_len, self.model)
         self.step = 0
         #: Optimizer steps skipped because the gradient norm was not finite.
         self.skipped_nonfinite = 0
@@ -140,7 +143,7 @@ class PPOUpdater(checkpoint.LoraUpdaterFiles[PPOConfig]):
         losses are means over the epochs. No rollout left: no step (``updated`` 0).
         """
         started = time.perf_counter()
-        calls, dropped = select_calls(transitions, max_seq_len=self.config.max_seq_len)
+        calls, dropped = select_calls(transitions, max_seq_len=self.max_seq_len)
         metrics: dict[str, float] = {
             "ppo/calls": float(len(calls)),
             "ppo/rollouts": float(len({c.sample.rollout for c in calls})),
@@ -181,7 +184,7 @@ class PPOUpdater(checkpoint.LoraUpdaterFiles[PPOConfig]):
 
         In the order ``train_step`` lays them out: by rollout, each in ``call_index`` order.
         """
-        calls, _ = select_calls(transitions, max_seq_len=self.config.max_seq_len)
+        calls, _ = select_calls(transitions, max_seq_len=self.max_seq_len)
         if not calls:
             return []
         return self._values(calls, self._plan(calls)).tolist()

@@ -67,7 +67,7 @@ async def _rounds(
             attempts,
             options=config.transition_options(),
             min_reward=threshold,
-            max_seq_len=config.sft.max_seq_len,
+            max_seq_len=engine.max_seq_len,
             tokenizer=tokenizer,
         )
         metrics.update(stats.as_metrics())

@@ -39,7 +39,8 @@ class SFTConfig(_Strict, ComputeSettings):
         batch_size: sequences per optimizer step.
         epochs: passes over each round's examples.
         micro_batch_tokens: padded tokens per forward pass (rows x longest row), the memory knob.
-        max_seq_len: longer sequences are dropped and counted.
+        max_seq_len: longer sequences are dropped and counted. ``None`` (default): the
+            model's context (``max_position_embeddings``), as GRPO's.
         logit_chunk_tokens: LM-head rows computed at once (bounds the vocab-sized activations).
         gradient_checkpointing: recompute decoder activations in backward to save memory.
         seed: seed of the adapter's initialization and of the example order (default: the
@@ -58,7 +59,7 @@ class SFTConfig(_Strict, ComputeSettings):
     batch_size: int = Field(default=8, ge=1)
     epochs: int = Field(default=1, ge=1)
     micro_batch_tokens: int = Field(default=4096, ge=1)
-    max_seq_len: int = Field(default=8192, ge=2)
+    max_seq_len: int | None = Field(default=None, ge=2)
     logit_chunk_tokens: int = Field(default=256, ge=1)
     gradient_checkpointing: bool = False
     seed: int | None = None

@@ -39,6 +39,7 @@ from fulmen.algorithms.policy import (
     token_logprobs,
     update_mode,
 )
+from fulmen.algorithms.sequence_lengths import resolve_max_seq_len
 from fulmen.algorithms.sft.config import SFTConfig
 from fulmen.algorithms.sft.dataset import SFTExample
 
@@ -66,6 +67,8 @@ class SFTUpdater:
         self.device = policy_device(config)
         self.optimizer = build_optimizer(self.model, config)
         self.pad_token_id = getattr(causal_lm_of(self.model).config, "pad_token_id", None) or 0
+        #: The length limit: the configured one, else the model's context.
+        self.max_seq_len = resolve_max_seq_len(config.max_seq_len, self.model)
         self.step = 0
         #: Optimizer steps skipped because the gradient norm was not finite.
         self.skipped_nonfinite = 0

@@ -96,3 +96,12 @@ def test_no_pair_takes_no_step_and_overlong_pairs_are_counted() -> None:
     assert metrics["dpo/dropped_overlong"] == 3.0
     assert metrics["dpo/trained_pairs"] == 1.0
     assert updater.train_step([])["updated"] == 0.0
+
+
+def test_unset_max_seq_len_is_the_models_context() -> None:
+    updater = _updater()  # tiny_llama: 128 positions
+    assert updater.config.max_seq_len is None and updater.max_seq_len == 128
+    metrics = updater.train_step([_pair([1, *[16] * 126], [7], [50]), *PAIRS])  # 128 tokens
+    assert metrics["dpo/dropped_overlong"] == 0.0
+    metrics = updater.train_step([_pair([1, *[16] * 127], [7], [50]), *PAIRS])  # 129
+    assert metrics["dpo/dropped_overlong"] == 1.0

@@ -146,3 +146,13 @@ def test_a_step_skipped_for_a_non_finite_gradient_trained_no_tokens() -> None:
     metrics = updater.train_step(batch)
     assert (metrics["updated"], metrics["skipped_nonfinite"]) == (0.0, 1.0)
     assert metrics["trained_tokens"] == 0.0
+
+
+def test_unset_max_seq_len_is_the_models_context() -> None:
+    updater = _updater()  # tiny_llama: 128 positions
+    assert updater.config.max_seq_len is None and updater.max_seq_len == 128
+    model = updater.model
+    long = transition(model, "a", [1, *[10] * 124], [7, 7, 7, 7], 1.0, task="ta", call_index=0)
+    fits = transition(model, "b", [1, *[10] * 123], [7, 7, 7, 7], 0.0, task="tb", call_index=0)
+    metrics = updater.train_step([long, fits])  # 129 tokens and 128
+    assert metrics["ppo/dropped_rollouts"] == 1.0 and metrics["ppo/rollouts"] == 1.0

@@ -69,3 +69,9 @@ def test_lora_dropout_is_not_ignored() -> None:
         )
         engine.optimizer.zero_grad()
     assert not torch.equal(grads[0], grads[1])
+
+
+def test_unset_max_seq_len_is_the_models_context() -> None:
+    engine = SFTUpdater(tiny_llama(), config=SFTConfig(seed=0))  # 128 positions
+    assert engine.config.max_seq_len is None and engine.max_seq_len == 128
+    assert SFTUpdater(tiny_llama(), config=SFTConfig(seed=0, max_seq_len=64)).max_seq_len == 64
