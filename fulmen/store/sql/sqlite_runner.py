@@ -58,15 +58,33 @@ def _driver(conn: Connection) -> sqlite3.Connection:
     return conn.connection.driver_connection  # type: ignore[return-value]
 
 
+def _is_busy(exc: BaseException) -> bool:
+    """Say whether ``exc`` (raw, or wrapped by SQLAlchemy) is SQLite's SQLITE_BUSY family."""
+    orig = getattr(exc, "orig", None) or exc
+    code = getattr(orig, "sqlite_errorcode", None)
+    return isinstance(orig, sqlite3.OperationalError) and (code or 0) & 0xFF == sqlite3.SQLITE_BUSY
+
+
 def _in_transaction(conn: Connection, op: Callable[..., T], args: tuple[Any, ...]) -> T:
     try:
         transaction = conn.begin()
     except sqlite3.OperationalError as exc:
-        if exc.sqlite_errorcode == sqlite3.SQLITE_BUSY:
+        if _is_busy(exc):
             raise _Busy from exc
         raise
-    with transaction:
-        return op(conn, *args)
+    try:
+        with transaction:
+            return op(conn, *args)
+    except (sa_exc.OperationalError, sqlite3.OperationalError) as exc:
+        if not _is_busy(exc):
+            raise
+        # A lock a statement or the commit needed was held by another connection (CI saw
+        # "database is locked" end a `fulmen train` under heavy load). Nothing of the operation
+        # is kept: it is rolled back and tried again whole, as a busy BEGIN is.
+        driver = _driver(conn)
+        if driver.in_transaction:
+            driver.execute("ROLLBACK")
+        raise _Busy from exc
 
 
 def _open_engine(url: URL, busy_timeout_s: float) -> Engine:
@@ -149,24 +167,35 @@ class SqliteRunner:
     async def write(self, op: Callable[..., T], *args: Any, small: bool = False) -> T:
         """See ``Runner.write``; waits (without blocking) while another process writes."""
         self._writes_since_checkpoint += 1
+        return await self._retrying(self._write_lock, self._writer, op, args, small)
+
+    async def read(self, op: Callable[..., T], *args: Any, small: bool = False) -> T:
+        """See ``Runner.read``; a read that found the file locked is tried again."""
+        return await self._retrying(self._read_lock, self._reader, op, args, small)
+
+    async def _retrying(
+        self,
+        lock: asyncio.Lock,
+        conn: Connection,
+        op: Callable[..., T],
+        args: tuple[Any, ...],
+        small: bool,
+    ) -> T:
+        """Run ``op`` in a transaction, again (after asyncio sleeps) while SQLite says busy."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._busy_timeout_s
         delay = 0.001
         while True:
             try:
-                return await self._submit(self._write_lock, self._writer, op, args, small)
+                return await self._submit(lock, conn, op, args, small)
             except _Busy as busy:
                 if loop.time() >= deadline:
                     raise StoreUnavailable(
                         f"SQLite database {self._engine.url.database!r} stayed locked by "
-                        f"another writer for {self._busy_timeout_s:g} s"
+                        f"another connection for {self._busy_timeout_s:g} s"
                     ) from busy.__cause__
             await asyncio.sleep(delay)
             delay = min(delay * 2, 0.05)
-
-    async def read(self, op: Callable[..., T], *args: Any, small: bool = False) -> T:
-        """See ``Runner.read``."""
-        return await self._submit(self._read_lock, self._reader, op, args, small)
 
     async def _submit(
         self,
