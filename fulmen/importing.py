@@ -40,16 +40,24 @@ def import_object(spec: str, *, what: str) -> Any:
 
 
 def user_frame(exc: BaseException) -> str:
-    """Return `` (at FILE:LINE)``: the deepest frame of ``exc`` outside importlib and fulmen.
+    """Return `` (at FILE:LINE)``: where the user's code failed, else ``""``.
 
-    An import that fails inside the user's module (a ``NameError``, a missing package) then
-    points at the user's line, without the dozens of frames of importlib and fulmen above it.
+    A ``SyntaxError`` (and ``IndentationError``) names the file and line it could not compile
+    itself: it has no frame there. Any other error gets the deepest frame of its traceback
+    outside importlib (frozen or the standard library's) and fulmen, so an import that fails
+    inside the user's module (a ``NameError``, a missing package) points at the user's line,
+    without the dozens of frames of importlib and fulmen above it; one that has no such frame
+    (a module that does not exist) gets none rather than importlib's own line.
     """
+    if isinstance(exc, SyntaxError) and exc.filename and not exc.filename.startswith("<"):
+        return f" (at {exc.filename}:{exc.lineno})" if exc.lineno else f" (in {exc.filename})"
     fulmen_dir = str(Path(__file__).parent)
+    importlib_dir = str(Path(importlib.__file__).parent)
     frames = [
         f
         for f in traceback.extract_tb(exc.__traceback__)
-        if not f.filename.startswith(("<", fulmen_dir))  # "<frozen importlib._bootstrap>"
+        # "<frozen importlib._bootstrap>", importlib/__init__.py, fulmen's own modules
+        if not f.filename.startswith(("<", fulmen_dir, importlib_dir))
     ]
     if not frames:
         return ""

@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import pytest
 
 from fulmen.errors import ConfigError
@@ -22,3 +24,31 @@ def test_a_name_that_cannot_be_imported_is_a_config_error_naming_the_option(
 ) -> None:
     with pytest.raises(ConfigError, match=message):
         import_object(spec, what="algorithm.tidy")
+
+
+@pytest.mark.parametrize(
+    ("source", "line"),
+    [
+        ("import os\n\n\ndef run(task):\n    x = = 1\n", 5),  # a SyntaxError has no frame there
+        ("import os\n\nVALUE = undefined_name\n", 3),
+        ("import os\nimport no_such_package_xyz\n", 2),
+    ],
+)
+def test_an_import_error_names_the_users_file_and_line_not_importlib(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, source: str, line: int
+) -> None:
+    module = f"user_agent_{line}"
+    (tmp_path / f"{module}.py").write_text(source)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ConfigError) as raised:
+        import_object(f"{module}:run", what="agent")
+    assert f"(at {tmp_path / module}.py:{line})" in raised.value.message
+    assert "importlib" not in raised.value.message
+
+
+def test_a_module_that_does_not_exist_names_no_line_of_importlib() -> None:
+    with pytest.raises(ConfigError) as raised:
+        import_object("no_such_module_xyz:run", what="agent")
+    assert raised.value.message == (
+        "cannot import agent 'no_such_module_xyz:run': No module named 'no_such_module_xyz'"
+    )

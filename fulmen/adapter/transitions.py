@@ -31,6 +31,7 @@ from fulmen.adapter.credit import (
     per_call_credit,
     resolve_credit,
 )
+from fulmen.adapter.named_rewards import secondary_rewards
 from fulmen.adapter.selection import CallSelection
 from fulmen.adapter.signals import read_signals
 from fulmen.errors import ConfigError
@@ -226,6 +227,7 @@ def build_trajectory(
         final_reward=final,
         transitions=transitions,
         diagnostics=diag,
+        secondary_rewards=secondary_rewards(spans, rewards),
     )
 
 

@@ -72,7 +72,10 @@ class _Job:
             self._loop, self._task = asyncio.get_running_loop(), task
             if self._is_cancelled or task is None:
                 raise asyncio.CancelledError  # stopped before it started
-        return await self._make()
+        try:
+            return await self._make()
+        finally:
+            _abort_leftover_connections(asyncio.get_running_loop())
 
     def _settle(self, result: Any, error: BaseException | None) -> None:
         if not self._finished.done():
@@ -86,6 +89,25 @@ class _Job:
         if loop is not None and task is not None:
             with contextlib.suppress(RuntimeError):  # the loop already closed
                 loop.call_soon_threadsafe(task.cancel)
+
+
+def _abort_leftover_connections(loop: asyncio.AbstractEventLoop) -> None:
+    """Abort the socket connections an attempt left open on its loop, before the loop closes.
+
+    An agent that never closes its HTTP client (``AsyncOpenAI()`` in the agent function, the
+    README's own first draft) leaves pooled connections on the attempt's loop. The client is
+    collected later, often by the garbage collector on another thread, and its ``aclose`` then
+    touches those connections on a closed loop: one "Event loop is closed" traceback per attempt.
+    An aborted connection is marked lost while its loop still runs, so that later close returns
+    quietly. The selector loop's registry of transports is private but stable since 3.4; a loop
+    without one (uvloop) is left alone.
+    """
+    transports = getattr(loop, "_transports", None)
+    if transports is None:
+        return
+    for transport in list(transports.values()):
+        if isinstance(transport, asyncio.Transport) and not transport.is_closing():
+            transport.abort()
 
 
 class LoopThreads:

@@ -75,6 +75,36 @@ class RunnerStats:
     ended_by_store: int = 0
 
 
+class _FailureLog:
+    """Logs failed attempts: each kind of error at once, then at most once a minute.
+
+    A broken agent fails every rollout the same way; one line per attempt would bury the
+    rest of the output (training says once per step what failed). A repeat within the
+    interval is logged at debug level and counted into the next line of its kind.
+    """
+
+    _MAX_KINDS = 256  # error texts kept; more distinct ones start the count afresh
+
+    def __init__(self, interval_s: float = _LOG_EVERY_S) -> None:
+        self.interval_s = interval_s
+        self._seen: dict[str, tuple[float, int]] = {}  # error -> (last logged, repeats since)
+
+    def log(self, attempt_id: str, exc: BaseException, now: float) -> None:
+        """Log that ``attempt_id`` failed with ``exc`` (``now``: a monotonic clock)."""
+        text = f"{type(exc).__name__}: {exc}"
+        kind = text.splitlines()[0][:300] if text.strip() else text
+        last, repeats = self._seen.get(kind, (None, 0))
+        if last is not None and now - last < self.interval_s:
+            self._seen[kind] = (last, repeats + 1)
+            logger.debug("attempt %s failed: %s", attempt_id, text)
+            return
+        if last is None and len(self._seen) >= self._MAX_KINDS:
+            self._seen.clear()
+        more = f" ({repeats} more like it since the last such line)" if repeats else ""
+        logger.info("attempt %s failed: %s%s", attempt_id, text, more)
+        self._seen[kind] = (now, 0)
+
+
 @dataclass
 class _Telemetry:
     exporter: StoreSpanExporter
@@ -122,6 +152,7 @@ class Runner:
         self._loop_threads = LoopThreads()  # async agents' own threads and loops
         self._gateway: httpx.AsyncClient | None = None  # flushes the gateway's call records
         self._telemetry: _Telemetry | None = None
+        self._failures = _FailureLog()
         self._backoff = Backoff(
             maximum=self.config.store_retry_max_delay, deadline=self.config.store_retry_s
         )
@@ -421,7 +452,7 @@ class Runner:
             await self._update(attempt_id, AttemptStatus.SUCCEEDED, None)
             return
         self.stats.failed += 1
-        logger.info("attempt %s failed: %s: %s", attempt_id, type(exc).__name__, exc)
+        self._failures.log(attempt_id, exc, asyncio.get_running_loop().time())
         await self._update(attempt_id, AttemptStatus.FAILED, error_text(exc))
 
     async def _update(self, attempt_id: str, status: AttemptStatus, error: str | None) -> None:

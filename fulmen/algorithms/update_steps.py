@@ -37,18 +37,32 @@ class StepUpdater(PolicyWriter, Protocol):
 
 
 @contextlib.contextmanager
-def progress_bar(total: int, initial: int) -> Iterator[Any]:
-    """Show a tqdm bar for the steps; log records go through ``tqdm.write`` while it is shown.
+def progress_bar(total: int, initial: int, *, budgeted: bool = False) -> Iterator[Any]:
+    """Show a tqdm bar for the steps on a terminal; log records go through ``tqdm.write``.
 
     Without the redirect, a log line printed mid-step lands on the bar's line (the bar is drawn
-    without a newline), and the next redraw overwrites part of it.
+    without a newline), and the next redraw overwrites part of it. Output that is not a terminal
+    (a file, CI, ``nohup``) gets no bar: its frames would be carriage-return garbage there, and
+    each step's log line already says what the bar shows. With a time budget (``budgeted``) the
+    bar leaves out its own estimate of the time to ``total`` steps, which is only an upper
+    bound then (it read "12/1000, 29:40:53 left" under a 30-minute budget); the postfix shows
+    the budget's minutes left instead (``step_postfix``).
     """
     from tqdm import tqdm
     from tqdm.contrib.logging import logging_redirect_tqdm
 
+    layout = "{desc}: {n_fmt}/{total_fmt} steps [{elapsed}{postfix}]" if budgeted else None
     with (
         logging_redirect_tqdm(),
-        tqdm(total=total, initial=initial, desc="train", unit="step", dynamic_ncols=True) as bar,
+        tqdm(
+            total=total,
+            initial=initial,
+            desc="train",
+            unit="step",
+            dynamic_ncols=True,
+            bar_format=layout,
+            disable=None,  # None: off unless stderr is a terminal
+        ) as bar,
     ):
         yield bar
 
@@ -87,7 +101,7 @@ async def run_update_steps(
     history: list[dict[str, float]] = []
     every = context.validation_every
     first = context.progress.step
-    with progress_bar(steps, first) as bar:
+    with progress_bar(steps, first, budgeted=bool(max_minutes)) as bar:
         for step in range(first, steps):
             started = time.perf_counter()
             batch, metrics = await sample(step)

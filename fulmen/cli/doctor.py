@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from fulmen.cli.extras import OPTIONAL_PACKAGES, install_hint
 from fulmen.cli.store import add_store_options, cli_settings, open_cli_store, run_async
 from fulmen.errors import FulmenError
+from fulmen.extras import OPTIONAL_PACKAGES, install_hint
 
 __all__ = ["Check", "register", "run_checks"]
 

@@ -3,6 +3,7 @@
 Kinds: ``transitions`` (token ids, logprobs, masks, credited rewards, as the trainer uses them),
 ``sft`` (chat conversations, optionally only from rollouts whose reward reaches a minimum) and
 ``preferences`` (the best and the worst rollout of each task as a chosen/rejected pair).
+``--run RUN_ID`` keeps the rollouts of one training run (their ids start with the run's id).
 """
 
 from __future__ import annotations
@@ -34,6 +35,11 @@ def register(subparsers: Any) -> None:
         "--mode",
         choices=["train", "val", "test", "production"],
         help="only this mode (default: every mode; the summary line counts the rollouts of each)",
+    )
+    parser.add_argument(
+        "--run",
+        metavar="RUN_ID",
+        help="only the rollouts of this training run (see `fulmen runs list`)",
     )
     parser.add_argument(
         "--all-statuses",
@@ -74,6 +80,7 @@ def _export(args: argparse.Namespace) -> int:
 async def _run(args: argparse.Namespace) -> tuple[int, Counter[str]]:
     from fulmen.adapter.export import preference_rows, sft_rows, transition_rows, write_rows
     from fulmen.adapter.transitions import AttemptRecords, TransitionOptions, load_attempt
+    from fulmen.cli.rollouts import run_rollout_pattern
     from fulmen.store.reading import iter_rollouts
     from fulmen.types import Mode, RolloutQuery, RolloutStatus
 
@@ -81,12 +88,18 @@ async def _run(args: argparse.Namespace) -> tuple[int, Counter[str]]:
     attempts: list[AttemptRecords] = []
     modes: Counter[str] = Counter()
     async with open_cli_store(args) as store:
+        pattern = None
+        if args.run is not None:
+            await store.get_run(args.run)  # NotFound names an unknown run
+            pattern = run_rollout_pattern(args.run)
         query = RolloutQuery(
             mode=Mode(args.mode) if args.mode else None,
             statuses=None if args.all_statuses else [RolloutStatus.SUCCEEDED],
             limit=500,
         )
         async for rollout in iter_rollouts(store, query):
+            if pattern is not None and not pattern.match(rollout.rollout_id):
+                continue
             modes[rollout.mode.value] += 1
             attempts.append(await load_attempt(store, rollout.rollout_id))
     if args.kind == "transitions":

@@ -15,8 +15,9 @@ import sys
 from collections.abc import Sequence
 
 from fulmen import __version__
-from fulmen.cli.extras import install_hint
+from fulmen.cli.output import run_command
 from fulmen.errors import FulmenError
+from fulmen.extras import install_hint
 from fulmen.settings import Settings
 
 __all__ = ["build_parser", "main"]
@@ -77,7 +78,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        return int(func(args) or 0)
+        return run_command(func, args)  # a closed output pipe (`| head`) ends it quietly
     except FulmenError as exc:
         print(f"fulmen: error: {exc.message}", file=sys.stderr)
         return 1

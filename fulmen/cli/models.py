@@ -1,6 +1,7 @@
 """``fulmen models list|show|serve|compare``: a store's model versions, and the way back to one.
 
-``list`` prints every model version (of one run with ``--run``): run, version, step, kind,
+``list`` prints every model version (of one run with ``--run``; of several run folders given
+as SOURCEs): run, version, which one the run serves and which validated best, step, kind,
 validation scores, the resources version that served it and its path. ``show RUN_ID VERSION``
 prints one. ``serve RUN_ID VERSION --engine URL`` makes a running engine (``fulmen serve`` or
 vLLM) serve it — an adapter hot-loaded under a model name, full weights reloaded as the base —
@@ -19,9 +20,13 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from fulmen.cli.output import quiet_broken_pipe
 from fulmen.cli.rollouts import render_table
+from fulmen.cli.run_sources import add_sources_argument, open_sources, resolve_sources
+from fulmen.cli.run_story import version_marks
 from fulmen.cli.store import add_store_options, cli_settings, open_cli_store, run_async
 from fulmen.errors import ConfigError, NotFound
+from fulmen.store.reading import read_run_metrics
 
 if TYPE_CHECKING:
     from fulmen.types import ModelVersion
@@ -49,28 +54,58 @@ def _find(versions: list[ModelVersion], run_id: str, number: int) -> ModelVersio
     return found
 
 
+async def _listed(args: argparse.Namespace) -> list[tuple[ModelVersion, str]]:
+    """Return every model version of the SOURCEs (or --store), with its served/best marks."""
+    out: list[tuple[ModelVersion, str]] = []
+    async with open_sources(args, resolve_sources(args.sources)) as opened:
+        found = False
+        for item in opened:
+            if args.run is not None:
+                try:
+                    await item.store.get_run(args.run)
+                except NotFound:
+                    continue
+                found = True
+            versions = await item.store.list_model_versions(args.run)
+            by_run: dict[str, list[ModelVersion]] = {}
+            for version in versions:
+                by_run.setdefault(version.run_id, []).append(version)
+            marks: dict[tuple[str, int], str] = {}
+            for run_id, mine in by_run.items():
+                records = await read_run_metrics(item.store, run_id)
+                for number, mark in version_marks(mine, records).items():
+                    marks[(run_id, number)] = mark
+            out += [(v, marks.get((v.run_id, v.version), "")) for v in versions]
+        if args.run is not None and not found:
+            searched = ", ".join(o.source.label for o in opened)
+            raise NotFound(f"run {args.run!r} does not exist in {searched}")
+    return out
+
+
 def _list(args: argparse.Namespace) -> int:
-    versions = run_async(lambda: _versions(args, args.run))
+    listed = run_async(lambda: _listed(args))
     if args.json:
-        print(json.dumps([v.model_dump(mode="json") for v in versions], indent=2))
+        data = [{**v.model_dump(mode="json"), "marks": m.split()} for v, m in listed]
+        print(json.dumps(data, indent=2))
         return 0
-    if not versions:
+    if not listed:
         print("no model versions recorded: `fulmen train` records each model it serves")
         return 0
     rows = [
         [
             v.run_id,
             str(v.version),
+            mark or "-",
             str(v.step),
             v.kind.value,
             _scores(v),
             f"v{v.resources_version}" if v.resources_version is not None else "-",
             v.path,
         ]
-        for v in versions
+        for v, mark in listed
     ]
-    headers = ["RUN", "VERSION", "STEP", "KIND", "SCORES", "SERVED BY", "PATH"]
-    print(render_table(headers, rows, right={1, 2}))
+    headers = ["RUN", "VERSION", "MARK", "STEP", "KIND", "SCORES", "SERVED BY", "PATH"]
+    print(render_table(headers, rows, right={1, 3}))
     return 0
 
 
@@ -145,12 +180,19 @@ def register(subparsers: Any) -> None:
     )
     commands = parser.add_subparsers(dest="models_command", metavar="SUBCOMMAND", required=True)
     listing = commands.add_parser(
-        "list", help="list model versions", description="List the model versions of the store."
+        "list",
+        help="list model versions, marking the served and the best one",
+        description=(
+            "List the model versions of a store, or of several run folders. MARK says which "
+            "version each run serves (its end-of-run choice; a running run: the latest) and "
+            "which validated best."
+        ),
     )
     add_store_options(listing)
+    add_sources_argument(listing)
     listing.add_argument("--run", metavar="RUN_ID", help="only this run's versions")
     listing.add_argument("--json", action="store_true", help="print the versions as JSON")
-    listing.set_defaults(func=_list)
+    listing.set_defaults(func=quiet_broken_pipe(_list))
     for name, func, text in (
         ("show", _show, "show one model version"),
         ("serve", _serve, "make a running engine serve one model version"),

@@ -7,19 +7,22 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shutil
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from fulmen.cli.enqueue import register_enqueue
+from fulmen.cli.output import quiet_broken_pipe
 from fulmen.cli.store import add_store_options, open_cli_store, run_async
+from fulmen.errors import ConfigError
 
 if TYPE_CHECKING:
     from fulmen.store import Store
     from fulmen.types import Attempt, LLMCall, Rollout, Span
 
-__all__ = ["register", "render_table"]
+__all__ = ["register", "render_table", "run_rollout_pattern"]
 
 _TOKENS_IN = ("gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens", "llm.token_count.prompt")
 _TOKENS_OUT = (
@@ -87,29 +90,87 @@ def _terminal_width() -> int:
 # -- list ---------------------------------------------------------------------------------------
 
 
-def _list(args: argparse.Namespace) -> int:
+def run_rollout_pattern(run_id: str) -> re.Pattern[str]:
+    """Match the ids of the rollouts run ``run_id`` enqueued (``RUN-g1-...``, ``RUN-g2-st1-...``).
+
+    ``fulmen train`` names them so (``fulmen.trainer.context.rollout_prefix``).
+    """
+    return re.compile(re.escape(run_id) + r"-g\d+-")
+
+
+async def _candidates(store: Store, args: argparse.Namespace) -> AsyncIterator[Rollout]:
+    """Yield the rollouts the store's filters pass, newest first unless ``--oldest-first``."""
+    from fulmen.store.reading import iter_rollouts
     from fulmen.types import Mode, RolloutQuery, RolloutStatus
 
     query = RolloutQuery(
         statuses=[RolloutStatus(s) for s in args.status] if args.status else None,
         mode=Mode(args.mode) if args.mode else None,
-        limit=args.limit,
-        cursor=args.after,
+        task_id=args.task,
+        limit=500,
+        cursor=args.after if args.oldest_first else None,
     )
+    if args.oldest_first:
+        async for rollout in iter_rollouts(store, query):
+            yield rollout
+        return
+    # The store answers in enqueue order only: read the matching ones, then walk back.
+    found = [
+        r
+        async for r in iter_rollouts(store, query)
+        if args.before is None or r.position < args.before
+    ]
+    for rollout in reversed(found):
+        yield rollout
+
+
+async def _listed(
+    store: Store, args: argparse.Namespace
+) -> tuple[list[Rollout], list[float | None], int | None]:
+    """Return the page to print: rollouts, their rewards, the next page's cursor (if any)."""
+    pattern = None
+    if args.run is not None:
+        await store.get_run(args.run)  # NotFound names an unknown run
+        pattern = run_rollout_pattern(args.run)
+    shown: list[Rollout] = []
+    rewards: list[float | None] = []
+    more = False
+    async for rollout in _candidates(store, args):
+        if pattern is not None and not pattern.match(rollout.rollout_id):
+            continue
+        reward = await _latest_reward(store, rollout)
+        if args.min_reward is not None and (reward is None or reward < args.min_reward):
+            continue
+        if len(shown) == args.limit:
+            more = True
+            break
+        shown.append(rollout)
+        rewards.append(reward)
+    return shown, rewards, (shown[-1].position if more and shown else None)
+
+
+def _list(args: argparse.Namespace) -> int:
+    if args.after is not None:
+        args.oldest_first = True  # --after is a position in enqueue order
+    if args.before is not None and args.oldest_first:
+        raise ConfigError("--before pages newest first: leave out --oldest-first and --after")
 
     async def main() -> Any:
         async with open_cli_store(args) as store:
-            page = await store.query_rollouts(query)
-            return page, [await _latest_reward(store, r) for r in page.items]
+            return await _listed(store, args)
 
-    page, rewards = run_async(main)
+    items, rewards, next_cursor = run_async(main)
     if args.json:
-        data = page.model_dump(mode="json")
+        data = {
+            "items": [r.model_dump(mode="json") for r in items],
+            "next_cursor": next_cursor,
+            "order": "oldest_first" if args.oldest_first else "newest_first",
+        }
         for item, reward in zip(data["items"], rewards, strict=True):
             item["reward"] = reward  # the latest attempt's primary reward, as in the table
         print(json.dumps(data, indent=2, ensure_ascii=False))
         return 0
-    if not page.items:
+    if not items:
         print("no rollouts match")
         return 0
     rows = [
@@ -124,30 +185,38 @@ def _list(args: argparse.Namespace) -> int:
             _seconds(r.started_at, r.ended_at),
             f"{reward:.4g}" if reward is not None else "-",
         ]
-        for r, reward in zip(page.items, rewards, strict=True)
+        for r, reward in zip(items, rewards, strict=True)
     ]
     headers = [
         *("ROLLOUT", "STATUS", "MODE", "ATTEMPTS", "RES", "TASK", "ENQUEUED (UTC)", "TOOK"),
         "REWARD",
     ]
     print(render_table(headers, rows, right={3, 7, 8}))
-    if page.next_cursor is not None:
-        print(f"\nmore: fulmen rollouts list --after {page.next_cursor} (same filters)")
+    if next_cursor is not None:
+        flag = "--after" if args.oldest_first else "--before"
+        print(f"\nmore: fulmen rollouts list {flag} {next_cursor} (same filters)")
     return 0
 
 
 async def _latest_reward(store: Store, rollout: Rollout) -> float | None:
-    """Return the primary reward of the rollout's latest attempt (``None``: none or not run)."""
+    """Return the primary reward of the rollout's latest attempt (``None``: none or not run).
+
+    Reward spans and posted rewards (a ``reward:`` judge, ``POST /rewards``) both count, as
+    they do for training (``fulmen.adapter.signals.latest_reward``).
+    """
+    from fulmen.adapter.signals import latest_reward
     from fulmen.store.reading import read_spans
-    from fulmen.tracing.semconv import primary_reward
 
     if rollout.attempt_count == 0:
         return None
     attempts = await store.list_attempts(rollout.rollout_id)
     if not attempts:
         return None
-    spans = await read_spans(store, rollout.rollout_id, attempt_id=attempts[-1].attempt_id)
-    return primary_reward(spans)
+    attempt_id = attempts[-1].attempt_id
+    spans = await read_spans(store, rollout.rollout_id, attempt_id=attempt_id)
+    rewards = await store.list_rewards(rollout.rollout_id)
+    posted = [r for r in rewards if r.attempt_id in (None, attempt_id)]
+    return latest_reward(spans, posted)
 
 
 # -- show ---------------------------------------------------------------------------------------
@@ -221,6 +290,17 @@ def _call_row(call: LLMCall, name_width: int) -> list[str]:
     ]
 
 
+def _span_status(span: Span) -> str:
+    """Return the span's status column; a command's says how it ended (``exit 1``)."""
+    from fulmen.tracing import semconv
+
+    if span.status.message:
+        return span.status.message
+    if semconv.COMMAND_EXIT_CODE in span.attributes:
+        return f"exit {span.attributes[semconv.COMMAND_EXIT_CODE]}"
+    return span.status.code.value if span.status.code.value != "unset" else ""
+
+
 def _attempt_rows(spans: list[Span], calls: list[LLMCall], name_width: int) -> list[list[str]]:
     depths = _span_depths(spans)
     events: list[tuple[int, list[str]]] = []
@@ -235,7 +315,7 @@ def _attempt_rows(spans: list[Span], calls: list[LLMCall], name_width: int) -> l
             _seconds(span.start_time, span.end_time),
             tokens,
             _reward(span),
-            span.status.code.value if span.status.code.value != "unset" else "",
+            _span_status(span),
         ]
         events.append((span.sequence, row))
     events += [(c.sequence, _call_row(c, name_width)) for c in calls]
@@ -319,9 +399,12 @@ def register(subparsers: Any) -> None:
 
     listing = commands.add_parser(
         "list",
-        help="list rollouts in enqueue order",
-        description="List rollouts in enqueue order, one line each, filtered by status and mode.",
-        epilog="example: fulmen rollouts list --store http://127.0.0.1:4747 --status failed",
+        help="list rollouts, newest first",
+        description=(
+            "List rollouts newest first (--oldest-first: in enqueue order), one line each with "
+            "the latest attempt's reward, filtered by status, mode, task, run and reward."
+        ),
+        epilog="example: fulmen rollouts list --run 3f9a1c2e --min-reward 1 | head",
     )
     add_store_options(listing)
     listing.add_argument(
@@ -331,14 +414,36 @@ def register(subparsers: Any) -> None:
         help="only rollouts with this status (repeat for several)",
     )
     listing.add_argument("--mode", choices=["train", "val", "test"], help="only this mode")
+    listing.add_argument("--task", metavar="TASK_ID", help="only this task's rollouts")
+    listing.add_argument(
+        "--run", metavar="RUN_ID", help="only the rollouts of this training run (fulmen runs list)"
+    )
+    listing.add_argument(
+        "--min-reward",
+        type=float,
+        metavar="R",
+        help="only rollouts whose latest attempt's reward is at least R (no reward: left out)",
+    )
+    listing.add_argument(
+        "--oldest-first", action="store_true", help="list in enqueue order, oldest first"
+    )
     listing.add_argument(
         "--limit", type=int, default=50, help="show at most N rollouts (default: 50)"
     )
     listing.add_argument(
-        "--after", type=int, metavar="POSITION", help="continue after this position (paging)"
+        "--after",
+        type=int,
+        metavar="POSITION",
+        help="oldest first, continuing after this position (paging)",
+    )
+    listing.add_argument(
+        "--before",
+        type=int,
+        metavar="POSITION",
+        help="newest first, continuing before this position (paging)",
     )
     listing.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    listing.set_defaults(func=_list)
+    listing.set_defaults(func=quiet_broken_pipe(_list))
 
     show = commands.add_parser(
         "show",
@@ -350,4 +455,4 @@ def register(subparsers: Any) -> None:
     show.add_argument("rollout_id", metavar="ROLLOUT_ID", help="the rollout to show")
     add_store_options(show)
     show.add_argument("--json", action="store_true", help="print JSON instead of tables")
-    show.set_defaults(func=_show)
+    show.set_defaults(func=quiet_broken_pipe(_show))

@@ -1,8 +1,12 @@
 """``fulmen runs list|show|diagnose|compare|suggest``: a store's runs, metrics and versions.
 
-``list`` prints one line per run, latest started first (``--limit``/``--offset`` page). ``show
-RUN_ID`` prints the run, a summary of its metrics (per metric: records, steps, first, last,
-min, max) and its model versions with their scores and the resources version serving them.
+``list`` prints one line per run, latest started first (``--limit``/``--offset`` page), with
+its model, agent and reward. ``show RUN_ID`` opens with the run's headline (final and served
+validation, the served version and why, the steps with an update: ``fulmen.cli.run_story``),
+then a summary of its metrics grouped by what they measure (per metric: records, steps, first,
+last, min, max) and its model versions with their scores and the resources version serving
+them. ``list``, ``compare`` and ``suggest`` read several stores at once: run folders, folders of
+run folders, .db files or store URLs (``fulmen.cli.run_sources``).
 ``diagnose RUN_ID`` says where its step time went and what held it back
 (``fulmen.trainer.diagnosis``); ``compare A B [C...]`` sets runs side by side
 (``fulmen.debugging.runs_compare``); ``suggest CONFIG`` says which settings went with faster
@@ -12,17 +16,43 @@ validation gain (``fulmen.debugging.suggest``). ``--json`` prints the records th
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from fulmen.cli.output import quiet_broken_pipe
 from fulmen.cli.rollouts import render_table
+from fulmen.cli.run_sources import (
+    OpenSource,
+    Source,
+    add_sources_argument,
+    all_runs,
+    find_run,
+    only_run,
+    open_sources,
+    resolve_source,
+    resolve_sources,
+)
+from fulmen.cli.run_story import (
+    grouped_rows,
+    read_story,
+    run_agent,
+    run_model,
+    run_reward,
+    story_lines,
+    version_marks,
+)
 from fulmen.cli.store import add_store_options, open_cli_store, run_async
+from fulmen.errors import ConfigError
 from fulmen.store.reading import read_run_metrics
 
 if TYPE_CHECKING:
+    from fulmen.debugging.runs_compare import RunsComparison
+    from fulmen.store import Store
     from fulmen.types import ModelVersion, Run, RunMetrics
 
 __all__ = ["metrics_summary", "register"]
@@ -71,40 +101,100 @@ def metrics_summary(records: Sequence[RunMetrics]) -> list[dict[str, Any]]:
     ]
 
 
-def _list(args: argparse.Namespace) -> int:
-    async def main() -> Any:
-        async with open_cli_store(args) as store:
-            return await store.list_runs(limit=args.limit, offset=args.offset)
+def _reward_text(records: Sequence[RunMetrics]) -> str:
+    found = run_reward(records)
+    return "-" if found is None else f"{found[0]:.3f} {found[1]}"
 
-    page = run_async(main)
+
+def _list(args: argparse.Namespace) -> int:
+    sources = resolve_sources(args.sources)
+
+    async def main() -> tuple[list[tuple[OpenSource, Run]], bool, dict[int, str]]:
+        async with open_sources(args, sources) as opened:
+            found = [(item, run) for item in opened for run in await all_runs(item.store)]
+            # Latest started first across every store; a page of the merged list.
+            found.sort(key=lambda pair: pair[1].started_at, reverse=True)
+            page = found[args.offset : args.offset + args.limit]
+            more = len(found) > args.offset + args.limit
+            rewards = {}
+            if not args.json:
+                for i, (item, run) in enumerate(page):
+                    records = await read_run_metrics(item.store, run.run_id)
+                    rewards[i] = _reward_text(records)
+            return page, more, rewards
+
+    page, more, rewards = run_async(main)
     if args.json:
-        print(json.dumps(page.model_dump(mode="json"), indent=2, ensure_ascii=False))
+        items = [
+            {**run.model_dump(mode="json"), "store": item.source.url} if sources
+            else run.model_dump(mode="json")
+            for item, run in page
+        ]  # fmt: skip
+        next_cursor = args.offset + args.limit if more else None
+        print(json.dumps({"items": items, "next_cursor": next_cursor}, indent=2,
+                         ensure_ascii=False))  # fmt: skip
         return 0
-    if not page.items:
+    if not page:
         print("no runs recorded: `fulmen train` records its run in the store it uses")
         return 0
+    several = len({item.source.url for item, _ in page}) > 1 or len(sources) > 1
     rows = [
-        [r.run_id, r.name, r.status.value, r.host or "-", _when(r.started_at), _took(r)]
-        for r in page.items
+        [
+            run.run_id,
+            run.name,
+            run.status.value,
+            run_model(run),
+            run_agent(run),
+            rewards[i],
+            _when(run.started_at),
+            _took(run),
+            *([item.source.label] if several else []),
+        ]
+        for i, (item, run) in enumerate(page)
     ]
-    headers = ["RUN", "NAME", "STATUS", "HOST", "STARTED (UTC)", "TOOK"]
-    print(render_table(headers, rows, right={5}))
-    if page.next_cursor is not None:
-        print(f"\nmore: fulmen runs list --offset {page.next_cursor} --limit {args.limit}")
+    headers = ["RUN", "NAME", "STATUS", "MODEL", "AGENT", "REWARD", "STARTED (UTC)", "TOOK"]
+    print(render_table([*headers, *(["FOLDER"] if several else [])], rows, right={5, 7}))
+    if more:
+        where = " ".join(args.sources)
+        print(
+            f"\nmore: fulmen runs list {where + ' ' if where else ''}--offset "
+            f"{args.offset + args.limit} --limit {args.limit}"
+        )
     return 0
 
 
-def _show(args: argparse.Namespace) -> int:
-    async def main() -> tuple[Run, list[RunMetrics], list[ModelVersion]]:
-        async with open_cli_store(args) as store:
-            run = await store.get_run(args.run_id)
-            records = await read_run_metrics(store, args.run_id)
-            return run, records, await store.list_model_versions(args.run_id)
+def _one_store(text: str) -> list[Source]:
+    """Return the one store of a run folder, .db file or URL (not a folder of run folders)."""
+    found = resolve_source(text)
+    if len(found) > 1:
+        folders = ", ".join(f.label for f in found[:5]) + (", ..." if len(found) > 5 else "")
+        raise ConfigError(f"{text!r} holds several run folders ({folders}): name one")
+    return found
 
-    run, records, versions = run_async(main)
+
+async def _run_of(args: argparse.Namespace, run: str, stack: Any) -> tuple[Store, str]:
+    """Open the store of ``run`` (a run id in --store, or a run folder) and name its run."""
+    if Path(run).exists() or "://" in run:
+        (item,) = await stack.enter_async_context(open_sources(args, _one_store(run)))
+        return item.store, await only_run(item)
+    store = await stack.enter_async_context(open_cli_store(args))
+    return store, run
+
+
+def _show(args: argparse.Namespace) -> int:
+    async def main() -> tuple[Run, list[RunMetrics], list[ModelVersion], Any]:
+        async with contextlib.AsyncExitStack() as stack:
+            store, run_id = await _run_of(args, args.run_id, stack)
+            run = await store.get_run(run_id)
+            records = await read_run_metrics(store, run_id)
+            versions = await store.list_model_versions(run_id)
+            return run, records, versions, await read_story(store, run, records, versions)
+
+    run, records, versions, story = run_async(main)
     if args.json:
         data = {
             "run": run.model_dump(mode="json"),
+            "story": story.json(),
             "metrics": [m.model_dump(mode="json") for m in records],
             "model_versions": [v.model_dump(mode="json") for v in versions],
         }
@@ -113,30 +203,37 @@ def _show(args: argparse.Namespace) -> int:
     print(f"run {run.run_id}  {run.name}  {run.status.value}  on {run.host or '-'}")
     ended = _when(run.ended_at)
     print(f"  started {_when(run.started_at)}  ended {ended} (UTC)  took {_took(run)}")
+    print(f"  model {run_model(run)}  agent {run_agent(run)}")
+    print("\n".join(story_lines(story)))
     summary = metrics_summary(records)
     if not summary:
         print("\nno metrics recorded")
     else:
         steps = sorted({m.step for m in records})
         print(f"\nmetrics: {len(records)} records, steps {steps[0]}-{steps[-1]}")
-        rows = [
-            [
-                s["name"],
-                str(s["count"]),
-                f"{s['first_step']}-{s['last_step']}",
-                *(_number(s[k]) for k in ("first", "last", "min", "max")),
-            ]
-            for s in summary
-        ]
         headers = ["METRIC", "N", "STEPS", "FIRST", "LAST", "MIN", "MAX"]
-        print(render_table(headers, rows, right={1, 2, 3, 4, 5, 6}))
+        print(
+            grouped_rows(
+                summary,
+                lambda s: [
+                    s["name"],
+                    str(s["count"]),
+                    f"{s['first_step']}-{s['last_step']}",
+                    *(_number(s[k]) for k in ("first", "last", "min", "max")),
+                ],
+                headers,
+                right={1, 2, 3, 4, 5, 6},
+            )
+        )
     if not versions:
         print("\nno model versions recorded")
         return 0
     print(f"\nmodel versions: {len(versions)}")
+    marks = version_marks(versions, records)
     rows = [
         [
             str(v.version),
+            marks.get(v.version, "-"),
             str(v.step),
             v.kind.value,
             f"v{v.resources_version}" if v.resources_version is not None else "-",
@@ -145,8 +242,8 @@ def _show(args: argparse.Namespace) -> int:
         ]
         for v in versions
     ]
-    headers = ["VERSION", "STEP", "KIND", "SERVED BY", "SCORES", "PATH"]
-    print(render_table(headers, rows, right={0, 1}))
+    headers = ["VERSION", "MARK", "STEP", "KIND", "SERVED BY", "SCORES", "PATH"]
+    print(render_table(headers, rows, right={0, 2}))
     return 0
 
 
@@ -169,12 +266,76 @@ def _diagnose(args: argparse.Namespace) -> int:
     return 0
 
 
-def _compare(args: argparse.Namespace) -> int:
-    from fulmen.debugging.runs_compare import compare_runs, comparison_json
+async def _locate(
+    args: argparse.Namespace, runs: Sequence[str], stack: Any
+) -> list[tuple[Store, str]]:
+    """Find each of ``runs`` (run ids or run folders) in its store; open what is needed.
 
-    async def main() -> Any:
-        async with open_cli_store(args) as store:
-            return await compare_runs(store, args.run_ids)
+    A run id is looked up in the ``--in`` stores, else in the run folders named beside it,
+    else in the store of ``--store``.
+    """
+    folders = [r for r in runs if Path(r).exists() or "://" in r]
+    by_folder: dict[str, OpenSource] = {}
+    for folder in folders:
+        (item,) = await stack.enter_async_context(open_sources(args, _one_store(folder)))
+        by_folder[folder] = item
+    ids = [r for r in runs if r not in by_folder]
+    lookup: list[OpenSource] = []
+    if ids:
+        if args.inside:
+            lookup = await stack.enter_async_context(
+                open_sources(args, resolve_sources(args.inside))
+            )
+        elif by_folder:
+            lookup = list(by_folder.values())
+        else:
+            lookup = await stack.enter_async_context(open_sources(args, []))
+    located: list[tuple[Store, str]] = []
+    for run in runs:
+        if run in by_folder:
+            located.append((by_folder[run].store, await only_run(by_folder[run])))
+        else:
+            located.append(((await find_run(lookup, run)).store, run))
+    return located
+
+
+async def _compare_located(located: Sequence[tuple[Store, str]]) -> RunsComparison:
+    """``compare_runs`` over runs that may sit in different stores."""
+    from fulmen.debugging.runs_compare import (
+        RunsComparison,
+        _summary,  # pyright: ignore[reportPrivateUsage]
+        compare_runs,
+        config_diff,
+    )
+    from fulmen.debugging.stats import compare_paired
+
+    stores = {id(store) for store, _ in located}
+    if len(stores) == 1:
+        return await compare_runs(located[0][0], [run_id for _, run_id in located])
+    if len(located) < 2:
+        raise ConfigError(f"compare needs at least two runs, got {len(located)}")
+    # The runs are in several stores: each summary from its own store, paired as compare_runs
+    # pairs them (the same code once runs_compare exposes a per-run summary).
+    summaries = tuple([await _summary(store, run_id) for store, run_id in located])
+    first = summaries[0]
+    paired: dict[str, Any] = {}
+    for other in summaries[1:]:
+        shared = sorted(set(first.rewards) & set(other.rewards))
+        paired[other.run.run_id] = (
+            compare_paired([first.rewards[t] for t in shared], [other.rewards[t] for t in shared])
+            if len(shared) >= 2
+            else None
+        )
+    differences = config_diff([s.run.config for s in summaries])
+    return RunsComparison(runs=summaries, differences=differences, paired=paired)
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from fulmen.debugging.runs_compare import comparison_json
+
+    async def main() -> RunsComparison:
+        async with contextlib.AsyncExitStack() as stack:
+            return await _compare_located(await _locate(args, args.run_ids, stack))
 
     result = run_async(main)
     if args.json:
@@ -221,8 +382,11 @@ def _suggest(args: argparse.Namespace) -> int:
     asked = flatten(json.loads(config.model_dump_json()))
 
     async def main() -> Any:
-        async with open_cli_store(args) as store:
-            return await outcomes(store, model=config.model, agent=config.agent)
+        async with open_sources(args, resolve_sources(args.inside)) as opened:
+            found = []
+            for item in opened:
+                found += await outcomes(item.store, model=config.model, agent=config.agent)
+            return found
 
     runs = run_async(main)
     statements, proposal, varied = suggest(runs, asked, min_runs=args.min_runs)
@@ -261,7 +425,7 @@ def _suggest(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: Any) -> None:
-    """Add ``fulmen runs`` and its subcommands ``list``, ``show`` and ``diagnose``."""
+    """Add ``fulmen runs``: ``list``, ``show``, ``diagnose``, ``compare`` and ``suggest``."""
     parser = subparsers.add_parser(
         "runs",
         help="list training runs, their metrics and model versions",
@@ -269,24 +433,40 @@ def register(subparsers: Any) -> None:
     )
     commands = parser.add_subparsers(dest="runs_command", metavar="SUBCOMMAND", required=True)
     listing = commands.add_parser(
-        "list", help="list runs, latest started first", description="List the store's runs."
+        "list",
+        help="list runs with their model, agent and reward, latest started first",
+        description=(
+            "List the runs of a store, or of several run folders at once (`fulmen runs list "
+            "runs/` reads every run folder below runs/): name, status, model, agent, reward "
+            "(the last validation's mean, else the mean training reward), start and duration."
+        ),
+        epilog="example: fulmen runs list runs/   (every RUN_DIR/store.db below runs/)",
     )
     add_store_options(listing)
+    add_sources_argument(listing)
     listing.add_argument("--limit", type=int, default=20, help="runs per page (default 20)")
     listing.add_argument("--offset", type=int, default=0, help="skip this many runs")
     listing.add_argument("--json", action="store_true", help="print the page as JSON")
-    listing.set_defaults(func=_list)
+    listing.set_defaults(func=quiet_broken_pipe(_list))
     show = commands.add_parser(
         "show",
-        help="show one run: its metrics summary and model versions",
-        description="Show a run, a summary of its metrics and its model versions.",
+        help="show one run: its outcome, its metrics grouped, its model versions",
+        description=(
+            "Show a run: a headline (final and served validation with their standard errors, "
+            "the served model version and why it is served, the steps that made an update), "
+            "then its metrics grouped by what they measure, then its model versions."
+        ),
     )
     add_store_options(show)
-    show.add_argument("run_id", metavar="RUN_ID", help="the run's id (see `fulmen runs list`)")
+    show.add_argument(
+        "run_id",
+        metavar="RUN",
+        help="the run's id (see `fulmen runs list`) in --store, or a run folder (its run)",
+    )
     show.add_argument(
         "--json", action="store_true", help="print the run, its metrics and model versions"
     )
-    show.set_defaults(func=_show)
+    show.set_defaults(func=quiet_broken_pipe(_show))
     diagnosis = commands.add_parser(
         "diagnose",
         help="where a run's step time went and what held it back, with what to change",
@@ -299,12 +479,13 @@ def register(subparsers: Any) -> None:
     add_store_options(diagnosis)
     diagnosis.add_argument("run_id", metavar="RUN_ID", help="the run's id")
     diagnosis.add_argument("--json", action="store_true", help="print the findings as JSON")
-    diagnosis.set_defaults(func=_diagnose)
+    diagnosis.set_defaults(func=quiet_broken_pipe(_diagnose))
     comparing = commands.add_parser(
         "compare",
         help="compare runs: config differences, final validation, paired test, time split",
         description=(
-            "Compare two or more runs of one store: the config keys that differ, each run's "
+            "Compare two or more runs, of one store or of several run folders: the config keys "
+            "that differ, each run's "
             "final validation (mean and standard error over the tasks it scored), steps, "
             "training minutes and step-time split, and each run against the first on the "
             "validation tasks both scored (mean difference, 95% CI, paired t and permutation "
@@ -312,14 +493,30 @@ def register(subparsers: Any) -> None:
         ),
     )
     add_store_options(comparing)
-    comparing.add_argument("run_ids", nargs="+", metavar="RUN_ID", help="two or more run ids")
+    comparing.add_argument(
+        "run_ids",
+        nargs="+",
+        metavar="RUN",
+        help="two or more runs: run folders (`runs/a runs/b`: the run each holds), or run ids "
+        "looked up in --in, else in the run folders named, else in --store",
+    )
+    comparing.add_argument(
+        "--in",
+        dest="inside",
+        action="append",
+        default=[],
+        metavar="SOURCE",
+        help="look run ids up in this run folder, folder of run folders, .db file or store URL "
+        "(repeat for several)",
+    )
     comparing.add_argument("--json", action="store_true", help="print the comparison as JSON")
-    comparing.set_defaults(func=_compare)
+    comparing.set_defaults(func=quiet_broken_pipe(_compare))
     suggesting = commands.add_parser(
         "suggest",
         help="which settings went with faster validation gain; the next config to try",
         description=(
-            "From the finished runs of a store with the config's model and agent, say which "
+            "From the finished runs of a store (or of the --in run folders) with the config's "
+            "model and agent, say which "
             "settings went with faster validation gain per training minute, with the runs each "
             "statement rests on, and propose the config with the settings shown (at least two "
             "standard errors) to matter. The method: fulmen/debugging/suggest.py, docs/runs.md."
@@ -328,9 +525,18 @@ def register(subparsers: Any) -> None:
     add_store_options(suggesting)
     suggesting.add_argument("config", help="the training config to improve")
     suggesting.add_argument(
+        "--in",
+        dest="inside",
+        action="append",
+        default=[],
+        metavar="SOURCE",
+        help="read the runs of this run folder, folder of run folders (runs/), .db file or "
+        "store URL instead of --store (repeat for several)",
+    )
+    suggesting.add_argument(
         "--min-runs", type=int, default=2, help="runs each compared value needs (default 2)"
     )
     suggesting.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                             help="override a config value")  # fmt: skip
     suggesting.add_argument("--json", action="store_true", help="print the result as JSON")
-    suggesting.set_defaults(func=_suggest)
+    suggesting.set_defaults(func=quiet_broken_pipe(_suggest))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import shlex
 import signal
 import sys
@@ -34,8 +35,10 @@ def register(subparsers: Any) -> None:
             "Start the embedded SQLite store, the inference engine, the gateway and a runner, "
             "then improve the agent with the config's algorithm or its stages, one after the "
             "other. Progress, rewards and step times go to the console; metrics to "
-            "RUN_DIR/metrics.jsonl (and TensorBoard). Running it again with the same run_dir "
-            "resumes at the stage and step it stopped at."
+            "RUN_DIR/metrics.jsonl (and TensorBoard). RUN_DIR is the config's run_dir, or "
+            "runs/<config file name> beside the config. Running it again with the same run_dir "
+            "resumes at the stage and step it stopped at; a config of another agent, model or "
+            "data is refused there (--resume-anyway)."
         ),
         # Raw, so the table keeps its lines (the description is wrapped above).
         epilog="algorithms (algorithm.name):\n"
@@ -53,6 +56,13 @@ def register(subparsers: Any) -> None:
     train.add_argument(
         "--token",
         help="bearer token of a protected http:// store (default: $FULMEN_STORE_TOKEN)",
+    )
+    train.add_argument(
+        "--resume-anyway",
+        action="store_true",
+        help="continue the run in RUN_DIR even though it was started with another agent, model "
+        "or data (by default such a start is refused; changed hyperparameters are always "
+        "resumed and recorded as a new config version)",
     )
     train.add_argument(
         "--no-dashboard",
@@ -118,16 +128,20 @@ def _train(args: argparse.Namespace) -> int:
         return _update_rank(config)
     settings = cli_settings(args)
     token = args.token or settings.store_token
-    trainer = Trainer(config, store_token=token, settings=settings)
+    trainer = Trainer(
+        config, store_token=token, settings=settings, resume_anyway=args.resume_anyway
+    )
     work = trainer.afit()
     if args.dashboard:
         work = _with_dashboard(work, config, token, port=args.dashboard_port)
     received: list[int] = []
     try:
         history = asyncio.run(_until_signal(work, received))
-    except asyncio.CancelledError:
+    except (asyncio.CancelledError, KeyboardInterrupt) as exc:
+        # KeyboardInterrupt: a second Ctrl-C while the first one stopped the run
         print(_resume_line(config.run_dir, _command(args)), flush=True)
-        return 128 + (received[0] if received else signal.SIGTERM)
+        default = signal.SIGINT if isinstance(exc, KeyboardInterrupt) else signal.SIGTERM
+        return 128 + (received[0] if received else default)
     records = read_metrics(config.run_dir / "metrics.jsonl")
     train = [r["reward/mean"] for r in records if r.get("reward/mean") is not None]
     val = [r for r in records if r.get("val/reward_mean") is not None]
@@ -139,8 +153,8 @@ def _train(args: argparse.Namespace) -> int:
     if trainer.end_of_run is not None:
         for line in trainer.end_of_run.summary():
             print(line)
-    for finding in trainer.diagnosis:
-        print(f"diagnosis: {finding.line()}")
+    # The diagnosis is logged once by the trainer (stderr), not printed here again: output sent
+    # to one file (CI, nohup) held every diagnosis line twice.
     print(f"metrics: {config.run_dir / 'metrics.jsonl'}")
     run_id = RunState(config.run_dir).run_id
     store = config.store_url or f"sqlite:///{config.run_dir / 'store.db'}"
@@ -213,10 +227,13 @@ async def _until_signal(work: Coroutine[Any, Any, _T], received: list[int]) -> _
     with stop_scope(threading.Event()) as stop:
         task = asyncio.ensure_future(work)  # its context, and its threads', carry ``stop``
 
+    quieted: dict[str, int] = {}
+
     def on_signal(number: int) -> None:
         received.append(number)
         stop.set()
         task.cancel()
+        _quiet_abandoned_rollouts(quieted)
         for other in _STOP_SIGNALS:  # a second signal is not swallowed
             loop.remove_signal_handler(other)
         print(
@@ -234,6 +251,26 @@ async def _until_signal(work: Coroutine[Any, Any, _T], received: list[int]) -> _
     finally:
         for number in _STOP_SIGNALS:
             loop.remove_signal_handler(number)
+        for name, level in quieted.items():
+            logging.getLogger(name).setLevel(level)
+
+
+#: The loggers of a run's rollouts: their agents' model calls, the runner and the gateway.
+_ROLLOUT_LOGGERS = ("openai", "httpx", "httpcore", "fulmen.agent", "fulmen.gateway")
+
+
+def _quiet_abandoned_rollouts(saved: dict[str, int]) -> None:
+    """Silence the loggers of the rollouts a stopping run abandons; ``saved`` keeps the levels.
+
+    A stop cancels the run with rollouts in flight; their model calls then fail (retries,
+    connection errors, gateway flushes) one line each, which buried the line saying how to
+    resume. The next start cancels those rollouts in the store, so their failures are no news.
+    Levels, not handler filters: a progress bar swaps the root handlers while it runs.
+    """
+    for name in _ROLLOUT_LOGGERS:
+        logger = logging.getLogger(name)
+        saved.setdefault(name, logger.level)
+        logger.setLevel(logging.CRITICAL + 1)
 
 
 #: The signals that stop a run at its next safe point.
@@ -247,6 +284,8 @@ def _command(args: argparse.Namespace) -> str:
         words += ["--set", override]
     if args.store:
         words += ["--store", args.store]
+    if args.resume_anyway:
+        words.append("--resume-anyway")
     return " ".join(shlex.quote(w) for w in words)
 
 
@@ -274,7 +313,6 @@ def _dev_store(given: str | None) -> str | None:
 
 def _dev(args: argparse.Namespace) -> int:
     from fulmen.cli.store import cli_settings
-    from fulmen.errors import error_summary
     from fulmen.trainer.config import load_config
     from fulmen.trainer.trainer import Trainer
 
@@ -290,12 +328,10 @@ def _dev(args: argparse.Namespace) -> int:
         print(json.dumps(report))
     if store:
         print(f"fulmen dev: {len(report)} rollouts kept (fulmen rollouts list --store {store})")
-    failed = [r for r in report if r["status"] != "succeeded"]
-    if report and len(failed) == len(report):
-        first = error_summary(failed[0]["error"]) or failed[0]["status"]
-        print(
-            f"fulmen dev: every rollout failed; the first: {first} (its traceback is above)",
-            file=sys.stderr,
-        )
+    from fulmen.trainer.dev import dev_failure
+
+    reason = dev_failure(report)  # every rollout failed, or none produced a reward
+    if reason is not None:
+        print(f"fulmen dev: {reason}", file=sys.stderr)
         return 1
     return 0

@@ -13,6 +13,7 @@ the ``FulmenError`` raised.
 ``GET /api/runs``                      runs, latest first
 ``GET /api/runs/{id}/metrics``         a run and its metrics (``after_step`` for the new ones)
 ``GET /api/runs/{id}/diagnosis``       where its step time went (``fulmen runs diagnose``)
+``GET /api/runs/{id}/health``          steps without an update and why, the served version
 ``GET /api/runs/compare?run=A&run=B``  runs side by side (``fulmen runs compare``)
 ``GET /api/releases``                  canary releases, latest created first
 ``GET /api/releases/{name}``           a release, its events, its arms (``fulmen release status``)
@@ -56,6 +57,7 @@ from fulmen.dashboard.rewards import RewardReader
 from fulmen.dashboard.rollout_detail import rollout_detail
 from fulmen.dashboard.rollout_table import RolloutFilter, RolloutTable
 from fulmen.dashboard.run_analysis import parse_run_ids, run_diagnosis, runs_comparison
+from fulmen.dashboard.run_health import run_health
 from fulmen.dashboard.runs_view import RunVersions, list_runs, run_metrics
 from fulmen.engines.link import EngineLink
 from fulmen.errors import ConfigError, FulmenError, InvalidRequest, NotFound
@@ -235,6 +237,9 @@ class _Api:
             follows_store=auto,
         )
 
+    async def health(self, request: Request) -> Any:
+        return await run_health(self.store, request.path_params["run_id"])
+
     async def release_list(self, request: Request) -> Any:
         del request
         return await self.releases.listing()
@@ -342,6 +347,7 @@ def create_app(
         Route("/api/runs/compare", _endpoint(api.compare), methods=["GET"]),
         Route("/api/runs/{run_id:path}/metrics", _endpoint(api.metrics), methods=["GET"]),
         Route("/api/runs/{run_id:path}/diagnosis", _endpoint(api.diagnosis), methods=["GET"]),
+        Route("/api/runs/{run_id:path}/health", _endpoint(api.health), methods=["GET"]),
         Route("/api/releases", _endpoint(api.release_list), methods=["GET"]),
         Route("/api/releases/{name:path}", _endpoint(api.release), methods=["GET"]),
         Route("/api/prompts", _endpoint(api.prompts), methods=["GET"]),

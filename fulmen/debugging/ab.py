@@ -19,7 +19,7 @@ import asyncio
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from fulmen.debugging.stats import PairedComparison, compare_paired
 from fulmen.errors import ConfigError
@@ -227,7 +227,7 @@ def config_stack(
     """Return a stack for ``config``'s agent (not started) and the first ``n`` ``split`` tasks."""
     import sys
 
-    from fulmen.trainer.data import load_tasks, task_id_of
+    from fulmen.trainer.data import config_tasks, task_id_of
     from fulmen.trainer.preflight import check_before_start
     from fulmen.trainer.stack import TrainingStack
 
@@ -236,10 +236,11 @@ def config_stack(
             sys.path.insert(0, str(entry))
     check_before_start(config.agent, config.python_path)
     val, train = config.data.val, config.data.train
-    source = val if split == "val" and val is not None else train
+    which: Literal["train", "val"] = "val" if split == "val" and val is not None else "train"
+    source = val if which == "val" else train
     if source is None:
         raise ConfigError("the config names no tasks (data.train / data.val) to A/B test on")
-    chosen = load_tasks(source, python_path=config.python_path)[:n]
+    chosen = config_tasks(config, source, which)[:n]
     tasks = [(task_id_of(t, i, config.data.task_id_key), t) for i, t in enumerate(chosen)]
     stack = TrainingStack(
         store_url="memory://",

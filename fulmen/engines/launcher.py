@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -25,7 +26,7 @@ from fulmen.engines.base import Capabilities
 from fulmen.errors import EngineError
 from fulmen.process_group import stop_process_group
 
-__all__ = ["BuiltinLauncher", "EngineProcess", "free_port"]
+__all__ = ["BuiltinLauncher", "EngineProcess", "engine_error_text", "free_port"]
 
 logger = logging.getLogger(__name__)
 
@@ -35,6 +36,48 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
         s.bind((host, 0))
         return int(s.getsockname()[1])
+
+
+# How much of the end of a failed start's log is searched for its error.
+_LOG_TAIL_BYTES = 64 * 1024
+# A traceback's exception line: a dotted class path the message need not repeat.
+_QUALIFIED = re.compile(r"^(?:[A-Za-z_]\w*\.)+(?=[A-Za-z_]\w*(?:Error|Exception|Exit)\b)")
+
+
+def engine_error_text(log: str, *, max_lines: int = 5) -> str:
+    """Return what an engine that failed to start said last, from its log output.
+
+    A Python traceback gives its exception (the unindented lines after the last ``Traceback``
+    header: the class and message, ``fulmen.errors.ConfigError`` shortened to ``ConfigError``),
+    with the install line of fulmen's extra for a missing optional package; any other output
+    gives its last ``max_lines`` non-blank lines. Lines are joined with `` | ``.
+    """
+    lines = [line.rstrip() for line in log.splitlines() if line.strip()]
+    headers = [i for i, line in enumerate(lines) if line.startswith("Traceback (most recent")]
+    if not headers:
+        return " | ".join(lines[-max_lines:])
+    raised = [
+        _QUALIFIED.sub("", line)
+        for line in lines[headers[-1] + 1 :]
+        if not line.startswith((" ", "\t"))
+    ][:max_lines]
+    missing = re.match(
+        r"ModuleNotFoundError: No module named '([\w.]+)'", raised[0] if raised else ""
+    )
+    if missing:
+        from fulmen.extras import package_of_module
+
+        package = package_of_module(missing.group(1))
+        if package is not None:
+            raised.append(f"it comes with {package.hint} ({package.needed_for})")
+    return " | ".join(raised)
+
+
+def _size(path: Path | None) -> int:
+    try:
+        return path.stat().st_size if path is not None else 0
+    except OSError:
+        return 0
 
 
 class EngineProcess:
@@ -72,6 +115,7 @@ class EngineProcess:
         self.startup_timeout = startup_timeout
         self._proc: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None
+        self._log_offset = 0
 
     @property
     def root_url(self) -> str:
@@ -92,6 +136,8 @@ class EngineProcess:
         """Spawn the server and block until ``/health`` answers 200; raises ``EngineError``."""
         if self._proc is not None:
             raise EngineError("engine process already started; create a new launcher")
+        # Where this start's output begins in a log earlier starts appended to.
+        self._log_offset = _size(self.log_path)
         self._log = open(self.log_path, "ab") if self.log_path else None  # noqa: SIM115
         logger.info("starting engine: %s", " ".join(self.command))
         self._proc = subprocess.Popen(
@@ -107,8 +153,11 @@ class EngineProcess:
             code = self._proc.poll()
             if code is not None:
                 self.stop()
+                said = self._last_words()
                 raise EngineError(
-                    f"engine exited with code {code} during startup (log: {self.log_path})",
+                    f"engine exited with code {code} during startup"
+                    + (f": {said}" if said else "")
+                    + f" (log: {self.log_path})",
                     detail={"command": self.command},
                 )
             with contextlib.suppress(httpx.HTTPError):
@@ -119,6 +168,18 @@ class EngineProcess:
         raise EngineError(
             f"engine not healthy after {self.startup_timeout:.0f}s (log: {self.log_path})"
         )
+
+    def _last_words(self) -> str:
+        """Return what this start of the engine said last in its log (``engine_error_text``)."""
+        if self.log_path is None:
+            return ""
+        try:
+            with open(self.log_path, "rb") as log:
+                log.seek(self._log_offset)
+                text = log.read()[-_LOG_TAIL_BYTES:].decode("utf-8", "replace")
+        except OSError:
+            return ""
+        return engine_error_text(text)
 
     def stop(self, timeout: float = 20.0) -> None:
         """SIGTERM the process group, then SIGKILL it if still alive after ``timeout``."""
@@ -264,3 +325,11 @@ class BuiltinLauncher(EngineProcess):
             env={"FULMEN_ENGINE_TOKEN": token} if token is not None else None,
             token=token,
         )
+        self.model = model
+
+    def start(self) -> None:
+        """Check the model name (``ConfigError``, before any process starts), then start."""
+        from fulmen.engines.models import check_model
+
+        check_model(self.model)
+        super().start()

@@ -31,6 +31,7 @@ from fulmen.engines.config import EngineConfig
 from fulmen.environments.config import EnvironmentConfig, apply_environment
 from fulmen.errors import ConfigError
 from fulmen.rewards.config import RewardConfig
+from fulmen.trainer.sinks.config import MetricsConfig, require_sink
 
 __all__ = [
     "AlgorithmConfig",
@@ -144,8 +145,11 @@ class TrainConfig(_Strict):
             ``Agent``), or a program run per rollout (``{command: [...], ...}``, see
             ``fulmen.agent.command.CommandAgentConfig`` and ``docs/command-agents.md``); left
             out only with ``data.from_store`` (offline training runs none).
-        run_dir: where the store, checkpoints, adapters and metrics go; a second run with the
-            same directory resumes.
+        run_dir: where the store, checkpoints, adapters and metrics go; a second start with
+            the same directory resumes its run, and one with another agent, model or data is
+            refused (``fulmen.trainer.identity``). Default from a config file (``load_config``):
+            ``runs/<config file name without .yaml>`` beside the file; built in Python:
+            ``runs/fulmen`` in the working directory.
         store_url: an external store to use instead of ``RUN_DIR/store.db``: a ``fulmen store
             serve`` (``http://host:port``, so runners on other machines can claim the rollouts)
             or ``postgresql://...``. Its token is never in the config: ``fulmen train --token``
@@ -165,7 +169,10 @@ class TrainConfig(_Strict):
             agent emits: criteria a judge model scores, ranks within a group, or a Python
             function checks (``fulmen.rewards.config.RewardConfig``, ``docs/rewards.md``).
         success_threshold: a rollout whose reward reaches this counts as a task success.
-        tensorboard: also write TensorBoard event files.
+        tensorboard: also write TensorBoard event files (short for ``metrics: {sinks:
+            [tensorboard]}``).
+        metrics: tracking tools that get every step's metrics too: TensorBoard, Weights &
+            Biases, MLflow (``fulmen.trainer.sinks.config.MetricsConfig``, ``docs/runs.md``).
         cluster: run the store service, runners and engine replicas as actors on a Ray
             cluster (``fulmen.cluster.config.ClusterConfig``, ``docs/cluster.md``); left out,
             everything runs on this machine.
@@ -190,9 +197,17 @@ class TrainConfig(_Strict):
     reward: RewardConfig | None = None
     success_threshold: float = 1.0
     tensorboard: bool = False
+    metrics: MetricsConfig = Field(default_factory=MetricsConfig)
     python_path: list[Path] = Field(default_factory=list)
     cluster: ClusterConfig | None = None
     environment: EnvironmentConfig | None = None
+
+    @field_validator("tensorboard")
+    @classmethod
+    def _tensorboard_installed(cls, value: bool) -> bool:
+        if value:  # refused now, as metrics.sinks would be, not when the run starts
+            require_sink("tensorboard")
+        return value
 
     @model_validator(mode="before")
     @classmethod
@@ -380,15 +395,22 @@ def load_config(path: str | Path, *, overrides: Sequence[str] = ()) -> TrainConf
 
     path = Path(path)
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except (OSError, yaml.YAMLError) as exc:
-        raise ConfigError(f"cannot read config {path}: {exc}") from exc
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read config {path}: {exc.strerror or exc}") from exc
+    try:
+        raw = yaml.safe_load(text) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(_yaml_problem(path, text, exc)) from exc
     if not isinstance(raw, dict):
         raise ConfigError(f"config {path} must be a mapping of options")
     base = path.parent.resolve()
     for key in ("run_dir",):
         if key in raw and not Path(str(raw[key])).is_absolute():
             raw[key] = str(base / str(raw[key]))
+    # Without run_dir, a folder named after the config file beside it: two configs in one
+    # folder never resume each other's run.
+    raw.setdefault("run_dir", str(base / "runs" / path.stem))
     raw["python_path"] = [str(base / str(p)) for p in raw.get("python_path", [])]
     if isinstance(raw.get("agent"), dict):  # a command agent: its files lie beside the config
         raw["agent"].setdefault("config_dir", str(base))
@@ -409,6 +431,30 @@ def load_config(path: str | Path, *, overrides: Sequence[str] = ()) -> TrainConf
     except ValidationError as exc:
         problems = "; ".join(_problem(err["loc"], err["type"], err["msg"]) for err in exc.errors())
         raise ConfigError(f"invalid config {path}: {problems}") from exc
+
+
+def _yaml_problem(path: Path, text: str, exc: Exception) -> str:
+    """Say where in the config file its YAML breaks: ``FILE, line N, column M: ...``.
+
+    PyYAML names the text it was given (``<unicode string>``), not the file; its marks count
+    from 0.
+    """
+    import yaml
+
+    mark = exc.problem_mark if isinstance(exc, yaml.MarkedYAMLError) else None
+    if not isinstance(exc, yaml.MarkedYAMLError) or mark is None:
+        return f"cannot read config {path}: not valid YAML ({exc})"
+    what = exc.problem or "not valid YAML"
+    if exc.context:
+        what = f"{exc.context}, {what}"
+        start = exc.context_mark
+        if start is not None and start.line != mark.line:  # an unclosed [ or { further up
+            what = f"{exc.context} (from line {start.line + 1}), {exc.problem}"
+    lines = text.splitlines()
+    shown = lines[mark.line].strip() if mark.line < len(lines) else ""
+    return f"cannot read config {path}, line {mark.line + 1}, column {mark.column + 1}: {what}" + (
+        f": {shown!r}" if shown else ""
+    )
 
 
 def _problem(loc: Sequence[int | str], kind: str, message: str) -> str:

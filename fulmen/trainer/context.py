@@ -344,6 +344,7 @@ class StageContext:
         metrics["val/success"] = metrics.pop("val/reward/success")
         metrics["val/reward_mean"] = metrics.pop("val/reward/mean")
         metrics["val/failed"] = float(len(rewards) - len(scored))
+        metrics = {**await self._named_reward_means(finished), **metrics}
         metrics["time/val_s"] = time.perf_counter() - started
         self.log(step, metrics)
         if len(scored) < len(rewards):
@@ -358,6 +359,17 @@ class StageContext:
         )
         record_validation(session.config.run_dir, validated)
         return metrics
+
+    async def _named_reward_means(self, rollouts: Sequence[Rollout]) -> dict[str, float]:
+        """``val/reward/<name>``: each named secondary reward's mean over the rollouts.
+
+        The summary's own keys (``val/reward/std``) win over a reward with such a name.
+        """
+        from fulmen.adapter.named_rewards import named_reward_means, secondary_rewards
+
+        attempts = await self.attempts(rollouts)
+        values = [secondary_rewards(a.spans, a.rewards) for a in attempts]
+        return named_reward_means("val/reward", values)
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
         """Record ``metrics`` at this stage's ``step`` in the run's metrics stream.

@@ -8,12 +8,34 @@ import random
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from fulmen.errors import ConfigError
 from fulmen.trainer.preflight import PYTHON_PATH_HINT
 
-__all__ = ["TaskSampler", "load_tasks", "task_id_of"]
+if TYPE_CHECKING:
+    from fulmen.trainer.config import TrainConfig
+
+__all__ = ["TaskSampler", "config_tasks", "load_tasks", "task_id_of"]
+
+
+def config_tasks(
+    config: TrainConfig, source: str | Sequence[Any], split: Literal["train", "val"]
+) -> list[Any]:
+    """Load the tasks a config's ``source`` names, as training does, for any command.
+
+    ``environment`` (what an ``environment:`` section sets ``data.train``/``data.val`` to) is
+    that section's ``split``, built by its library; anything else is ``load_tasks`` with the
+    config's ``python_path``. ``fulmen train``, ``dev``, ``ab`` and ``models compare`` (and the
+    dashboard's A/B jobs) all read tasks through here, so none of them misses a task source.
+    """
+    from fulmen.environments.config import ENVIRONMENT_SOURCE
+
+    if source == ENVIRONMENT_SOURCE and config.environment is not None:
+        from fulmen.environments.tasks import environment_tasks
+
+        return environment_tasks(config.environment, split)
+    return load_tasks(source, python_path=config.python_path)
 
 
 def load_tasks(source: str | Sequence[Any], *, python_path: Sequence[Path] = ()) -> list[Any]:
@@ -24,19 +46,7 @@ def load_tasks(source: str | Sequence[Any], *, python_path: Sequence[Path] = ())
     if not isinstance(source, str):
         tasks = list(source)
     elif source.endswith(".jsonl"):
-        try:
-            lines = Path(source).read_text(encoding="utf-8").splitlines()
-            tasks = [json.loads(line) for line in lines if line.strip()]
-        except OSError as exc:
-            raise ConfigError(
-                f"cannot read tasks from {source}: {exc.strerror or exc} (a relative data path "
-                "in a config is relative to the config file)"
-            ) from exc
-        except json.JSONDecodeError as exc:
-            raise ConfigError(
-                f"cannot read tasks from {source}: line {exc.lineno} is not JSON ({exc.msg}); "
-                "the file needs one JSON task per line"
-            ) from exc
+        tasks = _read_jsonl(source)
     elif ":" in source:
         for entry in python_path:
             if str(entry) not in sys.path:
@@ -55,6 +65,41 @@ def load_tasks(source: str | Sequence[Any], *, python_path: Sequence[Path] = ())
     if not tasks:
         raise ConfigError(f"no tasks in {source!r}")
     return tasks
+
+
+def _read_jsonl(source: str) -> list[Any]:
+    """Read one JSON task per line of ``source``; blank lines are skipped.
+
+    Each line is parsed on its own, so an error names the line of the file (``json`` would
+    count the lines of the one line it was given) and its column.
+    """
+    try:
+        lines = Path(source).read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot read tasks from {source}: {exc.strerror or exc} (a relative data path "
+            "in a config is relative to the config file)"
+        ) from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"cannot read tasks from {source}: it is not UTF-8 text ({exc})") from exc
+    tasks: list[Any] = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            tasks.append(json.loads(line))
+        except json.JSONDecodeError as exc:
+            raise ConfigError(
+                f"cannot read tasks from {source}: line {number} is not JSON ({exc.msg} at "
+                f"column {exc.colno}: {_excerpt(line)}); the file needs one JSON task per line"
+            ) from exc
+    return tasks
+
+
+def _excerpt(line: str, width: int = 60) -> str:
+    """Quote the start of a bad line for the error that names it."""
+    text = line.strip()
+    return repr(text if len(text) <= width else text[: width - 1] + "…")
 
 
 def task_id_of(task: Any, index: int, key: str = "id") -> str:

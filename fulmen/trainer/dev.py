@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from typing import Any, TextIO
 
 from fulmen.agent.rollouts import RolloutSettings
+from fulmen.tracing.outcome import command_outcomes, no_reward_reason
 from fulmen.trainer.stack import TrainingStack
 from fulmen.types import (
     LLMResource,
@@ -29,6 +30,7 @@ from fulmen.types import (
 
 __all__ = [
     "configured_max_seq_len",
+    "dev_failure",
     "max_seq_len_option",
     "run_dev",
     "tool_calls_of",
@@ -165,6 +167,23 @@ async def run_dev(
         )
         if error:
             out.write(f"   error: {_tail(error, 300)}\n")
+        commands = command_outcomes(records.spans)
+        for command in commands:
+            out.write(f"   {command.summary(calls=len(records.calls))}\n")
+            if command.crashed:
+                tail = command.stderr_tail()
+                out.write(
+                    f"      stderr (last {len(tail)} lines):\n" if tail else "      no stderr\n"
+                )
+                out.writelines(f"      | {line}\n" for line in tail)
+        reward = records.final_reward
+        why = (
+            no_reward_reason(records.spans, calls=len(records.calls))
+            if reward is None and rollout.status is RolloutStatus.SUCCEEDED
+            else None
+        )
+        if why is not None:
+            out.write(f"   no reward: {why}\n")
         named = _named_rewards(records)
         if len(named) > 1 or (named and "reward" not in named):
             parts = " ".join(f"{name}={value:.3f}" for name, value in sorted(named.items()))
@@ -206,14 +225,25 @@ async def run_dev(
                 "transitions": len(trajectory.transitions),
                 "rewards": named,
                 "error": error,
+                "no_reward": why,
+                "commands": [
+                    {
+                        "role": c.role,
+                        "status": c.status,
+                        "exit_code": c.exit_code,
+                        "duration_s": c.duration_s,
+                        "stderr_tail": c.stderr_tail(),
+                    }
+                    for c in commands
+                ],
             }
         )
     succeeded = [r for r in report if r["status"] == RolloutStatus.SUCCEEDED.value]
     rewards = [r["reward"] for r in succeeded if r["reward"] is not None]
     mean = sum(rewards) / len(rewards) if rewards else float("nan")
     out.write(
-        f"\n{len(succeeded)}/{len(report)} rollouts succeeded; mean reward {mean:.3f}; "
-        f"{sum(r['transitions'] for r in report)} transitions\n"
+        f"\n{len(succeeded)}/{len(report)} rollouts succeeded, {len(rewards)} with a reward; "
+        f"mean reward {mean:.3f}; {sum(r['transitions'] for r in report)} transitions\n"
     )
     limit = max_seq_len or await _engine_context(stack.engine_url)
     over = [n for n in lengths if limit is not None and n > limit]
@@ -227,6 +257,30 @@ async def run_dev(
             "agent's prompts\n"
         )
     return report
+
+
+def dev_failure(report: Sequence[dict[str, Any]]) -> str | None:
+    """Say why ``fulmen dev`` must exit non-zero for ``report`` (``run_dev``'s), else ``None``.
+
+    Every rollout failed: the first error. No rollout produced a reward: the first rollout's
+    reason (a crashed command with its exit status and last stderr line, an agent that
+    returned ``None``). Training would learn nothing from either.
+    """
+    from fulmen.errors import error_summary
+
+    if not report:
+        return None
+    failed = [r for r in report if r["status"] != RolloutStatus.SUCCEEDED.value]
+    if len(failed) == len(report):
+        first = error_summary(failed[0]["error"]) or failed[0]["status"]
+        return f"every rollout failed; the first: {first} (its traceback is above)"
+    if any(r["reward"] is not None for r in report):
+        return None
+    why = next((r.get("no_reward") for r in report if r.get("no_reward")), None)
+    return (
+        f"no rollout produced a reward, so training would learn nothing; the first: "
+        f"{why or 'no reward was recorded'}"
+    )
 
 
 def configured_max_seq_len(config: Any) -> int | None:

@@ -4,8 +4,9 @@
 steps of that stage already completed and checkpointed, the steps of the earlier stages (so the
 metrics stream numbers steps across stages), the full weights and the adapter the engine
 serves, the resources other than ``llm`` the latest publish carried (prompt templates), and how
-often the run was started. It is written atomically (temporary file + rename) after each
-checkpoint, so a crash leaves either the previous state or the new one. A ``state.json``
+often the run was started, and what the run is (its agent, model and data, its settings and
+their version: ``fulmen.trainer.identity``). It is written atomically (temporary file + rename)
+after each checkpoint, so a crash leaves either the previous state or the new one. A ``state.json``
 written before stages existed reads as stage 0; one written before runs had ids gets a new id.
 """
 
@@ -45,6 +46,10 @@ class RunState:
         weights: the full-weight model directory the engine serves as its base (a full
             fine-tune's), relative to the run directory; ``None``: the original base.
         resources: the carried resources other than ``llm`` (prompt templates).
+        identity: the run's agent, model and data (``RunIdentity`` as JSON); ``None``: not
+            recorded yet (a new run, or one started before runs recorded it).
+        settings: the config the run last started with, as JSON (``run_settings``).
+        config_version: how many different settings the run has started with (1: the first).
     """
 
     def __init__(self, run_dir: Path) -> None:
@@ -67,6 +72,14 @@ class RunState:
         }
         self.weights: str | None = data.get("weights")
         self.resources: dict[str, Resource] = _RESOURCES.validate_python(data.get("resources", {}))
+        self.identity: dict[str, Any] | None = data.get("identity")
+        self.settings: dict[str, Any] | None = data.get("settings")
+        self.config_version: int = int(data.get("config_version", 1))
+
+    @property
+    def exists(self) -> bool:
+        """Whether the run directory holds a run (its ``state.json`` was written)."""
+        return self.path.exists()
 
     def save(self) -> None:
         """Write the state atomically."""
@@ -83,6 +96,9 @@ class RunState:
             "role_adapters": self.role_adapters,
             "weights": self.weights,
             "resources": _RESOURCES.dump_python(self.resources, mode="json"),
+            "identity": self.identity,
+            "settings": self.settings,
+            "config_version": self.config_version,
         }
         tmp.write_text(json.dumps(payload, indent=2), encoding="utf-8")
         os.replace(tmp, self.path)

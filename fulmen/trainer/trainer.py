@@ -19,14 +19,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TextIO
 
 from fulmen.engines.config import EngineConfig
-from fulmen.environments.config import ENVIRONMENT_SOURCE
 from fulmen.errors import ConfigError
 from fulmen.settings import Settings
 from fulmen.trainer.config import TrainConfig
-from fulmen.trainer.data import load_tasks, task_id_of
+from fulmen.trainer.data import config_tasks, task_id_of
+from fulmen.trainer.identity import ConfigChange, RunIdentity
 from fulmen.trainer.metrics import MetricsLogger
 from fulmen.trainer.preflight import check_before_start
+from fulmen.trainer.sinks import open_sinks
 from fulmen.trainer.stack import TrainingStack
+from fulmen.trainer.state import RunState
 from fulmen.types import Mode
 
 if TYPE_CHECKING:
@@ -47,6 +49,9 @@ class Trainer:
             ``http://`` store (``fulmen train`` passes ``--token`` or ``$FULMEN_STORE_TOKEN``).
         settings: the environment read once (``Settings.from_env()`` when not given); the
             API keys a config names by variable (``api_key_env``) come from it.
+        resume_anyway: train on in a run folder that holds a run of another agent, model or
+            data (``fulmen train --resume-anyway``); by default ``fit`` refuses
+            (``fulmen.trainer.identity``).
     """
 
     def __init__(
@@ -55,9 +60,11 @@ class Trainer:
         *,
         store_token: str | None = None,
         settings: Settings | None = None,
+        resume_anyway: bool = False,
     ) -> None:
         self.config = config
         self.store_token = store_token
+        self.resume_anyway = resume_anyway
         self.settings = settings if settings is not None else Settings.from_env()
         #: what the end of the last ``fit`` decided (``None``: it did not validate)
         self.end_of_run: EndOfRun | None = None
@@ -83,41 +90,52 @@ class Trainer:
     ) -> list[dict[str, float]]:
         """Train the agent (default: ``config.agent``) on ``train_data`` (default: config).
 
-        Resumes at the stage and step where an earlier run in the same directory stopped. At
-        the end the run serves its best validated version (``validation.keep_best``) and
-        ``end_of_run`` says what it decided (``fulmen.trainer.best``); ``diagnosis`` where the
-        run's time went and what held it back (``fulmen.trainer.diagnosis``).
+        Resumes at the stage and step where an earlier run in the same directory stopped;
+        refuses (``IdentityMismatch``) when that run has another agent, model or data, unless
+        ``resume_anyway``, and records changed settings as the run's next config version
+        (``fulmen.trainer.identity``). At the end the run serves its best validated version
+        (``validation.keep_best``) and ``end_of_run`` says what it decided
+        (``fulmen.trainer.best``); ``diagnosis`` where the run's time went and what held it
+        back (``fulmen.trainer.diagnosis``).
         """
         from fulmen.engines.models import resolve_model
         from fulmen.trainer import best
+        from fulmen.trainer.identity import record_start
         from fulmen.trainer.run_record import RunRecorder, new_run
         from fulmen.trainer.session import RunSession
         from fulmen.trainer.stages import last_stage_context, run_stages
-        from fulmen.trainer.state import RunState
         from fulmen.types import RunStatus
 
         config = self.config
         self.end_of_run = None
         self.diagnosis = []
-        finished = _finished_plan(config, RunState(config.run_dir))
-        if finished is not None:
-            logger.warning("%s", finished)
-            return []
+        # Before anything starts: another run's folder, a wrong agent or a missing data file
+        # fails in a second, not after the engine and gateway are up (nor as "nothing to do").
+        state, identity, settings, change = self._check_run_folder(agent, train_data, val_data)
         runs_agent = config.data.from_store is None  # offline training runs no agent
-        # Before anything starts: a wrong agent or data path fails in a second, not after
-        # the engine and gateway are up.
         if runs_agent:
             # As the runner will run it: with the run folder hidden from a command agent.
             check_before_start(_hide_run(agent or config.agent, config.run_dir), config.python_path)
         run_dir = config.run_dir
         train_source = train_data or config.data.train
         train_tasks = (
-            _load_tasks(config, train_source, "train")
+            config_tasks(config, train_source, "train")
             if runs_agent and train_source is not None
             else []
         )
         val_source = val_data or config.data.val
-        val_tasks = _load_tasks(config, val_source, "val") if val_source else None
+        val_tasks = config_tasks(config, val_source, "val") if val_source else None
+        finished = _finished_plan(config, state)
+        if finished is not None:
+            logger.warning("%s", finished)
+            return []
+        if change is not None:
+            differs = RunIdentity.model_validate(state.identity).differences(identity)
+            if differs:
+                logger.warning(
+                    "%s: resuming anyway (resume_anyway): %s", config.run_dir, "; ".join(differs)
+                )
+            logger.info("%s", change.line(config.run_dir))
         # Owner-only: the run folder holds the store (every task and answer), checkpoints and
         # the engine's log; no rollout's user may enter it (docs/security.md).
         run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -145,9 +163,18 @@ class Trainer:
             val_tasks = []
         elif validation.max_tasks:
             val_tasks = val_tasks[: validation.max_tasks]
-        with MetricsLogger(run_dir, tensorboard=config.tensorboard) as metrics:
+        # Before the engine starts: a W&B login or an MLflow server that does not answer
+        # stops the run now. The run's id names it there too (a resume logs on).
+        sinks = open_sinks(
+            config.metrics,
+            run_dir=run_dir,
+            run_id=state.run_id,
+            run_config=config.model_dump(mode="json"),
+            tensorboard=config.tensorboard,
+            environ=self.settings.environ,
+        )
+        with MetricsLogger(run_dir, sinks=sinks) as metrics:
             async with stack:
-                state = RunState(run_dir)
                 session = RunSession(
                     config=config,
                     stack=stack,
@@ -160,10 +187,16 @@ class Trainer:
                     uses_stages=config.stages is not None,
                     settings=self.settings,
                 )
+                record_start(state, identity, settings, change)
                 state.save()  # the run's id, before the store names a run by it
                 recorder = RunRecorder(stack.store, new_run(config, state.run_id))
                 await recorder.start()
                 metrics.add_sink(recorder.metrics)
+                if change is not None:
+                    # The store's run keeps the newest config; this record says from which
+                    # step it holds and what it changed.
+                    values, labels = config_version_record(change)
+                    metrics.log(change.step, values, labels=labels, echo=False)
                 session.recorder = recorder
                 status = RunStatus.FAILED
                 try:
@@ -179,6 +212,26 @@ class Trainer:
                     raise
                 finally:
                     await recorder.finish(status)
+
+    def _check_run_folder(
+        self,
+        agent: Any,
+        train_data: str | Sequence[Any] | None,
+        val_data: str | Sequence[Any] | None,
+    ) -> tuple[RunState, RunIdentity, dict[str, Any], ConfigChange | None]:
+        """Return the folder's state, this start's identity and settings, and what changed.
+
+        Raises ``IdentityMismatch`` when the folder holds a run of another agent, model or
+        data (unless ``resume_anyway``); reads ``state.json`` only.
+        """
+        from fulmen.trainer.identity import check_run_folder, run_identity, run_settings
+
+        config = self.config
+        state = RunState(config.run_dir)
+        identity = run_identity(config, agent, train_data, val_data)
+        settings = run_settings(config)
+        change = check_run_folder(state, identity, settings, resume_anyway=self.resume_anyway)
+        return state, identity, settings, change
 
     def dev(
         self,
@@ -246,7 +299,7 @@ class Trainer:
             raise ConfigError(
                 f"fulmen dev --split {split} needs data.{split} (or tasks passed to dev)"
             )
-        chosen = _load_tasks(config, source, split)[:n]
+        chosen = config_tasks(config, source, split)[:n]
         out.write(_dev_header(len(chosen), split, config, given=tasks is not None) + "\n")
         engine = EngineConfig(kind="endpoint", url=endpoint) if endpoint else config.engine
         stack = TrainingStack(
@@ -274,15 +327,15 @@ class Trainer:
             )
 
 
-def _load_tasks(
-    config: TrainConfig, source: str | Sequence[Any], split: Literal["train", "val"]
-) -> list[Any]:
-    """Load the tasks ``source`` names (``environment``: the split of the config's section)."""
-    if source == ENVIRONMENT_SOURCE and config.environment is not None:
-        from fulmen.environments.tasks import environment_tasks
-
-        return environment_tasks(config.environment, split)
-    return load_tasks(source, python_path=config.python_path)
+def config_version_record(change: ConfigChange) -> tuple[dict[str, float], dict[str, str | int]]:
+    """Return the metrics (values, labels) of a new config version, logged where it starts."""
+    keys = ", ".join(change.keys)
+    if len(keys) > 1000:  # a store's text label holds 1,024 characters
+        keys = keys[:990] + ", ..."
+    return {"config/version": float(change.version)}, {
+        "config/changed": keys,
+        "config/digest": change.digest,
+    }
 
 
 def _dev_header(n: int, split: str, config: TrainConfig, *, given: bool) -> str:

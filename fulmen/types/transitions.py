@@ -137,7 +137,11 @@ class AdapterDiagnostics(BaseModel):
 
 
 class Trajectory(BaseModel):
-    """The transitions of one finished attempt, with its final reward and diagnostics."""
+    """The transitions of one finished attempt, with its final reward and diagnostics.
+
+    ``secondary_rewards`` are the attempt's named reward values other than the primary one
+    (``fulmen.adapter.named_rewards``), averaged by name into the step's metrics.
+    """
 
     model_config = ConfigDict(extra="forbid")
 
@@ -147,3 +151,4 @@ class Trajectory(BaseModel):
     final_reward: float | None
     transitions: list[Transition] = Field(default_factory=list)
     diagnostics: AdapterDiagnostics = Field(default_factory=AdapterDiagnostics)
+    secondary_rewards: dict[str, float] = Field(default_factory=dict)

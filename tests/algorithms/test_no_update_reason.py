@@ -89,3 +89,30 @@ def test_text_only_replies_blame_the_engine_and_failures_are_named_beside_them()
     assert reason.startswith(
         "1 of 2 calls had no token ids (not a token-level engine), and 1 failed"
     )
+
+
+def test_rollouts_without_calls_or_reward_point_at_a_crash_not_only_the_url() -> None:
+    # A command agent that exits before its first call: no calls, no reward, not failed.
+    trajectory = build_trajectory(
+        rollout_id="r1", attempt_id="r1-a1", task_id="t", calls=[], spans=[]
+    )
+    metrics = {
+        "rollouts/finished": 2.0,
+        "rollouts/failed": 0.0,
+        "transitions": 0.0,
+        "updated": 0.0,
+        **{f"adapter/{k}": 2.0 * v for k, v in trajectory.diagnostics.model_dump().items()},
+    }
+    assert no_update_reason(metrics) == (
+        "none of the 2 rollouts produced a reward or called the model: a command agent that "
+        "exits before its first call (`fulmen dev CONFIG` shows its exit status and stderr), "
+        "or an agent that returns None without calling llm.base_url"
+    )
+
+
+def test_a_non_finite_gradient_read_back_from_a_store_shows_no_none() -> None:
+    # The store leaves non-finite values out, so the dashboard's reason had read "(None)".
+    stored = {"skipped_nonfinite": 1.0, "rollouts/finished": 8, "updated": 0.0}
+    reason = no_update_reason(stored)
+    assert reason.startswith("the gradient norm was not finite, so the optimizer step")
+    assert "(nan)" in no_update_reason({**stored, "grad_norm": float("nan")})

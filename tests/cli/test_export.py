@@ -17,14 +17,18 @@ from fulmen.types import (
     LLMChoice,
     Mode,
     RolloutCreate,
+    Run,
     SpanCreate,
 )
 
 
-async def _fill(url: str) -> None:
+async def _fill(url: str, prefix: str = "r") -> None:
     async with open_store(url, watchdog_interval=None) as store:
         await store.enqueue(
-            [RolloutCreate(input={"q": i}, task_id="t1", rollout_id=f"r{i}") for i in range(2)]
+            [
+                RolloutCreate(input={"q": i}, task_id="t1", rollout_id=f"{prefix}{i}")
+                for i in range(2)
+            ]
         )
         for i, reward in enumerate((1.0, 0.0)):
             (claim,) = await store.claim("w")
@@ -32,7 +36,7 @@ async def _fill(url: str) -> None:
             await store.add_llm_calls(
                 [
                     LLMCallCreate(
-                        call_id=f"c{i}",
+                        call_id=f"{prefix}c{i}",
                         rollout_id=rid,
                         attempt_id=aid,
                         request={"messages": [{"role": "user", "content": "2+2?"}]},
@@ -54,7 +58,7 @@ async def _fill(url: str) -> None:
                         rollout_id=rid,
                         attempt_id=aid,
                         trace_id="ab" * 16,
-                        span_id=f"s{i}",
+                        span_id=f"{prefix}s{i}",
                         name=semconv.SPAN_REWARD,
                         attributes={
                             semconv.REWARD_NAMES: ["reward"],
@@ -138,3 +142,25 @@ def test_export_refuses_per_call_credit_on_merged_rows(
     assert main([*args, "--credit", "per_call"]) == 1
     assert "--credit per_call with --merge" in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_export_one_runs_rollouts(
+    store_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--run`` keeps the rollouts ``fulmen train`` enqueued for that run (``RUN-g1-...``)."""
+
+    async def add_run() -> None:
+        async with open_store(store_url, watchdog_interval=None) as store:
+            await store.start_run(Run(run_id="ra", name="ra", started_at=1.0))
+
+    asyncio.run(add_run())
+    asyncio.run(_fill(store_url, prefix="ra-g1-train1-t0-r"))
+    out = tmp_path / "s.jsonl"
+    args = ["export", "sft", "--store", store_url, "--out", str(out)]
+    assert main([*args, "--run", "ra"]) == 0
+    assert [r["rollout_id"] for r in _rows(out)] == ["ra-g1-train1-t0-r0", "ra-g1-train1-t0-r1"]
+    assert "(rollouts read: 2 train)" in capsys.readouterr().out
+    assert main(args) == 0
+    assert len(_rows(out)) == 4  # without --run: every run's and the others
+    assert main([*args, "--run", "nope"]) == 1
+    assert "run 'nope' does not exist" in capsys.readouterr().err

@@ -12,6 +12,7 @@ import pytest
 from fulmen.cli.main import main
 from fulmen.store import open_store
 from fulmen.types import ModelKind, ModelVersion, Run
+from tests.cli.run_folders import KEPT, record_run
 
 
 def record(url: str, weights: Path) -> None:
@@ -54,6 +55,27 @@ def test_list_show_and_refusals(tmp_path: Path, capsys: pytest.CaptureFixture[st
     engine = "http://127.0.0.1:9/v1"
     assert main(["models", "serve", "r1", "1", "--store", url, "--engine", engine]) == 1
     assert "this machine does not have" in capsys.readouterr().err
+
+
+def test_list_marks_the_served_and_the_best_version(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    record(url, tmp_path)  # r1: no end of run recorded; v1 validated 0.25, v2 not at all
+    record_run(url, "ra", **KEPT)  # ra ended serving v1 (step 2), its best, not the final v2
+    assert main(["models", "list", "--store", url]) == 0
+    header, *rows = capsys.readouterr().out.splitlines()
+    assert header.split()[:4] == ["RUN", "VERSION", "MARK", "STEP"]
+    marks = {(row.split()[0], row.split()[1]): row.split()[2:4] for row in rows}
+    assert marks[("r1", "1")] == ["best", "1"]
+    assert marks[("r1", "2")] == ["served", "2"]  # a running run serves its latest
+    assert marks[("ra", "1")] == ["served", "best"]
+    assert marks[("ra", "2")] == ["-", "4"]
+    assert main(["models", "list", "--store", url, "--run", "ra", "--json"]) == 0
+    assert [v["marks"] for v in json.loads(capsys.readouterr().out)] == [["served", "best"], []]
+    # The run folder as a SOURCE reads the same store.
+    assert main(["models", "list", str(tmp_path), "--run", "ra"]) == 0
+    assert "served best" in capsys.readouterr().out
 
 
 @pytest.mark.slow

@@ -93,12 +93,12 @@ def test_commands_on_a_sqlite_file(tmp_path: Path, capsys: pytest.CaptureFixture
     code, out, _ = run_cli(["rollouts", "list", "--store", url], capsys)
     lines = out.splitlines()
     assert lines[0].split()[:3] == ["ROLLOUT", "STATUS", "MODE"]
-    assert len(lines) == 4 and rid in lines[1] and "succeeded" in lines[1]
+    assert len(lines) == 4 and rid in lines[3] and "succeeded" in lines[3]  # newest first
     code, out, _ = run_cli(
         ["rollouts", "list", "--store", url, "--status", "queuing", "--limit", "1"], capsys
     )
     assert len(out.splitlines()) == 4  # header, one row, blank, paging hint
-    assert "queuing" in out and "--after 2" in out and rid not in out
+    assert "queuing" in out and "--before 3" in out and rid not in out
 
     code, out, _ = run_cli(["rollouts", "show", rid, "--store", url], capsys)
     assert code == 0

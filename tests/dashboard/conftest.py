@@ -19,6 +19,8 @@ from fulmen.dashboard.server import DashboardServer
 from fulmen.store import open_store
 
 CHROMIUM = Path("/usr/bin/chromium")
+#: Where the docs' dashboard screenshots live (``docs/dashboard.md`` shows them).
+DOCS_IMAGES = Path(__file__).resolve().parents[2] / "docs" / "images"
 CHROMIUM_ARGS = [
     "--headless",
     "--no-sandbox",
@@ -81,6 +83,19 @@ class ServedDashboard:
         if self._loop is not None and self._stop is not None:
             self._loop.call_soon_threadsafe(self._stop.set)
         self._thread.join(15)
+
+
+def docs_screenshot(page: Any, name: str) -> None:
+    """Save ``page`` as ``docs/images/NAME`` when ``FULMEN_DOCS_SCREENSHOTS=1`` (else nothing).
+
+    The browser tests open each page over data known by construction, so the docs' pictures are
+    regenerated from the state the tests check: ``FULMEN_DOCS_SCREENSHOTS=1 pytest
+    tests/dashboard/test_runs_browser.py tests/dashboard/test_releases_browser.py``.
+    """
+    if os.environ.get("FULMEN_DOCS_SCREENSHOTS") != "1":
+        return
+    page.wait_for_timeout(300)  # let the last redraw settle
+    page.screenshot(path=str(DOCS_IMAGES / name), full_page=True)
 
 
 def run_coroutine(make: Callable[[], Coroutine[Any, Any, T]]) -> T:

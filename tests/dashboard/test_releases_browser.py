@@ -2,7 +2,8 @@
 by construction (``tests/dashboard/release_records.py``): the list reached from the navigation,
 a release's state, arms, per-arm means 0.75 and 0.25 with their intervals, the +0.5 difference
 and its test, a promotion made in the store shown on "refresh" with who and why; markup in a
-model name, a decider and a reason shows as text and never runs; an unknown name says so."""
+model name, a decider and a reason shows as text and never runs; an unknown name says so.
+``FULMEN_DOCS_SCREENSHOTS=1`` saves the docs' picture of a release."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from typing import Any
 import pytest
 
 from fulmen.store import open_store
-from tests.dashboard.conftest import TOKEN, ServedDashboard, run_coroutine
+from tests.dashboard.conftest import TOKEN, ServedDashboard, docs_screenshot, run_coroutine
 from tests.dashboard.release_records import HOSTILE, KNOWN, MARKUP, fill_releases, promotion
 
 NONE = "\u2013"  # an en dash: no value
@@ -95,6 +96,7 @@ def test_a_release_shows_its_arms_figures_and_a_promotion(
         and "Welch t = " in line
     )
     assert cells(page, "#release-events tr td.kind") == ["created"]
+    docs_screenshot(page, "dashboard-release.png")
 
     async def promote() -> None:
         async with open_store(releases_store, watchdog_interval=None) as store:

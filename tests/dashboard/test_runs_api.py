@@ -17,12 +17,27 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
+from fulmen.algorithms.grpo.diagnose import no_update_reason
 from fulmen.asgi_task import AppTask, loopback_socket
 from fulmen.cli.main import main
 from fulmen.dashboard.app import create_app
 from fulmen.store import Store, open_store
-from fulmen.types import LLMResource, ResourcesCreate
-from tests.dashboard.run_records import MARKUP, add_live_steps, fill_runs, step_values
+from fulmen.types import (
+    LLMResource,
+    ModelKind,
+    ModelVersion,
+    ResourcesCreate,
+    RunMetrics,
+    RunStatus,
+)
+from tests.dashboard.run_records import (
+    MARKUP,
+    NO_UPDATE,
+    add_live_steps,
+    fill_runs,
+    health_values,
+    step_values,
+)
 
 T = TypeVar("T")
 
@@ -127,6 +142,77 @@ def test_diagnosis_answers_what_the_cli_prints(
     assert (empty["findings"], empty["steps"], empty["status"]) == ([], 0, "running")
     missing = get(store_url, "/api/runs/nope/diagnosis")
     assert missing.status_code == 404 and "nope" in missing.json()["error"]
+
+
+def test_health_names_the_steps_without_an_update_and_the_served_version(store_url: str) -> None:
+    health = get(store_url, "/api/runs/rh/health").json()
+    assert (health["run_id"], health["status"]) == ("rh", "succeeded")
+    assert (health["steps"], health["updated"]) == (6, 4)
+    assert [n["step"] for n in health["no_update"]] == list(NO_UPDATE)
+    # each reason is the trainer's own sentence for that step's stored metrics
+    for n in health["no_update"]:
+        assert n["reason"] == no_update_reason(health_values(n["step"]))
+    skipped, same = (n["reason"] for n in health["no_update"])
+    assert skipped.startswith("the gradient norm was not finite")
+    assert "every rollout in each of the 2 task groups scored the same" in same
+    served = health["served"]
+    assert (served["step"], served["decided"], served["kept_earlier"]) == (4, True, True)
+    assert (served["reward_mean"], served["final_reward_mean"], served["best_step"]) == (
+        0.75,
+        0.5,
+        4,
+    )
+    (version,) = served["versions"]
+    assert (version["version"], version["resources_version"], version["kind"]) == (4, 14, "adapter")
+    assert served["why"] == (
+        "step 4 validated best (0.750 against the final 0.500): validation.keep_best serves it"
+    )
+    # runs that never updated nor served anything
+    for run_id in ("ra", "live"):
+        empty = get(store_url, f"/api/runs/{run_id}/health").json()
+        assert empty["served"] is None and empty["no_update"] == []
+    assert get(store_url, "/api/runs/ra/health").json()["steps"] == 3
+    missing = get(store_url, "/api/runs/nope/health")
+    assert missing.status_code == 404 and "nope" in missing.json()["error"]
+
+
+def test_a_running_run_serves_its_newest_version_and_a_resumed_step_counts_once(
+    tmp_path: Path,
+) -> None:
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+
+    async def fill(store: Store) -> None:
+        await fill_runs(store)
+        await add_live_steps(store, range(1, 3), step_values(4.0, 4.0))
+        # step 2 again, as a resumed run logs it, without an update this time
+        again = {**step_values(4.0, 4.0), "updated": 0.0}
+        await store.add_run_metrics([RunMetrics(run_id="live", step=2, time=2.5, values=again)])
+        for step in (1, 2):
+            await store.add_model_version(
+                ModelVersion(
+                    run_id="live",
+                    version=step,
+                    step=step,
+                    kind=ModelKind.ADAPTER,
+                    path=f"/runs/live/step-{step}",
+                )
+            )
+
+    async def use(client: httpx.AsyncClient, store: Store) -> list[Any]:
+        await fill(store)
+        running = (await client.get("/api/runs/live/health")).json()
+        await store.update_run("live", status=RunStatus.FAILED, ended_at=1200.0)
+        ended = (await client.get("/api/runs/live/health")).json()
+        return [running, ended]
+
+    running, ended = call(url, use)
+    assert (running["steps"], running["updated"]) == (2, 1)
+    assert [n["step"] for n in running["no_update"]] == [2]
+    served = running["served"]
+    assert (served["step"], served["decided"]) == (2, False)
+    assert [v["version"] for v in served["versions"]] == [2]
+    assert served["why"].startswith("training: the engine serves the newest step's policy")
+    assert ended["served"]["step"] == 2 and "no end-of-run decision" in ended["served"]["why"]
 
 
 def test_a_running_runs_engine_counters_join_its_diagnosis(tmp_path: Path) -> None:

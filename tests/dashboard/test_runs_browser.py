@@ -3,7 +3,9 @@ whose runs are known by construction (``tests/dashboard/run_records.py``): the c
 differs, each final validation with its standard error, the sign of the paired difference, one
 validation curve per run, a diagnosis that names the bottleneck the metrics were built with and
 follows a running run without a reload; markup in a config value stays text, and ids that do
-not exist, one run alone and runs without validation say so."""
+not exist, one run alone and runs without validation say so. A run's page charts its update
+metrics with the steps that made no update marked, on whole-step axes, and shows the version
+it serves and its config (``FULMEN_DOCS_SCREENSHOTS=1`` saves the docs' picture of it)."""
 
 from __future__ import annotations
 
@@ -14,8 +16,15 @@ from typing import Any
 import pytest
 
 from fulmen.store import open_store
-from tests.dashboard.conftest import TOKEN, ServedDashboard, run_coroutine
-from tests.dashboard.run_records import MARKUP, add_live_steps, fill_runs, step_values
+from tests.dashboard.conftest import TOKEN, ServedDashboard, docs_screenshot, run_coroutine
+from tests.dashboard.run_records import (
+    HEALTH,
+    MARKUP,
+    NO_UPDATE,
+    add_live_steps,
+    fill_runs,
+    step_values,
+)
 
 
 @pytest.fixture(scope="module")
@@ -148,7 +157,7 @@ def test_runs_without_validation_missing_ids_and_one_run(page: Any, runs_dashboa
     page.wait_for_selector("[role=alert]:has-text('at least two runs')")
 
     page.goto(f"{runs_dashboard.url}#/run/nope")
-    page.wait_for_selector("#run-facts + p + .diagnosis ~ [role=alert]:has-text('nope')")
+    page.wait_for_selector("#run-facts ~ .diagnosis ~ [role=alert]:has-text('nope')")
 
     page.goto(f"{runs_dashboard.url}#/runs")
     page.wait_for_selector('#run-rows tr[data-run-id="ra"]')
@@ -172,6 +181,8 @@ def test_a_runs_diagnosis_follows_it_live(page: Any, runs_dashboard: Any, runs_s
     page.goto(f"{runs_dashboard.url}?poll=150#/run/live")
     page.wait_for_selector("#diagnosis[data-steps='0']")
     assert "no steps recorded yet" in (page.text_content("#diagnosis") or "")
+    assert "nothing yet" in (page.text_content("#run-served") or "")
+    page.click("#run-config summary")  # opened by the reader: the polls must keep it open
 
     async def log_steps() -> None:
         async with open_store(runs_store, watchdog_interval=None) as store:
@@ -182,3 +193,85 @@ def test_a_runs_diagnosis_follows_it_live(page: Any, runs_dashboard: Any, runs_s
     page.wait_for_selector("#diagnosis[data-steps='3'] .finding.remedy")
     line = page.text_content("#diagnosis .finding.remedy") or ""
     assert "rollouts take 89% of step time (above 60%)" in line and "algorithm.async" in line
+    page.wait_for_selector("#update-count[data-steps='3']")
+    assert page.get_attribute("#run-config", "open") is not None
+    counted = page.text_content("#update-count") or ""
+    assert counted.startswith("3 of 3 steps made an update; not recorded by this run: loss, KL")
+    reward = page.locator('figure[data-metric="reward/mean"] circle.point')
+    assert reward.evaluate_all("cs => cs.map(c => c.dataset.x)") == ["1", "2", "3"]
+
+
+def attribute(page: Any, selector: str, name: str) -> list[str]:
+    """The ``data-NAME`` of every node ``selector`` matches, in document order."""
+    return page.locator(selector).evaluate_all(f"ns => ns.map(n => n.dataset.{name})")
+
+
+def test_a_runs_page_charts_its_update_health(page: Any, runs_dashboard: Any) -> None:
+    page.goto(f"{runs_dashboard.url}#/run/rh")
+    page.wait_for_selector("#update-count[data-steps='6']")
+    assert (page.text_content("#update-count") or "").startswith(
+        "4 of 6 steps made an update; no update at steps 2, 5"
+    )
+    # one chart per update metric, each point a logged value; step 5 logged none of them
+    for key, by_step in HEALTH.items():
+        chart = f'figure[data-metric="{key}"]'
+        logged = [(s, v) for s, v in enumerate(by_step, 1) if v is not None]
+        assert attribute(page, f"{chart} circle.point", "x") == [str(s) for s, _ in logged]
+        assert [float(y) for y in attribute(page, f"{chart} circle.point", "y")] == [
+            v for _, v in logged
+        ]
+        # the steps without an update are marked on every chart, with why on hover
+        assert attribute(page, f"{chart} line.mark", "step") == [str(s) for s in NO_UPDATE]
+        # a step axis ticks at whole steps: here every step from 1 to 6
+        assert attribute(page, f"{chart} text.x-tick", "value") == ["1", "2", "3", "4", "5", "6"]
+    kl = 'figure[data-metric="kl"]'
+    assert attribute(page, f"{kl} circle.point.no-update", "x") == ["2"]  # drawn hollow
+    assert attribute(page, f"{kl} circle.point", "y") == ["0.1", "0.2", "0.3", "0.4", "0.6"]
+    assert page.text_content(f"{kl} figcaption") == "KL"
+    assert "no update" in (page.text_content(f"{kl} .legend") or "")
+    mark = page.locator(f'{kl} line.mark[data-step="2"] title').text_content() or ""
+    assert mark.startswith("step 2: no update: the gradient norm was not finite")
+    reward = 'figure[data-metric="reward/mean"]'
+    assert attribute(page, f"{reward} line.mark", "step") == ["2", "5"]
+    # every step axis of the page ticks at whole steps only
+    for value in attribute(page, "figure[data-metric] text.x-tick", "value"):
+        assert float(value).is_integer(), value
+
+    reasons = page.locator("#no-update li")
+    assert attribute(page, "#no-update li", "step") == ["2", "5"]
+    assert "the gradient norm was not finite" in (reasons.nth(0).text_content() or "")
+    assert "every rollout in each of the 2 task groups scored the same" in (
+        reasons.nth(1).text_content() or ""
+    )
+
+    served = page.locator("#run-served")
+    assert served.get_attribute("data-step") == "4" and served.get_attribute("data-versions") == "4"
+    assert (served.locator(".served-what").text_content() or "") == (
+        "step 4 · v4 (adapter, resources v14)"
+    )
+    assert "validation 0.75" in (served.text_content() or "")
+    assert (served.locator(".served-why").text_content() or "") == (
+        "step 4 validated best (0.750 against the final 0.500): validation.keep_best serves it"
+    )
+
+    # the config, folded until asked for; markup in it is text
+    assert page.get_attribute("#run-config", "open") is None
+    assert not page.is_visible('#run-config tr[data-key="algorithm.grpo.kl_coef"]')
+    docs_screenshot(page, "dashboard-run.png")
+    page.click("#run-config summary")
+    value = '#run-config tr[data-key="{}"] td.value'
+    assert page.text_content(value.format("algorithm.grpo.kl_coef")) == "0.05"
+    assert page.text_content(value.format("validation.keep_best")) == "true"
+    assert page.text_content(value.format("agent_note")) == json.dumps(MARKUP)
+    assert page.locator("#page img, #page script").count() == 0
+    assert page.evaluate("window.__pwned") is None
+
+
+def test_a_run_with_roles_charts_each_roles_update(page: Any, runs_dashboard: Any) -> None:
+    page.goto(f"{runs_dashboard.url}#/run/rr")
+    page.wait_for_selector("#update-count[data-steps='2']")
+    kl = 'figure[data-metric="kl"]'
+    assert attribute(page, f"{kl} path", "series") == ["critic/kl", "solver/kl"]  # not val/kl
+    assert attribute(page, f"{kl} circle.point", "y") == ["0.2", "0.2", "0.1", "0.2"]
+    assert page.locator('figure[data-metric="loss"]').count() == 0  # never logged
+    assert "not recorded by this run: loss, entropy" in (page.text_content("#update-count") or "")

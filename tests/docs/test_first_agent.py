@@ -2,7 +2,7 @@
 
 Every code block whose first line is ``# file: NAME`` is written to NAME (without that line);
 every line of a ``bash`` block that starts with ``fulmen`` is run in that directory. A change
-that breaks the walkthrough breaks this test.
+that breaks the walkthrough, or a traceback anywhere in its output, breaks this test.
 """
 
 from __future__ import annotations
@@ -56,6 +56,7 @@ def test_the_walkthrough_runs_as_written(tmp_path: Path) -> None:
             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600,
         )  # fmt: skip
         assert done.returncode == 0, f"{command}: {done.stdout[-2000:]}{done.stderr[-3000:]}"
+        assert "Traceback" not in done.stdout + done.stderr, done.stderr[-6000:]
         outputs.append(done.stdout)
     dev, train = outputs
     assert "2/2 rollouts succeeded" in dev

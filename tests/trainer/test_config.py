@@ -226,3 +226,22 @@ def test_an_unknown_key_is_reported_where_it_is_written_with_the_closest_option(
     with pytest.raises(ConfigError) as raised:
         load_config(path)
     assert message in str(raised.value)
+
+
+def test_configs_without_run_dir_get_a_folder_each_named_after_the_file(tmp_path: Path) -> None:
+    first, second = tmp_path / "first.yaml", tmp_path / "second.yaml"
+    first.write_text(BASE, encoding="utf-8")
+    second.write_text(BASE, encoding="utf-8")
+    assert load_config(first).run_dir == tmp_path / "runs" / "first"
+    assert load_config(second).run_dir == tmp_path / "runs" / "second"
+    # An explicit run_dir (in the file or --set) still wins.
+    assert load_config(first, overrides=[f"run_dir={tmp_path / 'x'}"]).run_dir == tmp_path / "x"
+
+
+def test_a_yaml_error_names_the_config_file_and_line(tmp_path: Path) -> None:
+    path = write(tmp_path, "model: tiny\nagent: a:b\ndata:\n  train: t.jsonl\n   val: v.jsonl\n")
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    message = str(caught.value)
+    assert f"{path}, line 5, column 7: mapping values are not allowed here" in message
+    assert "'val: v.jsonl'" in message and "<unicode string>" not in message

@@ -18,6 +18,18 @@ def test_load_tasks_from_jsonl_and_callable(tmp_path: Path) -> None:
     assert load_tasks("mytasks:make", python_path=[tmp_path]) == [1, 2]
 
 
+def test_a_bad_line_of_a_tasks_file_is_named_by_its_line_in_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "tasks.jsonl"
+    good = [json.dumps({"id": i}) for i in range(3)]
+    path.write_text("\n".join([good[0], "", good[1], '{"id": 3, "prompt": "x",}', good[2]]))
+    with pytest.raises(ConfigError) as raised:
+        load_tasks(str(path))
+    assert raised.value.message.startswith(
+        f"cannot read tasks from {path}: line 4 is not JSON (Expecting property name enclosed "
+        'in double quotes at column 25: \'{"id": 3, "prompt": "x",}\')'
+    )
+
+
 def test_load_tasks_errors_name_the_source(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"nope\.jsonl"):
         load_tasks(str(tmp_path / "nope.jsonl"))

@@ -198,8 +198,9 @@ def test_train_says_why_a_step_made_no_update_and_dev_numbers_calls_from_one(
 
     trained = fulmen("train", str(config))
     assert trained.returncode == 0, trained.stderr[-3000:]
-    # The end of the run says where its time went (fulmen.trainer.diagnosis).
-    assert "diagnosis: step time (1 steps" in trained.stdout
+    # The end of the run says where its time went (fulmen.trainer.diagnosis), once.
+    both = trained.stdout + trained.stderr
+    assert both.count("diagnosis: step time (1 steps") == 1, both[-3000:]
     lines = trained.stderr.split("\n")
     (line,) = [line for line in lines if "step 1 made no update" in line]
     assert "step 1 made no update: every rollout in each of the 1 task groups scored the same" in (
@@ -269,3 +270,35 @@ def test_progress_bar_shows_the_time_budget_left_when_there_is_one() -> None:
     figures = step_postfix(metrics, time.monotonic() + 90)
     assert figures["budget_left"] in ("1.5min", "1.4min"), figures
     assert step_postfix(metrics, time.monotonic() - 5)["budget_left"] == "0.0min"
+
+
+class _Terminal(io.StringIO):
+    """A captured stream that says it is a terminal, as a user's console does."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def _draw(stream: io.StringIO, monkeypatch: pytest.MonkeyPatch, *, budgeted: bool) -> str:
+    from fulmen.algorithms.update_steps import progress_bar
+
+    monkeypatch.setattr(sys, "stderr", stream)
+    with progress_bar(1000, 0, budgeted=budgeted) as bar:
+        bar.update(12)
+        bar.set_postfix({"budget_left": "29.5min"})
+    return stream.getvalue()
+
+
+def test_progress_bar_draws_nothing_into_a_file(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Redirected output (CI, nohup) held every frame of the bar, joined by carriage returns.
+    assert _draw(io.StringIO(), monkeypatch, budgeted=False) == ""
+
+
+def test_a_budgeted_bar_shows_no_estimate_to_its_step_count(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    plain = _draw(_Terminal(), monkeypatch, budgeted=False)
+    assert "12/1000" in plain and "<" in plain  # tqdm's own "elapsed<remaining"
+    budgeted = _draw(_Terminal(), monkeypatch, budgeted=True).split("\r")[-1]
+    assert "12/1000 steps" in budgeted and "budget_left=29.5min" in budgeted
+    assert "<" not in budgeted, budgeted  # "29:40:53 left" for 1000 steps is no estimate

@@ -34,8 +34,13 @@ def test_toy_agent_reward_rises_to_near_maximum(tmp_path: Path) -> None:
     # 40 steps: alone, six seeds validated at 1.0 by step 30 (0.63-1.0 at step 20); under the
     # full suite's load one CI run stood at 0.73 at step 30 (batching, hence sampling, differs)
     config = _config(tmp_path, "algorithm.steps=40", "validation.every=40")
-    history = Trainer(config).fit()
+    trainer = Trainer(config)
+    history = trainer.fit()
     assert len(history) == 40
+    # The shipped example must not trip its own diagnosis: it ran its 32 rollouts a step in two
+    # waves of 16 (rollouts.concurrency) until issue 48.
+    findings = [finding.line() for finding in trainer.diagnosis]
+    assert not any("in waves" in line for line in findings), findings
     records = read_metrics(config.run_dir / "metrics.jsonl")
     val = [r["val/reward_mean"] for r in records if "val/reward_mean" in r]
     assert len(val) == 2  # before training and after the last step

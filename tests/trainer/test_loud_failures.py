@@ -103,3 +103,46 @@ def test_train_stops_after_failed_steps_and_reports_failed_validation(tmp_path: 
     (val,) = [r for r in records if "val/failed" in r]
     assert val["val/failed"] == 2.0 and val["val/reward_mean"] is None  # NaN: no reward
     assert [r["step"] for r in records if "reward/mean" in r] == [1, 2]  # stopped at step 2
+
+
+# A command agent that raises before its first model call: its rollouts succeed without reward.
+CRASH = "import sys; print('starting', file=sys.stderr); raise RuntimeError('no API key set')"
+
+
+@pytest.mark.slow
+def test_train_stops_when_no_rollout_produces_a_reward_naming_the_crash(tmp_path: Path) -> None:
+    from fulmen.agent.command.sandbox import interpreter_for
+
+    # The process sandbox: bubblewrap cannot hide a run folder under pytest's owner-only /tmp.
+    sandbox = {"backend": "process", "network": "host"}
+    command = json.dumps({"command": [interpreter_for(61000), "-c", CRASH], "sandbox": sandbox})
+    (tmp_path / "tasks.jsonl").write_text('{"id": "t0"}\n{"id": "t1"}\n')
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        f"model: tiny\nagent: {command}\nrun_dir: run\ndata: {{train: tasks.jsonl}}\n"
+        "rollouts: {concurrency: 2, timeout_s: 60}\n"
+        "algorithm: {steps: 5, tasks_per_step: 1, group_size: 2, max_failed_steps: 2}\n"
+    )
+    trained = fulmen(tmp_path, "train", str(config), "--no-dashboard")
+    assert trained.returncode == 1, trained.stdout + trained.stderr[-3000:]
+    store = f"sqlite:///{tmp_path / 'run' / 'store.db'}"
+    err = trained.stderr
+    error = err.split("fulmen: error: ", 1)[1]
+    assert error.startswith(
+        "no rollout of the last 2 steps (to step 2) produced a reward; the first: the command "
+        "exited 1 before calling the model ("
+    ), error
+    assert "its stderr ended with: RuntimeError: no API key set." in error
+    assert f"`fulmen rollouts list --mode train --store {store}`" in error
+    assert f"`fulmen rollouts show {tmp_path.name}" not in error  # an id, not a placeholder
+    assert "llm.base_url" not in err  # it blamed the URL for the crash
+    # One line per step about it, none per rollout.
+    no_update = [line for line in err.splitlines() if "made no update" in line]
+    assert len(no_update) == 2, err[-3000:]
+    assert "no rollout produced a reward; the first: the command exited 1" in no_update[0]
+    lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+    steps = [json.loads(line) for line in lines]
+    assert [(r["step"], r["rollouts/rewarded"]) for r in steps if "reward/mean" in r] == [
+        (1, 0.0),
+        (2, 0.0),
+    ]

@@ -1,5 +1,6 @@
 """``fulmen train`` stopped by SIGINT during an update stops there, keeps the last finished step,
-and the same command resumes it.
+and the same command resumes it. Ctrl-C while rollouts run prints the resume line without their
+connection errors, and a resume with a changed setting records it as a new config version.
 
 The agent sends ~3,000-token prompts to the ``tiny`` model. The first step's two rollouts score
 the same (no update); the second step's differ, and its update runs 20 epochs over sequences
@@ -11,6 +12,7 @@ agent's counter restarts with the process, so this time step 2 has no update) an
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -21,6 +23,9 @@ import time
 from pathlib import Path
 
 import pytest
+
+from fulmen.store import open_store
+from fulmen.trainer.metrics import read_metrics
 
 pytest.importorskip("torch")
 pytest.importorskip("openai")
@@ -76,6 +81,9 @@ algorithm:
 """
 
 
+TOY = Path(__file__).resolve().parents[2] / "examples" / "toy" / "config.yaml"
+
+
 def _command(config: Path) -> list[str]:
     return [sys.executable, "-m", "fulmen", "train", str(config), "--no-dashboard"]
 
@@ -124,3 +132,71 @@ def test_sigint_during_an_update_stops_it_keeps_the_last_step_and_resumes(
     assert second.returncode == 0, second.stdout + second.stderr
     assert "done: 1 steps in this run, 2 in all" in second.stdout
     assert json.loads((run_dir / "state.json").read_text())["step"] == 2
+
+
+async def _text_metrics(store_db: Path) -> list[dict[str, str]]:
+    async with open_store(f"sqlite:///{store_db}", watchdog_interval=None) as store:
+        (run,) = (await store.list_runs()).items
+        records = (await store.query_run_metrics(run.run_id)).items
+    return [r.text for r in records if r.text]
+
+
+@pytest.mark.slow
+def test_ctrl_c_prints_only_the_resume_line_and_a_changed_setting_is_a_new_version(
+    tmp_path: Path,
+) -> None:
+    run_dir = tmp_path / "run"
+    command = [
+        sys.executable, "-m", "fulmen", "train", str(TOY), "--no-dashboard",
+        "--set", f"run_dir={run_dir}", "--set", "algorithm.group_size=4",
+        "--set", "validation=null", "--set", "data.val=null",
+    ]  # fmt: skip
+    log = tmp_path / "first.log"
+    with log.open("wb") as out:
+        first = subprocess.Popen(
+            [*command, "--set", "algorithm.steps=8"],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # a group of its own, as a terminal's foreground job
+        )
+    try:
+        deadline = time.monotonic() + 300
+        state = run_dir / "state.json"
+        while not (state.exists() and json.loads(state.read_text())["step"] >= 1):
+            assert first.poll() is None, log.read_text(errors="replace")
+            assert time.monotonic() < deadline, "no step in 300 s"
+            time.sleep(0.05)
+        os.killpg(first.pid, signal.SIGINT)  # Ctrl-C: the whole group, while step 2 rolls out
+        code = first.wait(timeout=120)  # a hang bound, not a measurement
+    finally:
+        if first.poll() is None:
+            os.killpg(first.pid, signal.SIGKILL)
+    output = log.read_text(errors="replace")
+    assert code == 128 + signal.SIGINT, output
+    after = output.split("received SIGINT: stopping at the next safe point", 1)[1]
+    assert "Resume with the same command: fulmen train" in after, output
+    # Before: a line per abandoned rollout (retries, connection errors, gateway flushes).
+    for noise in ("Traceback", "Connection error", "Retrying request", "gateway flush failed"):
+        assert noise not in after, after
+
+    steps_done = json.loads((run_dir / "state.json").read_text())["step"]
+    changes = [f"algorithm.steps={steps_done + 1}", "algorithm.grpo.learning_rate=0.02"]
+    second = subprocess.run(  # one more step, at another learning rate
+        [*command, *(f"--set={change}" for change in changes)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert second.returncode == 0, second.stdout + second.stderr
+    line = (
+        f"{run_dir}: resuming with changed settings (algorithm.grpo.learning_rate, "
+        f"algorithm.steps); recorded as config version 2 from step {steps_done}"
+    )
+    assert line in second.stderr
+    records = [r for r in read_metrics(run_dir / "metrics.jsonl") if "config/version" in r]
+    assert [(r["step"], r["config/version"]) for r in records] == [(steps_done, 2)]
+    changed = {"config/changed": "algorithm.grpo.learning_rate, algorithm.steps"}
+    stored = asyncio.run(_text_metrics(run_dir / "store.db"))
+    assert [t["config/changed"] for t in stored if "config/changed" in t] == [
+        changed["config/changed"]
+    ]

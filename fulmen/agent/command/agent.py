@@ -22,6 +22,7 @@ import logging
 import os
 import stat
 import sys
+import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -178,6 +179,7 @@ class CommandAgent(Agent):
             env = self._env(shown, values, space, sandboxed=sandbox.backend == "bwrap")
             argv = [render(part, shown, values) for part in config.command]
             stdin = render(config.stdin, shown, values).encode() if config.stdin else None
+            started_ns = time.time_ns()
             finished = await sandbox.run(
                 argv,
                 env=env,
@@ -189,7 +191,7 @@ class CommandAgent(Agent):
                 gateway=_address(llm.base_url) if llm is not None else None,
                 expose=self._needed(config.command),
             )
-            _record("command", finished, sandbox.level)
+            _record("command", finished, sandbox.level, started_ns)
             self._check(finished, "command", config.timeout_s)
             assert finished.exit_code is not None
             if config.fail_on_exit_code and finished.exit_code != 0:
@@ -348,6 +350,7 @@ class CommandAgent(Agent):
             FULMEN_AGENT_EXIT_CODE=str(exit_code),
             PYTHONNOUSERSITE="1",  # no user site of any home: nothing the agent planted loads
         )
+        started_ns = time.time_ns()
         finished = await self._sandbox.run(
             argv,
             env=verifier_env,
@@ -362,7 +365,7 @@ class CommandAgent(Agent):
             writable=own,
             tmp=own / "tmp",
         )
-        _record("verifier", finished, self._sandbox.level)
+        _record("verifier", finished, self._sandbox.level, started_ns)
         self._check(finished, "verifier", verifier.timeout_s)
         if verifier.reward == "exit_code":
             return 1.0 if finished.exit_code == 0 else 0.0
@@ -476,8 +479,16 @@ def _describe(what: str, finished: Finished, timeout_s: float) -> str:
     )
 
 
-def _record(what: str, finished: Finished, level: str) -> None:
-    """Store how the command ended as a span of the attempt (the dashboard shows it)."""
+def _record(what: str, finished: Finished, level: str, started_ns: int) -> None:
+    """Store how the command ended as a span of the attempt (the dashboard shows it).
+
+    The span covers the command's run, from ``started_ns`` (wall clock, before the sandbox
+    started it) for its measured duration, so listings show how long it took; a command that
+    did not exit 0 by itself (a non-zero status, a limit, a failed start) is an error span whose
+    description says how it ended.
+    """
+    from opentelemetry.trace import Status, StatusCode
+
     scope = current_trace()
     if scope is None:
         return
@@ -492,4 +503,15 @@ def _record(what: str, finished: Finished, level: str) -> None:
     }
     if finished.exit_code is not None:
         attributes[semconv.COMMAND_EXIT_CODE] = finished.exit_code
-    scope.tracer.start_span(semconv.SPAN_COMMAND, attributes=attributes).end()
+    span = scope.tracer.start_span(
+        semconv.SPAN_COMMAND, attributes=attributes, start_time=started_ns
+    )
+    if not finished.started:
+        span.set_status(
+            Status(StatusCode.ERROR, f"could not be started (status {finished.exit_code})")
+        )
+    elif finished.status != "exited":
+        span.set_status(Status(StatusCode.ERROR, finished.status))
+    elif finished.exit_code != 0:
+        span.set_status(Status(StatusCode.ERROR, f"exited with status {finished.exit_code}"))
+    span.end(end_time=started_ns + max(0, round(finished.duration_s * 1e9)))

@@ -17,6 +17,7 @@ import asyncio
 import logging
 from typing import Any
 
+from fulmen.adapter.named_rewards import named_reward_means
 from fulmen.algorithms.context import AlgorithmContext
 from fulmen.algorithms.dpo.config import DPOAlgorithmConfig
 from fulmen.algorithms.dpo.pairs import PairStats, PreferencePair, build_pairs
@@ -89,6 +90,7 @@ async def _sample_pairs(
     pairs, stats = build_pairs(trajectories, min_margin=config.min_margin)
     metrics = {
         **reward_metrics("reward", _rewards(trajectories), context.success_threshold),
+        **named_reward_means("train/reward", [t.secondary_rewards for t in trajectories]),
         "rollouts/finished": float(len(finished)),
         "rollouts/failed": float(sum(r.status is not RolloutStatus.SUCCEEDED for r in finished)),
         **concurrency_metrics(finished),

@@ -92,6 +92,7 @@ class AsyncGRPOLoop(GRPOLoop):
         harvest = await self._harvest(version)
         finished = group_rollouts(harvest.groups)
         trajectories = await context.trajectories(finished, self.options)
+        await self._note_failures(finished, trajectories)
         self._attribution.check(step + 1, [tr.diagnostics for tr in trajectories])
         transitions = labelled_transitions(harvest.groups, trajectories)
         dropped = await context.trajectories(group_rollouts(harvest.dropped), self.options)

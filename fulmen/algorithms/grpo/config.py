@@ -189,8 +189,10 @@ class GRPOAlgorithmConfig(BaseModel):
             served by the base model and not trained. ``None``: one adapter serves and learns
             from every call ``transitions.agents`` selects.
         max_failed_steps: stop the run (an error naming the first failure) after this many
-            steps in a row in which every rollout failed: the agent or its reward code is
-            broken and nothing can be learned; ``None``: never stop for that.
+            steps in a row in which no rollout produced a reward (every rollout failed, or
+            those that succeeded gave none: a command agent that crashed, an agent that
+            returned ``None``): the agent or its reward code is broken and nothing can be
+            learned; ``None``: never stop for that.
     """
 
     model_config = ConfigDict(

@@ -28,8 +28,11 @@ def no_update_reason(metrics: Mapping[str, float], *, store_url: str = "STORE_UR
     rollouts all scored the same (every advantage zero), the most common cause.
     """
     if _count(metrics, "skipped_nonfinite"):
+        # A stored record leaves a non-finite value out: it reads back as missing, not as NaN.
+        norm = metrics.get("grad_norm")
+        shown = f" ({norm})" if norm is not None else ""
         return (
-            f"the gradient norm was not finite ({metrics.get('grad_norm')}), so the optimizer "
+            f"the gradient norm was not finite{shown}, so the optimizer "
             "step was skipped and the weights are unchanged; a reward, credit or loss term was "
             "not finite (check the agent's rewards and grpo.learning_rate)"
         )
@@ -52,6 +55,15 @@ def no_update_reason(metrics: Mapping[str, float], *, store_url: str = "STORE_UR
         not_token = _count(metrics, "adapter/skipped_not_token_level")
         other_agent = _count(metrics, "adapter/skipped_agent")
         no_reward = _count(metrics, "adapter/rollouts_without_reward")
+        rollouts = _count(metrics, "adapter/rollouts")
+        if calls == 0 and no_reward and no_reward == rollouts:
+            # A crash before the first call, not a wrong URL, is the usual cause of both.
+            return (
+                f"none of the {no_reward} rollouts produced a reward or called the model: a "
+                "command agent that exits before its first call (`fulmen dev CONFIG` shows its "
+                "exit status and stderr), or an agent that returns None without calling "
+                "llm.base_url"
+            )
         if calls == 0:
             return (
                 "the rollouts made no LLM calls through the gateway (agents must use llm.base_url)"

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from fulmen.adapter.attribution import AttributionCheck
+from fulmen.adapter.named_rewards import named_reward_means
 from fulmen.algorithms.context import AlgorithmContext
 from fulmen.algorithms.grpo.config import GRPOAlgorithmConfig, GRPOConfig
 from fulmen.algorithms.grpo.diagnose import no_update_reason
@@ -47,9 +48,12 @@ class GRPOLoop:
         self._attribution = AttributionCheck(self.options)
         self.history: list[dict[str, float]] = []
         self._trainer: Any = None
-        self._failed_steps = 0  # steps in a row whose every rollout failed
+        self._failed_steps = 0  # steps in a row in which no rollout produced a reward
+        self._all_failed = True  # whether every rollout of those steps failed
         self._first_failure: str | None = None
-        self._step_failure: str | None = None
+        self._step_failure: str | None = None  # the step's first error, or why it had no reward
+        self._step_example: str | None = None  # a rollout of the step that shows it
+        self._first_example: str | None = None
 
     async def run(self) -> list[dict[str, float]]:
         """Train to the configured number of steps; returns the metrics of each step run.
@@ -76,7 +80,7 @@ class GRPOLoop:
         # The saved progress moves only at checkpoints (a restart resumes from the newest one),
         # so with checkpoint_every > 1 the steps are counted here.
         first = self.context.progress.step
-        with progress_bar(total, first) as progress:
+        with progress_bar(total, first, budgeted=bool(budget)) as progress:
             for step in range(first, total):
                 metrics = await self._step(step)
                 self.history.append(metrics)
@@ -137,6 +141,7 @@ class GRPOLoop:
             group_size=self.config.group_size,
         )
         trajectories = await context.trajectories(finished, self.options)
+        await self._note_failures(finished, trajectories)
         self._attribution.check(step + 1, [tr.diagnostics for tr in trajectories])
         rolled = time.perf_counter()
         transitions = [t for tr in trajectories for t in tr.transitions]
@@ -163,10 +168,54 @@ class GRPOLoop:
         metrics.update(times)
         metrics["time/step_s"] = time.perf_counter() - started
         self.context.log(step + 1, metrics)
+        # One line per step about its failures, never one per rollout.
+        finished = int(metrics.get("rollouts/finished", 0.0))
+        failed = int(metrics.get("rollouts/failed", 0.0))
         if metrics.get("updated") == 0.0:
-            reason = no_update_reason(metrics, store_url=self.context.store_url)
+            if _rewarded(metrics) == 0 and finished and self._step_failure is not None:
+                reason = (
+                    f"all {finished} rollouts failed; the first: {self._step_failure}"
+                    if failed == finished
+                    else f"no rollout produced a reward; the first: {self._step_failure}"
+                )
+                reason += f" (`fulmen rollouts show {self._step_example} --store "
+                reason += f"{self.context.store_url}`)"
+            else:
+                reason = no_update_reason(metrics, store_url=self.context.store_url)
             logger.warning("step %d made no update: %s", step + 1, reason)
+        elif failed:
+            logger.warning(
+                "step %d: %d of %d rollouts failed; the first: %s",
+                step + 1,
+                failed,
+                finished,
+                self._step_failure or "no error recorded",
+            )
         return metrics
+
+    async def _note_failures(
+        self, finished: Sequence[Rollout], trajectories: Sequence[Any]
+    ) -> None:
+        """Keep the step's first failure, or when no rollout produced a reward, why not.
+
+        A crashed command agent or a Python agent that returned ``None`` leaves a rollout that
+        succeeded without a reward; its records (read only then) say which it was, with the
+        command's exit status and last stderr line.
+        """
+        from fulmen.tracing.outcome import no_reward_reason
+
+        failed = [r for r in finished if r.status is not RolloutStatus.SUCCEEDED]
+        self._step_failure = error_summary(failed[0].error) if failed else None
+        self._step_example = failed[0].rollout_id if failed else None
+        if failed and not self._step_failure:
+            self._step_failure = f"{failed[0].status.value}, no error recorded"
+        if not finished or any(tr.final_reward is not None for tr in trajectories):
+            return
+        if len(failed) < len(finished):
+            unrewarded = [r for r in finished if r.status is RolloutStatus.SUCCEEDED]
+            for records in await self.context.attempts(unrewarded[:1]):
+                self._step_failure = no_reward_reason(records.spans, calls=len(records.calls))
+                self._step_example = records.rollout_id
 
     async def _train(self, transitions: Sequence[Any]) -> dict[str, float]:
         """Take the step's policy update; return its metrics."""
@@ -181,27 +230,41 @@ class GRPOLoop:
         self._trainer.policy_version = self.context.policy_version
 
     def _stop_if_failing(self, completed: int, metrics: Mapping[str, float]) -> None:
-        """Raise ``AgentFailed`` once ``max_failed_steps`` steps in a row had only failed rollouts.
+        """Raise ``AgentFailed`` once ``max_failed_steps`` steps in a row produced no reward.
 
-        Such a run learns nothing and would otherwise end looking finished; the error names
-        the first failure of the first of those steps and where to read every one.
+        A step produces none when every rollout failed, or when those that succeeded gave no
+        reward (a command agent that crashed, a Python agent that returned ``None``). Such a
+        run learns nothing and would otherwise end looking finished; the error names the
+        first failure (or missing reward) of the first of those steps and a listing that
+        shows those rollouts.
         """
         finished = metrics.get("rollouts/finished", 0.0)
-        if not finished or metrics.get("rollouts/failed") != finished:
-            self._failed_steps, self._first_failure = 0, None
+        if not finished or _rewarded(metrics):
+            self._failed_steps, self._first_failure, self._all_failed = 0, None, True
             return
         self._failed_steps += 1
+        self._all_failed = self._all_failed and metrics.get("rollouts/failed") == finished
         if self._first_failure is None:
-            self._first_failure = self._step_failure
+            self._first_failure, self._first_example = self._step_failure, self._step_example
         limit = self.config.max_failed_steps
         if limit is None or self._failed_steps < limit:
             return
+        store = self.context.store_url
+        steps = f"the last {self._failed_steps} steps (to step {completed})"
+        first = self._first_failure or "none recorded"
+        if self._all_failed:
+            raise AgentFailed(
+                f"every rollout of {steps} failed; the first error: {first}. Each traceback: "
+                f"`fulmen rollouts list --status failed --store {store}` then `fulmen rollouts "
+                "show ID`; `fulmen dev CONFIG` runs the agent without training "
+                "(algorithm.max_failed_steps sets how many such steps stop the run)"
+            )
         raise AgentFailed(
-            f"every rollout of the last {self._failed_steps} steps (to step {completed}) failed; "
-            f"the first error: {error_summary(self._first_failure) or 'none recorded'}. Each "
-            f"traceback: `fulmen rollouts list --status failed --store {self.context.store_url}` "
-            "then `fulmen rollouts show ID`; `fulmen dev CONFIG` runs the agent without "
-            "training (algorithm.max_failed_steps sets how many such steps stop the run)"
+            f"no rollout of {steps} produced a reward; the first: {first}. The rollouts: "
+            f"`fulmen rollouts list --mode train --store {store}` (no reward shows as -), one "
+            f"of them: `fulmen rollouts show {self._first_example} --store {store}`; `fulmen dev "
+            "CONFIG` runs the agent without training and says why each gave none "
+            "(algorithm.max_failed_steps sets how many such steps stop the run)"
         )
 
     def _metrics(
@@ -212,15 +275,14 @@ class GRPOLoop:
         train_metrics: dict[str, Any],
     ) -> dict[str, float]:
         rewards = [tr.final_reward for tr in trajectories if tr.final_reward is not None]
-        self._step_failure = next(
-            (r.error for r in finished if r.status is not RolloutStatus.SUCCEEDED), None
-        )
         metrics: dict[str, float] = {
             **reward_metrics("reward", rewards, self.context.success_threshold),
+            **named_reward_means("train/reward", [tr.secondary_rewards for tr in trajectories]),
             "rollouts/finished": float(len(finished)),
             "rollouts/failed": float(
                 sum(r.status is not RolloutStatus.SUCCEEDED for r in finished)
             ),
+            "rollouts/rewarded": float(len(rewards)),
             **concurrency_metrics(finished),
             "transitions": float(len(transitions)),
             **_diagnostics(trajectories),
@@ -245,6 +307,12 @@ class GRPOLoop:
         keep_newest(checkpoints, pattern="step-*")
         if self._trainer.is_full:  # a model's size each; LoRA keeps every small adapter
             keep_newest(self.context.run_dir / "weights", pattern="step-*")
+
+
+def _rewarded(metrics: Mapping[str, float]) -> int:
+    """Return how many of the step's rollouts produced a reward (``rollouts/rewarded``)."""
+    count = metrics.get("rollouts/rewarded", 0.0)
+    return int(count) if count == count else 0  # NaN counts as 0
 
 
 def _diagnostics(trajectories: Sequence[Any]) -> dict[str, float]:

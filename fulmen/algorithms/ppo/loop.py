@@ -17,6 +17,7 @@ import asyncio
 import logging
 from typing import Any
 
+from fulmen.adapter.named_rewards import named_reward_means
 from fulmen.algorithms.context import AlgorithmContext
 from fulmen.algorithms.parallel.config import torchrun_rank
 from fulmen.algorithms.ppo.config import PPOAlgorithmConfig
@@ -102,6 +103,7 @@ async def _sample(
     rewards = [t.final_reward for t in trajectories if t.final_reward is not None]
     metrics = {
         **reward_metrics("reward", rewards, context.success_threshold),
+        **named_reward_means("train/reward", [t.secondary_rewards for t in trajectories]),
         "rollouts/finished": float(len(finished)),
         "rollouts/failed": float(sum(r.status is not RolloutStatus.SUCCEEDED for r in finished)),
         **concurrency_metrics(finished),

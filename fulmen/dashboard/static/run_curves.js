@@ -52,6 +52,36 @@ export class RunRecords {
   }
 }
 
+// The update's health, as the updaters log it (GRPO, PPO, DPO and SFT log some of these): one
+// chart each, drawn when the run recorded the metric. A run with roles logs `ROLE/loss` etc.
+export const UPDATE_CHARTS = [
+  ["loss", "loss"],
+  ["KL", "kl"],
+  ["entropy", "entropy"],
+  ["gradient norm", "grad_norm"],
+  ["clip fraction", "clip_fraction"],
+];
+
+// Prefixes of metrics that are not a role's update (`val/loss` is a validation figure).
+const NOT_ROLES = new Set(["adapter", "end", "memory", "reward", "rollouts", "task", "time", "train", "val"]);
+
+/** One series per role (or one for the run) of update metric `key` of one run, by step. */
+export function updateSeries(records, runId, key) {
+  const names = new Set();
+  for (const m of records.of(runId)) {
+    for (const name of Object.keys(m.values)) {
+      if (name === key) names.add(name);
+      const slash = name.lastIndexOf("/");
+      if (slash > 0 && name.slice(slash + 1) === key && !NOT_ROLES.has(name.split("/")[0])) names.add(name);
+    }
+  }
+  return [...names].sort().map((name, i) => ({
+    name,
+    color: COLORS[i % COLORS.length],
+    points: records.of(runId).filter((m) => m.values[name] !== undefined).map((m) => [m.step, m.values[name]]),
+  }));
+}
+
 /** One series per run of `key` by step. */
 export function series(runs, records, key, color) {
   return runs.map((run, i) => ({

