@@ -64,3 +64,36 @@ def test_the_walkthrough_runs_as_written(tmp_path: Path) -> None:
     assert "done: 3 steps in this run" in train
     assert re.search(r"^dashboard: http://127\.0\.0\.1:\d+/$", train, re.M)
     assert (tmp_path / "runs" / "first" / "store.db").exists()
+
+
+def _requirements(extras: set[str]) -> set[str]:
+    """The distributions fulmen's extras ``extras`` install, nested extras followed."""
+    import tomllib
+
+    optional = tomllib.loads((DOC.parents[1] / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]
+    names: set[str] = set()
+    todo, seen = list(extras), set()
+    while todo:
+        extra = todo.pop()
+        if extra in seen:
+            continue
+        seen.add(extra)
+        for requirement in optional[extra]:
+            nested = re.fullmatch(r"fulmen\[([\w,-]+)\]", requirement)
+            if nested:
+                todo += nested.group(1).split(",")
+            else:
+                names.add(re.split(r"[<>=\[; ]", requirement, maxsplit=1)[0].lower())
+    return names
+
+
+def test_the_pages_install_line_brings_what_its_code_imports() -> None:
+    # The page installed `.[train]`, which has no `openai`, the client its agent imports.
+    (extras,) = re.findall(r'-e "\.\[([\w,-]+)\]"', DOC.read_text(encoding="utf-8"))[:1]
+    files, _ = blocks()
+    imported = set(re.findall(r"^(?:from|import) (\w+)", files["agent.py"], re.M))
+    installed = _requirements(set(extras.split(","))) | {"fulmen", "json", "typing"}
+    assert imported <= installed, imported - installed
+    assert "torch" in installed and "tqdm" in installed  # the engine and `fulmen train`
