@@ -32,7 +32,9 @@ class _Flow:
     def __init__(self, source: socket.socket, sink: socket.socket) -> None:
         self.source, self.sink = source, sink
         self.pending = b""
-        self.ended = False  # the source sent its end; the sink's write side is shut
+        self.ended = False  # the source sent its end (or reset)
+        self.broken = False  # the sink's peer is gone: the source is read and discarded
+        self.shut = False  # the sink's write side is shut (once the source ended, all sent)
 
 
 class _Relay:
@@ -84,19 +86,21 @@ class _Relay:
         flows = self.flows.get(sock)
         if flows is None:
             return
-        try:
-            for flow in flows:
-                if flow.source is sock and events & selectors.EVENT_READ and not flow.pending:
+        # Each direction ends on its own: a gateway that answered early and closed (a 401 or
+        # 404 decided from the headers) must not take the answer still on its way to the
+        # command with it when the command's request body then meets the closed socket.
+        for flow in flows:
+            if flow.source is sock and events & selectors.EVENT_READ and not flow.pending:
+                try:
                     data = sock.recv(_CHUNK)
-                    if data:
-                        flow.pending = data
-                    else:
-                        flow.ended = True
-                if flow.sink is sock or flow.pending:
-                    self._write(flow)
-        except OSError:
-            self._close(flows)
-            return
+                except OSError:  # reset: an end, after whatever was read before it
+                    data = b""
+                if not data:
+                    flow.ended = True
+                elif not flow.broken:
+                    flow.pending = data
+            if flow.sink is sock or flow.pending or (flow.ended and not flow.shut):
+                self._write(flow)
         if all(flow.ended and not flow.pending for flow in flows):
             self._close(flows)
         else:
@@ -109,8 +113,11 @@ class _Relay:
                 sent = flow.sink.send(flow.pending)
             except BlockingIOError:
                 sent = 0
+            except OSError:  # the sink's peer is gone: drop this direction's bytes, not the other's
+                flow.broken, flow.pending, sent = True, b"", 0
             flow.pending = flow.pending[sent:]
-        if flow.ended and not flow.pending:
+        if flow.ended and not flow.pending and not flow.shut:
+            flow.shut = True  # the sink's reader sees the end now, not when both ended
             try:
                 flow.sink.shutdown(socket.SHUT_WR)
             except OSError:  # the peer is gone already
