@@ -11,7 +11,8 @@ with the figure it rests on and the setting that addresses it:
   (``rollouts/concurrency_max``) than a step had;
 - how many steps made no update, and the most common reason (``no_update_reason``);
 - from the engine's counters: the prefix cache's hit rate on prompt tokens, a mean decode batch
-  well below ``engine.max_batch`` while rollouts dominate, and a long mean wait for admission.
+  well below ``engine.max_batch`` while rollouts dominate and fewer of them ran at once than it
+  batches, and a long mean wait for admission.
 
 Records and counters from before a figure existed give no finding about it.
 
@@ -101,7 +102,7 @@ def diagnose(
     if engine is not None:
         findings += _prefix_cache(engine)
         if dominant:
-            findings += _decode_batch(engine)
+            findings += _decode_batch(engine, steps)
         findings += _admission_wait(engine)
     return findings
 
@@ -327,11 +328,19 @@ def _prefix_cache(engine: Mapping[str, float]) -> list[Finding]:
     ]
 
 
-def _decode_batch(engine: Mapping[str, float]) -> list[Finding]:
+def _decode_batch(
+    engine: Mapping[str, float], steps: Sequence[Mapping[str, float]]
+) -> list[Finding]:
     passes = engine.get("fulmen_engine_decode_passes_total", 0.0)
     rows = engine.get("fulmen_engine_decode_rows_total")
     largest = engine.get("fulmen_engine_max_batch", 0.0)
     if rows is None or passes <= 0 or largest <= 0:
+        return []
+    at_once = max((r.get("rollouts/concurrency_max", 0.0) for r in steps), default=0.0)
+    if at_once >= largest:
+        # As many rollouts ran at once as the engine batches: their calls came in one by one
+        # (the agents' own time, a CPU shared with the engine), and more of them at once, the
+        # advice below, would change nothing. The time split already says rollouts dominate.
         return []
     mean = rows / passes
     if mean >= _BATCH_FILL * largest:

@@ -230,6 +230,11 @@ def test_the_engine_counters_name_a_small_batch_and_a_long_admission_wait() -> N
     found = lines([step(1.0, 9.0)] * 2, engine=engine)
     assert not any("sequences a pass" in line for line in found)
     assert any("model calls waited" in line for line in found)
+    # As many rollouts at once as the engine batches: more at once would not fill it (the toy
+    # example's 32 at once on a loaded machine drew this advice).
+    at_once = step(9.0, 1.0, **{"rollouts/concurrency_max": 8.0, "rollouts/finished": 8.0})
+    found = lines([at_once] * 2, engine=engine)
+    assert not any("sequences a pass" in line for line in found)
 
 
 def test_records_and_counters_from_before_these_figures_give_no_finding() -> None:
