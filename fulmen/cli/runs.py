@@ -299,43 +299,12 @@ async def _locate(
     return located
 
 
-async def _compare_located(located: Sequence[tuple[Store, str]]) -> RunsComparison:
-    """``compare_runs`` over runs that may sit in different stores."""
-    from fulmen.debugging.runs_compare import (
-        RunsComparison,
-        _summary,  # pyright: ignore[reportPrivateUsage]
-        compare_runs,
-        config_diff,
-    )
-    from fulmen.debugging.stats import compare_paired
-
-    stores = {id(store) for store, _ in located}
-    if len(stores) == 1:
-        return await compare_runs(located[0][0], [run_id for _, run_id in located])
-    if len(located) < 2:
-        raise ConfigError(f"compare needs at least two runs, got {len(located)}")
-    # The runs are in several stores: each summary from its own store, paired as compare_runs
-    # pairs them (the same code once runs_compare exposes a per-run summary).
-    summaries = tuple([await _summary(store, run_id) for store, run_id in located])
-    first = summaries[0]
-    paired: dict[str, Any] = {}
-    for other in summaries[1:]:
-        shared = sorted(set(first.rewards) & set(other.rewards))
-        paired[other.run.run_id] = (
-            compare_paired([first.rewards[t] for t in shared], [other.rewards[t] for t in shared])
-            if len(shared) >= 2
-            else None
-        )
-    differences = config_diff([s.run.config for s in summaries])
-    return RunsComparison(runs=summaries, differences=differences, paired=paired)
-
-
 def _compare(args: argparse.Namespace) -> int:
-    from fulmen.debugging.runs_compare import comparison_json
+    from fulmen.debugging.runs_compare import compare_located_runs, comparison_json
 
     async def main() -> RunsComparison:
         async with contextlib.AsyncExitStack() as stack:
-            return await _compare_located(await _locate(args, args.run_ids, stack))
+            return await compare_located_runs(await _locate(args, args.run_ids, stack))
 
     result = run_async(main)
     if args.json:

@@ -30,6 +30,7 @@ from fulmen.types import Mode, RolloutQuery, RolloutStatus, Run
 __all__ = [
     "RunSummary",
     "RunsComparison",
+    "compare_located_runs",
     "compare_runs",
     "comparison_json",
     "config_diff",
@@ -101,9 +102,18 @@ def config_diff(configs: Sequence[Mapping[str, Any]]) -> dict[str, tuple[Any, ..
 
 async def compare_runs(store: Store, run_ids: Sequence[str]) -> RunsComparison:
     """Compare the runs ``run_ids`` (two or more) of ``store`` (see the module docstring)."""
-    if len(run_ids) < 2:
-        raise ConfigError(f"compare needs at least two runs, got {len(run_ids)}")
-    summaries = tuple([await _summary(store, run_id) for run_id in run_ids])
+    return await compare_located_runs([(store, run_id) for run_id in run_ids])
+
+
+async def compare_located_runs(runs: Sequence[tuple[Store, str]]) -> RunsComparison:
+    """Compare runs that may sit in different stores: ``(store, run_id)`` each, two or more.
+
+    Each run is summarized from its own store (``fulmen runs compare runs/a runs/b`` reads two
+    run folders); the first is the one the others are paired against, as in ``compare_runs``.
+    """
+    if len(runs) < 2:
+        raise ConfigError(f"compare needs at least two runs, got {len(runs)}")
+    summaries = tuple([await _summary(store, run_id) for store, run_id in runs])
     first = summaries[0]
     paired: dict[str, PairedComparison | None] = {}
     for other in summaries[1:]:
