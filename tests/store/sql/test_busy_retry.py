@@ -9,6 +9,7 @@ statement's error, after writing a row, once.
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -105,3 +106,47 @@ async def test_other_operational_errors_are_not_retried(tmp_path: Path) -> None:
         assert calls == [1]
     finally:
         await runner.aclose()
+
+
+async def test_opening_waits_while_another_connection_holds_the_new_file(tmp_path: Path) -> None:
+    # Converting a file to WAL needs it alone, and SQLite does not run the busy handler for
+    # that: a store opening a new file while another connection wrote to it (the trainer and
+    # its dashboard opening one run's store at once) failed at once with "database is locked".
+    path = tmp_path / "store.db"
+    holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    holder.execute("CREATE TABLE t (x INTEGER)")
+    holder.execute("BEGIN IMMEDIATE")
+    holder.execute("INSERT INTO t VALUES (1)")
+    loop = asyncio.get_running_loop()
+    commit = loop.call_later(0.3, holder.execute, "COMMIT")
+    try:
+        dialect, url = resolve_url(f"sqlite:///{path}")
+        started = loop.time()
+        runner = await SqliteRunner.open(url, dialect, busy_timeout_s=5.0)
+        try:
+            assert loop.time() - started >= 0.25
+            rows = await runner.read(lambda conn: conn.execute(sa.text("SELECT x FROM t")).all())
+            assert [tuple(r) for r in rows] == [(1,)]
+            mode = await runner.read(
+                lambda conn: conn.execute(sa.text("PRAGMA journal_mode")).scalar()
+            )
+            assert mode == "wal"
+        finally:
+            await runner.aclose()
+    finally:
+        commit.cancel()
+        holder.close()
+
+
+async def test_opening_gives_up_after_busy_timeout_s(tmp_path: Path) -> None:
+    path = tmp_path / "store.db"
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("CREATE TABLE t (x INTEGER)")
+    holder.execute("BEGIN IMMEDIATE")
+    holder.execute("INSERT INTO t VALUES (1)")
+    try:
+        dialect, url = resolve_url(f"sqlite:///{path}")
+        with pytest.raises(StoreUnavailable, match="locked"):
+            await SqliteRunner.open(url, dialect, busy_timeout_s=0.2)
+    finally:
+        holder.close()
