@@ -53,6 +53,14 @@ def _args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--lora-targets", default="q_proj,k_proj,v_proj,o_proj")
     p.add_argument("--answer-format", default="raw", choices=["raw", "tag"])
     p.add_argument("--trainers", default="trl,fulmen")
+    p.add_argument(
+        "--fulmen-set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a config override for fulmen's runs (repeatable), e.g. to race a sparse-reward "
+        "setting: 'algorithm.dynamic_sampling={redraw: true}'",
+    )
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--max-steps", type=int, default=None, help="stop each run after N steps")
     p.add_argument("--ci", action="store_true", help="two steps each, tiny model, one seed")
@@ -126,6 +134,7 @@ def run_fulmen(args: argparse.Namespace, dataset: str, lr: float, seed: int, run
     run.mkdir(parents=True, exist_ok=True)
     (run / "race.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
     argv = [sys.executable, "-m", "fulmen", "train", str(run / "race.yaml")]
+    argv += [arg for override in args.fulmen_set for arg in ("--set", override)]
     subprocess.run(argv, check=True, stdout=subprocess.DEVNULL)
 
 

@@ -12,7 +12,7 @@ store, engine or gateway directly.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -159,6 +159,16 @@ class AlgorithmContext(Protocol):
 
         They are drawn without replacement, epoch after epoch, from the run's seed, so a resumed
         stage draws the same ones.
+        """
+        ...
+
+    def refill_batch(
+        self, step: int, draw: int, n: int, exclude: Collection[int] = ()
+    ) -> list[tuple[int, Any]]:
+        """Return up to ``n`` more training pairs for ``step``'s ``draw``-th extra draw.
+
+        For dynamic sampling: seeded by the run's seed, the step and the draw (a resumed stage
+        draws the same), never one of ``exclude``, and without moving ``task_batch``'s order.
         """
         ...
 

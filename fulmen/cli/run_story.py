@@ -57,6 +57,7 @@ _GROUPS: dict[str, str] = {
     "batch": "the training batch (rollouts, groups, transitions, ...)",
     "time": "step time (time/)",
     "rollouts": "rollouts (rollouts/)",
+    "sampling": "dynamic sampling (sampling/): groups run, flat, redrawn, the cost",
     "adapter": "calls turned into transitions (adapter/)",
     "memory": "memory (memory/)",
 }

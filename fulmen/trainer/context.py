@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -156,6 +156,12 @@ class StageContext:
     def task_batch(self, step: int, n: int) -> list[tuple[int, Any]]:
         """Return the ``n`` ``(index, task)`` training pairs of ``step`` (seeded, resumable)."""
         return self.session.sampler.batch(step, n)
+
+    def refill_batch(
+        self, step: int, draw: int, n: int, exclude: Collection[int] = ()
+    ) -> list[tuple[int, Any]]:
+        """Return up to ``n`` other training pairs for ``step``'s ``draw``-th extra draw."""
+        return self.session.sampler.refill(step, draw, n, exclude)
 
     def global_step(self, step: int) -> int:
         """``step`` of this stage numbered in the run's metrics stream."""

@@ -6,7 +6,7 @@ import importlib
 import json
 import random
 import sys
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -136,3 +136,21 @@ class TaskSampler:
             index = self._epoch_order(epoch)[offset]
             out.append((index, self._tasks[index]))
         return out
+
+    def refill(
+        self, step: int, draw: int, n: int, exclude: Collection[int] = ()
+    ) -> list[tuple[int, Any]]:
+        """Return up to ``n`` other (index, task) pairs for ``step``'s ``draw``-th extra draw.
+
+        The tasks of a step's groups that had no signal are replaced from this stream (dynamic
+        sampling); it depends only on the seed, the step and the draw, so a resumed run draws
+        the same, and it leaves the epoch order of ``batch`` untouched. Indices in ``exclude``
+        (the step's tasks so far) are not drawn; fewer than ``n`` come back when the list runs
+        out.
+        """
+        if not self._tasks:
+            raise ConfigError("cannot sample from an empty task list")
+        order = list(range(len(self._tasks)))
+        random.Random(f"{self._seed}:refill:{step}:{draw}").shuffle(order)
+        skip = set(exclude)
+        return [(i, self._tasks[i]) for i in order if i not in skip][:n]

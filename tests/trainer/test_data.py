@@ -126,3 +126,17 @@ def _scalars(path: Path) -> list[tuple[str, int, float]]:
         out += [(v.tag, event.step, v.simple_value) for v in event.summary.value]
     assert offset == len(data), "truncated event file"
     return out
+
+
+def test_refill_draws_other_tasks_reproducibly_without_moving_the_epoch_order() -> None:
+    tasks = list(range(10))
+    sampler = TaskSampler(tasks, seed=3)
+    before = [sampler.batch(step, 2) for step in range(5)]
+    step_tasks = {i for i, _ in sampler.batch(2, 2)}
+    refill = sampler.refill(2, 1, 3, step_tasks)
+    assert len(refill) == 3 and not {i for i, _ in refill} & step_tasks
+    assert refill == TaskSampler(tasks, seed=3).refill(2, 1, 3, step_tasks)
+    assert refill != sampler.refill(2, 2, 3, step_tasks)  # another draw, other tasks
+    assert [sampler.batch(step, 2) for step in range(5)] == before
+    # the list runs out: fewer come back, never an excluded one
+    assert sampler.refill(0, 1, 5, set(range(8))) in ([(8, 8), (9, 9)], [(9, 9), (8, 8)])

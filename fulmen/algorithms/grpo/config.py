@@ -16,7 +16,13 @@ from fulmen.algorithms.parallel.config import DataParallelConfig
 from fulmen.algorithms.source import StoreSource
 from fulmen.algorithms.transitions import check_transitions
 
-__all__ = ["AsyncSettings", "GRPOAlgorithmConfig", "GRPOConfig", "LoraSettings"]
+__all__ = [
+    "AsyncSettings",
+    "DynamicSampling",
+    "GRPOAlgorithmConfig",
+    "GRPOConfig",
+    "LoraSettings",
+]
 
 
 class GRPOConfig(ComputeSettings):
@@ -159,6 +165,48 @@ class AsyncSettings(BaseModel):
         return self
 
 
+class DynamicSampling(BaseModel):
+    """``algorithm.dynamic_sampling``: keep a step's groups informative where rewards are sparse.
+
+    A group whose rewards all came out equal (every rollout solved the task, or none did) has
+    no advantage to learn from: GRPO trains nothing on it. Three remedies, each optional and
+    each counted in the step's ``sampling/*`` metrics (``docs/sparse-rewards.md``):
+
+    Attributes:
+        extra_samples: first, run this many more rollouts of a task whose group had equal
+            rewards (more samples where a group has no signal); they join its group.
+        redraw: drop the groups still without signal and draw other tasks in their place,
+            until ``tasks_per_step`` groups have signal or ``max_redraws`` extra draws were
+            made (DAPO's dynamic sampling); ``False``: keep them (they train nothing).
+        max_redraws: extra draws per step at most: the cost bound of ``redraw``. A step runs
+            at most ``(1 + max_redraws) * tasks_per_step`` groups, plus the extra samples.
+        skip_flat_for: an online difficulty filter: a task whose group had equal rewards is
+            skipped (another drawn in its place) when it comes up again within this many
+            steps; ``0``: never skipped. The memory lasts for the stage's process (a resumed
+            run relearns it).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    extra_samples: int = Field(default=0, ge=0, le=64)
+    redraw: bool = True
+    max_redraws: int = Field(default=2, ge=0, le=16)
+    skip_flat_for: int = Field(default=0, ge=0, le=1_000_000)
+
+    @model_validator(mode="after")
+    def _no_dead_options(self) -> DynamicSampling:
+        if not self.redraw and "max_redraws" in self.model_fields_set:
+            raise ValueError(
+                "algorithm.dynamic_sampling.max_redraws has no effect with redraw: false"
+            )
+        if not self.redraw and not self.extra_samples and not self.skip_flat_for:
+            raise ValueError(
+                "algorithm.dynamic_sampling with redraw: false, extra_samples: 0 and "
+                "skip_flat_for: 0 does nothing; leave it out"
+            )
+        return self
+
+
 class GRPOAlgorithmConfig(BaseModel):
     """``algorithm: grpo`` (the default): the on-policy loop around the updater.
 
@@ -188,6 +236,8 @@ class GRPOAlgorithmConfig(BaseModel):
             (``fulmen.algorithms.grpo.roles``, ``docs/roles.md``). Calls of other agents are
             served by the base model and not trained. ``None``: one adapter serves and learns
             from every call ``transitions.agents`` selects.
+        dynamic_sampling: replace or enlarge the groups whose rewards are all equal
+            (``DynamicSampling``); ``None``: every step trains the groups it drew.
         max_failed_steps: stop the run (an error naming the first failure) after this many
             steps in a row in which no rollout produced a reward (every rollout failed, or
             those that succeeded gave none: a command agent that crashed, an agent that
@@ -212,6 +262,7 @@ class GRPOAlgorithmConfig(BaseModel):
     async_: AsyncSettings | None = Field(default=None, alias="async")
     adapters: dict[str, list[str]] | None = None
     max_failed_steps: int | None = Field(default=3, ge=1)
+    dynamic_sampling: DynamicSampling | None = None
 
     @model_validator(mode="after")
     def _no_dead_options(self) -> GRPOAlgorithmConfig:
@@ -227,6 +278,15 @@ class GRPOAlgorithmConfig(BaseModel):
                 )
         if self.async_ is not None and self.source is not None:
             raise ValueError("algorithm.async has no effect with a source store (no sampling)")
+        if self.dynamic_sampling is not None and self.source is not None:
+            raise ValueError(
+                "algorithm.dynamic_sampling has no effect with a source store (no sampling)"
+            )
+        if self.dynamic_sampling is not None and self.async_ is not None:
+            raise ValueError(
+                "algorithm.dynamic_sampling does not work with algorithm.async yet (its groups "
+                "are launched ahead of the step that trains them)"
+            )
         grpo = self.update_config(seed=0)  # validates the nested settings now, not at step 1
         if self.async_ is not None and grpo.finetune != "lora":
             # full weights reload in place: a running rollout would mix two policies

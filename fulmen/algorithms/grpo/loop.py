@@ -25,6 +25,7 @@ from fulmen.adapter.named_rewards import named_reward_means
 from fulmen.algorithms.context import AlgorithmContext
 from fulmen.algorithms.grpo.config import GRPOAlgorithmConfig, GRPOConfig
 from fulmen.algorithms.grpo.diagnose import no_update_reason
+from fulmen.algorithms.grpo.dynamic_sampling import FlatTasks, SampledStep, sample_step
 from fulmen.algorithms.parallel.group import data_parallel
 from fulmen.algorithms.rewards import reward_metrics
 from fulmen.algorithms.rollout_concurrency import concurrency_metrics
@@ -54,6 +55,8 @@ class GRPOLoop:
         self._step_failure: str | None = None  # the step's first error, or why it had no reward
         self._step_example: str | None = None  # a rollout of the step that shows it
         self._first_example: str | None = None
+        sampling = config.dynamic_sampling
+        self._flat_tasks = FlatTasks(sampling.skip_flat_for if sampling is not None else 0)
 
     async def run(self) -> list[dict[str, float]]:
         """Train to the configured number of steps; returns the metrics of each step run.
@@ -132,24 +135,18 @@ class GRPOLoop:
         context = self.context
         started = time.perf_counter()
         version = await context.publish(metadata={"step": step})
-        batch = context.task_batch(step, self.config.tasks_per_step)
-        finished = await context.run_tasks(
-            batch,
-            mode=Mode.TRAIN,
-            version=version,
-            tag=f"s{step}",
-            group_size=self.config.group_size,
-        )
-        trajectories = await context.trajectories(finished, self.options)
+        sampled = await self._sample(step, version)
+        finished, trajectories = sampled.finished, sampled.trajectories
         await self._note_failures(finished, trajectories)
         self._attribution.check(step + 1, [tr.diagnostics for tr in trajectories])
         rolled = time.perf_counter()
-        transitions = [t for tr in trajectories for t in tr.transitions]
+        transitions = [t for tr in sampled.trained for t in tr.transitions]
         train_metrics = await self._train(transitions)
         trained = time.perf_counter()
         await self._serve(step + 1, train_metrics)
         synced = time.perf_counter()
         metrics = self._metrics(finished, trajectories, transitions, train_metrics)
+        metrics.update(sampled.metrics)
         times = {
             "time/rollout_s": rolled - started,
             "time/train_s": trained - rolled,
@@ -160,6 +157,30 @@ class GRPOLoop:
         logged = self._log_step(step, metrics, times, started)
         await self._checkpoint(step + 1)
         return logged
+
+    async def _sample(self, step: int, version: int) -> SampledStep:
+        """Run the step's rollouts: its task draw, or dynamic sampling's groups with signal."""
+        context, config = self.context, self.config
+        if config.dynamic_sampling is not None:
+            return await sample_step(
+                context,
+                config.dynamic_sampling,
+                self._flat_tasks,
+                step=step,
+                version=version,
+                tasks_per_step=config.tasks_per_step,
+                group_size=config.group_size,
+                options=self.options,
+            )
+        finished = await context.run_tasks(
+            context.task_batch(step, config.tasks_per_step),
+            mode=Mode.TRAIN,
+            version=version,
+            tag=f"s{step}",
+            group_size=config.group_size,
+        )
+        trajectories = await context.trajectories(finished, self.options)
+        return SampledStep(finished, trajectories, trajectories)
 
     def _log_step(
         self, step: int, metrics: dict[str, float], times: Mapping[str, float], started: float

@@ -1,0 +1,181 @@
+"""Dynamic sampling's choices over a step's groups (``fulmen.algorithms.grpo.dynamic_sampling``).
+
+The context here stands in for the trainer's only in what ``sample_step`` asks of it (task
+draws, group runs, their trajectories); each task's rewards are scripted, so which groups are
+flat is known. The whole path on the real stack and the tiny model is in
+``tests/trainer/test_dynamic_sampling_run.py``.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Collection, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from fulmen.adapter.transitions import TransitionOptions
+from fulmen.algorithms.grpo.config import DynamicSampling, GRPOAlgorithmConfig
+from fulmen.algorithms.grpo.dynamic_sampling import FlatTasks, has_signal, sample_step
+from fulmen.trainer.data import TaskSampler
+from fulmen.types import Mode, Rollout, RolloutStatus, Trajectory
+from fulmen.types.rollout import RolloutConfig
+
+
+class _Context:
+    """Task draws from a real ``TaskSampler``; each rollout's reward from its task's script."""
+
+    def __init__(self, tasks: list[str]) -> None:
+        self.sampler = TaskSampler(tasks, seed=0)
+        self.scripts: dict[str, Any] = {}
+        self.tags: list[str] = []
+
+    def task_batch(self, step: int, n: int) -> list[tuple[int, Any]]:
+        return self.sampler.batch(step, n)
+
+    def refill_batch(
+        self, step: int, draw: int, n: int, exclude: Collection[int] = ()
+    ) -> list[tuple[int, Any]]:
+        return self.sampler.refill(step, draw, n, exclude)
+
+    def task_id(self, index: int, task: Any) -> str:
+        return f"{task}-{index}"
+
+    async def run_tasks(
+        self, batch: Sequence[tuple[int, Any]], *, mode: Mode, version: int, tag: str,
+        group_size: int = 1,
+    ) -> list[Rollout]:  # fmt: skip
+        self.tags.append(tag)
+        return [
+            _rollout(f"{tag}-t{k}-r{j}", self.task_id(index, task))
+            for k, (index, task) in enumerate(batch)
+            for j in range(group_size)
+        ]
+
+    async def trajectories(
+        self, rollouts: Sequence[Rollout], options: TransitionOptions
+    ) -> list[Trajectory]:
+        out = []
+        for rollout in rollouts:
+            assert rollout.task_id is not None
+            kind = rollout.task_id.split("-")[0]
+            script = self.scripts.setdefault(rollout.task_id, _script(kind))
+            reward = next(script)
+            trajectory = Trajectory(
+                rollout_id=rollout.rollout_id, task_id=rollout.task_id, final_reward=reward
+            )
+            out.append(trajectory)
+        return out
+
+
+def _script(kind: str) -> Any:
+    """Rewards in turn: "flat" always 1.0, "mixed" alternating, "late" flat for 4 first."""
+    return {
+        "flat": itertools.repeat(1.0),
+        "mixed": itertools.cycle([0.0, 1.0]),
+        "late": itertools.chain([0.0] * 4, itertools.cycle([1.0, 0.0])),
+    }[kind]
+
+
+def _rollout(rollout_id: str, task_id: str) -> Rollout:
+    return Rollout(
+        rollout_id=rollout_id, input={}, mode=Mode.TRAIN, task_id=task_id,
+        status=RolloutStatus.SUCCEEDED, config=RolloutConfig(), position=0,
+        enqueued_at=datetime.now(UTC),
+    )  # fmt: skip
+
+
+async def _sample(context: _Context, settings: DynamicSampling, step: int = 0, **kw: Any) -> Any:
+    flat = kw.pop("flat_tasks", FlatTasks(settings.skip_flat_for))
+    return await sample_step(
+        context,  # type: ignore[arg-type]  # only what sample_step uses
+        settings,
+        flat,
+        step=step,
+        version=1,
+        tasks_per_step=kw.get("per_step", 2),
+        group_size=4,
+        options=TransitionOptions(),
+    )
+
+
+def test_a_group_has_signal_only_when_two_rewards_differ() -> None:
+    assert has_signal([0.0, 1.0])
+    assert not has_signal([1.0, 1.0, 1.0])
+    assert not has_signal([1.0, None, None])
+    assert not has_signal([])
+    assert has_signal([None, 0.5, 0.25])
+
+
+async def test_flat_groups_are_replaced_by_other_tasks_until_the_step_has_signal() -> None:
+    context = _Context(["flat"] * 6 + ["mixed"] * 6)
+    sampled = await _sample(context, DynamicSampling(redraw=True, max_redraws=8))
+    metrics = sampled.metrics
+    assert metrics["sampling/trained_groups"] == 2 == metrics["sampling/signal_groups"]
+    trained_tasks = {tr.task_id for tr in sampled.trained}
+    assert all(t.startswith("mixed") for t in trained_tasks) and len(trained_tasks) == 2
+    # everything run is reported (the cost), flat groups included
+    assert metrics["sampling/rollouts"] == len(sampled.finished) == 4 * metrics["sampling/groups"]
+    assert metrics["sampling/flat_groups"] == metrics["sampling/groups"] - 2
+    assert metrics["sampling/cost"] == metrics["sampling/groups"] / 2
+    assert len(sampled.trajectories) == len(sampled.finished)
+    assert context.tags[0] == "s0" and all(t.startswith("s0d") for t in context.tags[1:])
+    # no task ran twice in a step
+    assert len({r.task_id for r in sampled.finished}) == metrics["sampling/groups"]
+
+
+async def test_redraws_stop_at_max_redraws() -> None:
+    context = _Context(["flat"] * 12)
+    sampled = await _sample(context, DynamicSampling(redraw=True, max_redraws=2))
+    assert sampled.trained == []
+    assert sampled.metrics["sampling/draws"] == 2
+    assert sampled.metrics["sampling/groups"] == 6  # 2 drawn, then 2 redraws of 2
+    assert sampled.metrics["sampling/cost"] == 3.0
+
+
+async def test_without_redraw_flat_groups_are_kept() -> None:
+    context = _Context(["flat"] * 4)
+    sampled = await _sample(context, DynamicSampling(redraw=False, extra_samples=2))
+    assert sampled.metrics["sampling/trained_groups"] == 2
+    assert sampled.metrics["sampling/signal_groups"] == 0
+    assert len(sampled.trained) == 2 * (4 + 2)
+
+
+async def test_extra_samples_join_a_flat_group_and_can_give_it_signal() -> None:
+    context = _Context(["late"] * 4)
+    sampled = await _sample(context, DynamicSampling(extra_samples=2, redraw=False))
+    assert sampled.metrics["sampling/extra_rollouts"] == 4
+    assert sampled.metrics["sampling/signal_groups"] == 2
+    by_task: dict[str | None, list[float | None]] = {}
+    for tr in sampled.trained:
+        by_task.setdefault(tr.task_id, []).append(tr.final_reward)
+    assert sorted(len(v) for v in by_task.values()) == [6, 6]
+    assert all(has_signal(v) for v in by_task.values())
+    assert context.tags == ["s0", "s0x0"]
+
+
+async def test_a_task_that_was_flat_is_skipped_when_it_comes_up_within_skip_flat_for() -> None:
+    tasks = ["flat"] * 2 + ["mixed"] * 8
+    settings = DynamicSampling(redraw=False, skip_flat_for=3)
+    flat_tasks = FlatTasks(3)
+    context = _Context(tasks)
+    first = await _sample(context, settings, step=0, per_step=10, flat_tasks=flat_tasks)
+    assert first.metrics["sampling/flat_groups"] == 2
+    # the next epoch draws every task again: the two flat ones are not among them
+    later = _Context(tasks)
+    later.sampler = context.sampler
+    sampled = await _sample(later, settings, step=1, per_step=8, flat_tasks=flat_tasks)
+    assert not any(r.task_id and r.task_id.startswith("flat") for r in sampled.finished)
+    # past skip_flat_for steps they come back
+    assert not flat_tasks.skips("flat-0", 4) and flat_tasks.skips("flat-0", 3)
+
+
+def test_settings_that_would_do_nothing_are_refused() -> None:
+    with pytest.raises(ValidationError, match="does nothing"):
+        DynamicSampling(redraw=False)
+    with pytest.raises(ValidationError, match="max_redraws has no effect"):
+        DynamicSampling(redraw=False, extra_samples=1, max_redraws=3)
+    with pytest.raises(ValidationError, match="async"):
+        GRPOAlgorithmConfig.model_validate({"dynamic_sampling": {}, "async": {}})
