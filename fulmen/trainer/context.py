@@ -552,14 +552,17 @@ def _warn_failed_validation(
 
     first = next((r for r in finished if r.status is not RolloutStatus.SUCCEEDED), None)
     what = f"the first: {error_summary(first.error)}" if first and first.error else "no reward"
+    # Rollouts that succeeded without a reward are not "failed": only --mode val lists them.
+    listing = "--status failed --mode val" if first is not None else "--mode val"
     _log.warning(
         "validation at step %d: %d of %d rollouts failed or gave no reward (%s); they are "
-        "counted in val/failed, not in val/reward_mean. `fulmen rollouts list --status failed "
-        "--mode val --store %s` lists them",
+        "counted in val/failed, not in val/reward_mean. `fulmen rollouts list %s --store %s` "
+        "lists them (no reward shows as -)",
         step,
         failed,
         len(finished),
         what,
+        listing,
         store_url,
     )
 
