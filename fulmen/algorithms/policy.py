@@ -301,6 +301,27 @@ def update_mode(
         model.eval()
 
 
+def prepare_seeded_policy(
+    model: nn.Module, config: PolicySettings, *, seed: int, adapter_name: str = "default"
+) -> nn.Module:
+    """Run :func:`prepare_policy` with its adapter initialized from ``seed``, in eval mode.
+
+    The caller's random state is left as it was (the seed fixes only the adapter's
+    initialization); the update's training flags are set only inside an update
+    (:func:`update_mode`).
+    """
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        prepared = prepare_policy(model, config, adapter_name=adapter_name)
+    prepared.eval()
+    return prepared
+
+
+def pad_token_of(model: nn.Module) -> int:
+    """Return the pad token id the model's config names (0 when it names none)."""
+    return getattr(causal_lm_of(model).config, "pad_token_id", None) or 0
+
+
 def causal_lm_of(model: nn.Module) -> Any:
     """Return the transformers ``*ForCausalLM`` inside ``model`` (unwraps a peft model)."""
     get_base = getattr(model, "get_base_model", None)

@@ -1,23 +1,29 @@
 """The algorithms fulmen runs, one row each: everything else that lists them derives from here.
 
-A row names the algorithm's config model (``name: Literal["..."]``), its run function (imported
-only when that algorithm runs, so the torch-heavy modules load only for it), a one-line summary
-for ``fulmen train --help`` and what it can do: whether it trains weights (else it only
-publishes prompts and may run against any endpoint) and whether it learns from a store's
-recorded rollouts (``data.from_store``). The config's ``algorithm:``/``stages:`` union, the
-stage runner's dispatch, the "available: ..." messages, the CLI help and the deployment planner
-all read this table. Adding an algorithm is a package under ``fulmen/algorithms/`` with its
-config and run function, one row here, and its config in the ``AlgorithmConfig`` union of
-``fulmen.trainer.config`` (pydantic needs the union spelled out; a test checks the two agree).
+A row names the algorithm's config model (an ``AlgorithmSection`` with ``name:
+Literal["..."]``), its run function (imported only when that algorithm runs, so the
+torch-heavy modules load only for it), a one-line summary for ``fulmen train --help`` and what
+it can do without importing anything: whether it trains weights (else it only publishes prompts
+and may run against any endpoint) and whether it learns from a store's recorded rollouts
+(``data.from_store``). What the trainer asks of a configured stage is declared by its config
+model (``fulmen.algorithms.section``). The config's ``algorithm:``/``stages:`` union, the stage
+runner's dispatch, the "available: ..." messages, the CLI help and the deployment planner all
+read :func:`registered`.
+
+The built-in rows are :data:`ALGORITHMS`; an installed distribution adds its own under the
+``fulmen.algorithms`` entry-point group, each entry naming an :class:`Algorithm` row
+(``toy = "my_package.toy:ALGORITHM"``): adding an algorithm is a package with its config and
+run function and one row, here or there (``docs/architecture.md``, "Extending fulmen").
 
 >>> [a.name for a in ALGORITHMS]
 ['grpo', 'sft', 'dpo', 'ppo', 'apo', 'demos']
->>> sorted(PROMPT_ONLY)
+>>> sorted(prompt_only())
 ['apo', 'demos']
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -26,20 +32,21 @@ from typing import TYPE_CHECKING, Any, cast
 from fulmen.errors import ConfigError
 
 if TYPE_CHECKING:
-    from pydantic import BaseModel
-
     from fulmen.algorithms.context import AlgorithmContext
+    from fulmen.algorithms.section import AlgorithmSection
 
 __all__ = [
     "ALGORITHMS",
-    "BEHAVIOUR",
-    "OFFLINE",
-    "PROMPT_ONLY",
+    "DEFAULT",
+    "ENTRY_POINT_GROUP",
     "Algorithm",
     "RunFunction",
     "algorithm",
     "available",
     "names",
+    "offline",
+    "prompt_only",
+    "registered",
 ]
 
 #: ``run(config, context) -> metrics of each step run now`` (``fulmen.algorithms.context``).
@@ -60,8 +67,6 @@ class Algorithm:
         summary: what it does, in a few words (``fulmen train --help``).
         trains_weights: it updates model weights; ``False``: it only publishes prompts.
         learns_offline: it can learn from a store's recorded rollouts (``data.from_store``).
-        samples_behaviour: its training rollouts sample the behaviour policy of its importance
-            ratios, so the gateway holds their sampling neutral (``docs/behaviour-policy.md``).
     """
 
     name: str
@@ -70,11 +75,10 @@ class Algorithm:
     summary: str
     trains_weights: bool
     learns_offline: bool
-    samples_behaviour: bool = False
 
-    def config_model(self) -> type[BaseModel]:
+    def config_model(self) -> type[AlgorithmSection]:
         """Import and return its config model."""
-        return cast("type[BaseModel]", _load(self.config))
+        return cast("type[AlgorithmSection]", _load(self.config))
 
     def run_function(self) -> RunFunction:
         """Import and return its run function."""
@@ -94,7 +98,6 @@ ALGORITHMS: tuple[Algorithm, ...] = (
         "reinforcement learning from the agent's own rollouts (LoRA or full weights)",
         trains_weights=True,
         learns_offline=True,
-        samples_behaviour=True,
     ),
     Algorithm(
         "sft",
@@ -119,7 +122,6 @@ ALGORITHMS: tuple[Algorithm, ...] = (
         "policy optimization with a learned value function: GAE over each rollout's calls (LoRA)",
         trains_weights=True,
         learns_offline=False,
-        samples_behaviour=True,
     ),
     Algorithm(
         "apo",
@@ -139,17 +141,59 @@ ALGORITHMS: tuple[Algorithm, ...] = (
     ),
 )
 
-#: Algorithms that publish prompts and never weights.
-PROMPT_ONLY = frozenset(a.name for a in ALGORITHMS if not a.trains_weights)
-#: Algorithms whose training rollouts sample the behaviour policy of their importance ratios.
-BEHAVIOUR = frozenset(a.name for a in ALGORITHMS if a.samples_behaviour)
-#: Algorithms that can learn from a store's recorded rollouts.
-OFFLINE = tuple(a.name for a in ALGORITHMS if a.learns_offline)
+#: The algorithm of a config that names none (``algorithm:`` left out or without ``name``).
+DEFAULT = "grpo"
+#: The entry-point group through which installed distributions add algorithms.
+ENTRY_POINT_GROUP = "fulmen.algorithms"
+
+
+@functools.cache
+def registered() -> tuple[Algorithm, ...]:
+    """Return every algorithm: the built-in rows, then those installed distributions add.
+
+    Read once per process (the installed distributions do not change under it).
+
+    Raises:
+        ConfigError: an entry point does not load, is not an ``Algorithm``, or reuses a name.
+    """
+    from importlib.metadata import entry_points
+
+    rows = list(ALGORITHMS)
+    for entry in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
+        try:
+            row = entry.load()
+        except Exception as exc:  # any import error of a plugin: say which one
+            raise ConfigError(
+                f"the algorithm entry point {entry.name!r} ({entry.value}) does not load: "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
+        if not isinstance(row, Algorithm):
+            raise ConfigError(
+                f"the algorithm entry point {entry.name!r} ({entry.value}) is not a "
+                "fulmen.algorithms.registry.Algorithm"
+            )
+        if any(r.name == row.name for r in rows):
+            raise ConfigError(
+                f"the algorithm entry point {entry.name!r} ({entry.value}) reuses the name "
+                f"{row.name!r}"
+            )
+        rows.append(row)
+    return tuple(rows)
+
+
+def prompt_only() -> frozenset[str]:
+    """Return the algorithms that publish prompts and never weights."""
+    return frozenset(a.name for a in registered() if not a.trains_weights)
+
+
+def offline() -> tuple[str, ...]:
+    """Return the algorithms that can learn from a store's recorded rollouts."""
+    return tuple(a.name for a in registered() if a.learns_offline)
 
 
 def names() -> tuple[str, ...]:
     """Return the algorithms' names, in the table's order."""
-    return tuple(a.name for a in ALGORITHMS)
+    return tuple(a.name for a in registered())
 
 
 def available() -> str:
@@ -163,7 +207,7 @@ def algorithm(name: str) -> Algorithm:
     Raises:
         ConfigError: no algorithm has that name.
     """
-    for entry in ALGORITHMS:
+    for entry in registered():
         if entry.name == name:
             return entry
     raise ConfigError(f"no algorithm named {name!r} (available: {available()})")

@@ -7,9 +7,47 @@ the agents it trains).
 
 from __future__ import annotations
 
-from fulmen.adapter.transitions import TransitionOptions
+from typing import TYPE_CHECKING, Literal
 
-__all__ = ["check_transitions", "check_untrained_on_base", "served_by_name"]
+from fulmen.adapter.transitions import TransitionOptions
+from fulmen.algorithms.section import AlgorithmSection
+
+__all__ = ["PolicyRoutedSection", "check_transitions", "check_untrained_on_base", "served_by_name"]
+
+
+class PolicyRoutedSection(AlgorithmSection):
+    """A section whose trained policy may serve only the agents it trains (PPO, DPO).
+
+    Its subclass declares the fields (``steps``, ``transitions``, ``untrained_agents``, where
+    its docs and option order put them); this base answers the trainer's questions from them.
+    """
+
+    if TYPE_CHECKING:  # the subclass's fields
+        steps: int
+        transitions: TransitionOptions
+        untrained_agents: Literal["policy", "base"]
+
+    def planned(self) -> tuple[int, str]:
+        """Return how many steps the stage runs, and the option that sets it."""
+        return self.steps, "steps"
+
+    def transition_options(self) -> TransitionOptions:
+        """Return the adapter's ``TransitionOptions`` (``transitions``).
+
+        With ``untrained_agents: base`` agent names come from each call's header
+        (``names: call``): the name the gateway routed it by.
+        """
+        if self.untrained_agents == "base":
+            return served_by_name(self.transitions)
+        return self.transitions
+
+    def policy_agents(self) -> tuple[str, ...] | None:
+        """Return the agent patterns the trained policy serves; ``None``: every agent.
+
+        ``transitions.agents`` with ``untrained_agents: base``; the trainer routes the other
+        agents' calls to the base model when it publishes the policy.
+        """
+        return self.transitions.agents if self.untrained_agents == "base" else None
 
 
 def check_transitions(options: TransitionOptions) -> None:

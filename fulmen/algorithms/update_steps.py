@@ -6,7 +6,8 @@ the batch, ``serve_policy`` (the engine serves the new adapter from the next ste
 checkpoint on the ``checkpoint_every`` schedule. The loop stops after ``steps``, or once
 ``max_minutes`` of wall time have passed since it started (the step in progress finishes and
 is checkpointed; the stage runner then validates as after the last step). GRPO's loops keep
-their own (async sampling, roles, data-parallel groups) and share ``progress_bar``.
+their own (async sampling, roles, data-parallel groups) and share ``progress_bar``. A sampler
+runs its step's groups with ``run_step_groups`` and reports them with ``sampled_metrics``.
 """
 
 from __future__ import annotations
@@ -14,14 +15,25 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
+from fulmen.adapter.named_rewards import named_reward_means
 from fulmen.algorithms.context import AlgorithmContext
+from fulmen.algorithms.rewards import reward_metrics
+from fulmen.algorithms.rollout_concurrency import concurrency_metrics
 from fulmen.algorithms.serving import PolicyWriter, keep_newest, serve_policy
+from fulmen.types import Mode, Rollout, RolloutStatus, Trajectory
 
-__all__ = ["StepUpdater", "progress_bar", "run_update_steps", "step_postfix"]
+__all__ = [
+    "StepUpdater",
+    "progress_bar",
+    "run_step_groups",
+    "run_update_steps",
+    "sampled_metrics",
+    "step_postfix",
+]
 
 
 class StepUpdater(PolicyWriter, Protocol):
@@ -136,3 +148,36 @@ async def run_update_steps(
             if every and completed % every == 0:
                 await context.validate(completed)
     return history
+
+
+async def run_step_groups(
+    context: AlgorithmContext, step: int, *, tasks_per_step: int, group_size: int
+) -> list[Rollout]:
+    """Publish the served policy for ``step`` and run its training groups, waiting for them.
+
+    ``tasks_per_step`` tasks of the step's draw, ``group_size`` rollouts each, tagged
+    ``s{step}``; returns every rollout that ended (failed ones included).
+    """
+    version = await context.publish(metadata={"step": step})
+    return await context.run_tasks(
+        context.task_batch(step, tasks_per_step),
+        mode=Mode.TRAIN,
+        version=version,
+        tag=f"s{step}",
+        group_size=group_size,
+    )
+
+
+def sampled_metrics(
+    finished: Sequence[Rollout], trajectories: Sequence[Trajectory], success_threshold: float
+) -> dict[str, float]:
+    """Return a step's metrics of its rollouts: rewards, named rewards, counts, concurrency."""
+    rewards = [t.final_reward for t in trajectories if t.final_reward is not None]
+    return {
+        **reward_metrics("reward", rewards, success_threshold),
+        **named_reward_means("train/reward", [t.secondary_rewards for t in trajectories]),
+        "rollouts/finished": float(len(finished)),
+        "rollouts/failed": float(sum(r.status is not RolloutStatus.SUCCEEDED for r in finished)),
+        **concurrency_metrics(finished),
+        "transitions": float(sum(len(t.transitions) for t in trajectories)),
+    }

@@ -150,7 +150,9 @@ async def _engine(url: str) -> Check:
 
 
 async def _store(args: argparse.Namespace, url: str, token: str | None) -> list[Check]:
-    is_http = url.split("://", 1)[0].lower() in ("http", "https")
+    from fulmen.store.urls import is_service_url
+
+    is_http = is_service_url(url)
     checks: list[Check] = []
     if is_http:
         if token:

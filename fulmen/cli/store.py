@@ -12,7 +12,6 @@ import logging
 import sys
 from collections.abc import Callable, Coroutine
 from contextlib import AbstractAsyncContextManager
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from fulmen.errors import ConfigError
@@ -86,7 +85,9 @@ def store_address(args: argparse.Namespace) -> tuple[str, str | None]:
 
 def store_options(url: str, token: str | None) -> dict[str, Any]:
     """Return ``open_store`` options that pass ``token`` to an ``http(s)://`` store only."""
-    if token and url.split("://", 1)[0].lower() in ("http", "https"):
+    from fulmen.store.urls import is_service_url
+
+    if token and is_service_url(url):
         return {"token": token}
     return {}
 
@@ -116,20 +117,15 @@ def open_cli_store(
 
 def _require_existing(url: str, *, given: bool) -> None:
     """Raise ``ConfigError`` when ``url`` is a SQLite store whose file does not exist."""
-    if "://" in url:
-        if not url.lower().startswith("sqlite"):
-            return
-        from sqlalchemy.engine import make_url
+    from fulmen.store.urls import sqlite_file
 
-        database = make_url(url).database
-    else:
-        database = url  # a bare path is a SQLite file
-    if not database or database == ":memory:":
+    database = sqlite_file(url)
+    if database is None:
         return
-    if not Path(database).expanduser().is_file():
+    if not database.is_file():
         origin = "" if given else " (the default; no --store or $FULMEN_STORE_URL given)"
         raise ConfigError(
-            f"no store at {url}{origin}: {Path(database).expanduser().resolve()} does not exist; "
+            f"no store at {url}{origin}: {database.resolve()} does not exist; "
             "pass "
             "--store with an existing store (sqlite:///PATH.db, http://HOST:PORT, "
             "postgresql://...) or set $FULMEN_STORE_URL"

@@ -26,7 +26,7 @@ _SET_HELP = (
 
 def register(subparsers: Any) -> None:
     """Add the ``train`` and ``dev`` subcommands."""
-    from fulmen.algorithms.registry import ALGORITHMS
+    from fulmen.algorithms.registry import registered
 
     train = subparsers.add_parser(
         "train",
@@ -42,7 +42,7 @@ def register(subparsers: Any) -> None:
         ),
         # Raw, so the table keeps its lines (the description is wrapped above).
         epilog="algorithms (algorithm.name):\n"
-        + "\n".join(f"  {a.name:<7} {a.summary}" for a in ALGORITHMS),
+        + "\n".join(f"  {a.name:<7} {a.summary}" for a in registered()),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     train.add_argument("config", help="path to the YAML config")
@@ -182,8 +182,9 @@ def _update_rank(config: Any) -> int:
     """Under ``torchrun``, ranks other than 0 only take updates (``docs/data-parallel.md``)."""
     from fulmen.algorithms.parallel.workers import run_torchrun_rank
 
-    stages = config.stages or [config.algorithm]
-    settings = next((s.data_parallel for s in stages if getattr(s, "data_parallel", None)), None)
+    settings = next(
+        (s.data_parallel_settings() for s in config.plan() if s.data_parallel_settings()), None
+    )
     run_torchrun_rank(settings)
     return 0
 

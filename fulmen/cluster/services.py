@@ -21,16 +21,13 @@ from fulmen.cluster.replicas import EngineReplicas
 from fulmen.cluster.specs import engine_spec, runner_spec, store_spec
 from fulmen.engines.base import Capabilities
 from fulmen.errors import ConfigError
+from fulmen.store.urls import is_service_url, store_scheme
 
 if TYPE_CHECKING:
     from fulmen.agent.rollouts import RolloutSettings
     from fulmen.engines.config import EngineConfig
 
 __all__ = ["RayServices"]
-
-
-def _is_http(url: str) -> bool:
-    return url.split("://", 1)[0].lower() in ("http", "https")
 
 
 class RayServices:
@@ -67,7 +64,7 @@ class RayServices:
         An ``http(s)://`` store is already a service: it is used as it is.
         """
         await asyncio.to_thread(self.fleet.connect)
-        if _is_http(store_url):
+        if is_service_url(store_url):
             self._store_url, self._store_token = store_url, token
             return store_url, token
         if store_url.startswith("memory:"):
@@ -82,7 +79,7 @@ class RayServices:
             port=free_port(self.node_ip),
             log_dir=self._log_dir,
         )
-        is_sqlite = store_url.lower().startswith("sqlite")
+        is_sqlite = store_scheme(store_url) == "sqlite"
         (info,) = await asyncio.to_thread(
             self.fleet.place, [spec], num_cpus=self.config.store_cpus, on_this_node=is_sqlite
         )
@@ -142,10 +139,7 @@ class RayServices:
             "--store", self._store_url,
             *runner_agent_args(agent),
             "--gateway", gateway_url,
-            "--concurrency", str(rollouts.concurrency),
-            "--sync-isolation", rollouts.sync_isolation,
-            "--heartbeat-interval", "2",
-            "--poll-interval", "0.1",
+            *rollouts.runner_flags(),
         ]  # fmt: skip
         specs = [
             runner_spec(

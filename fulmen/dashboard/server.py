@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from fulmen.asgi_task import AppTask
 from fulmen.errors import ConfigError
 from fulmen.store.service import is_loopback, service_url
+from fulmen.store.urls import sqlite_file
 
 if TYPE_CHECKING:
     from starlette.applications import Starlette
@@ -228,11 +229,4 @@ async def _progress(store: Store) -> tuple[object, ...]:
 
 def _sqlite_path(url: str) -> Path | None:
     """Return the file of a SQLite store URL (a bare path included), else ``None``."""
-    if "://" not in url:
-        return Path(url).expanduser()
-    if not url.lower().startswith("sqlite"):
-        return None
-    from sqlalchemy.engine import make_url
-
-    database = make_url(url).database
-    return Path(database).expanduser() if database and database != ":memory:" else None
+    return sqlite_file(url)

@@ -26,7 +26,7 @@ from urllib.parse import quote
 from pydantic import BaseModel, ConfigDict, Field
 
 from fulmen.agent.command.config import CommandAgentConfig, runner_agent_args
-from fulmen.algorithms.registry import PROMPT_ONLY
+from fulmen.algorithms.registry import prompt_only
 from fulmen.errors import ConfigError
 from fulmen.trainer.config import TrainConfig
 from fulmen.version import __version__
@@ -160,7 +160,7 @@ class ServiceSpec:
 
 def trains_weights(config: TrainConfig) -> bool:
     """Return True when some stage of ``config`` updates model weights (not only prompts)."""
-    return any(stage.name not in PROMPT_ONLY for stage in config.plan())
+    return any(stage.name not in prompt_only() for stage in config.plan())
 
 
 def plan_services(
@@ -198,8 +198,7 @@ def plan_services(
     is_vllm = engine_kind == "vllm"
     runner = ["runner", "--store", store_url, *_agent_args(config, in_image)]
     runner += ["--gateway", gateway_url]
-    runner += ["--concurrency", str(config.rollouts.concurrency)]
-    runner += ["--sync-isolation", config.rollouts.sync_isolation]
+    runner += config.rollouts.runner_flags()
     gateway = ["gateway", "--store", store_url, "--upstream", engine_url]
     gateway += ["--host", "0.0.0.0", "--port", str(options.gateway_port)]
     train = _train_args(config, config_path, store_url, engine_url, engine_kind, weights)

@@ -42,7 +42,9 @@ class EngineConfig(BaseModel):
             the other cores to the update and the agents; a synchronous run, where the update
             waits while rollouts run, samples faster with more (docs/engine.md).
         max_lora_rank: largest adapter rank the engine accepts (vLLM needs it up front).
-        startup_timeout_s: how long to wait for the engine to become healthy.
+        startup_timeout_s: how long to wait for the engine (each replica on Ray) to become
+            healthy: loading the model, and on a first start building it (Gemma from its GGUF
+            package takes minutes of CPU).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -57,7 +59,7 @@ class EngineConfig(BaseModel):
     prefill_chunk_tokens: int = Field(default=2048, ge=1)
     threads: int = Field(default=1, ge=1, le=1024)
     max_lora_rank: int = Field(default=64, ge=1)
-    startup_timeout_s: float = Field(default=300.0, gt=0)
+    startup_timeout_s: float = Field(default=600.0, gt=0, allow_inf_nan=False)
 
     @model_validator(mode="after")
     def _url_only_for_endpoint(self) -> EngineConfig:

@@ -279,6 +279,7 @@ class BuiltinLauncher(EngineProcess):
         log_path: where the server's output goes.
         token: the admin token its weight-changing routes require (``$FULMEN_ENGINE_TOKEN``).
         adapter_roots: the only folders it loads adapters and weights from (empty: any).
+        startup_timeout: seconds to wait for it to be healthy (``engine.startup_timeout_s``).
     """
 
     capabilities = Capabilities(full_reload=True, policy_version=True, replace_adapter=True)
@@ -296,6 +297,7 @@ class BuiltinLauncher(EngineProcess):
         extra_args: list[str] | None = None,
         token: str | None = None,
         adapter_roots: list[Path] | None = None,
+        startup_timeout: float = 600.0,
     ) -> None:
         port = port or free_port()
         roots = [arg for root in adapter_roots or () for arg in ("--adapter-root", str(root))]
@@ -321,7 +323,7 @@ class BuiltinLauncher(EngineProcess):
             host="127.0.0.1",
             port=port,
             log_path=log_path,
-            startup_timeout=600.0,
+            startup_timeout=startup_timeout,
             env={"FULMEN_ENGINE_TOKEN": token} if token is not None else None,
             token=token,
         )

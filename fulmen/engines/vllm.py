@@ -65,6 +65,7 @@ class VLLMLauncher(EngineProcess):
         log_path: file receiving vLLM's output.
         token: vLLM's API key (``VLLM_API_KEY``, in its environment): every ``/v1`` route,
             LoRA loading included, then requires it; the gateway sends it with each call.
+        startup_timeout: seconds to wait for it to be healthy (``engine.startup_timeout_s``).
     """
 
     capabilities = Capabilities(full_reload=False, policy_version=False, replace_adapter=True)
@@ -83,6 +84,7 @@ class VLLMLauncher(EngineProcess):
         log_path: Path | None = None,
         extra_args: list[str] | None = None,
         token: str | None = None,
+        startup_timeout: float = 600.0,
     ) -> None:
         from fulmen.engines.models import resolve_model
 
@@ -136,6 +138,6 @@ class VLLMLauncher(EngineProcess):
             port=port,
             env=env,
             log_path=log_path,
-            startup_timeout=600.0,
+            startup_timeout=startup_timeout,
             token=token,
         )

@@ -22,6 +22,7 @@ from typing import Any, cast
 
 from fulmen.errors import ConfigError
 from fulmen.store.base import Capabilities, ReconcileReport, Store
+from fulmen.store.urls import store_scheme
 from fulmen.store.watchdog import Watchdog
 
 __all__ = ["Capabilities", "OpenStore", "ReconcileReport", "Store", "Watchdog", "open_store"]
@@ -37,14 +38,8 @@ _BACKENDS: dict[str, str] = {
 }
 
 
-def _scheme(url: str) -> str:
-    if "://" not in url:
-        return "sqlite"  # a bare path is a SQLite file
-    return url.split("://", 1)[0].split("+", 1)[0].lower()
-
-
 def _load_connector(url: str) -> Callable[..., Awaitable[Store]]:
-    scheme = _scheme(url)
+    scheme = store_scheme(url)
     target = _BACKENDS.get(scheme)
     if target is None:
         known = ", ".join(sorted(_BACKENDS))

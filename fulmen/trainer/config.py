@@ -8,29 +8,36 @@ without validation data, a KL estimator without a KL coefficient, and so on.
 from __future__ import annotations
 
 import difflib
+import functools
+import operator
 import types
 import typing
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any, Literal, TypeAlias, cast
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias, cast
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from fulmen.adapter.transitions import TransitionOptions
 from fulmen.agent.command.config import CommandAgentConfig
 from fulmen.agent.rollouts import RolloutSettings
-from fulmen.algorithms.apo.config import APOConfig
-from fulmen.algorithms.demos.config import DemosConfig
-from fulmen.algorithms.dpo.config import DPOAlgorithmConfig
-from fulmen.algorithms.grpo.config import GRPOAlgorithmConfig
-from fulmen.algorithms.ppo.config import PPOAlgorithmConfig
-from fulmen.algorithms.registry import OFFLINE, PROMPT_ONLY, available, names
-from fulmen.algorithms.sft.config import SFTAlgorithmConfig
+from fulmen.algorithms.registry import (
+    DEFAULT,
+    algorithm,
+    available,
+    names,
+    offline,
+    prompt_only,
+    registered,
+)
+from fulmen.algorithms.section import AlgorithmSection
 from fulmen.algorithms.source import StoreFilter
 from fulmen.cluster.config import ClusterConfig
 from fulmen.engines.config import EngineConfig
 from fulmen.environments.config import EnvironmentConfig, apply_environment
 from fulmen.errors import ConfigError
 from fulmen.rewards.config import RewardConfig
+from fulmen.store.urls import is_service_url
 from fulmen.trainer.sinks.config import MetricsConfig, require_sink
 
 __all__ = [
@@ -120,19 +127,22 @@ class ValidationConfig(_Strict):
     failed_rollouts: Literal["score_zero", "leave_out"] = "score_zero"
 
 
-#: What ``algorithm:`` (or each entry of ``stages:``) holds, selected by ``name``: the config
-#: model of every algorithm of ``fulmen.algorithms.registry`` (a test checks they agree).
-AlgorithmConfig: TypeAlias = Annotated[
-    GRPOAlgorithmConfig
-    | SFTAlgorithmConfig
-    | DPOAlgorithmConfig
-    | PPOAlgorithmConfig
-    | APOConfig
-    | DemosConfig,
-    Field(discriminator="name"),
-]
+def _algorithm_union() -> Any:
+    """Return every registered algorithm's config model as one union selected by ``name``."""
+    models = tuple(row.config_model() for row in registered())
+    return Annotated[functools.reduce(operator.or_, models), Field(discriminator="name")]
 
-_PROMPT_ONLY_NAMES = ", ".join(sorted(PROMPT_ONLY))
+
+if TYPE_CHECKING:
+    AlgorithmConfig: TypeAlias = AlgorithmSection
+else:
+    #: What ``algorithm:`` (or each entry of ``stages:``) holds, selected by ``name``: the
+    #: config model of every algorithm ``fulmen.algorithms.registry`` registers.
+    AlgorithmConfig = _algorithm_union()
+
+
+def _default_algorithm() -> AlgorithmSection:
+    return algorithm(DEFAULT).config_model().model_validate({})
 
 
 class TrainConfig(_Strict):
@@ -192,7 +202,7 @@ class TrainConfig(_Strict):
     engine: EngineConfig = Field(default_factory=EngineConfig)
     rollouts: RolloutSettings = Field(default_factory=RolloutSettings)
     validation: ValidationConfig | None = None
-    algorithm: AlgorithmConfig = Field(default_factory=GRPOAlgorithmConfig)
+    algorithm: AlgorithmConfig = Field(default_factory=_default_algorithm)
     stages: list[AlgorithmConfig] | None = Field(default=None, min_length=1)
     reward: RewardConfig | None = None
     success_threshold: float = 1.0
@@ -225,7 +235,7 @@ class TrainConfig(_Strict):
             out["stages"] = [_algorithm_section(s, f"stages.{i}") for i, s in enumerate(stages)]
         out = apply_environment(out)  # its agent and data (fulmen.environments.config)
         _give_offline_source(out)
-        from fulmen.algorithms.grpo.behaviour import align_behaviour_temperature
+        from fulmen.algorithms.behaviour import align_behaviour_temperature
 
         return align_behaviour_temperature(out)
 
@@ -233,13 +243,15 @@ class TrainConfig(_Strict):
     def _no_dead_options(self) -> TrainConfig:
         if self.validation is not None and self.data.val is None:
             raise ValueError("validation is configured but data.val is not set")
-        weights = [s.name for s in self.plan() if s.name not in PROMPT_ONLY]
+        prompts = prompt_only()
+        weights = [s.name for s in self.plan() if s.name not in prompts]
         if self.engine.kind == "endpoint" and weights:
             raise ValueError(
                 f"engine.kind 'endpoint' cannot take new weights ({', '.join(weights)}); use it "
-                f"with `fulmen dev` or algorithms that change only prompts ({_PROMPT_ONLY_NAMES})"
+                "with `fulmen dev` or algorithms that change only prompts "
+                f"({', '.join(sorted(prompts))})"
             )
-        full = [s.name for s in self.plan() if _trains_full_weights(s)]
+        full = [s.name for s in self.plan() if s.trains_full_weights()]
         if self.engine.kind == "vllm" and full:
             raise ValueError(
                 f"finetune 'full' ({', '.join(full)}) needs an engine that reloads full weights "
@@ -269,8 +281,7 @@ class TrainConfig(_Strict):
                 "engine.threads has no effect with cluster: each engine replica computes with "
                 "cluster.engine_cpus threads"
             )
-        is_service = (self.store_url or "").split("://", 1)[0].lower() in ("http", "https")
-        if is_service and "store_cpus" in cluster.model_fields_set:
+        if is_service_url(self.store_url or "") and "store_cpus" in cluster.model_fields_set:
             raise ValueError(
                 "cluster.store_cpus has no effect with an http:// store_url (that store "
                 "service is used as it is; none is started on Ray)"
@@ -306,34 +317,16 @@ class TrainConfig(_Strict):
         """List the algorithms this run executes, in order: ``stages``, or ``[algorithm]``."""
         return list(self.stages) if self.stages is not None else [self.algorithm]
 
-    def grpo_config(self) -> Any:
-        """Build the ``GRPOConfig`` of the first ``grpo`` stage (with the run's seed)."""
-        for stage in self.plan():
-            if isinstance(stage, GRPOAlgorithmConfig):
-                return stage.update_config(seed=self.seed)
-        raise ConfigError("this config has no grpo stage")
-
-    def transition_options(self) -> Any:
+    def transition_options(self) -> TransitionOptions:
         """Build the adapter's ``TransitionOptions`` of the first stage that has them.
 
         A plan without a ``transitions`` section gets the adapter's defaults.
         """
-        from fulmen.adapter.transitions import TransitionOptions
-
         for stage in self.plan():
-            options = getattr(stage, "transition_options", None)
-            if callable(options):
-                return options()
+            options = stage.transition_options()
+            if options is not None:
+                return options
         return TransitionOptions()
-
-
-def _trains_full_weights(stage: AlgorithmConfig) -> bool:
-    """Whether ``stage`` fine-tunes every weight (so the engine must reload full weights)."""
-    if isinstance(stage, SFTAlgorithmConfig):
-        return stage.sft.finetune == "full"
-    if isinstance(stage, GRPOAlgorithmConfig):
-        return stage.update_config(seed=0).finetune == "full"
-    return False
 
 
 def _give_offline_source(raw: dict[str, Any]) -> None:
@@ -357,10 +350,10 @@ def _give_offline_source(raw: dict[str, Any]) -> None:
             continue  # the model's own validation reports it
         section = cast("dict[str, Any]", section)
         name = section.get("name")
-        if name not in OFFLINE:
+        if name not in offline():
             raise ValueError(
                 f"{where}.name {name!r} cannot learn from data.from_store (offline training "
-                f"supports: {', '.join(OFFLINE)})"
+                f"supports: {', '.join(offline())})"
             )
         if section.get("source") is not None:
             raise ValueError(f"set data.from_store or {where}.source, not both")
@@ -368,7 +361,7 @@ def _give_offline_source(raw: dict[str, Any]) -> None:
 
 
 def _algorithm_section(value: Any, where: str) -> Any:
-    """Expand ``sft`` to ``{name: sft}`` and default the name to ``grpo``.
+    """Expand ``sft`` to ``{name: sft}`` and default the name (``registry.DEFAULT``).
 
     A name no algorithm has is refused with the names there are
     (``fulmen.algorithms.registry``).
@@ -378,7 +371,7 @@ def _algorithm_section(value: Any, where: str) -> Any:
     if not isinstance(value, dict):
         return value  # the model's own validation reports it
     section = dict(cast("dict[str, Any]", value))
-    name = section.setdefault("name", "grpo")
+    name = section.setdefault("name", DEFAULT)
     if name not in names():
         raise ValueError(f"{where}.name {name!r}: no such algorithm (available: {available()})")
     return section

@@ -13,9 +13,8 @@ import logging
 import time
 from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
-from fulmen.algorithms.registry import BEHAVIOUR
 from fulmen.algorithms.rewards import reward_metrics
 from fulmen.errors import ConfigError
 from fulmen.trainer.data import task_id_of
@@ -197,7 +196,7 @@ class StageContext:
                 "val": settings.val_sampling,
                 "test": settings.val_sampling,
             },
-            behaviour_modes=(Mode.TRAIN,) if self.name in BEHAVIOUR else (),
+            behaviour_modes=(Mode.TRAIN,) if self._samples_behaviour() else (),
         )
         state = self.session.state
         if resources:
@@ -434,6 +433,10 @@ class StageContext:
 
     # -- plumbing ---------------------------------------------------------------------------
 
+    def _samples_behaviour(self) -> bool:
+        """Whether this stage's update assumes its rollouts sampled one known distribution."""
+        return type(self.session.config.plan()[self.index]).behaviour_temperature is not None
+
     def _served_models(self, index: int) -> tuple[str, dict[str, str]]:
         """Return ``llm``'s ``model`` and ``agent_models`` for what the engine serves now.
 
@@ -446,10 +449,7 @@ class StageContext:
         """
         session = self.session
         stage = session.config.plan()[index]
-        policy_agents = getattr(stage, "policy_agents", None)
-        agents = cast(
-            "tuple[str, ...] | None", policy_agents() if callable(policy_agents) else None
-        )
+        agents = stage.policy_agents()
         if agents is None:
             return session.model_name, session.agent_models()
         base = session.config.model

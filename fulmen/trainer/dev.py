@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Sequence
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from fulmen.agent.rollouts import RolloutSettings
 from fulmen.tracing.outcome import command_outcomes, no_reward_reason
@@ -27,6 +27,9 @@ from fulmen.types import (
     RolloutCreate,
     RolloutStatus,
 )
+
+if TYPE_CHECKING:
+    from fulmen.trainer.config import TrainConfig
 
 __all__ = [
     "configured_max_seq_len",
@@ -116,7 +119,7 @@ async def run_dev(
     mode: Mode = Mode.VAL,
     out: TextIO,
     max_seq_len: int | None = None,
-    max_seq_len_option: str = "algorithm.grpo.max_seq_len",
+    max_seq_len_option: str = "the updater's max_seq_len",
 ) -> list[dict[str, Any]]:
     """Run one rollout of ``mode`` per task on ``stack`` and print a report to ``out``.
 
@@ -283,32 +286,31 @@ def dev_failure(report: Sequence[dict[str, Any]]) -> str | None:
     )
 
 
-def configured_max_seq_len(config: Any) -> int | None:
+def configured_max_seq_len(config: TrainConfig) -> int | None:
     """Return the smallest ``max_seq_len`` the config's stages set (``None``: none).
 
-    Each updater's settings (``grpo``, ``ppo``, ``dpo``, ``sft``) have one; unset, it is the
-    model's context, which the engine reports.
+    Each updater's settings have one (``AlgorithmSection.max_seq_len_settings``); unset, it is
+    the model's context, which the engine reports.
     """
     limits = [limit for _, limit in _updater_limits(config) if limit is not None]
     return min(limits) if limits else None
 
 
-def max_seq_len_option(config: Any) -> str:
+def max_seq_len_option(config: TrainConfig) -> str:
     """Name the ``max_seq_len`` setting of the config's (first) updater, for messages."""
     named = [option for option, _ in _updater_limits(config)]
-    return named[0] if named else "algorithm.grpo.max_seq_len"
+    return named[0] if named else "the updater's max_seq_len"
 
 
-def _updater_limits(config: Any) -> list[tuple[str, int | None]]:
-    """Each stage's updater settings that have a ``max_seq_len``: (its option, its value)."""
-    stages = getattr(config, "stages", None)
-    where = [f"stages.{i}" for i in range(len(stages))] if stages else ["algorithm"]
+def _updater_limits(config: TrainConfig) -> list[tuple[str, int | None]]:
+    """Each stage's updater length limit: (its option, its value; ``None``: the model's)."""
+    plan = config.plan()
+    where = [f"stages.{i}" for i in range(len(plan))] if config.stages else ["algorithm"]
     found: list[tuple[str, int | None]] = []
-    for prefix, stage in zip(where, stages or [getattr(config, "algorithm", None)], strict=True):
-        for name in ("grpo", "ppo", "dpo", "sft"):
-            settings = getattr(stage, name, None)
-            if settings is not None and hasattr(settings, "max_seq_len"):
-                found.append((f"{prefix}.{name}.max_seq_len", settings.max_seq_len))
+    for prefix, stage in zip(where, plan, strict=True):
+        setting = stage.max_seq_len_settings()
+        if setting is not None:
+            found.append((f"{prefix}.{setting[0]}", setting[1]))
     return found
 
 

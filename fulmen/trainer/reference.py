@@ -70,7 +70,7 @@ def sections() -> list[tuple[list[str], type[BaseModel]]]:
 
     A model held at several places (``lora`` of GRPO and of SFT) is one section naming each.
     """
-    from fulmen.algorithms.registry import ALGORITHMS
+    from fulmen.algorithms.registry import registered
     from fulmen.trainer.config import TrainConfig
 
     out: list[tuple[list[str], type[BaseModel]]] = []
@@ -90,7 +90,7 @@ def sections() -> list[tuple[list[str], type[BaseModel]]]:
                 visit(f"{path}.{key}" if path else key, nested)
 
     visit("", TrainConfig)
-    for entry in ALGORITHMS:
+    for entry in registered():
         visit(f"algorithm ({entry.name})", entry.config_model())
     return out
 

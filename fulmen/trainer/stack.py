@@ -23,6 +23,7 @@ from fulmen.asgi_task import AppTask, loopback_socket
 from fulmen.engines.config import EngineConfig
 from fulmen.errors import EngineError
 from fulmen.store import Store, open_store
+from fulmen.store.urls import is_service_url
 
 if TYPE_CHECKING:
     from fulmen.cluster.config import ClusterConfig
@@ -130,7 +131,7 @@ class TrainingStack:
         await self.aclose()
 
     def _store_options(self) -> dict[str, Any]:
-        is_http = self._store_url.split("://", 1)[0].lower() in ("http", "https")
+        is_http = is_service_url(self._store_url)
         return {"token": self._store_token} if is_http and self._store_token else {}
 
     async def _start_engine(self) -> None:
@@ -151,6 +152,7 @@ class TrainingStack:
                 extra_args=config.builtin_serve_flags(),
                 token=self.engine_token,
                 adapter_roots=self._weights_roots,
+                startup_timeout=config.startup_timeout_s,
             )
         else:
             from fulmen.engines.vllm import VLLMLauncher
@@ -160,6 +162,7 @@ class TrainingStack:
                 max_lora_rank=config.max_lora_rank,
                 log_path=log_path,
                 token=self.engine_token,
+                startup_timeout=config.startup_timeout_s,
             )
         logger.info("starting the %s engine for %s (log: %s)", config.kind, self._model, log_path)
         try:
@@ -220,12 +223,9 @@ class TrainingStack:
         from fulmen.agent.runner import Runner
 
         config = RunnerConfig(
-            concurrency=self._rollouts.concurrency,
             gateway_url=self.gateway_url,
             gateway_api_key=self.gateway_token,
-            sync_isolation=self._rollouts.sync_isolation,
-            heartbeat_interval=2.0,
-            poll_interval=0.1,
+            **self._rollouts.runner_options(),
         )
         self._runner = Runner(self.store, self._agent, config)
         self._runner_task = asyncio.create_task(self._runner.run(), name="fulmen-runner")

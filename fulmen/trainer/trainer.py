@@ -394,7 +394,7 @@ async def _diagnose(config: TrainConfig, stack: TrainingStack) -> list[Finding]:
             engine = engine_counters(page.text) if page.status_code == 200 else None
         except httpx.HTTPError:
             engine = None  # the diagnosis goes on without the engine's counters
-    is_async = any(getattr(stage, "async_", None) is not None for stage in config.plan())
+    is_async = any(stage.runs_async() for stage in config.plan())
     return diagnose(records, is_async=is_async, engine=engine)
 
 

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from fulmen.algorithms.grpo.losses import (
+from fulmen.algorithms.losses import (
     clipped_policy_loss,
     k1_kl,
     k3_kl,

@@ -68,14 +68,14 @@ from torch import Tensor
 from fulmen.algorithms.batching import MicroBatch, collate
 from fulmen.algorithms.grpo.advantages import group_advantages
 from fulmen.algorithms.grpo.config import GRPOConfig
-from fulmen.algorithms.grpo.losses import (
+from fulmen.algorithms.grpo.samples import build_samples
+from fulmen.algorithms.losses import (
     KL_ESTIMATORS,
     POLICY_LOSSES,
     PolicyLossTerms,
     clipped_policy_loss,
     k3_kl,
 )
-from fulmen.algorithms.grpo.samples import build_samples
 from fulmen.types.transitions import Transition
 
 grpo_trainer = pytest.importorskip(

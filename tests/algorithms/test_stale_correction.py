@@ -15,8 +15,8 @@ from pydantic import ValidationError
 
 from fulmen.algorithms.grpo import GRPOConfig
 from fulmen.algorithms.grpo.config import GRPOAlgorithmConfig
-from fulmen.algorithms.grpo.losses import correct_stale_tokens
 from fulmen.algorithms.grpo.updater import GRPOUpdater
+from fulmen.algorithms.losses import correct_stale_tokens
 from fulmen.errors import ConfigError
 from fulmen.types import Transition
 

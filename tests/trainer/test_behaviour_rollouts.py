@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from fulmen.agent.rollouts import RolloutSettings
+from fulmen.algorithms.registry import algorithm as registered
 from fulmen.errors import ConfigError
 from fulmen.store import open_store
 from fulmen.trainer.config import load_config
@@ -55,10 +56,11 @@ async def published_llm(
 ) -> LLMResource:
     """What ``StageContext.publish`` stores as ``llm`` for a stage running ``algorithm``.
 
-    ``stage`` is the stage's config (default: one with no routing of its own); ``served`` the
+    ``stage`` is the stage's config (default: the algorithm's defaults); ``served`` the
     model name the engine serves the policy under.
     """
-    stage = SimpleNamespace(name=algorithm) if stage is None else stage
+    if stage is None:
+        stage = registered(algorithm).config_model().model_validate({})
     async with open_store("memory://", watchdog_interval=None) as store:
         session: Any = SimpleNamespace(
             config=SimpleNamespace(
@@ -103,8 +105,6 @@ async def test_other_stages_publish_no_behaviour_mode(tmp_path: Path, algorithm:
 async def test_untrained_agents_base_routes_only_the_trained_agents_to_the_policy(
     tmp_path: Path, algorithm: str
 ) -> None:
-    from fulmen.algorithms.registry import algorithm as registered
-
     config = (
         registered(algorithm)
         .config_model()

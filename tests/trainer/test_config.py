@@ -26,7 +26,7 @@ def test_minimal_config_gets_defaults_and_resolves_paths(tmp_path: Path) -> None
     assert config.run_dir == tmp_path / "out"
     assert config.python_path == [tmp_path / "src"]
     assert config.engine.kind == "builtin"
-    assert config.grpo_config().finetune == "lora"
+    assert config.algorithm.grpo.finetune == "lora"
 
 
 def test_overrides_use_dotted_keys(tmp_path: Path) -> None:
@@ -116,7 +116,7 @@ def test_one_temperature_for_sampling_and_training(
 ) -> None:
     """The rollouts sample at the temperature the trainer computes its logprobs at."""
     config = load_config(write(tmp_path, BASE + extra))
-    assert config.grpo_config().temperature == temperature
+    assert config.algorithm.grpo.temperature == temperature
     assert config.rollouts.train_sampling["temperature"] == temperature
     # pinned, so an agent's own top_p cannot truncate the behaviour distribution
     assert config.rollouts.train_sampling["top_p"] == 1.0
@@ -131,7 +131,7 @@ def test_calc_example_trains_at_the_temperature_it_samples_at() -> None:
     calc = Path(__file__).resolve().parents[2] / "examples" / "calc" / "config.yaml"
     config = load_config(calc)
     assert config.rollouts.train_sampling["temperature"] == 0.8
-    assert config.grpo_config().temperature == 0.8
+    assert config.algorithm.grpo.temperature == 0.8
 
 
 def test_algorithm_defaults_to_grpo_and_stages_chain_named_algorithms(tmp_path: Path) -> None:

@@ -101,7 +101,7 @@ def test_two_call_agent_trains_only_the_selected_agent(tmp_path: Path) -> None:
         "data.val=null",
         "rollouts.train_sampling={temperature: 0.8, max_tokens: 8}",
     )
-    assert config.grpo_config().temperature == 0.8  # derived from train_sampling
+    assert config.algorithm.grpo.temperature == 0.8  # derived from train_sampling
     history = Trainer(config).fit()
     _check_on_policy(history)
     for step in history:

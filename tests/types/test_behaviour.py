@@ -35,7 +35,7 @@ def test_forced_values_are_neutral_and_explicit() -> None:
 
 
 def test_trainer_config_reads_the_same_table() -> None:
-    from fulmen.algorithms.grpo.behaviour import DISTRIBUTION_FIELDS as trainer_fields
+    from fulmen.algorithms.behaviour import DISTRIBUTION_FIELDS as trainer_fields
 
     assert trainer_fields is DISTRIBUTION_FIELDS
 

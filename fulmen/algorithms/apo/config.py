@@ -6,6 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, model_validator
 
+from fulmen.algorithms.section import AlgorithmSection
 from fulmen.errors import ConfigError
 from fulmen.prompts.loading import import_prompt
 from fulmen.types import PromptTemplate
@@ -38,7 +39,7 @@ class OptimizerEndpoint(BaseModel):
     timeout_s: float = Field(default=120.0, gt=0)
 
 
-class APOConfig(BaseModel):
+class APOConfig(AlgorithmSection):
     """Automatic prompt optimization: textual gradients from a critic, rewrites by an editor.
 
     Attributes:

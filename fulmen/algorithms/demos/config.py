@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Literal, cast
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
+from fulmen.algorithms.section import AlgorithmSection
 from fulmen.errors import ConfigError
 from fulmen.importing import import_object
 from fulmen.types import PromptTemplate
@@ -14,7 +15,7 @@ from fulmen.types import PromptTemplate
 __all__ = ["DemosConfig"]
 
 
-class DemosConfig(BaseModel):
+class DemosConfig(AlgorithmSection):
     """Few-shot demonstrations bootstrapped from the agent's own successful runs.
 
     Attributes:

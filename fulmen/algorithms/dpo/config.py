@@ -15,9 +15,9 @@ from fulmen.algorithms.compute import ComputeSettings
 from fulmen.algorithms.lora import LoraSettings
 from fulmen.algorithms.source import StoreSource
 from fulmen.algorithms.transitions import (
+    PolicyRoutedSection,
     check_transitions,
     check_untrained_on_base,
-    served_by_name,
 )
 
 __all__ = ["DPOAlgorithmConfig", "DPOConfig"]
@@ -76,7 +76,7 @@ class DPOConfig(_Strict, ComputeSettings):
         return "lora"
 
 
-class DPOAlgorithmConfig(_Strict):
+class DPOAlgorithmConfig(PolicyRoutedSection):
     """``algorithm: dpo``: direct preference optimization on the agent's own better runs.
 
     Each step runs ``group_size`` rollouts of each of ``tasks_per_step`` tasks with the served
@@ -141,24 +141,6 @@ class DPOAlgorithmConfig(_Strict):
             return self.dpo
         return self.dpo.model_copy(update={"seed": seed})
 
-    def planned(self) -> tuple[int, str]:
-        """Return how many steps the stage runs, and the option that sets it."""
-        return self.steps, "steps"
-
-    def transition_options(self) -> TransitionOptions:
-        """Return the adapter's ``TransitionOptions`` (``transitions``).
-
-        With ``untrained_agents: base`` agent names come from each call's header
-        (``names: call``): the name the gateway routed it by.
-        """
-        if self.untrained_agents == "base":
-            return served_by_name(self.transitions)
-        return self.transitions
-
-    def policy_agents(self) -> tuple[str, ...] | None:
-        """Return the agent patterns the trained policy serves; ``None``: every agent.
-
-        ``transitions.agents`` with ``untrained_agents: base``; the trainer routes the other
-        agents' calls to the base model when it publishes the policy.
-        """
-        return self.transitions.agents if self.untrained_agents == "base" else None
+    def max_seq_len_settings(self) -> tuple[str, int | None]:
+        """Return ``dpo.max_seq_len``."""
+        return "dpo.max_seq_len", self.dpo.max_seq_len

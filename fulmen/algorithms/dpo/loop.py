@@ -17,15 +17,13 @@ import asyncio
 import logging
 from typing import Any
 
-from fulmen.adapter.named_rewards import named_reward_means
 from fulmen.algorithms.context import AlgorithmContext
 from fulmen.algorithms.dpo.config import DPOAlgorithmConfig
 from fulmen.algorithms.dpo.pairs import PairStats, PreferencePair, build_pairs
 from fulmen.algorithms.rewards import reward_metrics
-from fulmen.algorithms.rollout_concurrency import concurrency_metrics
 from fulmen.algorithms.source import StoreSource
-from fulmen.algorithms.update_steps import run_update_steps
-from fulmen.types import Mode, RolloutStatus, Trajectory
+from fulmen.algorithms.update_steps import run_step_groups, run_update_steps, sampled_metrics
+from fulmen.types import Trajectory
 
 __all__ = ["run_dpo"]
 
@@ -78,25 +76,12 @@ async def _sample_pairs(
     config: DPOAlgorithmConfig, context: AlgorithmContext, step: int
 ) -> tuple[list[PreferencePair], PairStats, dict[str, float]]:
     """Run one step's groups with the served policy and pair them."""
-    version = await context.publish(metadata={"step": step})
-    finished = await context.run_tasks(
-        context.task_batch(step, config.tasks_per_step),
-        mode=Mode.TRAIN,
-        version=version,
-        tag=f"s{step}",
-        group_size=config.group_size,
+    finished = await run_step_groups(
+        context, step, tasks_per_step=config.tasks_per_step, group_size=config.group_size
     )
     trajectories = await context.trajectories(finished, config.transition_options())
     pairs, stats = build_pairs(trajectories, min_margin=config.min_margin)
-    metrics = {
-        **reward_metrics("reward", _rewards(trajectories), context.success_threshold),
-        **named_reward_means("train/reward", [t.secondary_rewards for t in trajectories]),
-        "rollouts/finished": float(len(finished)),
-        "rollouts/failed": float(sum(r.status is not RolloutStatus.SUCCEEDED for r in finished)),
-        **concurrency_metrics(finished),
-        "transitions": float(sum(len(t.transitions) for t in trajectories)),
-    }
-    return pairs, stats, metrics
+    return pairs, stats, sampled_metrics(finished, trajectories, context.success_threshold)
 
 
 async def _read_pairs(

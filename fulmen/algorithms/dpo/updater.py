@@ -31,9 +31,9 @@ from fulmen.algorithms.optimizer import apply_gradients, build_optimizer
 from fulmen.algorithms.policy import (
     ReferencePolicy,
     autocast_context,
-    causal_lm_of,
+    pad_token_of,
     policy_device,
-    prepare_policy,
+    prepare_seeded_policy,
     token_logprobs,
     update_mode,
 )
@@ -88,14 +88,11 @@ class DPOUpdater(checkpoint.LoraUpdaterFiles[DPOConfig]):
 
     def __init__(self, model: nn.Module, *, config: DPOConfig) -> None:
         self.config = config
-        with torch.random.fork_rng(devices=[]):  # the adapter's init, not the caller's RNG
-            torch.manual_seed(config.seed or 0)
-            self.model = prepare_policy(model, config)
-        self.model.eval()  # the update's flags only inside an update (``update_mode``)
+        self.model = prepare_seeded_policy(model, config, seed=config.seed or 0)
         self.device = policy_device(config)
         self.reference = ReferencePolicy(self.model, finetune="lora")
         self.optimizer = build_optimizer(self.model, config)
-        self.pad_token_id = getattr(causal_lm_of(self.model).config, "pad_token_id", None) or 0
+        self.pad_token_id = pad_token_of(self.model)
         #: The length limit: the configured one, else the model's context.
         self.max_seq_len = resolve_max_seq_len(config.max_seq_len, self.model)
         self.step = 0

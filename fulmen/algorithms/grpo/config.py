@@ -5,14 +5,16 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from fulmen.adapter.transitions import TransitionOptions
 from fulmen.algorithms.compute import ComputeSettings
 from fulmen.algorithms.lora import LoraSettings
+from fulmen.algorithms.losses import check_loss_names
 from fulmen.algorithms.parallel.config import DataParallelConfig
+from fulmen.algorithms.section import AlgorithmSection
 from fulmen.algorithms.source import StoreSource
 from fulmen.algorithms.transitions import check_transitions
 
@@ -120,16 +122,7 @@ class GRPOConfig(ComputeSettings):
 
     @model_validator(mode="after")
     def _known_names(self) -> GRPOConfig:
-        from fulmen.algorithms.grpo.losses import KL_ESTIMATORS, POLICY_LOSSES
-
-        if self.policy_loss not in POLICY_LOSSES:
-            raise ValueError(
-                f"unknown policy_loss {self.policy_loss!r}; allowed: {sorted(POLICY_LOSSES)}"
-            )
-        if self.kl_estimator not in KL_ESTIMATORS:
-            raise ValueError(
-                f"unknown kl_estimator {self.kl_estimator!r}; allowed: {sorted(KL_ESTIMATORS)}"
-            )
+        check_loss_names(self.policy_loss, self.kl_estimator)
         if self.is_cap is not None and self.epochs != 1:
             # the current policy's logprobs before the update are taken from the one pass
             raise ValueError(f"is_cap (stale-token correction) needs epochs 1; got {self.epochs}")
@@ -207,7 +200,7 @@ class DynamicSampling(BaseModel):
         return self
 
 
-class GRPOAlgorithmConfig(BaseModel):
+class GRPOAlgorithmConfig(AlgorithmSection):
     """``algorithm: grpo`` (the default): the on-policy loop around the updater.
 
     Attributes:
@@ -248,6 +241,8 @@ class GRPOAlgorithmConfig(BaseModel):
     model_config = ConfigDict(
         extra="forbid", frozen=True, validate_by_name=True, serialize_by_alias=True
     )
+
+    behaviour_temperature: ClassVar[str | None] = "grpo"
 
     name: Literal["grpo"] = "grpo"
     steps: int = Field(default=20, ge=1)
@@ -335,6 +330,22 @@ class GRPOAlgorithmConfig(BaseModel):
     def planned(self) -> tuple[int, str]:
         """Return how many steps the stage runs, and the option that sets it."""
         return self.steps, "steps"
+
+    def trains_full_weights(self) -> bool:
+        """Say whether ``grpo.finetune`` is ``full``."""
+        return self.update_config(seed=0).finetune == "full"
+
+    def runs_async(self) -> bool:
+        """Say whether ``async`` is set."""
+        return self.async_ is not None
+
+    def data_parallel_settings(self) -> DataParallelConfig | None:
+        """Return ``data_parallel``."""
+        return self.data_parallel
+
+    def max_seq_len_settings(self) -> tuple[str, int | None]:
+        """Return ``grpo.max_seq_len``."""
+        return "grpo.max_seq_len", self.grpo.max_seq_len
 
     def _check_adapters(self) -> None:
         from fulmen.algorithms.grpo.roles import check_adapters

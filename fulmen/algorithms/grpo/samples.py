@@ -33,7 +33,7 @@ from fulmen.algorithms.batching import TokenSample
 from fulmen.algorithms.grpo.advantages import ADVANTAGE_ESTIMATORS
 from fulmen.algorithms.grpo.anchors import anchor_advantages
 from fulmen.algorithms.grpo.config import GRPOConfig
-from fulmen.algorithms.grpo.losses import LOSS_NORMALIZERS
+from fulmen.algorithms.losses import LOSS_NORMALIZERS
 from fulmen.errors import ConfigError
 from fulmen.types.transitions import Transition
 

@@ -34,17 +34,17 @@ from torch import nn
 from fulmen.algorithms import checkpoint
 from fulmen.algorithms.batching import MicroBatch, TokenSample, collate, plan_micro_batches
 from fulmen.algorithms.grpo.config import GRPOConfig
-from fulmen.algorithms.grpo.losses import KL_ESTIMATORS, POLICY_LOSSES, correct_stale_tokens
 from fulmen.algorithms.grpo.samples import build_samples
+from fulmen.algorithms.losses import KL_ESTIMATORS, POLICY_LOSSES, correct_stale_tokens
 from fulmen.algorithms.optimizer import apply_gradients, build_optimizer
 from fulmen.algorithms.parallel.collective import Collective, split_samples
 from fulmen.algorithms.policy import (
     ReferencePolicy,
     autocast_context,
-    causal_lm_of,
     load_causal_lm,
+    pad_token_of,
     policy_device,
-    prepare_policy,
+    prepare_seeded_policy,
     token_logprobs,
     update_mode,
 )
@@ -139,12 +139,10 @@ class GRPOUpdater:
     ) -> None:
         self.config = config or GRPOConfig()
         self.adapter_name = adapter_name
-        # The seed fixes the adapter's initialization without touching the caller's RNG.
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(self.config.seed)
-            self.model = prepare_policy(model, self.config, adapter_name=adapter_name)
+        self.model = prepare_seeded_policy(
+            model, self.config, seed=self.config.seed, adapter_name=adapter_name
+        )
         self.activate()
-        self.model.eval()
         #: The model's context (``None``: its config names none); ``max_seq_len`` defaults to it.
         self.context_length = model_context(self.model)
         limit = resolve_max_seq_len(self.config.max_seq_len, self.model)
@@ -156,8 +154,7 @@ class GRPOUpdater:
             else None
         )
         self.optimizer = build_optimizer(self.model, self.config)
-        config_pad = getattr(causal_lm_of(self.model).config, "pad_token_id", None)
-        self.pad_token_id = pad_token_id if pad_token_id is not None else (config_pad or 0)
+        self.pad_token_id = pad_token_id if pad_token_id is not None else pad_token_of(self.model)
         self.step = 0
         #: Optimizer steps skipped because the gradient norm was not finite.
         self.skipped_nonfinite = 0

@@ -6,17 +6,18 @@ head, GAE and the two clipped losses.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from fulmen.adapter.transitions import TransitionOptions
 from fulmen.algorithms.compute import ComputeSettings
 from fulmen.algorithms.lora import LoraSettings
+from fulmen.algorithms.losses import check_loss_names
 from fulmen.algorithms.transitions import (
+    PolicyRoutedSection,
     check_transitions,
     check_untrained_on_base,
-    served_by_name,
 )
 
 __all__ = ["PPOAlgorithmConfig", "PPOConfig"]
@@ -46,10 +47,10 @@ class PPOConfig(_Strict, ComputeSettings):
             the two errors counts (``docs/ppo.md``); ``None``: the plain squared error.
         value_learning_rate: the value head's AdamW learning rate (``None``: ``learning_rate``);
             a freshly initialized head learns slowly at a LoRA learning rate.
-        policy_loss: name in ``fulmen.algorithms.grpo.losses.POLICY_LOSSES``.
+        policy_loss: name in ``fulmen.algorithms.losses.POLICY_LOSSES``.
         clip_low / clip_high: ratio clip range ``[1 - clip_low, 1 + clip_high]``.
         kl_coef: weight of a KL penalty to the base model (the adapter disabled); 0: none.
-        kl_estimator: name in ``fulmen.algorithms.grpo.losses.KL_ESTIMATORS``.
+        kl_estimator: name in ``fulmen.algorithms.losses.KL_ESTIMATORS``.
         loss_normalization: ``"token"`` (every trained token of the batch weighs the same) or
             ``"rollout"`` (every rollout's tokens sum to the same weight) for the policy loss;
             the value loss is the mean over the batch's calls.
@@ -102,16 +103,7 @@ class PPOConfig(_Strict, ComputeSettings):
 
     @model_validator(mode="after")
     def _known_names(self) -> PPOConfig:
-        from fulmen.algorithms.grpo.losses import KL_ESTIMATORS, POLICY_LOSSES
-
-        if self.policy_loss not in POLICY_LOSSES:
-            raise ValueError(
-                f"unknown policy_loss {self.policy_loss!r}; allowed: {sorted(POLICY_LOSSES)}"
-            )
-        if self.kl_estimator not in KL_ESTIMATORS:
-            raise ValueError(
-                f"unknown kl_estimator {self.kl_estimator!r}; allowed: {sorted(KL_ESTIMATORS)}"
-            )
+        check_loss_names(self.policy_loss, self.kl_estimator)
         if self.kl_coef == 0 and "kl_estimator" in self.model_fields_set:
             raise ValueError("algorithm.ppo.kl_estimator has no effect with kl_coef 0")
         return self
@@ -122,7 +114,7 @@ class PPOConfig(_Strict, ComputeSettings):
         return "lora"
 
 
-class PPOAlgorithmConfig(_Strict):
+class PPOAlgorithmConfig(PolicyRoutedSection):
     """``algorithm: ppo``: proximal policy optimization with a learned value function.
 
     Each step runs ``group_size`` rollouts (1 by default: PPO needs no groups) of each of
@@ -155,6 +147,8 @@ class PPOAlgorithmConfig(_Strict):
             (the last step is checkpointed and validated as after ``steps``); ``None``: no
             limit.
     """
+
+    behaviour_temperature: ClassVar[str | None] = "ppo"
 
     name: Literal["ppo"] = "ppo"
     steps: int = Field(default=20, ge=1)
@@ -201,24 +195,6 @@ class PPOAlgorithmConfig(_Strict):
             return self.ppo
         return self.ppo.model_copy(update={"seed": seed})
 
-    def planned(self) -> tuple[int, str]:
-        """Return how many steps the stage runs, and the option that sets it."""
-        return self.steps, "steps"
-
-    def transition_options(self) -> TransitionOptions:
-        """Return the adapter's ``TransitionOptions`` (``transitions``).
-
-        With ``untrained_agents: base`` agent names come from each call's header
-        (``names: call``): the name the gateway routed it by.
-        """
-        if self.untrained_agents == "base":
-            return served_by_name(self.transitions)
-        return self.transitions
-
-    def policy_agents(self) -> tuple[str, ...] | None:
-        """Return the agent patterns the trained policy serves; ``None``: every agent.
-
-        ``transitions.agents`` with ``untrained_agents: base``; the trainer routes the other
-        agents' calls to the base model when it publishes the policy.
-        """
-        return self.transitions.agents if self.untrained_agents == "base" else None
+    def max_seq_len_settings(self) -> tuple[str, int | None]:
+        """Return ``ppo.max_seq_len``."""
+        return "ppo.max_seq_len", self.ppo.max_seq_len

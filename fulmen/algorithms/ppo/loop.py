@@ -17,16 +17,13 @@ import asyncio
 import logging
 from typing import Any
 
-from fulmen.adapter.named_rewards import named_reward_means
 from fulmen.algorithms.context import AlgorithmContext
 from fulmen.algorithms.parallel.config import torchrun_rank
 from fulmen.algorithms.ppo.config import PPOAlgorithmConfig
 from fulmen.algorithms.ppo.rewards import step_rewards
-from fulmen.algorithms.rewards import reward_metrics
-from fulmen.algorithms.rollout_concurrency import concurrency_metrics
-from fulmen.algorithms.update_steps import run_update_steps
+from fulmen.algorithms.update_steps import run_step_groups, run_update_steps, sampled_metrics
 from fulmen.errors import ConfigError
-from fulmen.types import Mode, RolloutStatus, Trajectory
+from fulmen.types import Trajectory
 
 __all__ = ["run_ppo"]
 
@@ -88,26 +85,13 @@ async def _sample(
     config: PPOAlgorithmConfig, context: AlgorithmContext, step: int
 ) -> tuple[list[Trajectory], dict[str, float]]:
     """Run one step's rollouts with the served policy and build their calls' transitions."""
-    version = await context.publish(metadata={"step": step})
-    finished = await context.run_tasks(
-        context.task_batch(step, config.tasks_per_step),
-        mode=Mode.TRAIN,
-        version=version,
-        tag=f"s{step}",
-        group_size=config.group_size,
+    finished = await run_step_groups(
+        context, step, tasks_per_step=config.tasks_per_step, group_size=config.group_size
     )
     options = config.transition_options()
     trajectories = [
         a.trajectory(options=options, credit=step_rewards) for a in await context.attempts(finished)
     ]
-    rewards = [t.final_reward for t in trajectories if t.final_reward is not None]
-    metrics = {
-        **reward_metrics("reward", rewards, context.success_threshold),
-        **named_reward_means("train/reward", [t.secondary_rewards for t in trajectories]),
-        "rollouts/finished": float(len(finished)),
-        "rollouts/failed": float(sum(r.status is not RolloutStatus.SUCCEEDED for r in finished)),
-        **concurrency_metrics(finished),
-        "transitions": float(sum(len(t.transitions) for t in trajectories)),
-    }
+    metrics = sampled_metrics(finished, trajectories, context.success_threshold)
     metrics["task/success"] = metrics.pop("reward/success")
     return trajectories, metrics

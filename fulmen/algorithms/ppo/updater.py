@@ -9,7 +9,7 @@ the gradient of
 
     Σ_tokens norm · (policy_loss + kl_coef · kl)  +  value_coef · mean_calls(value_loss)
 
-where the policy loss is GRPO's (``fulmen.algorithms.grpo.losses.POLICY_LOSSES``, each token
+where the policy loss is GRPO's (``fulmen.algorithms.losses.POLICY_LOSSES``, each token
 carrying its call's advantage), the KL GRPO's estimator against the adapter-disabled model,
 and the value loss the clipped one of ``gae.clipped_value_loss``. One decoder pass gives both
 the token logprobs and the values (``policy.hidden_states``). The forward and backward run in
@@ -31,15 +31,16 @@ from torch import Tensor, nn
 
 from fulmen.algorithms import checkpoint
 from fulmen.algorithms.batching import plan_micro_batches
-from fulmen.algorithms.grpo.losses import KL_ESTIMATORS, LOSS_NORMALIZERS, POLICY_LOSSES
+from fulmen.algorithms.losses import KL_ESTIMATORS, LOSS_NORMALIZERS, POLICY_LOSSES
 from fulmen.algorithms.optimizer import apply_gradients, build_optimizer
 from fulmen.algorithms.policy import (
     ReferencePolicy,
     autocast_context,
     causal_lm_of,
     hidden_states,
+    pad_token_of,
     policy_device,
-    prepare_policy,
+    prepare_seeded_policy,
     token_logprobs,
     update_mode,
 )
@@ -110,10 +111,7 @@ class PPOUpdater(checkpoint.LoraUpdaterFiles[PPOConfig]):
 
     def __init__(self, model: nn.Module, *, config: PPOConfig) -> None:
         self.config = config
-        with torch.random.fork_rng(devices=[]):  # the adapter's init, not the caller's RNG
-            torch.manual_seed(config.seed or 0)
-            self.model = prepare_policy(model, config)
-        self.model.eval()  # the update's flags only inside an update (``update_mode``)
+        self.model = prepare_seeded_policy(model, config, seed=config.seed or 0)
         self.device = policy_device(config)
         width = int(causal_lm_of(self.model).get_input_embeddings().embedding_dim)
         self.value_head = ValueHead(width).to(self.device)
@@ -129,7 +127,7 @@ class PPOUpdater(checkpoint.LoraUpdaterFiles[PPOConfig]):
         )
         # What a checkpoint holds: the adapter's and the value head's trained parameters.
         self._trained = nn.ModuleDict({"policy": self.model, "value_head": self.value_head})
-        self.pad_token_id = getattr(causal_lm_of(self.model).config, "pad_token_id", None) or 0
+        self.pad_token_id = pad_token_of(self.model)
         #: The length limit: the configured one, else the model's context.
         self.max_seq_len = resolve_max_seq_len(config.max_seq_len, self.model)
         self.step = 0

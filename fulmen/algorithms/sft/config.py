@@ -14,6 +14,7 @@ from fulmen.adapter.transitions import TransitionOptions
 from fulmen.algorithms.compute import ComputeSettings
 from fulmen.algorithms.lora import LoraSettings
 from fulmen.algorithms.parallel.config import DataParallelConfig
+from fulmen.algorithms.section import AlgorithmSection
 from fulmen.algorithms.source import StoreFilter, StoreSource
 from fulmen.algorithms.transitions import check_transitions
 
@@ -78,7 +79,7 @@ class SFTConfig(_Strict, ComputeSettings):
         return self
 
 
-class SFTAlgorithmConfig(_Strict):
+class SFTAlgorithmConfig(AlgorithmSection):
     """``algorithm: sft``: fine-tune on the completions of the agent's best runs.
 
     Without ``source`` it is rejection sampling: each round samples ``attempts_per_task``
@@ -147,3 +148,15 @@ class SFTAlgorithmConfig(_Strict):
     def transition_options(self) -> TransitionOptions:
         """Return the adapter's ``TransitionOptions`` (``transitions``)."""
         return self.transitions
+
+    def trains_full_weights(self) -> bool:
+        """Say whether ``sft.finetune`` is ``full``."""
+        return self.sft.finetune == "full"
+
+    def data_parallel_settings(self) -> DataParallelConfig | None:
+        """Return ``data_parallel``."""
+        return self.data_parallel
+
+    def max_seq_len_settings(self) -> tuple[str, int | None]:
+        """Return ``sft.max_seq_len``."""
+        return "sft.max_seq_len", self.sft.max_seq_len

@@ -32,10 +32,10 @@ from fulmen.algorithms.optimizer import apply_gradients, build_optimizer
 from fulmen.algorithms.parallel.collective import Collective, split_samples
 from fulmen.algorithms.policy import (
     autocast_context,
-    causal_lm_of,
     load_causal_lm,
+    pad_token_of,
     policy_device,
-    prepare_policy,
+    prepare_seeded_policy,
     token_logprobs,
     update_mode,
 )
@@ -60,13 +60,10 @@ class SFTUpdater:
     def __init__(self, model: nn.Module, *, config: SFTConfig) -> None:
         self.config = config
         self.seed = config.seed or 0
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(self.seed)
-            self.model = prepare_policy(model, config)
-        self.model.eval()  # train mode only inside an update (``update_mode``)
+        self.model = prepare_seeded_policy(model, config, seed=self.seed)
         self.device = policy_device(config)
         self.optimizer = build_optimizer(self.model, config)
-        self.pad_token_id = getattr(causal_lm_of(self.model).config, "pad_token_id", None) or 0
+        self.pad_token_id = pad_token_of(self.model)
         #: The length limit: the configured one, else the model's context.
         self.max_seq_len = resolve_max_seq_len(config.max_seq_len, self.model)
         self.step = 0

@@ -83,7 +83,7 @@ def test_verl_needs_no_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     )
     config = agl.Trainer(algorithm=verl, n_runners=8).train_config(toy_agents.ToyLitAgent(), 4)
     assert config.model == "tiny" and config.algorithm.name == "grpo"
-    grpo = config.grpo_config()
+    grpo = config.algorithm.grpo  # type: ignore[attr-defined]
     assert (grpo.learning_rate, grpo.lora.r, grpo.clip_high) == (0.01, 8, 0.28)
     assert config.algorithm.steps == 4  # type: ignore[union-attr]  # 2 epochs of 4 tasks / 2
     assert config.validation is None  # test_freq, but no val_dataset: nothing to validate on

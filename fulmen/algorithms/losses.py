@@ -1,4 +1,4 @@
-"""Policy losses, KL estimators and loss normalizers: pure functions in name → function tables.
+"""Policy losses, KL estimators and loss normalizers of the ratio-based updates (GRPO, PPO).
 
 Every function works on flat per-token tensors of the trained tokens of a batch (shape
 ``[N]``) and takes keyword-only arguments. The step's loss is
@@ -24,6 +24,7 @@ __all__ = [
     "POLICY_LOSSES",
     "PolicyLossTerms",
     "StaleCorrection",
+    "check_loss_names",
     "clipped_policy_loss",
     "correct_stale_tokens",
     "k1_kl",
@@ -194,3 +195,15 @@ LOSS_NORMALIZERS: Mapping[str, Callable[..., Tensor]] = {
     "token": token_normalizer,
     "rollout": rollout_normalizer,
 }
+
+
+def check_loss_names(policy_loss: str, kl_estimator: str) -> None:
+    """Check an update config's ``policy_loss`` and ``kl_estimator`` against the tables.
+
+    Raises:
+        ValueError: either names no entry; the message lists the allowed ones.
+    """
+    if policy_loss not in POLICY_LOSSES:
+        raise ValueError(f"unknown policy_loss {policy_loss!r}; allowed: {sorted(POLICY_LOSSES)}")
+    if kl_estimator not in KL_ESTIMATORS:
+        raise ValueError(f"unknown kl_estimator {kl_estimator!r}; allowed: {sorted(KL_ESTIMATORS)}")

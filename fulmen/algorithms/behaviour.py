@@ -5,13 +5,13 @@ probability the engine sampled it with (PPO's ratio is the same). The engines re
 of the distribution they sampled from (``logits / temperature``, after any top-k / top-p), and
 the trainer recomputes ``log_softmax(logits / temperature)``; the two agree only when both use
 the same temperature and nothing truncates the distribution. :func:`align_behaviour_temperature`
-makes a raw training config say so: ``rollouts.train_sampling.temperature`` and
-``algorithm.grpo.temperature`` (of every ``grpo`` stage; ``algorithm.ppo.temperature`` of every
-``ppo`` stage) are one setting (either derives the other; different values are an error), and
-sampling fields the trainer cannot reproduce are refused. Which fields those are is one rule,
-``fulmen.types.behaviour``, which the gateway also applies to every call of a training rollout
-(``LLMResource.behaviour_modes``, set by ``StageContext.publish`` for a ``grpo`` or ``ppo``
-stage).
+makes a raw training config say so: ``rollouts.train_sampling.temperature`` and the update
+temperature of every stage whose config declares one (``AlgorithmSection.behaviour_temperature``:
+``algorithm.grpo.temperature``, ``algorithm.ppo.temperature``) are one setting (either derives
+the other; different values are an error), and sampling fields the trainer cannot reproduce are
+refused. Which fields those are is one rule, ``fulmen.types.behaviour``, which the gateway also
+applies to every call of a training rollout (``LLMResource.behaviour_modes``, set by
+``StageContext.publish`` for such a stage).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from typing import Any, cast
 
 from pydantic import BaseModel
 
+from fulmen.algorithms.registry import DEFAULT, registered
 from fulmen.types.behaviour import DISTRIBUTION_FIELDS, refused_field, reshaped_fields
 
 __all__ = ["DISTRIBUTION_FIELDS", "align_behaviour_temperature"]
@@ -31,12 +32,12 @@ _DEFAULT_TEMPERATURE = 1.0
 def align_behaviour_temperature(data: Mapping[str, Any]) -> dict[str, Any]:
     """Return a copy of raw ``TrainConfig`` data with the behaviour temperature set both ways.
 
-    ``rollouts.train_sampling.temperature`` and the ``grpo.temperature`` of every ``grpo``
-    algorithm (``algorithm`` or an entry of ``stages``), and the ``ppo.temperature`` of every
-    ``ppo`` one, all end up holding the one that was given (1.0 when none was), and
-    ``train_sampling`` gets ``top_p: 1.0`` so an agent's own ``top_p`` cannot reach the engine
-    in a training rollout. A config without a ``grpo`` or ``ppo`` algorithm is returned
-    unchanged: nothing computes importance ratios then.
+    ``rollouts.train_sampling.temperature`` and the update temperature of every algorithm
+    (``algorithm`` or an entry of ``stages``) whose config declares one
+    (``AlgorithmSection.behaviour_temperature``) all end up holding the one that was given
+    (1.0 when none was), and ``train_sampling`` gets ``top_p: 1.0`` so an agent's own
+    ``top_p`` cannot reach the engine in a training rollout. A config without such an
+    algorithm is returned unchanged: nothing computes importance ratios then.
 
     Raises:
         ValueError: two temperatures differ, the temperature is not a number > 0, or
@@ -100,26 +101,28 @@ def align_behaviour_temperature(data: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-#: The algorithms whose update takes an importance ratio: their update section's name.
-_RATIO_ALGORITHMS = ("grpo", "ppo")
-
-
 def _ratio_places(data: Mapping[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
-    """Find the ``grpo`` and ``ppo`` sections of a raw config: where, update key, copy."""
-    places: list[tuple[str, str, dict[str, Any]]] = []
+    """Find the sections of a raw config whose update takes a ratio: where, update key, copy."""
     stages = data.get("stages")
     if isinstance(stages, list):
-        for index, stage in enumerate(cast("list[Any]", stages)):
-            section = _section(stage)
-            name = None if section is None else section.get("name", "grpo")
-            if section is not None and name in _RATIO_ALGORITHMS:
-                places.append((f"stages.{index}", name, section))
-        return places
-    section = _section(data.get("algorithm"))
-    name = None if section is None else section.get("name", "grpo")
-    if section is not None and name in _RATIO_ALGORITHMS:
-        places.append(("algorithm", name, section))
+        found = [(f"stages.{i}", s) for i, s in enumerate(cast("list[Any]", stages))]
+    else:
+        found = [("algorithm", data.get("algorithm"))]
+    places: list[tuple[str, str, dict[str, Any]]] = []
+    for where, raw in found:
+        section = _section(raw)
+        key = None if section is None else _behaviour_key(section.get("name", DEFAULT))
+        if section is not None and key is not None:
+            places.append((where, key, section))
     return places
+
+
+def _behaviour_key(name: Any) -> str | None:
+    """Return the update key whose temperature ``name`` assumes (``None``: none, or unknown)."""
+    for row in registered():
+        if row.name == name:
+            return row.config_model().behaviour_temperature
+    return None  # not an algorithm: the config's own validation reports it
 
 
 def _checked_temperature(value: Any) -> float:
