@@ -182,9 +182,8 @@ def _update_rank(config: Any) -> int:
     """Under ``torchrun``, ranks other than 0 only take updates (``docs/data-parallel.md``)."""
     from fulmen.algorithms.parallel.workers import run_torchrun_rank
 
-    settings = next(
-        (s.data_parallel_settings() for s in config.plan() if s.data_parallel_settings()), None
-    )
+    found = (stage.data_parallel_settings() for stage in config.plan())
+    settings = next((s for s in found if s is not None), None)
     run_torchrun_rank(settings)
     return 0
 

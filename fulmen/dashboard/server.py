@@ -14,7 +14,6 @@ import logging
 import signal
 import socket
 from collections.abc import Callable, Coroutine
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from fulmen.asgi_task import AppTask
@@ -198,7 +197,7 @@ async def _serve_once_started(
     from fulmen.store import open_store
 
     try:
-        path = _sqlite_path(store_url)
+        path = sqlite_file(store_url)
         while path is not None and not path.exists():
             await asyncio.sleep(_WATCH_S)
         async with open_store(store_url, **store_options) as store:
@@ -225,8 +224,3 @@ async def _progress(store: Store) -> tuple[object, ...]:
         tuple((r.run_id, r.status, r.updated_at) for r in runs),
         latest.version if latest is not None else 0,
     )
-
-
-def _sqlite_path(url: str) -> Path | None:
-    """Return the file of a SQLite store URL (a bare path included), else ``None``."""
-    return sqlite_file(url)
