@@ -35,12 +35,13 @@ the same blocks for comparison.
     python benchmarks/gateway_overhead.py --compare-clients --upstream-delay-ms 25
 
 ``--compare-clients`` measures the gateway's own upstream client against ``httpx`` (the
-maintained client; ``GatewayConfig.upstream_client``): two gateways, identical but for that
-option, on the tracked route, in the same alternating blocks as the direct path. It prints each
-one's latency added at concurrency 1 and 32, calls/s at 32, gateway CPU per call, and
-``own_vs_httpx``: the own client's throughput and p50 advantage in percent (positive: the own
-client is better). The rule the gateway follows: keep the own client only where it wins by more
-than 2% of throughput or of p50 at a realistic engine delay (20-50 ms).
+maintained client, ``benchmarks/httpx_upstream.py``, injected with ``create_app(...,
+upstream_client=...)``): two gateways, identical but for that client, on the tracked route, in
+the same alternating blocks as the direct path. It prints each one's latency added at
+concurrency 1 and 32, calls/s at 32, gateway CPU per call, and ``own_vs_httpx``: the own
+client's throughput and p50 advantage in percent (positive: the own client is better). The
+rule the gateway follows: keep the own client only where it wins by more than 2% of throughput
+or of p50 at a realistic engine delay (20-50 ms).
 """
 
 from __future__ import annotations
@@ -98,8 +99,13 @@ async def serve_gateway(
     if base_rate is not None:
         session = SessionKeyConfig(header="x-session-id", idle_timeout_s=1.0)
         capture = CaptureConfig(session=session, base_rate=base_rate)
-    config = GatewayConfig(capture=capture, upstream_client=client)  # type: ignore[arg-type]
-    app = create_app(store, [upstream], config=config)
+    config = GatewayConfig(capture=capture)
+    if client == "httpx":
+        from httpx_upstream import HttpxClient  # beside this script
+
+        app = create_app(store, [upstream], config=config, upstream_client=HttpxClient)
+    else:
+        app = create_app(store, [upstream], config=config)
     server = uvicorn.Config(
         app, host="127.0.0.1", port=port, log_level="warning", ws="none", access_log=False
     )

@@ -9,11 +9,13 @@ from __future__ import annotations
 import importlib
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from fulmen.errors import ConfigError
 
-__all__ = ["import_object", "user_frame"]
+__all__ = ["import_object", "installed_entries", "user_frame"]
+
+T = TypeVar("T")
 
 
 def import_object(spec: str, *, what: str) -> Any:
@@ -62,3 +64,25 @@ def user_frame(exc: BaseException) -> str:
     if not frames:
         return ""
     return f" (at {frames[-1].filename}:{frames[-1].lineno})"
+
+
+def installed_entries(group: str, kind: type[T], *, what: str) -> list[tuple[str, T]]:
+    """Load the entry points installed distributions declare in ``group``, sorted by name.
+
+    Each must load to an instance of ``kind``; returns ``(label, value)`` pairs, the label
+    naming the entry point for the caller's own errors. ``what`` names the seam in the errors:
+    a ``ConfigError`` naming the entry point when one does not load or is of another type.
+    """
+    from importlib.metadata import entry_points
+
+    found: list[tuple[str, T]] = []
+    for entry in sorted(entry_points(group=group), key=lambda e: e.name):
+        label = f"the {what} entry point {entry.name!r} ({entry.value})"
+        try:
+            value = entry.load()
+        except Exception as exc:  # any import error of a plugin: say which one
+            raise ConfigError(f"{label} does not load: {type(exc).__name__}: {exc}") from exc
+        if not isinstance(value, kind):
+            raise ConfigError(f"{label} is not a {kind.__module__}.{kind.__qualname__}")
+        found.append((label, value))
+    return found

@@ -2,7 +2,8 @@
 
 Rows are plain dicts; ``write_rows`` picks the format from the file suffix (``.jsonl`` or
 ``.parquet``; Parquet needs the optional ``pyarrow``). SFT rows come from the chat requests and
-responses the gateway recorded (the conversation as the model saw it); preference pairs put the
+responses the gateway recorded, read through each call's wire API (``WireApi.conversation``:
+the conversation as the model saw it); preference pairs put the
 best and the worst rollout of one task side by side.
 """
 
@@ -15,12 +16,9 @@ from typing import Any
 
 from fulmen.adapter.transitions import AttemptRecords
 from fulmen.errors import ConfigError
-from fulmen.gateway import messages as anthropic_messages
-from fulmen.gateway.capture import MESSAGES, RESPONSES
-from fulmen.gateway.errors import BadRequest
-from fulmen.gateway.responses import assistant_message, chat_request
 from fulmen.types import LLMCall
 from fulmen.types.transitions import Transition
+from fulmen.wire.table import wire_api
 
 __all__ = [
     "call_conversation",
@@ -153,30 +151,17 @@ def call_conversation(call: LLMCall) -> list[Any] | None:
 
 
 def _messages(call: LLMCall) -> list[Any] | None:
-    """Return a call's chat messages (for a Responses or Messages call, those the engine got)."""
-    try:
-        if call.endpoint == RESPONSES:
-            return chat_request(call.request)["messages"]
-        if call.endpoint == MESSAGES:
-            return anthropic_messages.chat_request(call.request).request["messages"]
-    except BadRequest:
-        return None
-    messages = call.request.get("messages")
-    return messages if isinstance(messages, list) else None
+    """Return a call's chat messages (for a translated API's call, those the engine got)."""
+    api = wire_api(call.endpoint)
+    return None if api is None else api.conversation(call.request)
 
 
 def _reply(call: LLMCall) -> dict[str, Any] | None:
-    """Return the assistant message of choice 0, from the response or the recorded text."""
-    response = call.response or {}
-    if call.endpoint == RESPONSES:
-        return assistant_message(response)
-    if call.endpoint == MESSAGES:
-        return anthropic_messages.assistant_message(response)
-    choices = response.get("choices")
-    if isinstance(choices, list) and choices and isinstance(choices[0], dict):
-        message = choices[0].get("message")
-        if isinstance(message, dict):
-            return {k: v for k, v in message.items() if v is not None}
+    """Return the assistant message of the reply, or choice 0's recorded text."""
+    api = wire_api(call.endpoint)
+    message = None if api is None else api.reply_message(call.response or {})
+    if message is not None:
+        return message
     if call.choices and call.choices[0].text is not None:
         return {"role": "assistant", "content": call.choices[0].text}
     return None

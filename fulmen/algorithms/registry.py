@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 from fulmen.errors import ConfigError
+from fulmen.importing import installed_entries
 
 if TYPE_CHECKING:
     from fulmen.algorithms.context import AlgorithmContext
@@ -156,27 +157,10 @@ def registered() -> tuple[Algorithm, ...]:
     Raises:
         ConfigError: an entry point does not load, is not an ``Algorithm``, or reuses a name.
     """
-    from importlib.metadata import entry_points
-
     rows = list(ALGORITHMS)
-    for entry in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
-        try:
-            row = entry.load()
-        except Exception as exc:  # any import error of a plugin: say which one
-            raise ConfigError(
-                f"the algorithm entry point {entry.name!r} ({entry.value}) does not load: "
-                f"{type(exc).__name__}: {exc}"
-            ) from exc
-        if not isinstance(row, Algorithm):
-            raise ConfigError(
-                f"the algorithm entry point {entry.name!r} ({entry.value}) is not a "
-                "fulmen.algorithms.registry.Algorithm"
-            )
+    for label, row in installed_entries(ENTRY_POINT_GROUP, Algorithm, what="algorithm"):
         if any(r.name == row.name for r in rows):
-            raise ConfigError(
-                f"the algorithm entry point {entry.name!r} ({entry.value}) reuses the name "
-                f"{row.name!r}"
-            )
+            raise ConfigError(f"{label} reuses the name {row.name!r}")
         rows.append(row)
     return tuple(rows)
 

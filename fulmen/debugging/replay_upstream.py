@@ -29,8 +29,8 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from fulmen.debugging.divergence import Divergence, describe_divergence, differing_fields
-from fulmen.gateway.capture import as_array
 from fulmen.types import LLMCall
+from fulmen.wire.json_values import as_array
 
 __all__ = [
     "DivergencePolicy",

@@ -15,10 +15,10 @@ Routes (``{path}`` is what follows ``/v1/``, such as ``chat/completions``)::
                                                            502 if the store refused some,
                                                            503 if it stayed unreachable
 
-Agents see OpenAI's protocol, errors included: every failure is a JSON body in OpenAI's error
-shape, except on the Anthropic Messages endpoint (``.../v1/messages``), whose callers get
-Anthropic's. With a token, the gateway takes it as ``Authorization: Bearer`` or as Anthropic's
-``x-api-key``, and also takes attempt keys confined to their own attempt
+Agents see their wire API's protocol (``fulmen.wire``), errors included: every failure is a JSON
+body in the error shape of the API the path calls (OpenAI's, Anthropic's on ``.../v1/messages``).
+With a token, the gateway takes it as ``Authorization: Bearer`` or in an API's own key header
+(Anthropic's ``x-api-key``), and also takes attempt keys confined to their own attempt
 (``fulmen.gateway.auth``). Only model API paths are forwarded to an engine
 (``fulmen.gateway.paths``). Middleware is pure ASGI (``BaseHTTPMiddleware`` would break
 context variables).
@@ -49,35 +49,40 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from fulmen.asgi_disconnect import CancelOnDisconnect
 from fulmen.errors import FulmenError
 from fulmen.gateway.auth import (
-    REWARDS_PATH,
-    TRACKED_PATH,
     TRUSTED_SCOPE,
     TokenAuth,
     attempt_key_of,
-    is_messages,
 )
-from fulmen.gateway.capture import MESSAGES
 from fulmen.gateway.config import GatewayConfig
 from fulmen.gateway.errors import (
     AttemptFinished,
     KeyRefused,
     TooManyCalls,
-    error_body_for,
     openai_error_body,
 )
+from fulmen.gateway.http1 import Http1Client
 from fulmen.gateway.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from fulmen.gateway.metrics import GatewayMetrics
 from fulmen.gateway.proxy import Gateway
 from fulmen.gateway.rewards import rewards_route
+from fulmen.gateway.routes import (
+    TRACKED,
+    TRACKED_KEYED,
+    UNTRACKED,
+    tracked_path,
+    untracked_endpoint,
+)
+from fulmen.gateway.upstream_client import UpstreamClientFactory
 from fulmen.gateway.upstreams import Upstream
 from fulmen.store.base import Store
 from fulmen.types.releases import ReleaseArm
+from fulmen.wire.api import WireApi
+from fulmen.wire.table import api_of_path
 
 __all__ = ["ModelCallDispatch", "TokenAuth", "create_app"]
 
 _log = logging.getLogger(__name__)
 _METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE"]
-_UNTRACKED_PREFIX = "/v1/"
 
 
 def create_app(
@@ -87,6 +92,7 @@ def create_app(
     token: str | None = None,
     config: GatewayConfig | None = None,
     clock: Callable[[], float] | None = None,
+    upstream_client: UpstreamClientFactory = Http1Client,
 ) -> Starlette:
     """Build the gateway app; ``app.state.gateway`` is its ``Gateway`` (flush, counters).
 
@@ -96,9 +102,18 @@ def create_app(
         token: when set, every request but ``/healthz`` must carry it as a bearer token.
         config: timeouts, caches, batching, production capture, redaction.
         clock: monotonic seconds for production sessions (tests pass a clock they move).
+        upstream_client: the HTTP client of upstream calls (``fulmen.gateway.upstream_client``:
+            a benchmark injects another to compare); the gateway's own ``Http1Client``.
     """
     engines = [u if isinstance(u, Upstream) else Upstream(base_url=u) for u in upstreams]
-    gateway = Gateway(store, engines, token=token, config=config, clock=clock or time.monotonic)
+    gateway = Gateway(
+        store,
+        engines,
+        token=token,
+        config=config,
+        clock=clock or time.monotonic,
+        upstream_client=upstream_client,
+    )
     metrics = GatewayMetrics(gateway)
 
     @asynccontextmanager
@@ -117,16 +132,10 @@ def create_app(
         Route("/healthz", _healthz, methods=["GET"]),
         Route("/metrics", _metrics_endpoint(metrics), methods=["GET"]),
         Route("/gateway/flush", _flush, methods=["POST"]),
-        Route(
-            "/rollout/{rollout_id}/attempt/{attempt_id}/v1/{path:path}", _tracked, methods=_METHODS
-        ),
-        Route(
-            "/rollout/{rollout_id}/attempt/{attempt_id}/key/{key}/v1/{path:path}",
-            _tracked,
-            methods=_METHODS,
-        ),
+        Route(TRACKED, _tracked, methods=_METHODS),
+        Route(TRACKED_KEYED, _tracked, methods=_METHODS),
         rewards_route(store, gateway),
-        Route("/v1/{path:path}", _untracked, methods=_METHODS),
+        Route(UNTRACKED, _untracked, methods=_METHODS),
     ]
     # A call whose agent went away before its reply began is cancelled, and with it the
     # engine's work for it (``fulmen.asgi_disconnect``).
@@ -318,24 +327,24 @@ class ModelCallDispatch:
             await self.app(scope, receive, send)
             return
         path: str = scope["path"]
-        tracked = TRACKED_PATH.fullmatch(path)
+        tracked = tracked_path(path)
+        untracked = untracked_endpoint(path) if tracked is None else None
         if tracked is not None:
-            rollout_id, attempt_id, _, endpoint = tracked.groups()
             scope["path_params"] = {
-                "rollout_id": rollout_id,
-                "attempt_id": attempt_id,
-                "path": endpoint,
+                "rollout_id": tracked.rollout_id,
+                "attempt_id": tracked.attempt_id,
+                "path": tracked.endpoint,
             }
             handler = _handle_tracked
-        elif path.startswith(_UNTRACKED_PREFIX) and path != REWARDS_PATH:
-            scope["path_params"] = {"path": path[len(_UNTRACKED_PREFIX) :]}
+        elif untracked is not None:
+            scope["path_params"] = {"path": untracked}
             handler = _handle_untracked
         else:
             await self.app(scope, receive, send)
             return
         started = time.perf_counter()
         request = Request(scope, receive)
-        rollout_id = tracked.group(1) if tracked is not None else None
+        rollout_id = tracked.rollout_id if tracked is not None else None
         gateway = self._gateway
         in_flight = gateway.rollout_calls
         limit = gateway.config.max_calls_per_rollout
@@ -349,8 +358,9 @@ class ModelCallDispatch:
                 response = await handler(gateway, request)
             except Exception as exc:
                 response = await _error_response(request, exc)
-                if is_messages(path):
-                    response = _reshaped(response, MESSAGES)
+                api = api_of_path(path)
+                if api is not None:
+                    response = _reshaped(response, api)
             self._metrics.observe_call(scope["path_params"]["path"], response.status_code, started)
             await response(scope, receive, send)
         finally:
@@ -360,13 +370,13 @@ class ModelCallDispatch:
                     del in_flight[rollout_id]
 
 
-def _reshaped(response: Response, endpoint: str) -> Response:
-    """Return an OpenAI-shaped JSON error ``response`` in the shape ``endpoint``'s callers read."""
+def _reshaped(response: Response, api: WireApi) -> Response:
+    """Return an OpenAI-shaped JSON error ``response`` in the shape ``api``'s callers read."""
     try:
         payload = orjson.loads(bytes(response.body))
     except orjson.JSONDecodeError:
         return response
     if not isinstance(payload, dict):
         return response
-    body = error_body_for(endpoint, response.status_code, cast("dict[str, Any]", payload))
+    body = api.error_body(response.status_code, cast("dict[str, Any]", payload))
     return Response(orjson.dumps(body), response.status_code, media_type="application/json")

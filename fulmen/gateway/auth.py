@@ -1,7 +1,7 @@
 """Who may do what on the gateway: its token, and attempt keys confined to their attempt.
 
-With a token, the gateway takes two kinds of key (as ``Authorization: Bearer`` or Anthropic's
-``x-api-key``):
+With a token, the gateway takes two kinds of key (as ``Authorization: Bearer`` or in a wire
+API's own key header, ``WireApi.key_header``: Anthropic's ``x-api-key``):
 
 * **the gateway's token** (the trainer, runners, operators): every route;
 * **an attempt key** (``fulmen.types.attempt_keys``, minted by the runner for one attempt and
@@ -21,7 +21,6 @@ rollout's rewards.
 from __future__ import annotations
 
 import hmac
-import re
 from collections import Counter
 from collections.abc import Sequence
 from typing import Any, Final
@@ -31,35 +30,28 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from fulmen.gateway.capture import MESSAGES
 from fulmen.gateway.errors import (
     GatewayUnauthorized,
     KeyRefused,
-    error_body_for,
     openai_error_body,
 )
+from fulmen.gateway.routes import REWARDS_PATH, tracked_path
 from fulmen.types import RewardCreate
 from fulmen.types.attempt_keys import AttemptKey, check_url_key, read_attempt_key
+from fulmen.wire.table import api_of_path, key_headers
 
 __all__ = [
     "ATTEMPT_KEY_SCOPE",
-    "REWARDS_PATH",
-    "TRACKED_PATH",
     "TRUSTED_SCOPE",
     "TokenAuth",
     "attempt_key_of",
     "check_reward_scope",
-    "is_messages",
 ]
 
 #: The ASGI scope entry holding the request's ``AttemptKey`` (absent: the gateway's token).
 ATTEMPT_KEY_SCOPE: Final = "fulmen.attempt_key"
 #: The ASGI scope entry set to ``True`` when the request carried the gateway's own token.
 TRUSTED_SCOPE: Final = "fulmen.trusted"
-# The proxy routes' paths, as the route table matches them (a segment is ``[^/]+``).
-# Groups: the rollout, the attempt, the key's URL form (optional), the path below /v1.
-TRACKED_PATH: Final = re.compile(r"/rollout/([^/]+)/attempt/([^/]+)(?:/key/([^/]+))?/v1/(.*)")
-REWARDS_PATH: Final = "/v1/rewards"
 
 
 def attempt_key_of(request: Request) -> AttemptKey | None:
@@ -83,16 +75,11 @@ def check_reward_scope(reward: RewardCreate, key: AttemptKey) -> None:
         )
 
 
-def is_messages(path: str) -> bool:
-    """Whether ``path`` is the Messages endpoint (``/v1/messages``, maybe with ``/v1`` twice)."""
-    return path.endswith(f"/v1/{MESSAGES}")
-
-
 class TokenAuth:
     """Pure-ASGI key check (see the module docstring).
 
-    A wrong or missing key is a 401 and a key used outside its attempt a 403, in OpenAI's
-    error shape (Anthropic's on the Messages endpoint). ``open_paths`` need no key at all.
+    A wrong or missing key is a 401 and a key used outside its attempt a 403, in the error
+    shape of the wire API the path calls (OpenAI's elsewhere). ``open_paths`` need no key at all.
     ``refusals`` (the gateway's counter) counts each refusal by reason.
     """
 
@@ -120,7 +107,7 @@ class TokenAuth:
         api_key = None
         trusted = bearer is not None and hmac.compare_digest(bearer, self._expected)
         if not trusted:
-            api_key = _header(scope, b"x-api-key")  # looked up only when the bearer did not match
+            api_key = _api_key(scope)  # looked up only when the bearer did not match
             trusted = api_key is not None and hmac.compare_digest(api_key, self._key)
         if trusted or scope["path"] in self._open_paths:
             scope[TRUSTED_SCOPE] = trusted
@@ -142,13 +129,12 @@ class TokenAuth:
 
     def _url_key(self, path: str) -> AttemptKey | None:
         """Return the attempt a tracked path's own key opens; ``None`` without a valid one."""
-        tracked = TRACKED_PATH.fullmatch(path)
-        if tracked is None or tracked.group(3) is None:
+        tracked = tracked_path(path)
+        if tracked is None or tracked.key is None:
             return None
-        rollout_id, attempt_id, mac = tracked.group(1), tracked.group(2), tracked.group(3)
-        if not check_url_key(self._token, rollout_id, attempt_id, mac):
+        if not check_url_key(self._token, tracked.rollout_id, tracked.attempt_id, tracked.key):
             return None
-        return AttemptKey(rollout_id, attempt_id)
+        return AttemptKey(tracked.rollout_id, tracked.attempt_id)
 
     def _attempt_key(self, bearer: bytes | None, api_key: bytes | None) -> AttemptKey | None:
         for raw in (bearer[7:] if bearer and bearer[:7].lower() == b"bearer " else None, api_key):
@@ -162,17 +148,17 @@ class TokenAuth:
     async def _refuse(
         scope: Scope, receive: Receive, send: Send, status: int, payload: dict[str, Any]
     ) -> None:
-        endpoint = MESSAGES if is_messages(scope["path"]) else ""
-        body = orjson.dumps(error_body_for(endpoint, status, payload))
+        api = api_of_path(scope["path"])
+        body = orjson.dumps(payload if api is None else api.error_body(status, payload))
         await Response(body, status, media_type="application/json")(scope, receive, send)
 
 
 def _outside(scope: Scope, key: AttemptKey) -> KeyRefused | None:
     """Return why ``key`` may not be used for this request; ``None`` when it may."""
     path: str = scope["path"]
-    tracked = TRACKED_PATH.fullmatch(path)
+    tracked = tracked_path(path)
     if tracked is not None:
-        if tracked.group(1) == key.rollout_id and tracked.group(2) == key.attempt_id:
+        if tracked.rollout_id == key.rollout_id and tracked.attempt_id == key.attempt_id:
             return None
         return KeyRefused(
             f"this key is for attempt {key.attempt_id!r} of rollout {key.rollout_id!r} only",
@@ -185,6 +171,15 @@ def _outside(scope: Scope, key: AttemptKey) -> KeyRefused | None:
         f"POST {REWARDS_PATH}, not on {path}",
         reason="not_attempt_path",
     )
+
+
+def _api_key(scope: Scope) -> bytes | None:
+    """Return the key sent in a wire API's own key header (``WireApi.key_header``), if any."""
+    for name in key_headers():
+        value = _header(scope, name.encode("latin-1"))
+        if value is not None:
+            return value
+    return None
 
 
 def _header(scope: Scope, name: bytes) -> bytes | None:

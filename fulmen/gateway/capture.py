@@ -23,29 +23,17 @@ from typing import Any, cast
 from fulmen.types import LLMCallCreate, LLMChoice
 from fulmen.types.assembly import assembled
 from fulmen.types.releases import ReleaseArm
+from fulmen.wire.json_values import as_array, as_object
+from fulmen.wire.openai import CHAT, TOKEN_ENDPOINTS
 
 __all__ = [
-    "CHAT",
-    "COMPLETIONS",
-    "MESSAGES",
-    "RESPONSES",
-    "TOKEN_ENDPOINTS",
     "Asked",
     "Exchange",
     "agent_chunk",
     "agent_view",
-    "as_array",
-    "as_object",
     "build_call",
     "prepare_request",
 ]
-
-CHAT = "chat/completions"
-COMPLETIONS = "completions"
-RESPONSES = "responses"
-MESSAGES = "messages"  # Anthropic's Messages API
-# Endpoints whose replies carry token ids when asked; others are recorded as text only.
-TOKEN_ENDPOINTS = frozenset({CHAT, COMPLETIONS})
 
 
 @dataclass(frozen=True)
@@ -261,16 +249,6 @@ def _is_token_level(choice: LLMChoice) -> bool:
         and choice.logprobs is not None
         and len(choice.token_ids) == len(choice.logprobs)
     )
-
-
-def as_object(value: object) -> dict[str, Any] | None:
-    """Return ``value`` as a JSON object, or ``None`` when it is not one."""
-    return cast("dict[str, Any]", value) if isinstance(value, dict) else None
-
-
-def as_array(value: object) -> list[Any]:
-    """Return ``value`` as a JSON array; anything else reads as an empty one."""
-    return cast("list[Any]", value) if isinstance(value, list) else []
 
 
 def _ints(value: Any) -> list[int] | None:

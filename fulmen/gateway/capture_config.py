@@ -14,9 +14,9 @@ from typing import Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from fulmen.gateway.capture import as_object
 from fulmen.types.limits import MAX_ID_LENGTH
 from fulmen.types.rewards import SESSION_ROLLOUT_PREFIX
+from fulmen.wire.json_values import as_object
 
 __all__ = ["CaptureConfig", "RedactionConfig", "SessionKeyConfig"]
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal, Self
+from typing import Any, Self
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -55,10 +55,6 @@ class GatewayConfig(BaseModel):
             Codex for ``gpt-5``) reaches the policy being trained; the key ``*`` maps every
             name not listed. Applies to chat, completions, Responses and Messages calls; the
             record keeps the agent's request as sent. Empty: names go through unchanged.
-        upstream_client: the HTTP client of upstream calls: ``fulmen`` (the gateway's own,
-            ``fulmen.gateway.http1``) or ``httpx`` (``fulmen.gateway.httpx_upstream``), kept to
-            measure one against the other (``benchmarks/gateway_overhead.py
-            --compare-clients``).
         reward_range: the values ``POST /v1/rewards`` accepts (``RewardRange``, default
             ``[-1e6, 1e6]``); a value outside it is refused with a 422 naming the field.
         max_calls_per_rollout: the most calls one rollout may have in flight at once; more
@@ -95,7 +91,6 @@ class GatewayConfig(BaseModel):
     release: ReleaseConfig | None = None
     redaction: RedactionConfig | None = None
     model_map: dict[str, str] = Field(default_factory=dict)
-    upstream_client: Literal["fulmen", "httpx"] = "fulmen"
     reward_range: RewardRange = Field(default_factory=RewardRange)
     max_calls_per_rollout: int = Field(default=16, ge=1, le=100_000)
     max_n: int = Field(default=16, ge=1, le=1024)

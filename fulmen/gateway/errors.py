@@ -4,6 +4,7 @@
 
     GatewayError (fulmen.errors)
     ├── BadRequest          malformed JSON or a body the gateway cannot forward  400
+    │                       (fulmen.wire.errors: translations raise it too)
     ├── GatewayUnauthorized missing or wrong bearer token                        401
     ├── KeyRefused          an attempt's key used outside its attempt            403
     ├── NotModelPath        a path that is not a model API (engine admin, ...)   404
@@ -15,10 +16,9 @@
 
 Agents talk OpenAI's protocol, so every error leaves the gateway as
 ``{"error": {"message", "type", "param", "code"}}``, never as a traceback (``param``: the
-request field at fault, when the error's ``detail`` names one as ``{"param": name}``). Calls
-to the Anthropic Messages endpoint get Anthropic's shape instead,
-``{"type": "error", "error": {"type", "message"}}`` (``anthropic_error_body``), with the
-error type Anthropic uses for the same HTTP status.
+request field at fault, when the error's ``detail`` names one as ``{"param": name}``); a wire
+API with its own error shape (Anthropic's Messages) reshapes it (``WireApi.error_body``,
+``fulmen.wire.table.error_body_for``).
 """
 
 from __future__ import annotations
@@ -26,11 +26,9 @@ from __future__ import annotations
 from typing import Any
 
 from fulmen.errors import FulmenError, GatewayError
-from fulmen.gateway.capture import MESSAGES, as_object
 
 __all__ = [
     "AttemptFinished",
-    "BadRequest",
     "GatewayUnauthorized",
     "KeyRefused",
     "NotModelPath",
@@ -38,28 +36,8 @@ __all__ = [
     "UnknownAttempt",
     "UpstreamTimeout",
     "UpstreamUnavailable",
-    "anthropic_error_body",
-    "error_body_for",
     "openai_error_body",
 ]
-
-# Anthropic's error types by HTTP status; any other 4xx is a request error, any 5xx an API one.
-_ANTHROPIC_TYPES = {
-    400: "invalid_request_error",
-    401: "authentication_error",
-    403: "permission_error",
-    404: "not_found_error",
-    413: "request_too_large",
-    429: "rate_limit_error",
-    529: "overloaded_error",
-}
-
-
-class BadRequest(GatewayError):
-    """The request body is not a JSON object the gateway can forward (or sets a refused field)."""
-
-    code = "invalid_request"
-    http_status = 400
 
 
 class GatewayUnauthorized(GatewayError):
@@ -144,24 +122,3 @@ def openai_error_body(exc: FulmenError) -> dict[str, Any]:
             "code": exc.code,
         }
     }
-
-
-def anthropic_error_body(status: int, message: str) -> dict[str, Any]:
-    """Return Anthropic's error shape for an error of HTTP ``status`` saying ``message``."""
-    kind = _ANTHROPIC_TYPES.get(status)
-    if kind is None:
-        kind = "api_error" if status >= 500 else "invalid_request_error"
-    return {"type": "error", "error": {"type": kind, "message": message}}
-
-
-def error_body_for(endpoint: str, status: int, openai_body: dict[str, Any]) -> dict[str, Any]:
-    """Return the error body a caller of ``endpoint`` expects, given the OpenAI-shaped one.
-
-    Only ``messages`` (the Anthropic Messages API) differs; every other endpoint gets
-    ``openai_body`` itself.
-    """
-    if endpoint != MESSAGES:
-        return openai_body
-    error = openai_body.get("error")
-    message = (as_object(error) or {}).get("message")
-    return anthropic_error_body(status, str(message if message is not None else error))

@@ -27,18 +27,22 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from urllib.parse import urlsplit
 
 from fulmen.gateway.config import GatewayConfig
-from fulmen.gateway.errors import BadRequest, UpstreamTimeout, UpstreamUnavailable
+from fulmen.gateway.errors import UpstreamTimeout, UpstreamUnavailable
 from fulmen.gateway.http1 import (
     BrokenReply,
     ClosedBeforeReply,
     ConnectFailed,
     Http1Client,
-    Http1Reply,
     Origin,
     ReadTimeout,
 )
-from fulmen.gateway.httpx_upstream import HttpxClient, HttpxReply
+from fulmen.gateway.upstream_client import (
+    UpstreamClient,
+    UpstreamClientFactory,
+    UpstreamHttpReply,
+)
 from fulmen.gateway.upstreams import Upstream, UpstreamPool
+from fulmen.wire.errors import BadRequest
 
 __all__ = ["Forwarder", "UpstreamReply"]
 
@@ -70,9 +74,7 @@ HOP_HEADERS = frozenset(
 class UpstreamReply:
     """An opened upstream reply; ``aclose`` releases the connection and the in-flight count."""
 
-    def __init__(
-        self, upstream: Upstream, reply: Http1Reply | HttpxReply, pool: UpstreamPool
-    ) -> None:
+    def __init__(self, upstream: Upstream, reply: UpstreamHttpReply, pool: UpstreamPool) -> None:
         self.upstream = upstream
         self._reply = reply
         self._pool = pool
@@ -134,13 +136,19 @@ class Forwarder:
     Args:
         pool: the engines and their state.
         config: timeouts, retries and pool size.
+        client: the HTTP client's factory (``fulmen.gateway.upstream_client``); the gateway's
+            own ``Http1Client`` unless one is injected.
     """
 
-    def __init__(self, pool: UpstreamPool, config: GatewayConfig) -> None:
+    def __init__(
+        self,
+        pool: UpstreamPool,
+        config: GatewayConfig,
+        client: UpstreamClientFactory = Http1Client,
+    ) -> None:
         self._pool = pool
         self._config = config
-        client = HttpxClient if config.upstream_client == "httpx" else Http1Client
-        self._client: Http1Client | HttpxClient = client(
+        self._client: UpstreamClient = client(
             max_connections=config.max_connections,
             keepalive_s=config.keepalive_s,
             connect_timeout_s=config.connect_timeout_s,

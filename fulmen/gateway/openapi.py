@@ -1,12 +1,14 @@
 """The OpenAPI 3.1 description of the gateway's own surface.
 
 The gateway forwards OpenAI-compatible requests, so this spec covers what the gateway itself
-answers for: its control routes (``GET /healthz``, ``POST /gateway/flush``), delayed rewards
-(``POST /v1/rewards``, stored in the gateway's store) and the two model routes it records,
-chat completions and Responses, each untracked (``/v1/...``) and tracked
-(``/rollout/{rollout_id}/attempt/{attempt_id}/v1/...``). Request and response bodies belong to
-the engine behind it (a Responses call for a token-level engine is translated by the gateway):
-the spec names the fields the gateway relies on and lets the others through.
+answers for: its control routes (``GET /healthz``, ``GET /metrics``, ``POST /gateway/flush``),
+delayed rewards (``POST /v1/rewards``, stored in the gateway's store) and the model route of
+every wire API it records (``fulmen.wire.table.wire_apis``: chat completions, completions,
+Responses, Messages, and any an installed distribution adds), each untracked (``/v1/...``) and
+tracked (``/rollout/{rollout_id}/attempt/{attempt_id}/v1/...``). Request and response bodies
+belong to the engine behind it (a Responses or Messages call for a token-level engine is
+translated by the gateway): the spec names the fields the gateway relies on and lets the others
+through.
 ``docs/gateway-openapi.json`` is the committed copy (``python -m fulmen.gateway.openapi >
 docs/gateway-openapi.json``); a test fails when they differ, and the contract tests fuzz a real
 gateway against it.
@@ -19,8 +21,12 @@ from typing import Any, Literal
 
 from pydantic import TypeAdapter
 
+from fulmen.gateway.routes import REWARDS_PATH, TRACKED, TRACKED_KEYED, UNTRACKED, spec_path
 from fulmen.types import Reward, RewardCreate
 from fulmen.version import __version__
+from fulmen.wire.api import ApiSpec
+from fulmen.wire.openai import OPENAI_SCHEMAS
+from fulmen.wire.table import wire_apis
 
 __all__ = ["build_gateway_openapi", "gateway_openapi_json"]
 
@@ -54,22 +60,7 @@ def _reward_schemas() -> dict[str, Any]:
 
 def _schemas() -> dict[str, Any]:
     integer = {"type": "integer", "minimum": 0}
-    return {
-        "OpenAIError": {
-            "type": "object",
-            "required": ["error"],
-            "properties": {"error": _ref("OpenAIErrorDetail")},
-        },
-        "OpenAIErrorDetail": {
-            "type": "object",
-            "required": ["message", "type", "code"],
-            "properties": {
-                "message": {"type": "string"},
-                "type": {"type": "string"},
-                "param": {"type": ["string", "null"]},
-                "code": {"type": ["string", "null"]},
-            },
-        },
+    schemas: dict[str, Any] = {
         "Health": {
             "type": "object",
             "description": (
@@ -109,81 +100,6 @@ def _schemas() -> dict[str, Any]:
                 "error": _ref("OpenAIErrorDetail"),
             },
         },
-        "ChatMessage": {
-            "type": "object",
-            "required": ["role", "content"],
-            "properties": {
-                "role": {"enum": ["system", "developer", "user", "assistant"]},
-                "content": {"type": "string"},
-            },
-        },
-        "ChatCompletionRequest": {
-            "type": "object",
-            "description": "OpenAI's chat completion request; fields not listed pass through.",
-            "required": ["model", "messages"],
-            "properties": {
-                "model": {"type": "string"},
-                "messages": {"type": "array", "minItems": 1, "items": _ref("ChatMessage")},
-                "max_tokens": {"type": "integer", "minimum": 1, "maximum": 4096},
-                "temperature": {"type": "number", "minimum": 0, "maximum": 2},
-                "logprobs": {"type": "boolean"},
-            },
-        },
-        "ResponsesRequest": {
-            "type": "object",
-            "description": (
-                "OpenAI's Responses request; fields not listed pass through. Fields that need "
-                "server state or hosted tools (previous_response_id, conversation, background, "
-                "prompt, non-function tools) are refused with a 400 for token-level engines."
-            ),
-            "required": ["model", "input"],
-            "properties": {
-                "model": {"type": "string"},
-                "instructions": {"type": "string"},
-                "input": {
-                    "oneOf": [
-                        {"type": "string", "minLength": 1},
-                        {"type": "array", "minItems": 1, "items": _ref("ChatMessage")},
-                    ]
-                },
-                "max_output_tokens": {"type": "integer", "minimum": 1, "maximum": 4096},
-                "temperature": {"type": "number", "minimum": 0, "maximum": 2},
-            },
-        },
-        "Response": {
-            "type": "object",
-            "description": "The Responses object (translated back from the engine's chat reply).",
-            "required": ["id", "object", "output"],
-            "properties": {
-                "id": {"type": "string"},
-                "object": {"const": "response"},
-                "status": {"type": "string"},
-                "output": {"type": "array", "items": {"type": "object"}},
-                "usage": {"type": ["object", "null"]},
-            },
-        },
-        "ChatCompletion": {
-            "type": "object",
-            "description": "The engine's answer, as the agent asked for it.",
-            "required": ["id", "object", "choices"],
-            "properties": {
-                "id": {"type": "string"},
-                "object": {"const": "chat.completion"},
-                "choices": {
-                    "type": "array",
-                    "items": {
-                        "type": "object",
-                        "required": ["index", "message"],
-                        "properties": {
-                            "index": integer,
-                            "message": {"type": "object"},
-                            "finish_reason": {"type": ["string", "null"]},
-                        },
-                    },
-                },
-                "usage": {"type": "object"},
-            },
-        },
         "RewardHeld": {
             "type": "object",
             "required": ["status", "session_id"],
@@ -193,46 +109,48 @@ def _schemas() -> dict[str, Any]:
             },
         },
         **_reward_schemas(),
+        **OPENAI_SCHEMAS,
     }
+    for api in wire_apis():
+        if api.spec is not None:
+            schemas.update(api.spec.schemas)
+    return dict(sorted(schemas.items()))
 
 
 def _json(schema: dict[str, Any]) -> dict[str, Any]:
     return {"application/json": {"schema": schema}}
 
 
-def _error(description: str) -> dict[str, Any]:
-    return {"description": description, "content": _json(_ref("OpenAIError"))}
+def _error(description: str, schema: str = "OpenAIError") -> dict[str, Any]:
+    return {"description": description, "content": _json(_ref(schema))}
 
 
 def _model_operation(
-    operation_id: str,
-    summary: str,
-    *,
-    tracked: bool,
-    request: str,
-    reply: str,
-    keyed: bool = False,
+    operation_id: str, spec: ApiSpec, *, tracked: bool, keyed: bool = False
 ) -> dict[str, Any]:
+    def error(description: str) -> dict[str, Any]:
+        return _error(description, spec.error)
+
     responses: dict[str, Any] = {
-        "200": {"description": "The engine's answer", "content": _json(_ref(reply))},
-        "400": _error(
+        "200": {"description": "The engine's answer", "content": _json(_ref(spec.reply))},
+        "400": error(
             "The body is not a JSON object, names a field the gateway cannot serve, "
             "or the engine refused it"
         ),
-        "401": _error("Missing or wrong bearer token (when the gateway has one)"),
-        "413": _error("Request body above the gateway's limit"),
-        "502": _error("No engine could be reached, or it broke the reply"),
-        "504": _error("The engine did not answer in time"),
+        "401": error("Missing or wrong bearer token (when the gateway has one)"),
+        "413": error("Request body above the gateway's limit"),
+        "502": error("No engine could be reached, or it broke the reply"),
+        "504": error("The engine did not answer in time"),
     }
-    responses["403"] = _error(
+    responses["403"] = error(
         "An attempt's key used outside its attempt: another attempt's route, an untracked "
         "call, or after its attempt ended"
     )
     parameters: list[dict[str, Any]] = []
     if tracked:
-        responses["404"] = _error("Unknown rollout or attempt, or the attempt is not the rollout's")
-        responses["409"] = _error("The attempt is final: its agent must stop calling")
-        responses["429"] = _error("The rollout already has max_calls_per_rollout calls in flight")
+        responses["404"] = error("Unknown rollout or attempt, or the attempt is not the rollout's")
+        responses["409"] = error("The attempt is final: its agent must stop calling")
+        responses["429"] = error("The rollout already has max_calls_per_rollout calls in flight")
         names = ("rollout_id", "attempt_id", "key") if keyed else ("rollout_id", "attempt_id")
         parameters = [
             {
@@ -243,24 +161,21 @@ def _model_operation(
             }
             for name in names
         ]
+    if tracked:
+        where = ", its key in the path" if keyed else ""
+        summary = f"{spec.summary} recorded on the attempt{where}"
+    else:
+        summary = f"{spec.summary} recorded with no rollout"
     operation: dict[str, Any] = {
         "operationId": operation_id,
         "summary": summary,
-        "requestBody": {"required": True, "content": _json(_ref(request))},
+        "requestBody": {"required": True, "content": _json(_ref(spec.request))},
         "responses": dict(sorted(responses.items())),
         "security": [{"bearer": []}],
     }
     if parameters:
         operation["parameters"] = parameters
     return operation
-
-
-# (path after /v1/, operation id, request schema, reply schema, summary subject)
-_MODEL_ROUTES: tuple[tuple[str, str, str, str, str], ...] = (
-    ("chat/completions", "chat_completions", "ChatCompletionRequest", "ChatCompletion",
-     "A chat completion"),
-    ("responses", "responses", "ResponsesRequest", "Response", "A Responses call"),
-)  # fmt: skip
 
 
 def _rewards_operation() -> dict[str, Any]:
@@ -317,7 +232,7 @@ def build_gateway_openapi() -> dict[str, Any]:
             "content": _json(_ref("FlushFailed")),
         },
     }
-    paths = {
+    paths: dict[str, Any] = {
         "/healthz": {
             "get": {
                 "operationId": "health",
@@ -326,6 +241,21 @@ def build_gateway_openapi() -> dict[str, Any]:
                     "200": {"description": "Alive", "content": _json(_ref("Health"))},
                 },
                 "security": [],
+            }
+        },
+        "/metrics": {
+            "get": {
+                "operationId": "metrics",
+                "summary": "Prometheus metrics: calls, latency, engines, recorder, refusals",
+                "responses": {
+                    "200": {
+                        "description": "The metrics in Prometheus' text format",
+                        "content": {"text/plain": {"schema": {"type": "string"}}},
+                    },
+                    "401": _error("Missing or wrong bearer token (when the gateway has one)"),
+                    "403": _error("An attempt's key: metrics are the operators'"),
+                },
+                "security": [{"bearer": []}],
             }
         },
         "/gateway/flush": {
@@ -337,30 +267,18 @@ def build_gateway_openapi() -> dict[str, Any]:
             }
         },
     }
-    paths["/v1/rewards"] = {"post": _rewards_operation()}
-    for route, name, request, reply, what in _MODEL_ROUTES:
-        paths[f"/v1/{route}"] = {
-            "post": _model_operation(
-                f"{name}_untracked",
-                f"{what} recorded with no rollout",
-                tracked=False,
-                request=request,
-                reply=reply,
-            )
+    paths[REWARDS_PATH] = {"post": _rewards_operation()}
+    for api in wire_apis():
+        spec = api.spec
+        if spec is None:
+            continue
+        name = spec.operation_id
+        paths[spec_path(UNTRACKED, api.endpoint)] = {
+            "post": _model_operation(f"{name}_untracked", spec, tracked=False)
         }
-        for keyed, key, suffix, how in (
-            (False, "", "", ""),
-            (True, "/key/{key}", "_keyed", ", its key in the path"),
-        ):
-            paths[f"/rollout/{{rollout_id}}/attempt/{{attempt_id}}{key}/v1/{route}"] = {
-                "post": _model_operation(
-                    f"{name}{suffix}",
-                    f"{what} recorded on the attempt{how}",
-                    tracked=True,
-                    request=request,
-                    reply=reply,
-                    keyed=keyed,
-                )
+        for keyed, route, suffix in ((False, TRACKED, ""), (True, TRACKED_KEYED, "_keyed")):
+            paths[spec_path(route, api.endpoint)] = {
+                "post": _model_operation(f"{name}{suffix}", spec, tracked=True, keyed=keyed)
             }
     return {
         "openapi": "3.1.0",

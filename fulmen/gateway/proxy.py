@@ -23,28 +23,22 @@ from starlette.responses import Response, StreamingResponse
 
 from fulmen.errors import FulmenError
 from fulmen.gateway.capture import (
-    CHAT,
-    MESSAGES,
-    TOKEN_ENDPOINTS,
     Asked,
     Exchange,
     agent_chunk,
     agent_view,
-    as_object,
     prepare_request,
 )
 from fulmen.gateway.config import GatewayConfig
 from fulmen.gateway.context import CallContext, ContextResolver
 from fulmen.gateway.errors import (
-    BadRequest,
     NotModelPath,
     UpstreamTimeout,
     UpstreamUnavailable,
-    anthropic_error_body,
-    error_body_for,
 )
 from fulmen.gateway.errors import openai_error_body as error_body
 from fulmen.gateway.forward import HOP_HEADERS, Forwarder, UpstreamReply
+from fulmen.gateway.http1 import Http1Client
 from fulmen.gateway.notes import CallNotes
 from fulmen.gateway.paths import is_model_path
 from fulmen.gateway.recorder import CallRecorder, FlushOutcome
@@ -54,25 +48,22 @@ from fulmen.gateway.request_reading import agent_name, read_body, session_header
 from fulmen.gateway.seeds import CallSeeds
 from fulmen.gateway.sessions import SessionCapture
 from fulmen.gateway.streaming import SSEDecoder, StreamAccumulator, event_data
-from fulmen.gateway.translation import EventStream, Translation
-from fulmen.gateway.translators import TRANSLATED
+from fulmen.gateway.upstream_client import UpstreamClientFactory
 from fulmen.gateway.upstreams import Upstream, UpstreamPool
 from fulmen.store.base import Store
 from fulmen.types.behaviour import refused_field, reshaped_fields
 from fulmen.types.records import AGENT_NAME_HEADER
 from fulmen.types.releases import ReleaseArm
+from fulmen.wire.api import WireApi
+from fulmen.wire.errors import BadRequest
+from fulmen.wire.json_values import as_object
+from fulmen.wire.openai import CHAT, TOKEN_ENDPOINTS
+from fulmen.wire.table import key_headers, wire_api
+from fulmen.wire.translation import EventStream, Translation
 
-__all__ = ["RECORDED_ENDPOINTS", "Gateway"]
+__all__ = ["Gateway"]
 
 _log = logging.getLogger(__name__)
-
-# POST endpoints that are model calls and get a record; others are forwarded unrecorded.
-RECORDED_ENDPOINTS = TOKEN_ENDPOINTS | TRANSLATED.keys()
-# An Anthropic client given a base URL that already ends in ``/v1`` (the rollout URL the runner
-# hands out) appends ``/v1/messages`` to it: the doubled prefix means the same endpoint.
-_ALIASES = {f"v1/{MESSAGES}": MESSAGES}
-# Headers that may carry the gateway's own token (Anthropic clients send ``x-api-key``).
-_KEY_HEADERS = frozenset({"x-api-key"})
 
 
 class Gateway:
@@ -95,6 +86,7 @@ class Gateway:
         token: str | None = None,
         config: GatewayConfig | None = None,
         clock: Callable[[], float] = time.monotonic,
+        upstream_client: UpstreamClientFactory = Http1Client,
     ) -> None:
         self.config = config or GatewayConfig()
         self.token = token
@@ -127,7 +119,7 @@ class Gateway:
             engines = [u.base_url for u in upstreams if u.is_token_level]
             keys = {u.base_url: u.api_key for u in upstreams if u.api_key is not None}
             self.release = ReleaseRouter(self.config.release, store, engines, engine_keys=keys)
-        self.forwarder = Forwarder(self.pool, self.config)
+        self.forwarder = Forwarder(self.pool, self.config, upstream_client)
         self.seeds = CallSeeds()
         # Requests refused at the trust boundary, by reason (``/metrics``): an attempt's key
         # used outside its attempt, a path that is not a model API path.
@@ -176,16 +168,20 @@ class Gateway:
     async def handle(self, request: Request, endpoint: str, ctx: CallContext | None) -> Response:
         """Forward ``request`` for ``endpoint`` (the path below ``/v1``) and record it."""
         self.start()
-        endpoint = _ALIASES.get(endpoint, endpoint)
+        # A wire API's POST endpoint is a model call and gets a record (an alias, such as an
+        # Anthropic client's doubled ``v1/messages``, means its endpoint); other allowed paths
+        # are forwarded unrecorded.
+        api = wire_api(endpoint)
+        endpoint = endpoint if api is None else api.endpoint
         if not is_model_path(request.method, endpoint):
             self.refusals["not_model_path"] += 1
             raise NotModelPath(
                 f"{request.method} /v1/{endpoint} is not a model API path the gateway forwards"
             )
-        if request.method != "POST" or endpoint not in RECORDED_ENDPOINTS:
+        if request.method != "POST" or api is None:
             return await self._pass_through(request, endpoint, ctx)
         body = await self._json_body(request)
-        call = _Call(self, request, endpoint, ctx, body)
+        call = _Call(self, request, api, ctx, body)
         try:
             self._check_choices(body, ctx)
             call.check_behaviour()
@@ -193,7 +189,7 @@ class Gateway:
         except FulmenError as exc:
             payload = error_body(exc)
             call.finish(None, error=payload["error"])
-            shown = error_body_for(endpoint, exc.http_status, payload)
+            shown = api.error_body(exc.http_status, payload)
             return _json_response(shown, exc.http_status)
         content_type = reply.header("content-type") or ""
         if body.get("stream") and content_type.startswith("text/event-stream"):
@@ -248,7 +244,8 @@ class Gateway:
 
     def forward_headers(self, request: Request) -> dict[str, str]:
         """Return the agent's headers to send upstream (its key only without a gateway token)."""
-        skipped = _KEY_HEADERS if self.token is not None else frozenset[str]()
+        # With a token, an API's own key header carries that token (or an attempt's key).
+        skipped = key_headers() if self.token is not None else frozenset[str]()
         return {
             k: v
             for k, v in request.headers.items()
@@ -259,7 +256,7 @@ class Gateway:
         """Whether a Responses or Messages call goes to the engine as a chat completion.
 
         It does when the engine the call would go to first returns token ids; a hosted API
-        gets the call as it is (see ``fulmen.gateway.translation``).
+        gets the call as it is (see ``fulmen.wire.translation``).
         """
         first = self.pool.ranked(ctx.rollout_id if ctx else None)[0]
         return self.pool.is_token_level(first)
@@ -283,13 +280,14 @@ class _Call:
         self,
         gateway: Gateway,
         request: Request,
-        endpoint: str,
+        api: WireApi,
         ctx: CallContext | None,
         body: dict[str, Any],
     ) -> None:
         self.gateway = gateway
         self.request = request
-        self.endpoint = endpoint
+        self.api = api
+        self.endpoint = api.endpoint
         self.ctx = ctx
         self.body = body
         # 128 random bits, as a uuid4 has (a quarter of its CPU: this runs once per call).
@@ -324,11 +322,11 @@ class _Call:
         self._prepared: dict[bool, bytes] = {}
         self.asked = Asked()
         # A Responses or Messages call for a token-level engine travels as a chat completion.
-        make = TRANSLATED.get(endpoint)
+        translation = api.translation(body)
         self.translation: Translation | None = (
-            make(body) if make is not None and gateway.translates(ctx) else None
+            translation if translation is not None and gateway.translates(ctx) else None
         )
-        self.engine_endpoint = CHAT if self.translation is not None else endpoint
+        self.engine_endpoint = CHAT if self.translation is not None else self.endpoint
         self._engine_body: dict[str, Any] | None = None
 
     def check_behaviour(self) -> None:
@@ -460,9 +458,7 @@ class _Call:
         except FulmenError as exc:
             payload = error_body(exc)
             self.finish(None, error=payload["error"])
-            return _json_response(
-                error_body_for(self.endpoint, exc.http_status, payload), exc.http_status
-            )
+            return _json_response(self.api.error_body(exc.http_status, payload), exc.http_status)
         finally:
             await reply.aclose()
         headers = reply.headers()
@@ -511,7 +507,7 @@ class _Call:
             payload = error_body(exc)
             error = payload["error"]
             if events is None:
-                yield _stream_error(self.endpoint, exc, payload)
+                yield self.api.stream_error(exc.http_status, payload)
         finally:
             is_tokens = self.engine_endpoint in TOKEN_ENDPOINTS
             response = accumulator.response() if is_tokens else None
@@ -542,14 +538,6 @@ class _Call:
         if view is chunk:
             return event + b"\n\n"
         return b"data: " + orjson.dumps(view) + b"\n\n"
-
-
-def _stream_error(endpoint: str, exc: FulmenError, payload: dict[str, Any]) -> bytes:
-    """Return the event that ends a passed-through stream the engine broke."""
-    if endpoint == MESSAGES:  # a hosted Anthropic API's stream, in its own error shape
-        body = anthropic_error_body(exc.http_status, exc.message)
-        return b"event: error\ndata: " + orjson.dumps(body) + b"\n\n"
-    return b"data: " + orjson.dumps(payload) + b"\n\n"
 
 
 def _loads_object(raw: bytes) -> dict[str, Any] | None:

@@ -30,6 +30,7 @@ from fulmen.gateway.auth import attempt_key_of, check_reward_scope
 from fulmen.gateway.errors import AttemptFinished, KeyRefused
 from fulmen.gateway.proxy import Gateway
 from fulmen.gateway.request_reading import read_body
+from fulmen.gateway.routes import REWARDS_PATH
 from fulmen.store.base import Store
 from fulmen.store.routes import parse_body
 from fulmen.types import RewardCreate
@@ -80,4 +81,4 @@ def rewards_route(store: Store, gateway: Gateway) -> Route:
             return Response(orjson.dumps(held.body()), 202, media_type="application/json")
         return Response(stored.model_dump_json(), media_type="application/json")
 
-    return Route("/v1/rewards", post_reward, methods=["POST"])
+    return Route(REWARDS_PATH, post_reward, methods=["POST"])

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from fulmen.gateway.capture import CHAT, as_array, as_object
+from fulmen.wire.json_values import as_array, as_object
+from fulmen.wire.openai import CHAT
 
 __all__ = ["SSEDecoder", "StreamAccumulator", "event_data"]
 

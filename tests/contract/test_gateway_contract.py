@@ -2,8 +2,9 @@
 
 schemathesis generates requests from ``docs/gateway-openapi.json`` and sends them to a real
 gateway on 127.0.0.1 (with a bearer token) in front of the scripted vLLM-like upstream, writing
-call records to a real store. Its control routes and its chat completion and Responses routes,
-untracked and tracked (on a claimed attempt), must answer documented statuses with bodies that
+call records to a real store. Its control routes and the model route of every wire API (chat
+completions, completions, Responses, Messages), untracked and tracked (on a claimed attempt),
+must answer documented statuses with bodies that
 match the spec, and never a 5xx. A summary line with the figures is printed per backend.
 """
 
@@ -83,7 +84,9 @@ def test_gateway_keeps_its_contract(
         label=f"gateway/{backend} (running attempt)",
         headers=AUTH,
         max_examples=MAX_EXAMPLES,
-        path_parameters={"chat_completions": ids, "responses": ids},
+        path_parameters={
+            name: ids for name in ("chat_completions", "completions", "responses", "messages")
+        },
     )
     anywhere = fuzz(
         spec, url, label=f"gateway/{backend} (generated ids)", headers=AUTH,

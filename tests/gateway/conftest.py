@@ -11,7 +11,9 @@ from typing import Any
 import pytest
 
 from fulmen.gateway import GatewayConfig, Upstream, create_app
+from fulmen.gateway.http1 import Http1Client
 from fulmen.gateway.proxy import Gateway
+from fulmen.gateway.upstream_client import UpstreamClientFactory
 from fulmen.store import open_store
 from fulmen.types import LLMCall, LLMCallCreate, Mode, ResourcesCreate, RolloutCreate
 from tests.gateway.scripted_upstream import Script, create_upstream_app, serve_app
@@ -101,10 +103,20 @@ def config() -> GatewayConfig:
 
 
 @pytest.fixture
+def upstream_client() -> UpstreamClientFactory:
+    """The gateway's HTTP client of upstream calls (a test module may inject another)."""
+    return Http1Client
+
+
+@pytest.fixture
 async def gw(
-    store: SpyStore, upstream_url: str, config: GatewayConfig, script: Script
+    store: SpyStore,
+    upstream_url: str,
+    config: GatewayConfig,
+    script: Script,
+    upstream_client: UpstreamClientFactory,
 ) -> AsyncIterator[Running]:
-    app = create_app(store, [upstream_url], config=config)
+    app = create_app(store, [upstream_url], config=config, upstream_client=upstream_client)
     async with serve_app(app) as url:
         yield Running(url, app.state.gateway, store, script)
 

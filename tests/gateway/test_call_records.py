@@ -17,8 +17,9 @@ import orjson
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from fulmen.gateway.capture import CHAT, COMPLETIONS, Asked, Exchange, agent_view, build_call
+from fulmen.gateway.capture import Asked, Exchange, agent_view, build_call
 from fulmen.types import LLMCallCreate
+from fulmen.wire.openai import CHAT, COMPLETIONS
 
 # Strings a text column cannot hold (NUL) or that are easy to mangle, and any other text.
 _strings = st.one_of(

@@ -7,16 +7,9 @@ from dataclasses import replace
 
 import orjson
 
-from fulmen.gateway.capture import (
-    CHAT,
-    COMPLETIONS,
-    Asked,
-    Exchange,
-    agent_chunk,
-    build_call,
-    prepare_request,
-)
+from fulmen.gateway.capture import Asked, Exchange, agent_chunk, build_call, prepare_request
 from fulmen.gateway.streaming import SSEDecoder, StreamAccumulator, event_data
+from fulmen.wire.openai import CHAT, COMPLETIONS
 
 
 def test_sse_decoder_handles_split_events_and_crlf() -> None:

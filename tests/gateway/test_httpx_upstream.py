@@ -1,14 +1,17 @@
-"""The gateway with ``upstream_client: httpx``: the same forwarding and recording tests pass.
+"""The gateway with an injected upstream client (httpx): the same forwarding and recording pass.
 
-The httpx client exists to be measured against the gateway's own (benchmarks/gateway_overhead.py
---compare-clients); these are the openai-client and forwarding tests run over it.
+``benchmarks/httpx_upstream.py`` exists to be measured against the gateway's own client
+(``benchmarks/gateway_overhead.py --compare-clients``), injected through
+``create_app(..., upstream_client=...)``; these are the openai-client and forwarding tests run
+over it, which also proves the injection seam.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from fulmen.gateway import GatewayConfig
+from benchmarks.httpx_upstream import HttpxClient
+from fulmen.gateway.upstream_client import UpstreamClientFactory
 from tests.gateway.test_forwarding import (  # noqa: F401  (collected here with this config)
     test_engine_gets_the_agents_request_as_sent_and_redirects_come_back,
     test_engine_is_reached_through_the_environments_proxy,
@@ -23,7 +26,5 @@ from tests.gateway.test_openai_client import (  # noqa: F401
 
 
 @pytest.fixture
-def config() -> GatewayConfig:
-    return GatewayConfig(
-        flush_interval_s=0.01, connect_retries=0, read_timeout_s=5.0, upstream_client="httpx"
-    )
+def upstream_client() -> UpstreamClientFactory:
+    return HttpxClient

@@ -17,9 +17,13 @@ from typing import Any
 
 import orjson
 
-from fulmen.gateway.capture import as_array, as_object
-from fulmen.gateway.errors import anthropic_error_body
-from fulmen.gateway.messages import MessageIds, message_from_chat, message_object
+from fulmen.wire.json_values import as_array, as_object
+from fulmen.wire.messages.translate import (
+    MessageIds,
+    anthropic_error_body,
+    message_from_chat,
+    message_object,
+)
 
 __all__ = ["MessageEvents"]
 

@@ -4,13 +4,13 @@ Token-level engines give token ids and logprobs on ``/v1/chat/completions``. ful
 server has no ``/v1/responses``, and vLLM's gives token ids only in its own raw-message fields
 (``enable_response_messages``), never in stream events. So the gateway sends a ``/v1/responses``
 call for a token-level engine as a chat completion and turns the reply back into a Responses
-object (``response_from_chat``; streams: ``fulmen.gateway.responses_stream``). The agent sees
+object (``response_from_chat``; streams: ``fulmen.wire.responses.stream``). The agent sees
 the Responses API; the record keeps the engine's token ids, like any chat call. Text-only
 (hosted) upstreams get the Responses call unchanged.
 
 Translated: ``instructions``; ``input`` as text or items (messages with text parts,
 ``function_call``, ``function_call_output``; ``reasoning`` items are dropped); function tools
-(namespaces flattened, other tools dropped: ``fulmen.gateway.responses_tools``);
+(namespaces flattened, other tools dropped: ``fulmen.wire.responses.tools``);
 ``tool_choice``; ``max_output_tokens``; ``text.format``; ``top_logprobs`` and the
 ``message.output_text.logprobs`` include. What needs server state (``previous_response_id``,
 ``conversation``, ``background``, ``prompt``) or image or file inputs is refused with a 400
@@ -24,9 +24,9 @@ import uuid
 from collections.abc import Mapping
 from typing import Any, Final
 
-from fulmen.gateway.capture import as_array, as_object
-from fulmen.gateway.errors import BadRequest
-from fulmen.gateway.responses_tools import chat_tool_choice, function_tools, served_tools
+from fulmen.wire.errors import BadRequest
+from fulmen.wire.json_values import as_array, as_object
+from fulmen.wire.responses.tools import chat_tool_choice, function_tools, served_tools
 
 __all__ = [
     "LOGPROBS_INCLUDE",
@@ -320,7 +320,7 @@ def response_object(
         "temperature": request.get("temperature"),
         "text": request.get("text") or {"format": {"type": "text"}},
         "tool_choice": request.get("tool_choice", "auto"),
-        # The tools the engine was given (``fulmen.gateway.responses_tools``), not all asked for.
+        # The tools the engine was given (``fulmen.wire.responses.tools``), not all asked for.
         "tools": function_tools(request.get("tools")),
         "top_p": request.get("top_p"),
         "truncation": request.get("truncation") or "disabled",

@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any, Final
 
-from fulmen.gateway.capture import as_array, as_object
-from fulmen.gateway.errors import BadRequest
+from fulmen.wire.errors import BadRequest
+from fulmen.wire.json_values import as_array, as_object
 
 __all__ = ["chat_tool_choice", "function_tools", "served_tools"]
 

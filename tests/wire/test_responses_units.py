@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from fulmen.gateway.errors import BadRequest
-from fulmen.gateway.responses import (
+from fulmen.wire.errors import BadRequest
+from fulmen.wire.responses.translate import (
     ResponseIds,
     assistant_message,
     chat_request,

@@ -4,7 +4,7 @@ Claude Code, the Claude Agent SDK and Anthropic's clients call ``POST /v1/messag
 token-level engine (fulmen's built-in server, vLLM) gives token ids and logprobs on its chat
 path only, so the gateway sends a Messages call as a chat completion (``chat_request``) and
 turns the reply back into a Messages object (``message_from_chat``; streams:
-``fulmen.gateway.messages_stream``). The agent sees the Messages API; the record keeps the
+``fulmen.wire.messages.stream``). The agent sees the Messages API; the record keeps the
 engine's token ids, like any chat call.
 
 Translated: ``system`` (a string or text blocks, joined by a blank line), ``messages`` (text,
@@ -26,12 +26,13 @@ from typing import Any, Final
 
 import orjson
 
-from fulmen.gateway.capture import as_array, as_object
-from fulmen.gateway.errors import BadRequest
-from fulmen.gateway.translation import ChatTranslation
+from fulmen.wire.errors import BadRequest
+from fulmen.wire.json_values import as_array, as_object
+from fulmen.wire.translation import ChatTranslation
 
 __all__ = [
     "MessageIds",
+    "anthropic_error_body",
     "assistant_message",
     "chat_request",
     "message_from_chat",
@@ -41,6 +42,26 @@ __all__ = [
     "tool_input",
     "tool_use_block",
 ]
+
+# Anthropic's error types by HTTP status; any other 4xx is a request error, any 5xx an API one.
+_ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    529: "overloaded_error",
+}
+
+
+def anthropic_error_body(status: int, message: str) -> dict[str, Any]:
+    """Return Anthropic's error shape for an error of HTTP ``status`` saying ``message``."""
+    kind = _ERROR_TYPES.get(status)
+    if kind is None:
+        kind = "api_error" if status >= 500 else "invalid_request_error"
+    return {"type": "error", "error": {"type": kind, "message": message}}
+
 
 # The chat fields a Messages request's own fields become, where the name does not change.
 _SAME: Final = ("model", "max_tokens", "temperature", "top_p", "top_k", "stream")

@@ -1,10 +1,10 @@
-"""The seam for wire APIs the gateway serves over an engine's chat path (Responses, Messages).
+"""One call of a wire API served over an engine's chat path (Responses, Messages): ``Translation``.
 
 A token-level engine gives token ids and logprobs on ``/v1/chat/completions`` only, so a call
 of another wire API is sent there as a chat completion and its reply turned back into that
-API's shape. Each such API is one ``Translation`` per call (``fulmen.gateway.translators``
-holds them by endpoint): the proxy forwards, streams and records a translated call the same way
-whichever API it is, and the record keeps the engine's token ids like any chat call.
+API's shape. Each such API gives one ``Translation`` per call (``WireApi.translation``): the
+proxy forwards, streams and records a translated call the same way whichever API it is, and
+the record keeps the engine's token ids like any chat call.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """The gateway's upstream calls over ``httpx``, the maintained client, behind ``Http1Client``'s API.
 
-``GatewayConfig.upstream_client: httpx`` selects it. It exists so the two can be measured
-against each other in one run (``benchmarks/gateway_overhead.py --compare-clients``): the
-gateway keeps its own client only while that measurement says it is worth its code. Errors are
+``create_app(..., upstream_client=HttpxClient)`` injects it (``UpstreamClientFactory``). It
+exists so the two can be measured against each other in one run
+(``benchmarks/gateway_overhead.py --compare-clients``): the gateway keeps its own client only
+while that measurement says it is worth its code. Errors are
 mapped to ``fulmen.gateway.http1``'s, so the forwarder treats both alike; a proxy comes from
 the same ``Origin`` (``HTTP(S)_PROXY`` as read at start), never from httpx's own environment
 lookup.

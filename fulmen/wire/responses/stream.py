@@ -16,8 +16,8 @@ from typing import Any
 
 import orjson
 
-from fulmen.gateway.capture import as_array, as_object
-from fulmen.gateway.responses import (
+from fulmen.wire.json_values import as_array, as_object
+from fulmen.wire.responses.translate import (
     LOGPROBS_INCLUDE,
     ResponseIds,
     message_item,

@@ -7,15 +7,17 @@ from typing import Any
 import pytest
 
 from fulmen.gateway import GatewayConfig
-from fulmen.gateway.errors import BadRequest, anthropic_error_body, error_body_for
-from fulmen.gateway.messages import (
+from fulmen.wire.errors import BadRequest
+from fulmen.wire.messages.translate import (
     MessageIds,
+    anthropic_error_body,
     chat_request,
     message_from_chat,
     stop_reason,
     tool_input,
 )
-from fulmen.gateway.responses_tools import function_tools, served_tools
+from fulmen.wire.responses.tools import function_tools, served_tools
+from fulmen.wire.table import error_body_for
 
 
 def test_tool_results_become_tool_messages_in_order() -> None:
