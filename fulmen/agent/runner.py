@@ -32,11 +32,12 @@ from typing import TYPE_CHECKING, Any
 from fulmen.agent.api import RolloutResult, RolloutTarget
 from fulmen.agent.attempt import RunningAttempt, StopReason, error_text
 from fulmen.agent.command.agent import CommandAgent
-from fulmen.agent.command.config import CommandAgentConfig
 from fulmen.agent.config import RunnerConfig
 from fulmen.agent.context import RolloutContext
 from fulmen.agent.execution import run_async, run_sync
+from fulmen.agent.kinds import kind_of
 from fulmen.agent.loop_thread import LoopThreads
+from fulmen.agent.spec import AgentSpec
 from fulmen.agent.workers import AgentError, WorkerPool
 from fulmen.errors import ConfigError
 from fulmen.tracing.agent_header import install_agent_header
@@ -128,8 +129,8 @@ class Runner:
         base = config or RunnerConfig()
         self.config = RunnerConfig.model_validate({**base.model_dump(), **options})
         self.store = store
-        if isinstance(agent, CommandAgentConfig):  # a program run per rollout
-            agent = CommandAgent(agent)
+        if isinstance(agent, AgentSpec):  # an agent given as a mapping (a command, ...)
+            agent = kind_of(agent).build(agent)
         unguarded = self.config.gateway_url is not None and self.config.gateway_api_key is None
         if isinstance(agent, CommandAgent) and unguarded:
             logger.warning(

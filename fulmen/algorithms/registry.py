@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import functools
 import importlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
@@ -45,7 +45,9 @@ __all__ = [
     "algorithm",
     "available",
     "names",
+    "no_update_reason",
     "offline",
+    "recorded_algorithm",
     "prompt_only",
     "registered",
 ]
@@ -68,6 +70,9 @@ class Algorithm:
         summary: what it does, in a few words (``fulmen train --help``).
         trains_weights: it updates model weights; ``False``: it only publishes prompts.
         learns_offline: it can learn from a store's recorded rollouts (``data.from_store``).
+        explains_no_update: ``"module:function"`` of ``(step metrics, *, store_url) -> str``,
+            why a step it logged with ``updated: 0`` took no optimizer step (``fulmen runs
+            diagnose``, the dashboard's run page); ``None``: it gives no reason.
     """
 
     name: str
@@ -76,6 +81,7 @@ class Algorithm:
     summary: str
     trains_weights: bool
     learns_offline: bool
+    explains_no_update: str | None = None
 
     def config_model(self) -> type[AlgorithmSection]:
         """Import and return its config model."""
@@ -99,6 +105,7 @@ ALGORITHMS: tuple[Algorithm, ...] = (
         "reinforcement learning from the agent's own rollouts (LoRA or full weights)",
         trains_weights=True,
         learns_offline=True,
+        explains_no_update="fulmen.algorithms.grpo.diagnose:no_update_reason",
     ),
     Algorithm(
         "sft",
@@ -195,3 +202,29 @@ def algorithm(name: str) -> Algorithm:
         if entry.name == name:
             return entry
     raise ConfigError(f"no algorithm named {name!r} (available: {available()})")
+
+
+def no_update_reason(
+    name: str | None, metrics: Mapping[str, float], *, store_url: str = "STORE_URL"
+) -> str:
+    """Say why a step algorithm ``name`` logged (``None``: the default) made no update.
+
+    The algorithm's own explanation (``Algorithm.explains_no_update``) from the step's
+    ``metrics``; an algorithm that gives none, or one no longer installed, is named instead.
+    """
+    name = name or DEFAULT
+    row = next((a for a in registered() if a.name == name), None)
+    if row is None or row.explains_no_update is None:
+        return f"the {name} step took no optimizer step ({name} gives no reason for it)"
+    explain = _load(row.explains_no_update)
+    return str(explain(metrics, store_url=store_url))
+
+
+def recorded_algorithm(config: Mapping[str, Any]) -> str | None:
+    """Return the algorithm of a run's recorded config (its first stage's with ``stages``)."""
+    stages = config.get("stages")
+    section = stages[0] if isinstance(stages, list) and stages else config.get("algorithm")
+    if isinstance(section, str):
+        return section
+    name = section.get("name") if isinstance(section, Mapping) else None
+    return name if isinstance(name, str) else None

@@ -59,6 +59,12 @@ def register(subparsers: Any) -> None:
         help="a command agent's full settings: a YAML/JSON file, or JSON inline "
         "(the training config's agent: mapping)",
     )
+    which.add_argument(
+        "--agent-spec",
+        help="an agent given as a mapping of any kind, as inline JSON with its kind "
+        '(\'{"kind": "NAME", ...}\', the training config\'s agent: mapping); what fulmen '
+        "passes to the runners it starts for an agent kind a package adds",
+    )
     parser.add_argument(
         "--verifier", help="with --command: a program run after it that decides the reward"
     )
@@ -256,6 +262,8 @@ def _agent(args: argparse.Namespace) -> Any:
             raise ConfigError(f"{', '.join(given)} need --command")
     if args.agent is not None:
         return args.agent
+    if args.agent_spec is not None:
+        return _agent_spec(args.agent_spec)
     if args.command_config is not None:
         return _command_config(args.command_config)
     raw: dict[str, Any] = {"command": args.command}
@@ -271,7 +279,7 @@ def _agent(args: argparse.Namespace) -> Any:
         raw["sandbox"] = {"backend": args.sandbox}
         if args.sandbox == "process":  # it cannot restrict the network; say so by choosing it
             raw["sandbox"]["network"] = "host"
-    return _validated(CommandAgentConfig, raw, "--command")
+    return _validated(CommandAgentConfig.model_validate, raw, "--command")
 
 
 def _command_config(value: str) -> Any:
@@ -297,14 +305,30 @@ def _command_config(value: str) -> Any:
             raw.setdefault("config_dir", str(path.parent.resolve()))
     if not isinstance(raw, dict):
         raise ConfigError("--command-config must hold a mapping (command: [...], ...)")
-    return _validated(CommandAgentConfig, raw, "--command-config")
+    return _validated(CommandAgentConfig.model_validate, raw, "--command-config")
 
 
-def _validated(model: Any, raw: dict[str, Any], what: str) -> Any:
+def _agent_spec(value: str) -> Any:
+    """Read ``--agent-spec``: an agent mapping of any registered kind, as inline JSON."""
+    from pydantic import TypeAdapter
+
+    from fulmen.agent.kinds import spec_union
+
+    try:
+        raw = json.loads(value)
+    except ValueError as exc:
+        raise ConfigError(f"--agent-spec is not valid JSON: {exc}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError('--agent-spec must hold a mapping ({"kind": ..., ...})')
+    return _validated(TypeAdapter(spec_union()).validate_python, raw, "--agent-spec")
+
+
+def _validated(validate: Any, raw: dict[str, Any], what: str) -> Any:
+    """Return ``validate(raw)`` (a model's ``model_validate``), its errors as a ``ConfigError``."""
     from pydantic import ValidationError
 
     try:
-        return model.model_validate(raw)
+        return validate(raw)
     except ValidationError as exc:
         problems = "; ".join(
             f"{'.'.join(str(p) for p in err['loc']) or 'value'}: {err['msg']}"

@@ -128,12 +128,12 @@ class RayServices:
 
     async def start_runners(self, agent: Any, gateway_url: str, rollouts: RolloutSettings) -> None:
         """Start ``runners`` runner actors claiming from the store and calling the gateway."""
-        from fulmen.agent.command.config import CommandAgentConfig, runner_agent_args
+        from fulmen.agent.spec import AgentSpec, runner_agent_args
 
-        if not isinstance(agent, str | CommandAgentConfig):
+        if not isinstance(agent, str | AgentSpec):
             raise ConfigError(
                 "cluster: runners on Ray import the agent by name: give it as 'module:object' "
-                f"or as a command (config agent), not as an object ({agent!r})"
+                f"or as a mapping (a command, config agent), not as an object ({agent!r})"
             )
         args = [
             "--store", self._store_url,

@@ -3,11 +3,12 @@
 The steps that made no update come each with why, and the model version the run serves with
 why that one.
 
-The reasons come from the code that prints them while training
-(``fulmen.algorithms.grpo.diagnose.no_update_reason``, as ``fulmen runs diagnose`` counts
-them), read from the step's stored metrics. The served version is what the end of the run
-decided (its ``end/*`` metrics, ``fulmen.trainer.best``): the version at ``end/served_step``,
-kept earlier by ``validation.keep_best`` or the final one. A run still training serves its
+The reasons come from the code that prints them while training (the algorithm's own,
+``fulmen.algorithms.registry.no_update_reason``, as ``fulmen runs diagnose`` counts them), read
+from the step's stored metrics: the algorithm a record names (a run with stages), else the
+run's. The served version is what the end of the run decided (its ``end/*`` metrics,
+``fulmen.trainer.best``): the version at ``end/served_step``, kept earlier by
+``validation.keep_best`` or the final one. A run still training serves its
 newest version (the engine loads each step's policy as it is taken); a run that ended without
 an end-of-run decision (no closing validation) serves its last.
 """
@@ -17,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from fulmen.algorithms.grpo.diagnose import no_update_reason
+from fulmen.algorithms.registry import no_update_reason, recorded_algorithm
 from fulmen.store.reading import read_run_metrics
 from fulmen.types import ModelVersion, Run, RunMetrics, RunStatus
 
@@ -40,14 +41,20 @@ async def run_health(store: Store, run_id: str) -> dict[str, Any]:
     """
     run = await store.get_run(run_id)
     records = await read_run_metrics(store, run_id)
-    by_step: dict[int, Mapping[str, float]] = {}
+    by_step: dict[int, RunMetrics] = {}
     for record in records:
         if record.values.get("updated") is not None:
-            by_step[record.step] = record.values
+            by_step[record.step] = record
+    algorithm = recorded_algorithm(run.config)
     idle = [
-        {"step": step, "reason": no_update_reason(values, store_url=_STORE)}
-        for step, values in sorted(by_step.items())
-        if values["updated"] == 0.0
+        {
+            "step": step,
+            "reason": no_update_reason(
+                record.text.get("algorithm", algorithm), record.values, store_url=_STORE
+            ),
+        }
+        for step, record in sorted(by_step.items())
+        if record.values["updated"] == 0.0
     ]
     versions = await store.list_model_versions(run_id)
     return {

@@ -25,7 +25,7 @@ from urllib.parse import quote
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from fulmen.agent.command.config import CommandAgentConfig, runner_agent_args
+from fulmen.agent.spec import AgentSpec, runner_agent_args
 from fulmen.algorithms.registry import prompt_only
 from fulmen.errors import ConfigError
 from fulmen.trainer.config import TrainConfig
@@ -326,18 +326,12 @@ class _ImagePaths:
 
 
 def _agent_args(config: TrainConfig, in_image: _ImagePaths) -> list[str]:
-    """Return the runner's agent options, a command agent's folders as the image has them."""
+    """Return the runner's agent options, an agent spec's files as the image has them."""
     agent = config.agent
     if agent is None:
         return []
-    if isinstance(agent, CommandAgentConfig):
-        update: dict[str, Path] = {
-            "config_dir": Path(in_image(agent.folder, "the command agent's config_dir"))
-        }
-        if agent.workdir_template is not None:
-            template = in_image(agent.workdir_template, "the command agent's workdir_template")
-            update["workdir_template"] = Path(template)
-        agent = agent.model_copy(update=update)
+    if isinstance(agent, AgentSpec):
+        agent = agent.in_image(in_image)
     return runner_agent_args(agent)
 
 

@@ -19,8 +19,9 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias, cast
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from fulmen.adapter.transitions import TransitionOptions
-from fulmen.agent.command.config import CommandAgentConfig
+from fulmen.agent.kinds import DEFAULT_KIND, agent_kinds, spec_union
 from fulmen.agent.rollouts import RolloutSettings
+from fulmen.agent.spec import AgentSpec
 from fulmen.algorithms.registry import (
     DEFAULT,
     algorithm,
@@ -135,7 +136,11 @@ def _algorithm_union() -> Any:
 
 if TYPE_CHECKING:
     AlgorithmConfig: TypeAlias = AlgorithmSection
+    AgentConfig: TypeAlias = AgentSpec
 else:
+    #: What ``agent:`` holds as a mapping, selected by ``kind`` (``command`` when it names
+    #: none): the spec of every kind ``fulmen.agent.kinds`` registers.
+    AgentConfig = spec_union()
     #: What ``algorithm:`` (or each entry of ``stages:``) holds, selected by ``name``: the
     #: config model of every algorithm ``fulmen.algorithms.registry`` registers.
     AlgorithmConfig = _algorithm_union()
@@ -152,9 +157,11 @@ class TrainConfig(_Strict):
         model: a model name fulmen can build or load offline (``tiny``, ``gemma-3-270m``) or a
             local Hugging Face directory.
         agent: the agent as ``"module:object"`` (a ``@fulmen.rollout`` function or an
-            ``Agent``), or a program run per rollout (``{command: [...], ...}``, see
-            ``fulmen.agent.command.CommandAgentConfig`` and ``docs/command-agents.md``); left
-            out only with ``data.from_store`` (offline training runs none).
+            ``Agent``), or a mapping whose ``kind`` names an agent kind: by default a program
+            run per rollout (``{command: [...], ...}``, see
+            ``fulmen.agent.command.CommandAgentConfig`` and ``docs/command-agents.md``), or a
+            kind an installed package adds (``fulmen.agent.kinds``); left out only with
+            ``data.from_store`` (offline training runs none).
         run_dir: where the store, checkpoints, adapters and metrics go; a second start with
             the same directory resumes its run, and one with another agent, model or data is
             refused (``fulmen.trainer.identity``). Default from a config file (``load_config``):
@@ -194,7 +201,7 @@ class TrainConfig(_Strict):
     """
 
     model: str
-    agent: str | CommandAgentConfig | None = None
+    agent: str | AgentConfig | None = None
     run_dir: Path = Path("runs/fulmen")
     store_url: str | None = Field(default=None, min_length=1)
     seed: int = 0
@@ -288,9 +295,22 @@ class TrainConfig(_Strict):
             )
         return self
 
+    @field_validator("agent", mode="before")
+    @classmethod
+    def _agent_kind(cls, agent: object) -> object:
+        """Refuse a mapping whose ``kind`` no agent kind has, naming the kinds there are."""
+        if isinstance(agent, dict):
+            kind = cast("dict[str, Any]", agent).get("kind", DEFAULT_KIND)
+            if kind not in agent_kinds():
+                available = ", ".join(agent_kinds())
+                raise ValueError(
+                    f"agent.kind {kind!r}: no such agent kind (available: {available})"
+                )
+        return agent
+
     @field_validator("agent")
     @classmethod
-    def _agent_named(cls, agent: str | CommandAgentConfig | None) -> object:
+    def _agent_named(cls, agent: str | AgentSpec | None) -> object:
         if isinstance(agent, str) and not agent.strip():
             raise ValueError("agent is empty: give 'module:object' or {command: [...]}")
         return agent
@@ -405,8 +425,11 @@ def load_config(path: str | Path, *, overrides: Sequence[str] = ()) -> TrainConf
     # folder never resume each other's run.
     raw.setdefault("run_dir", str(base / "runs" / path.stem))
     raw["python_path"] = [str(base / str(p)) for p in raw.get("python_path", [])]
-    if isinstance(raw.get("agent"), dict):  # a command agent: its files lie beside the config
-        raw["agent"].setdefault("config_dir", str(base))
+    agent = raw.get("agent")
+    if isinstance(agent, dict):  # an agent kind with files (a command): they lie beside the config
+        kind = agent_kinds().get(str(agent.get("kind", DEFAULT_KIND)))
+        if kind is not None and "config_dir" in kind.spec.model_fields:
+            agent.setdefault("config_dir", str(base))
     data = raw.get("data")
     if isinstance(data, dict):
         for key in ("train", "val"):

@@ -9,7 +9,8 @@ with the figure it rests on and the setting that addresses it:
 - the share of the run spent validating;
 - when rollouts dominate a synchronous run, whether they ran in waves: fewer at once
   (``rollouts/concurrency_max``) than a step had;
-- how many steps made no update, and the most common reason (``no_update_reason``);
+- how many steps made no update, and the most common reason (the algorithm's own,
+  ``fulmen.algorithms.registry.no_update_reason``);
 - from the engine's counters: the prefix cache's hit rate on prompt tokens, a mean decode batch
   well below ``engine.max_batch`` while rollouts dominate and fewer of them ran at once than it
   batches, and a long mean wait for admission.
@@ -32,7 +33,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from fulmen.algorithms.grpo.diagnose import no_update_reason
+from fulmen.algorithms.registry import no_update_reason, recorded_algorithm
 from fulmen.store.reading import read_run_metrics
 
 if TYPE_CHECKING:
@@ -85,10 +86,13 @@ def diagnose(
     *,
     is_async: bool = False,
     engine: Mapping[str, float] | None = None,
+    algorithm: str | None = None,
 ) -> list[Finding]:
     """Return the findings about a run's metrics ``records`` (see the module docstring).
 
-    ``engine`` holds the built-in engine's counters (``engine_counters``) when it was read.
+    ``engine`` holds the built-in engine's counters (``engine_counters``) when it was read;
+    ``algorithm`` is the run's (its first stage's), whose reasons explain steps without an
+    update (``None``: the default algorithm's).
     """
     steps = [r for r in records if r.get("time/step_s") is not None]
     findings: list[Finding] = []
@@ -97,7 +101,7 @@ def diagnose(
         findings += _time_split(steps, is_async)
         if dominant and not is_async:
             findings += _waves(steps)
-        findings += _no_updates(steps)
+        findings += _no_updates(steps, algorithm)
     findings += _validation(records, steps)
     if engine is not None:
         findings += _prefix_cache(engine)
@@ -149,7 +153,9 @@ async def diagnose_stored_run(
         records=len(records),
         steps=sum(1 for r in records if r.get("time/step_s") is not None),
         is_async=is_async,
-        findings=diagnose(records, is_async=is_async, engine=engine),
+        findings=diagnose(
+            records, is_async=is_async, engine=engine, algorithm=recorded_algorithm(run.config)
+        ),
     )
 
 
@@ -267,11 +273,11 @@ def _waves(steps: Sequence[Mapping[str, float]]) -> list[Finding]:
     ]
 
 
-def _no_updates(steps: Sequence[Mapping[str, float]]) -> list[Finding]:
+def _no_updates(steps: Sequence[Mapping[str, float]], algorithm: str | None) -> list[Finding]:
     idle = [r for r in steps if r.get("updated") == 0.0]
     if not idle or len(idle) / len(steps) <= _NO_UPDATE:
         return []
-    reasons = Counter(no_update_reason(r).split(";")[0].split(" (")[0] for r in idle)
+    reasons = Counter(no_update_reason(algorithm, r).split(";")[0].split(" (")[0] for r in idle)
     reason, count = reasons.most_common(1)[0]
     remedy = (
         "more varied rewards (partial credit), a larger algorithm.group_size or a higher "

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shlex
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -211,12 +210,12 @@ def _flat(value: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 
 def _agent_name(agent: Any) -> str | None:
     """Name an agent as the user wrote it: ``module:object``, ``command: ...``."""
-    from fulmen.agent.command.config import CommandAgentConfig
+    from fulmen.agent.spec import AgentSpec
 
     if agent is None or isinstance(agent, str):
         return agent
-    if isinstance(agent, CommandAgentConfig):
-        return f"command: {shlex.join(agent.command)}"
+    if isinstance(agent, AgentSpec):
+        return agent.describe()
     target = agent if hasattr(agent, "__qualname__") else type(agent)
     return f"{getattr(target, '__module__', '?')}:{getattr(target, '__qualname__', '?')}"
 

@@ -37,22 +37,16 @@ def check_python_path(python_path: Sequence[Path]) -> None:
 def check_agent(agent: Any, python_path: Sequence[Path]) -> None:
     """Import ``agent`` when it is a ``"module:object"`` string; ``ConfigError`` with a hint.
 
-    A command agent (``agent: {command: ...}``) is checked for what its rollouts' own users
-    must reach when they get users of their own (``check_rollout_access``), and for files
-    its sandbox would hide (``check_visible``).
+    An agent given as a mapping runs its kind's own checks (``AgentKind.preflight``: a
+    command agent's rollouts' own users must reach what they need, and nothing it needs may
+    be hidden by its sandbox).
     """
     from fulmen.agent.api import load_target
-    from fulmen.agent.command.access import (
-        check_rollout_access,
-        check_visible,
-        rollouts_get_own_users,
-    )
-    from fulmen.agent.command.config import CommandAgentConfig
+    from fulmen.agent.kinds import kind_of
+    from fulmen.agent.spec import AgentSpec
 
-    if isinstance(agent, CommandAgentConfig):
-        if rollouts_get_own_users(agent.sandbox):
-            check_rollout_access(agent)
-        check_visible(agent)
+    if isinstance(agent, AgentSpec):
+        kind_of(agent).preflight(agent)
     if not isinstance(agent, str):
         return
     try:

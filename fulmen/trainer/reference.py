@@ -150,11 +150,27 @@ def _title(paths: list[str]) -> str:
 
 
 def _type(annotation: Any) -> str:
+    return "`" + _type_text(annotation).replace("|", "\\|") + "`"
+
+
+def _type_text(annotation: Any) -> str:
+    """Name a type as a config author reads it: validation metadata (``Annotated``) left out."""
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if origin is typing.Annotated:
+        return _type_text(args[0])
+    if "Annotated" in str(annotation):  # a union or list holding a selected union
+        if origin in (typing.Union, types.UnionType):
+            return " | ".join(_type_text(arg) for arg in args)
+        if origin is list:
+            return f"list[{_type_text(args[0])}]"
+    if annotation is type(None):
+        return "None"
     text = getattr(annotation, "__name__", None) if isinstance(annotation, type) else None
     if text is None:
         text = str(annotation).replace("typing.", "")
         text = re.sub(r"\b(?:[a-z_]+\.)+([A-Z][A-Za-z]+)", r"\1", text)
-    return "`" + text.replace("|", "\\|") + "`"
+    return text
 
 
 def _default(info: FieldInfo) -> str:

@@ -394,20 +394,17 @@ async def _diagnose(config: TrainConfig, stack: TrainingStack) -> list[Finding]:
             engine = engine_counters(page.text) if page.status_code == 200 else None
         except httpx.HTTPError:
             engine = None  # the diagnosis goes on without the engine's counters
-    is_async = any(stage.runs_async() for stage in config.plan())
-    return diagnose(records, is_async=is_async, engine=engine)
+    plan = config.plan()
+    is_async = any(stage.runs_async() for stage in plan)
+    return diagnose(records, is_async=is_async, engine=engine, algorithm=plan[0].name)
 
 
 def _hide_run(agent: Any, run_dir: Path) -> Any:
-    """Return ``agent`` with the run folder among the paths its sandbox hides (command agents).
+    """Return ``agent`` with the run folder among the paths its sandbox hides (``AgentSpec``).
 
     The run folder holds the store (every task, answers included) and the checkpoints: a
     rollout being trained must not read them, whatever their modes.
     """
-    from fulmen.agent.command.config import CommandAgentConfig
+    from fulmen.agent.spec import AgentSpec
 
-    if not isinstance(agent, CommandAgentConfig):
-        return agent
-    box = agent.sandbox
-    hidden = [*box.hidden_paths, run_dir.resolve()]
-    return agent.model_copy(update={"sandbox": box.model_copy(update={"hidden_paths": hidden})})
+    return agent.hiding([run_dir]) if isinstance(agent, AgentSpec) else agent

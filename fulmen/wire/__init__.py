@@ -6,3 +6,5 @@ translation to an engine's chat path, the SFT export's reading, the OpenAPI rout
 (``fulmen.wire.openai``), OpenAI Responses (``fulmen.wire.responses``), Anthropic Messages
 (``fulmen.wire.messages``), then any an installed distribution adds.
 """
+
+__all__: list[str] = []

@@ -63,77 +63,63 @@ OPENAI_SCHEMAS: Final[Mapping[str, Any]] = {
     },
 }
 
-_CHAT_SCHEMAS = {
-    "ChatCompletionRequest": {
-        "type": "object",
-        "description": "OpenAI's chat completion request; fields not listed pass through.",
-        "required": ["model", "messages"],
-        "properties": {
-            "model": {"type": "string"},
-            "messages": {"type": "array", "minItems": 1, "items": _ref("ChatMessage")},
-            "max_tokens": {"type": "integer", "minimum": 1, "maximum": 4096},
-            "temperature": {"type": "number", "minimum": 0, "maximum": 2},
-            "logprobs": {"type": "boolean"},
-        },
-    },
-    "ChatCompletion": {
-        "type": "object",
-        "description": "The engine's answer, as the agent asked for it.",
-        "required": ["id", "object", "choices"],
-        "properties": {
-            "id": {"type": "string"},
-            "object": {"const": "chat.completion"},
-            "choices": {
-                "type": "array",
-                "items": {
-                    "type": "object",
-                    "required": ["index", "message"],
-                    "properties": {
-                        "index": _INTEGER,
-                        "message": {"type": "object"},
-                        "finish_reason": {"type": ["string", "null"]},
-                    },
-                },
-            },
-            "usage": {"type": "object"},
-        },
-    },
-}
 
-_COMPLETION_SCHEMAS = {
-    "CompletionRequest": {
+def _request(what: str, content: str, schema: dict[str, Any]) -> dict[str, Any]:
+    """Return an OpenAI request schema: ``model``, ``content`` and the sampling bounds."""
+    return {
         "type": "object",
-        "description": "OpenAI's legacy completion request; fields not listed pass through.",
-        "required": ["model", "prompt"],
+        "description": f"OpenAI's {what} request; fields not listed pass through.",
+        "required": ["model", content],
         "properties": {
             "model": {"type": "string"},
-            "prompt": {"type": "string", "minLength": 1},
+            content: schema,
             "max_tokens": {"type": "integer", "minimum": 1, "maximum": 4096},
             "temperature": {"type": "number", "minimum": 0, "maximum": 2},
         },
-    },
-    "Completion": {
+    }
+
+
+def _reply(kind: str, field: str, schema: dict[str, Any]) -> dict[str, Any]:
+    """Return an OpenAI reply schema: ``object`` is ``kind``, each choice holds ``field``."""
+    return {
         "type": "object",
         "description": "The engine's answer, as the agent asked for it.",
         "required": ["id", "object", "choices"],
         "properties": {
             "id": {"type": "string"},
-            "object": {"const": "text_completion"},
+            "object": {"const": kind},
             "choices": {
                 "type": "array",
                 "items": {
                     "type": "object",
-                    "required": ["index", "text"],
+                    "required": ["index", field],
                     "properties": {
                         "index": _INTEGER,
-                        "text": {"type": "string"},
+                        field: schema,
                         "finish_reason": {"type": ["string", "null"]},
                     },
                 },
             },
             "usage": {"type": "object"},
         },
-    },
+    }
+
+
+_CHAT_REQUEST = _request(
+    "chat completion",
+    "messages",
+    {"type": "array", "minItems": 1, "items": _ref("ChatMessage")},
+)
+_CHAT_REQUEST["properties"]["logprobs"] = {"type": "boolean"}
+_CHAT_SCHEMAS = {
+    "ChatCompletionRequest": _CHAT_REQUEST,
+    "ChatCompletion": _reply("chat.completion", "message", {"type": "object"}),
+}
+_COMPLETION_SCHEMAS = {
+    "CompletionRequest": _request(
+        "legacy completion", "prompt", {"type": "string", "minLength": 1}
+    ),
+    "Completion": _reply("text_completion", "text", {"type": "string"}),
 }
 
 

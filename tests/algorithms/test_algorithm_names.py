@@ -24,13 +24,6 @@ ALLOWED = {
     # `fulmen export sft`: the name of a data format (chat transcripts), not of the algorithm
     "cli/export.py": "export format",
 }
-#: Left for the one step loop (issue 49, item 1): the reason a step made no update is GRPO's
-#: text, read for every stored step by ``fulmen runs diagnose`` and the dashboard; it moves
-#: to the shared loop with the metrics it reads. Only these imports, not the whole file.
-NOT_YET = {
-    "trainer/diagnosis.py": ["an import of fulmen.algorithms.grpo.diagnose"],
-    "dashboard/run_health.py": ["an import of fulmen.algorithms.grpo.diagnose"],
-}
 
 
 def _owner(path: Path) -> str | None:
@@ -85,9 +78,9 @@ def test_no_algorithm_is_named_outside_its_package_and_the_registry() -> None:
         if relative == "algorithms/registry.py" or relative in ALLOWED:
             continue
         named = _named(path)
-        if named:  # without the line numbers, so NOT_YET survives edits above them
-            found[relative] = [place.split(": ", 1)[1] for place in named]
-    assert found == NOT_YET
+        if named:
+            found[relative] = named
+    assert found == {}
 
 
 def test_the_check_sees_a_name_and_an_import(tmp_path: Path) -> None:

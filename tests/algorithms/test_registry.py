@@ -14,8 +14,10 @@ from fulmen.algorithms.registry import (
     ALGORITHMS,
     algorithm,
     names,
+    no_update_reason,
     offline,
     prompt_only,
+    recorded_algorithm,
     registered,
 )
 from fulmen.algorithms.section import AlgorithmSection
@@ -117,3 +119,21 @@ def test_train_help_lists_every_algorithm() -> None:
     ).stdout
     listed = out.split("algorithms (algorithm.name):", 1)[1].split()
     assert [name for name in names() if name in listed] == list(names())
+
+
+def test_a_step_without_update_is_explained_by_its_own_algorithm() -> None:
+    flat = {"updated": 0.0, "rollouts/finished": 4.0, "transitions": 8.0, "groups": 2.0}
+    flat |= {"skipped_zero_advantage": 8.0, "reward/mean": 1.0}
+    assert no_update_reason("grpo", flat).startswith("every rollout in each of the 2 task groups")
+    assert no_update_reason(None, flat) == no_update_reason("grpo", flat)  # the default's
+    assert no_update_reason("dpo", flat) == (
+        "the dpo step took no optimizer step (dpo gives no reason for it)"
+    )
+    assert no_update_reason("gone", flat).startswith("the gone step took no optimizer step")
+
+
+def test_a_recorded_config_names_its_first_stage() -> None:
+    assert recorded_algorithm({"algorithm": {"name": "ppo"}}) == "ppo"
+    assert recorded_algorithm({"stages": [{"name": "sft"}, {"name": "grpo"}]}) == "sft"
+    assert recorded_algorithm({"algorithm": "dpo"}) == "dpo"
+    assert recorded_algorithm({}) is None

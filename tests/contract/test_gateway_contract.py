@@ -4,8 +4,8 @@ schemathesis generates requests from ``docs/gateway-openapi.json`` and sends the
 gateway on 127.0.0.1 (with a bearer token) in front of the scripted vLLM-like upstream, writing
 call records to a real store. Its control routes and the model route of every wire API (chat
 completions, completions, Responses, Messages), untracked and tracked (on a claimed attempt),
-must answer documented statuses with bodies that
-match the spec, and never a 5xx. A summary line with the figures is printed per backend.
+must answer documented statuses with bodies that match the spec, and never a 5xx. A summary
+line with the figures is printed per backend.
 """
 
 from __future__ import annotations

@@ -1,22 +1,25 @@
 """``CommandAgentConfig``: an agent that is an executable, how it gets its task and its reward.
 
 The training config's ``agent:`` takes either ``"module:object"`` (a Python rollout function) or
-this mapping (``agent: {command: [...], ...}``); ``fulmen runner --command`` builds one from its
-flags. Every string in ``command``, ``stdin``, ``env`` and ``files`` is a template: ``${name}``
-is replaced per rollout (``fulmen.agent.command.template`` lists the names), ``$$`` is a dollar.
+a mapping, by default this one (``agent: {command: [...], ...}``; ``kind: command``, the
+``AgentSpec`` of ``fulmen.agent.kinds``); ``fulmen runner --command`` builds one from its flags.
+Every string in ``command``, ``stdin``, ``env`` and ``files`` is a template: ``${name}`` is
+replaced per rollout (``fulmen.agent.command.template`` lists the names), ``$$`` is a dollar.
 """
 
 from __future__ import annotations
 
 import shlex
+from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from fulmen.agent.command.template import check_template, names_in
+from fulmen.agent.spec import AgentSpec, ImagePath
 
-__all__ = ["CommandAgentConfig", "SandboxConfig", "VerifierConfig", "runner_agent_args"]
+__all__ = ["CommandAgentConfig", "SandboxConfig", "VerifierConfig"]
 
 _MB = 1024 * 1024
 
@@ -146,10 +149,12 @@ class VerifierConfig(_Strict):
         return command
 
 
-class CommandAgentConfig(_Strict):
+class CommandAgentConfig(AgentSpec):
     """An agent run as a program, once per rollout (``docs/command-agents.md``).
 
     Attributes:
+        kind: ``command``, the kind of agent a mapping is when it names none (left out of
+            the config's dump, which reads as it always did).
         command: the program and its arguments (a list, or one string split as a shell
             would); templated, so ``${task.question}`` passes a task field as an argument.
         stdin: what the command reads on stdin (a template such as ``${task}``); ``None``:
@@ -190,6 +195,7 @@ class CommandAgentConfig(_Strict):
             ``${config_dir}/agent.js``.
     """
 
+    kind: Literal["command"] = Field(default="command", exclude=True)
     command: list[str] = Field(min_length=1)
     stdin: str | None = None
     env: dict[str, str] = Field(default_factory=dict)
@@ -291,11 +297,26 @@ class CommandAgentConfig(_Strict):
         """``config_dir`` as resolved when the config was read (an absolute path)."""
         return self.config_dir if self.config_dir is not None else Path.cwd()
 
+    def describe(self) -> str:
+        """Name the agent by its command line (``command: node agent.js ...``)."""
+        return f"command: {shlex.join(self.command)}"
+
+    def hiding(self, paths: Sequence[Path]) -> CommandAgentConfig:
+        """Return the config with ``paths`` among those its sandbox hides."""
+        hidden = [*self.sandbox.hidden_paths, *(p.resolve() for p in paths)]
+        sandbox = self.sandbox.model_copy(update={"hidden_paths": hidden})
+        return self.model_copy(update={"sandbox": sandbox})
+
+    def in_image(self, place: ImagePath) -> CommandAgentConfig:
+        """Return the config with its folders (``config_dir``, ``workdir_template``) in an image."""
+        update: dict[str, Path] = {
+            "config_dir": Path(place(self.folder, "the command agent's config_dir"))
+        }
+        if self.workdir_template is not None:
+            template = place(self.workdir_template, "the command agent's workdir_template")
+            update["workdir_template"] = Path(template)
+        return self.model_copy(update=update)
+
     def runner_args(self) -> list[str]:
         """Return the ``fulmen runner`` options that run this agent (``--command-config``)."""
         return ["--command-config", self.model_dump_json(exclude_defaults=True)]
-
-
-def runner_agent_args(agent: str | CommandAgentConfig) -> list[str]:
-    """Return the ``fulmen runner`` options for an agent given by name or as a command."""
-    return agent.runner_args() if isinstance(agent, CommandAgentConfig) else ["--agent", agent]
