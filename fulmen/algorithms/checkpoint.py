@@ -209,23 +209,29 @@ class LoraUpdaterFiles(Generic[_C]):
 
 
 def lora_updater_for_stage(
-    make: Callable[[nn.Module], _U], context: AlgorithmContext, *, dtype: str, name: str
+    updater: Callable[..., _U], section: Any, context: AlgorithmContext, *, name: str
 ) -> _U:
     """Build a LoRA updater for the stage ``context`` runs, where the stage's progress left it.
 
-    The stage's base weights are loaded, ``make`` wraps them in the updater; a checkpoint of
-    this stage is restored (a resumed run), else an adapter a previous stage published is
-    loaded into the new adapter.
+    ``section`` is the stage's config: its ``update_config(seed=...)`` (with the run's seed)
+    sets the updater, ``updater(model, config=settings)``, around the stage's base weights in
+    the settings' ``dtype``; a checkpoint of this stage is restored (a resumed run), else an
+    adapter a previous stage published is loaded into the new adapter.
     """
+    settings = section.update_config(seed=context.seed)
     progress = context.progress
     model = load_stage_policy(
-        context.model_path, dtype=dtype, finetune="lora", weights=progress.weights, adapter=None
+        context.model_path,
+        dtype=settings.dtype,
+        finetune="lora",
+        weights=progress.weights,
+        adapter=None,
     )
-    updater = make(model)
+    built = updater(model, config=settings)
     if progress.checkpoint is not None:
         _log.info("resuming %s after step %d from %s", name, progress.step, progress.checkpoint)
-        updater.load_checkpoint(progress.checkpoint)
+        built.load_checkpoint(progress.checkpoint)
     elif progress.adapter is not None:
         _log.info("%s starts from the adapter %s", name, progress.adapter)
-        load_adapter_weights(updater.model, progress.adapter)
-    return updater
+        load_adapter_weights(built.model, progress.adapter)
+    return built

@@ -8,11 +8,10 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
 from fulmen.adapter.transitions import TransitionOptions
-from fulmen.algorithms.compute import ComputeSettings
-from fulmen.algorithms.lora import LoraSettings
+from fulmen.algorithms.lora import LoraUpdateSettings
 from fulmen.algorithms.source import StoreSource
 from fulmen.algorithms.transitions import (
     PolicyRoutedSection,
@@ -23,11 +22,7 @@ from fulmen.algorithms.transitions import (
 __all__ = ["DPOAlgorithmConfig", "DPOConfig"]
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class DPOConfig(_Strict, ComputeSettings):
+class DPOConfig(LoraUpdateSettings):
     """How the policy is updated on preference pairs (the DPO loss, ``docs/dpo.md``).
 
     DPO trains a LoRA adapter; its reference is the same model with the adapter disabled (the
@@ -58,22 +53,6 @@ class DPOConfig(_Strict, ComputeSettings):
 
     beta: float = Field(default=0.1, gt=0, allow_inf_nan=False)
     label_smoothing: float = Field(default=0.0, ge=0, lt=0.5)
-    lora: LoraSettings = Field(default_factory=LoraSettings)
-    dtype: Literal["float32", "bfloat16"] = "float32"
-    learning_rate: float = Field(default=1e-5, gt=0)
-    weight_decay: float = Field(default=0.0, ge=0)
-    betas: tuple[float, float] = (0.9, 0.999)
-    max_grad_norm: float | None = Field(default=1.0, gt=0)
-    micro_batch_tokens: int = Field(default=4096, ge=2)
-    max_seq_len: int | None = Field(default=None, ge=2)
-    logit_chunk_tokens: int = Field(default=256, ge=1)
-    gradient_checkpointing: bool = False
-    seed: int | None = None
-
-    @property
-    def finetune(self) -> Literal["lora", "full"]:
-        """Always ``lora`` (``fulmen.algorithms.policy.PolicySettings``)."""
-        return "lora"
 
 
 class DPOAlgorithmConfig(PolicyRoutedSection):

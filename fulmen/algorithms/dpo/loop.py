@@ -66,10 +66,7 @@ def _build_updater(config: DPOAlgorithmConfig, context: AlgorithmContext) -> Any
     from fulmen.algorithms.checkpoint import lora_updater_for_stage
     from fulmen.algorithms.dpo.updater import DPOUpdater
 
-    settings = config.update_config(seed=context.seed)
-    return lora_updater_for_stage(
-        lambda model: DPOUpdater(model, config=settings), context, dtype=settings.dtype, name="dpo"
-    )
+    return lora_updater_for_stage(DPOUpdater, config, context, name="dpo")
 
 
 async def _sample_pairs(

@@ -8,11 +8,10 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
 from fulmen.adapter.transitions import TransitionOptions
-from fulmen.algorithms.compute import ComputeSettings
-from fulmen.algorithms.lora import LoraSettings
+from fulmen.algorithms.lora import LoraUpdateSettings
 from fulmen.algorithms.losses import check_loss_names
 from fulmen.algorithms.transitions import (
     PolicyRoutedSection,
@@ -23,11 +22,7 @@ from fulmen.algorithms.transitions import (
 __all__ = ["PPOAlgorithmConfig", "PPOConfig"]
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class PPOConfig(_Strict, ComputeSettings):
+class PPOConfig(LoraUpdateSettings):
     """How the policy and its value head are updated on a batch of calls (``docs/ppo.md``).
 
     PPO trains a LoRA adapter and a value head: a linear layer on the policy's last hidden
@@ -88,18 +83,7 @@ class PPOConfig(_Strict, ComputeSettings):
     kl_estimator: str = "k3"
     loss_normalization: Literal["token", "rollout"] = "token"
     epochs: int = Field(default=2, ge=1)
-    lora: LoraSettings = Field(default_factory=LoraSettings)
-    dtype: Literal["float32", "bfloat16"] = "float32"
-    learning_rate: float = Field(default=1e-5, gt=0)
-    weight_decay: float = Field(default=0.0, ge=0)
-    betas: tuple[float, float] = (0.9, 0.999)
-    max_grad_norm: float | None = Field(default=1.0, gt=0)
-    micro_batch_tokens: int = Field(default=4096, ge=2)
-    max_seq_len: int | None = Field(default=None, ge=2)
     temperature: float = Field(default=1.0, gt=0)
-    logit_chunk_tokens: int = Field(default=256, ge=1)
-    gradient_checkpointing: bool = False
-    seed: int | None = None
 
     @model_validator(mode="after")
     def _known_names(self) -> PPOConfig:
@@ -107,11 +91,6 @@ class PPOConfig(_Strict, ComputeSettings):
         if self.kl_coef == 0 and "kl_estimator" in self.model_fields_set:
             raise ValueError("algorithm.ppo.kl_estimator has no effect with kl_coef 0")
         return self
-
-    @property
-    def finetune(self) -> Literal["lora", "full"]:
-        """Always ``lora`` (``fulmen.algorithms.policy.PolicySettings``)."""
-        return "lora"
 
 
 class PPOAlgorithmConfig(PolicyRoutedSection):

@@ -75,10 +75,7 @@ def _build_updater(config: PPOAlgorithmConfig, context: AlgorithmContext) -> Any
     from fulmen.algorithms.checkpoint import lora_updater_for_stage
     from fulmen.algorithms.ppo.updater import PPOUpdater
 
-    settings = config.update_config(seed=context.seed)
-    return lora_updater_for_stage(
-        lambda model: PPOUpdater(model, config=settings), context, dtype=settings.dtype, name="ppo"
-    )
+    return lora_updater_for_stage(PPOUpdater, config, context, name="ppo")
 
 
 async def _sample(

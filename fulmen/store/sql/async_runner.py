@@ -19,7 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from fulmen.errors import FulmenError, InvalidRequest
 from fulmen.store.sql.dialects import SqlDialect
-from fulmen.store.sql.runner import translate_error
+from fulmen.store.sql.transactions import translate_error
 
 __all__ = ["AsyncEngineRunner"]
 
@@ -65,7 +65,7 @@ class AsyncEngineRunner:
         return self._engine
 
     async def write(self, op: Callable[..., T], *args: Any, small: bool = False) -> T:
-        """See ``Runner.write``; retries deadlocks and serialization failures.
+        """See ``TransactionRunner.write``; retries deadlocks and serialization failures.
 
         ``small`` changes nothing here: every statement is a network round trip anyway.
         """
@@ -81,7 +81,7 @@ class AsyncEngineRunner:
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def read(self, op: Callable[..., T], *args: Any, small: bool = False) -> T:
-        """See ``Runner.read``; a read that met a dropped connection is run once more."""
+        """See ``TransactionRunner.read``; a read that met a dropped connection is run once more."""
         for attempt in range(2):
             try:
                 return await self._run(self._read_engine, op, args)
@@ -111,7 +111,7 @@ class AsyncEngineRunner:
             task.exception()  # retrieved: a cancelled caller no longer awaits it
 
     async def aclose(self) -> None:
-        """See ``Runner.aclose``."""
+        """See ``TransactionRunner.aclose``."""
         self._closed = True
         if self._in_flight:
             await asyncio.wait(self._in_flight)

@@ -1,9 +1,10 @@
 """Store operations on the rollout lifecycle: enqueue, claim, heartbeat, report, cancel, expire.
 
-Each function is one transaction's body, ``op(conn, dialect, ...)``, run by a ``Runner``. The
-lifecycle decisions come from ``fulmen.store.lifecycle``; this module only reads and writes rows.
-Row locks are taken in one order (rollout before attempt) so PostgreSQL writers never deadlock
-each other; claims and the watchdog skip rows another transaction holds.
+Each function is one transaction's body, ``op(conn, dialect, ...)``, run by a
+``TransactionRunner``. The lifecycle decisions come from ``fulmen.store.lifecycle``; this module
+only reads and writes rows. Row locks are taken in one order (rollout before attempt) so
+PostgreSQL writers never deadlock each other; claims and the watchdog skip rows another
+transaction holds.
 """
 
 from __future__ import annotations

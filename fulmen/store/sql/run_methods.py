@@ -18,7 +18,7 @@ from fulmen.store.runs import (
 )
 from fulmen.store.sql import releases, runs
 from fulmen.store.sql.dialects import SqlDialect
-from fulmen.store.sql.runner import Runner
+from fulmen.store.sql.transactions import TransactionRunner
 from fulmen.types import UNSET, ModelVersion, Page, Run, RunMetrics, RunStatus, Unset
 from fulmen.types.releases import Release, ReleaseCreate, ReleaseDecision
 
@@ -30,7 +30,7 @@ _SMALL_BATCH = 128  # metrics records written on the event loop thread (SQLite)
 class SqlRunMethods:
     """``Store``'s run methods over ``self._runner`` (see the module docstring)."""
 
-    _runner: Runner
+    _runner: TransactionRunner
     _dialect: SqlDialect
 
     async def start_run(self, run: Run) -> Run:

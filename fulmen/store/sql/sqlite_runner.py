@@ -36,7 +36,7 @@ from sqlalchemy.engine import URL, Connection, Engine
 
 from fulmen.errors import FulmenError, InvalidRequest, StoreUnavailable
 from fulmen.store.sql.dialects import SqlDialect, configure_sqlite_connection
-from fulmen.store.sql.runner import translate_error
+from fulmen.store.sql.transactions import translate_error
 
 __all__ = ["SqliteRunner"]
 
@@ -165,12 +165,12 @@ class SqliteRunner:
         return cls(engine, connections, dialect, busy_timeout_s)
 
     async def write(self, op: Callable[..., T], *args: Any, small: bool = False) -> T:
-        """See ``Runner.write``; waits (without blocking) while another process writes."""
+        """See ``TransactionRunner.write``; waits (not blocking) while another process writes."""
         self._writes_since_checkpoint += 1
         return await self._retrying(self._write_lock, self._writer, op, args, small)
 
     async def read(self, op: Callable[..., T], *args: Any, small: bool = False) -> T:
-        """See ``Runner.read``; a read that found the file locked is tried again."""
+        """See ``TransactionRunner.read``; a read that found the file locked is tried again."""
         return await self._retrying(self._read_lock, self._reader, op, args, small)
 
     async def _retrying(
@@ -251,7 +251,7 @@ class SqliteRunner:
                 logger.warning("SQLite checkpoint failed: %s", exc)
 
     async def aclose(self) -> None:
-        """See ``Runner.aclose``."""
+        """See ``TransactionRunner.aclose``."""
         if self._closed:
             return
         self._closed = True

@@ -24,9 +24,9 @@ from fulmen.store.sql import expiry, queue, reads, records, rewards, sessions, w
 from fulmen.store.sql.async_runner import AsyncEngineRunner
 from fulmen.store.sql.dialects import SqlDialect, resolve_url
 from fulmen.store.sql.run_methods import SqlRunMethods
-from fulmen.store.sql.runner import Runner
 from fulmen.store.sql.schema import ensure_schema
 from fulmen.store.sql.sqlite_runner import SqliteRunner
+from fulmen.store.sql.transactions import TransactionRunner
 from fulmen.store.sql.wakeups import Wakeups
 from fulmen.store.watchdog import Watchdog
 from fulmen.types import (
@@ -83,7 +83,7 @@ class SqlStore(SqlRunMethods):
     The run and model-version methods come from ``SqlRunMethods``.
     """
 
-    def __init__(self, runner: Runner, dialect: SqlDialect) -> None:
+    def __init__(self, runner: TransactionRunner, dialect: SqlDialect) -> None:
         self._runner = runner
         self._dialect = dialect
         self._attempt_rollouts: dict[str, str] = {}
@@ -122,7 +122,7 @@ class SqlStore(SqlRunMethods):
             raise ConfigError(
                 f"watchdog_interval must be positive or None, got {watchdog_interval}"
             )
-        runner: Runner
+        runner: TransactionRunner
         if dialect.is_threaded:
             runner = await SqliteRunner.open(sa_url, dialect, busy_timeout_s=busy_timeout_s)
         else:
@@ -429,7 +429,7 @@ def _add_counts(a: PruneReport, b: PruneReport) -> PruneReport:
     )
 
 
-async def _open_async_runner(sa_url: Any, dialect: SqlDialect, pool_size: int) -> Runner:
+async def _open_async_runner(sa_url: Any, dialect: SqlDialect, pool_size: int) -> TransactionRunner:
     from fulmen.errors import StoreUnavailable
 
     try:

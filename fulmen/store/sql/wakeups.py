@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from fulmen.store.sql.async_runner import AsyncEngineRunner
 from fulmen.store.sql.dialects import NOTIFY_CHANNEL, SqlDialect
-from fulmen.store.sql.runner import Runner
+from fulmen.store.sql.transactions import TransactionRunner
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncConnection
@@ -35,7 +35,7 @@ _POLL_WHILE_NOT_LISTENING_S = 0.5
 class Wakeups:
     """The change signal of one store object, fed by itself and by other processes."""
 
-    def __init__(self, runner: Runner, dialect: SqlDialect) -> None:
+    def __init__(self, runner: TransactionRunner, dialect: SqlDialect) -> None:
         self._runner = runner
         self._dialect = dialect
         self._changed = asyncio.Event()

@@ -1,4 +1,4 @@
-"""Transaction runners: run one synchronous store operation as one transaction, from async code.
+"""Transaction runners: one synchronous store operation run as one transaction, from async code.
 
 Every store operation is a plain function ``op(conn, *args)`` over a SQLAlchemy ``Connection``
 (written once for both databases). A runner opens the transaction, runs the function, commits
@@ -29,12 +29,12 @@ from fulmen.errors import (
 )
 from fulmen.store.sql.dialects import SqlDialect
 
-__all__ = ["Runner", "translate_error"]
+__all__ = ["TransactionRunner", "translate_error"]
 
 T = TypeVar("T")
 
 
-class Runner(Protocol):
+class TransactionRunner(Protocol):
     """Runs store operations as transactions.
 
     ``small=True`` promises the operation touches a handful of rows, so a runner may run it
