@@ -17,5 +17,8 @@ __all__ = ["is_model_path"]
 
 def is_model_path(method: str, endpoint: str) -> bool:
     """Whether the gateway forwards ``method`` on ``endpoint`` (the path below ``/v1``)."""
-    pattern = forwarded_paths().get(method)
+    exact, patterns = forwarded_paths()
+    if endpoint in exact.get(method, ()):
+        return True
+    pattern = patterns.get(method)
     return pattern is not None and pattern.fullmatch(endpoint) is not None

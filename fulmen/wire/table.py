@@ -81,19 +81,25 @@ def key_headers() -> frozenset[str]:
 
 
 @functools.cache
-def forwarded_paths() -> Mapping[str, re.Pattern[str]]:
-    """Return, by method, the pattern of every path below ``/v1`` the gateway forwards.
+def forwarded_paths() -> tuple[Mapping[str, frozenset[str]], Mapping[str, re.Pattern[str]]]:
+    """Return, by method, every path below ``/v1`` the gateway forwards: exact ones, patterns.
 
-    The APIs' own endpoints (POST) and each API's ``forwarded`` paths, ``{id}`` standing for
-    one id segment.
+    The APIs' own endpoints (POST) and each API's ``forwarded`` paths; one with ``{id}`` (one
+    id segment) is a pattern, the others are looked up as they are (every model call checks).
     """
-    by_method: dict[str, list[str]] = {}
+    exact: dict[str, set[str]] = {"POST": {api.endpoint for api in wire_apis()}}
+    patterns: dict[str, list[str]] = {}
     for api in wire_apis():
-        by_method.setdefault("POST", []).append(re.escape(api.endpoint))
         for method, path in api.forwarded:
-            pattern = re.escape(path).replace(re.escape("{id}"), _ID)
-            by_method.setdefault(method, []).append(pattern)
-    return {method: re.compile("|".join(p)) for method, p in by_method.items()}
+            if "{id}" in path:
+                pattern = re.escape(path).replace(re.escape("{id}"), _ID)
+                patterns.setdefault(method, []).append(pattern)
+            else:
+                exact.setdefault(method, set()).add(path)
+    return (
+        {method: frozenset(paths) for method, paths in exact.items()},
+        {method: re.compile("|".join(p)) for method, p in patterns.items()},
+    )
 
 
 def error_body_for(endpoint: str, status: int, openai_body: dict[str, Any]) -> dict[str, Any]:
