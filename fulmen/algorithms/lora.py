@@ -6,7 +6,7 @@ trains only an adapter (PPO, DPO) is set with besides.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -58,3 +58,7 @@ class LoraUpdateSettings(ComputeSettings):
     def finetune(self) -> Literal["lora", "full"]:
         """Always ``lora`` (``fulmen.algorithms.policy.PolicySettings``)."""
         return "lora"
+
+    def for_run(self, seed: int) -> Self:
+        """Return these settings with the run's ``seed``, unless they set their own."""
+        return self if self.seed is not None else self.model_copy(update={"seed": seed})

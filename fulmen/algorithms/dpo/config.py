@@ -116,9 +116,7 @@ class DPOAlgorithmConfig(PolicyRoutedSection):
 
     def update_config(self, *, seed: int) -> DPOConfig:
         """Return ``dpo`` with the run's ``seed`` unless ``dpo.seed`` is set."""
-        if self.dpo.seed is not None:
-            return self.dpo
-        return self.dpo.model_copy(update={"seed": seed})
+        return self.dpo.for_run(seed)
 
     def max_seq_len_settings(self) -> tuple[str, int | None]:
         """Return ``dpo.max_seq_len``."""

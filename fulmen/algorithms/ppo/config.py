@@ -170,9 +170,7 @@ class PPOAlgorithmConfig(PolicyRoutedSection):
 
     def update_config(self, *, seed: int) -> PPOConfig:
         """Return ``ppo`` with the run's ``seed`` unless ``ppo.seed`` is set."""
-        if self.ppo.seed is not None:
-            return self.ppo
-        return self.ppo.model_copy(update={"seed": seed})
+        return self.ppo.for_run(seed)
 
     def max_seq_len_settings(self) -> tuple[str, int | None]:
         """Return ``ppo.max_seq_len``."""
