@@ -145,7 +145,10 @@ def _train(args: argparse.Namespace) -> int:
     records = read_metrics(config.run_dir / "metrics.jsonl")
     train = [r["reward/mean"] for r in records if r.get("reward/mean") is not None]
     val = [r for r in records if r.get("val/reward_mean") is not None]
-    print(f"done: {len(history)} steps in this run, {len(train)} in all")
+    # Steps as the run's state counts them (every stage's, across restarts): an algorithm's
+    # records need not carry reward/mean.
+    state = RunState(config.run_dir)
+    print(f"done: {len(history)} steps in this run, {state.step_offset + state.step} in all")
     if train:
         print(f"train reward: first step {train[0]:.3f} -> last step {train[-1]:.3f}")
     if val and (trainer.end_of_run is None or trainer.end_of_run.baseline is None):
@@ -156,7 +159,7 @@ def _train(args: argparse.Namespace) -> int:
     # The diagnosis is logged once by the trainer (stderr), not printed here again: output sent
     # to one file (CI, nohup) held every diagnosis line twice.
     print(f"metrics: {config.run_dir / 'metrics.jsonl'}")
-    run_id = RunState(config.run_dir).run_id
+    run_id = state.run_id
     store = config.store_url or f"sqlite:///{config.run_dir / 'store.db'}"
     print(f"run: {run_id} in the store (fulmen runs show {run_id} --store {store})")
     return 0
