@@ -53,7 +53,7 @@ class GatewayConfig(BaseModel):
         model_map: the model name the engine gets for each model name an agent asks for, so
             an agent that insists on its own name (Claude Code asks for ``claude-sonnet-4-6``,
             Codex for ``gpt-5``) reaches the policy being trained; the key ``*`` maps every
-            name not listed. Applies to chat, completions, Responses and Messages calls; the
+            name not listed. Applies to every recorded wire API's calls (``fulmen.wire``); the
             record keeps the agent's request as sent. Empty: names go through unchanged.
         reward_range: the values ``POST /v1/rewards`` accepts (``RewardRange``, default
             ``[-1e6, 1e6]``); a value outside it is refused with a 422 naming the field.
