@@ -2,6 +2,14 @@
 
 from __future__ import annotations
 
-from tests.gateway.conftest import config, gw, script, store, time_limit, upstream_url
+from tests.gateway.conftest import (
+    config,
+    gw,
+    script,
+    store,
+    time_limit,
+    upstream_client,
+    upstream_url,
+)
 
-__all__ = ["config", "gw", "script", "store", "time_limit", "upstream_url"]
+__all__ = ["config", "gw", "script", "store", "time_limit", "upstream_client", "upstream_url"]

@@ -24,9 +24,18 @@ from fulmen.tracing.framework_agents import (
     uninstall_framework_agent_hooks,
 )
 from fulmen.types.records import AGENT_NAME_HEADER
-from tests.gateway.conftest import Running, config, gw, new_attempt, script, store, upstream_url
+from tests.gateway.conftest import (
+    Running,
+    config,
+    gw,
+    new_attempt,
+    script,
+    store,
+    upstream_client,
+    upstream_url,
+)
 
-__all__ = ["config", "gw", "script", "store", "upstream_url"]
+__all__ = ["config", "gw", "script", "store", "upstream_client", "upstream_url"]
 
 MESSAGES = [{"role": "user", "content": "hi"}]
 CHAT = {"model": "tiny-model", "messages": MESSAGES}

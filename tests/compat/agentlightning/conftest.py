@@ -10,7 +10,15 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.gateway.conftest import config, gw, script, store, time_limit, upstream_url
+from tests.gateway.conftest import (
+    config,
+    gw,
+    script,
+    store,
+    time_limit,
+    upstream_client,
+    upstream_url,
+)
 
 if TYPE_CHECKING:
     from fulmen.engines.launcher import BuiltinLauncher
@@ -23,6 +31,7 @@ __all__ = [
     "store",
     "time_limit",
     "tiny_engine",
+    "upstream_client",
     "upstream_url",
 ]
 
