@@ -99,7 +99,9 @@ async def serve_gateway(
     if base_rate is not None:
         session = SessionKeyConfig(header="x-session-id", idle_timeout_s=1.0)
         capture = CaptureConfig(session=session, base_rate=base_rate)
-    config = GatewayConfig(capture=capture)
+    # Concurrency 32 on the one attempt: the per-rollout cap (16 by default) would answer the
+    # calls beyond it 429, cheaply, and blur the CPU per call.
+    config = GatewayConfig(capture=capture, max_calls_per_rollout=64)
     if client == "httpx":
         from httpx_upstream import HttpxClient  # beside this script
 
