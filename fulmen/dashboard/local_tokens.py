@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from fulmen.engines.models import cached_model
-from fulmen.store.base import Store
+from fulmen.store.roles import RunLog
 
 __all__ = ["LocalTokens"]
 
@@ -21,7 +21,7 @@ __all__ = ["LocalTokens"]
 class LocalTokens:
     """Decodes token ids with the tokenizer of the newest run's model, loaded once."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: RunLog) -> None:
         self._store = store
         self._tokenizers: dict[str, Any] = {}  # model -> tokenizer, or None when unavailable
 

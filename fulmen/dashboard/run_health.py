@@ -23,7 +23,7 @@ from fulmen.store.reading import read_run_metrics
 from fulmen.types import ModelVersion, Run, RunMetrics, RunStatus
 
 if TYPE_CHECKING:
-    from fulmen.store.base import Store
+    from fulmen.store.roles import RunLog
 
 __all__ = ["run_health"]
 
@@ -31,7 +31,7 @@ __all__ = ["run_health"]
 _STORE = "STORE_URL"
 
 
-async def run_health(store: Store, run_id: str) -> dict[str, Any]:
+async def run_health(store: RunLog, run_id: str) -> dict[str, Any]:
     """Return run ``run_id``'s training steps, those without an update and its served version.
 
     ``steps``: training steps that say whether they updated (the last record of each step: a

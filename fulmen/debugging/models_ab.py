@@ -18,7 +18,7 @@ from fulmen.errors import ConfigError, NotFound
 from fulmen.types import ModelKind, ModelVersion
 
 if TYPE_CHECKING:
-    from fulmen.store import Store
+    from fulmen.store.roles import RunLog
     from fulmen.trainer.config import TrainConfig
     from fulmen.trainer.stack import TrainingStack
 
@@ -29,7 +29,7 @@ BASE = "base"
 
 
 async def find_versions(
-    store: Store, run_id: str, refs: tuple[str, str]
+    store: RunLog, run_id: str, refs: tuple[str, str]
 ) -> tuple[ModelVersion | None, ModelVersion | None]:
     """Return the run's model versions ``refs`` name (``None`` for ``base``), checked."""
     await store.get_run(run_id)  # NotFound names an unknown run

@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from fulmen.debugging.runs_compare import flatten
-from fulmen.store.base import Store
 from fulmen.store.reading import read_run_metrics
+from fulmen.store.roles import RunLog
 from fulmen.types import RunStatus
 
 __all__ = ["Outcome", "Statement", "outcomes", "suggest"]
@@ -72,7 +72,7 @@ class Statement:
         )
 
 
-async def outcomes(store: Store, *, model: Any, agent: Any) -> list[Outcome]:
+async def outcomes(store: RunLog, *, model: Any, agent: Any) -> list[Outcome]:
     """Return the comparable finished runs of ``store`` and their outcomes (module docstring)."""
     found: list[Outcome] = []
     offset: int | None = 0
@@ -90,7 +90,7 @@ async def outcomes(store: Store, *, model: Any, agent: Any) -> list[Outcome]:
     return found
 
 
-async def _outcome(store: Store, run_id: str) -> float | None:
+async def _outcome(store: RunLog, run_id: str) -> float | None:
     validations: list[tuple[int, float]] = []
     minutes = 0.0
     for record in await read_run_metrics(store, run_id):

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from fulmen.errors import FulmenError, GatewayError
 from fulmen.gateway.capture import Exchange, build_call
-from fulmen.store.base import Store
+from fulmen.store.roles import RecordLog
 from fulmen.store.spill import SpillQueue
 from fulmen.types import LLMCallCreate
 
@@ -74,7 +74,7 @@ class CallRecorder:
 
     def __init__(
         self,
-        store: Store,
+        store: RecordLog,
         *,
         batch_size: int = 256,
         flush_interval_s: float = 0.05,

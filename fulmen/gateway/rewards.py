@@ -31,14 +31,14 @@ from fulmen.gateway.errors import AttemptFinished, KeyRefused
 from fulmen.gateway.proxy import Gateway
 from fulmen.gateway.request_reading import read_body
 from fulmen.gateway.routes import REWARDS_PATH
-from fulmen.store.base import Store
+from fulmen.store.roles import RecordLog
 from fulmen.store.routes import parse_body
 from fulmen.types import RewardCreate
 
 __all__ = ["rewards_route"]
 
 
-def rewards_route(store: Store, gateway: Gateway) -> Route:
+def rewards_route(store: RecordLog, gateway: Gateway) -> Route:
     """Return the ``POST /v1/rewards`` route that stores rewards in ``store``."""
     limit = gateway.config.max_body_bytes
 

@@ -19,12 +19,12 @@ from fulmen.types import PROMPT_SCORES_KEY, PromptScore, PromptTemplate, Resourc
 if TYPE_CHECKING:
     from pydantic import JsonValue
 
-    from fulmen.store.base import Store
+    from fulmen.store.roles import RolloutQueue
 
 __all__ = ["publish_prompt", "record_scores"]
 
 
-async def _base_snapshot(store: Store, base: int | Resources | None) -> Resources | None:
+async def _base_snapshot(store: RolloutQueue, base: int | Resources | None) -> Resources | None:
     if isinstance(base, Resources):
         return base
     if base is None:
@@ -33,7 +33,7 @@ async def _base_snapshot(store: Store, base: int | Resources | None) -> Resource
 
 
 async def publish_prompt(
-    store: Store,
+    store: RolloutQueue,
     name: str,
     prompt: PromptTemplate,
     *,
@@ -65,7 +65,7 @@ async def publish_prompt(
 
 
 async def record_scores(
-    store: Store,
+    store: RolloutQueue,
     scores: Sequence[PromptScore],
     *,
     base: int | Resources | None = None,

@@ -21,7 +21,7 @@ from fulmen.errors import ConfigError, NotFound
 from fulmen.types import PROMPT_SCORES_KEY, PromptScore, PromptTemplate, Resources
 
 if TYPE_CHECKING:
-    from fulmen.store.base import Store
+    from fulmen.store.roles import RolloutQueue
 
 __all__ = [
     "PromptVersion",
@@ -82,7 +82,9 @@ def scores_in(snapshot: Resources) -> list[PromptScore]:
         ) from exc
 
 
-async def load_prompt_versions(store: Store, *, name: str | None = None) -> list[PromptVersion]:
+async def load_prompt_versions(
+    store: RolloutQueue, *, name: str | None = None
+) -> list[PromptVersion]:
     """Read every snapshot and return the distinct prompt versions, oldest first.
 
     ``name`` keeps only prompts of that resource name. Reads versions ``1..latest`` one by one,

@@ -13,13 +13,13 @@ is sent again.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import httpx
+from pydantic import BaseModel
 
-from fulmen.store.arguments import check_arguments
-from fulmen.store.base import Capabilities, ReconcileReport
+from fulmen.store.base import Capabilities, ReconcileReport, Store
 from fulmen.store.client_runs import RunsOverHttp
 from fulmen.store.clock import new_id
 from fulmen.store.connection import StoreConnection
@@ -69,7 +69,7 @@ if TYPE_CHECKING:
 __all__ = ["StoreClient"]
 
 
-class StoreClient(RunsOverHttp):
+class StoreClient(RunsOverHttp, Store):
     """A ``Store`` reached over HTTP; create it with ``await StoreClient.connect(url)``.
 
     The server runs the watchdog; the client runs none. Use one client per event loop. The
@@ -77,6 +77,7 @@ class StoreClient(RunsOverHttp):
     """
 
     def __init__(self, connection: StoreConnection, info: ServiceInfo) -> None:
+        super().__init__()
         self._connection = connection
         self._info = info
         self._send = connection.send
@@ -123,226 +124,90 @@ class StoreClient(RunsOverHttp):
             is_durable=self._info.is_durable, is_shared=self._info.is_shared, is_remote=True
         )
 
-    # -- rollouts -------------------------------------------------------------------------------
+    # -- the queue ------------------------------------------------------------------------------
 
-    async def enqueue(self, rollouts: Sequence[RolloutCreate]) -> list[Rollout]:
-        """See ``Store.enqueue``; rollouts without an id get one here, so retries are safe."""
+    async def _enqueue(self, rollouts: list[RolloutCreate]) -> list[Rollout]:
+        # Rollouts without an id get one here, so a retry queues them once.
         keyed = [
             r if r.rollout_id is not None else r.model_copy(update={"rollout_id": new_id("ro")})
             for r in rollouts
         ]
-        request = EnqueueRequest.model_construct(rollouts=keyed)
-        return await self._call("enqueue", request)
+        return await self._call("enqueue", EnqueueRequest.model_construct(rollouts=keyed))
 
-    async def claim(
-        self,
-        worker_id: str,
-        *,
-        limit: int = 1,
-        modes: Sequence[Mode] | None = None,
-        claim_id: str | None = None,
+    async def _claim(
+        self, worker_id: str, limit: int, modes: list[Mode] | None, claim_id: str | None
     ) -> list[Claim]:
-        """See ``Store.claim``; a missing ``claim_id`` is generated so retries take no more."""
+        # A missing claim id is generated, so a retry takes no more rollouts.
         request = ClaimRequest.model_construct(
-            worker_id=worker_id,
-            limit=limit,
-            modes=list(modes) if modes is not None else None,
-            claim_id=claim_id or new_id("claim"),
+            worker_id=worker_id, limit=limit, modes=modes, claim_id=claim_id or new_id("claim")
         )
         return await self._call("claim", request)
 
-    async def update_rollout(
-        self,
-        rollout_id: str,
-        *,
-        status: RolloutStatus | Unset = UNSET,
-        metadata: dict[str, JsonValue] | Unset = UNSET,
-    ) -> Rollout:
-        """See ``Store.update_rollout``."""
-        fields: dict[str, Any] = {}
-        if status is not UNSET:
-            fields["status"] = status
-        if metadata is not UNSET:
-            # JSON serialization would turn a NaN into null: refuse it here, as the server would.
-            check_arguments(metadata=metadata)
-            fields["metadata"] = metadata
-
-        async def recover() -> bytes | None:
-            # A cancel that reached the server before the connection broke must not be sent
-            # again: a second cancel of a final rollout is an InvalidTransition.
-            current = await self.get_rollout(rollout_id)
-            if (
-                status is not UNSET
-                and current.status is status
-                and (metadata is UNSET or current.metadata == metadata)
-            ):
-                return current.model_dump_json().encode()
-            return None
-
-        body = RolloutUpdate.model_construct(**fields)
-        path = {"rollout_id": rollout_id}
-        return await self._call("update_rollout", body, path=path, recover=recover, partial=True)
-
-    async def get_rollout(self, rollout_id: str) -> Rollout:
-        """See ``Store.get_rollout``."""
-        return await self._call("get_rollout", path={"rollout_id": rollout_id})
-
-    async def list_attempts(self, rollout_id: str) -> list[Attempt]:
-        """See ``Store.list_attempts``."""
-        return await self._call("list_attempts", path={"rollout_id": rollout_id})
-
-    async def query_rollouts(self, query: RolloutQuery) -> Page[Rollout]:
-        """See ``Store.query_rollouts``."""
-        return await self._call("query_rollouts", query)
-
-    async def wait_for_rollouts(
-        self, rollout_ids: Sequence[str], *, timeout: float
-    ) -> list[Rollout]:
-        """See ``Store.wait_for_rollouts``: long polls of at most the server's cap, repeated."""
-        ids = list(rollout_ids)
-        deadline = time.monotonic() + max(timeout, 0.0)
-        while True:
-            wait = min(max(deadline - time.monotonic(), 0.0), self._info.max_wait_s)
-            request = WaitRequest.model_construct(rollout_ids=ids, timeout=wait)
-            final: list[Rollout] = await self._call(
-                "wait_for_rollouts", request, extra_timeout=wait
-            )
-            if len(final) == len(ids) or time.monotonic() >= deadline:
-                return final
-
-    # -- attempts and workers -------------------------------------------------------------------
-
-    async def get_attempt(self, attempt_id: str) -> Attempt:
-        """See ``Store.get_attempt``."""
-        return await self._call("get_attempt", path={"attempt_id": attempt_id})
-
-    async def update_attempt(
-        self,
-        attempt_id: str,
-        *,
-        status: AttemptStatus | Unset = UNSET,
-        error: str | Unset | None = UNSET,
-    ) -> Attempt:
-        """See ``Store.update_attempt``."""
-        fields: dict[str, Any] = {}
-        if status is not UNSET:
-            fields["status"] = status
-        if error is not UNSET:
-            fields["error"] = error
-
-        async def recover() -> bytes | None:
-            # If the first report was applied, repeating it would record a "late" report.
-            current = await self.get_attempt(attempt_id)
-            if (
-                status is not UNSET
-                and current.status is status
-                and (error is UNSET or current.error == error)
-            ):
-                return current.model_dump_json().encode()
-            return None
-
-        body = AttemptUpdate.model_construct(**fields)
-        path = {"attempt_id": attempt_id}
-        return await self._call("update_attempt", body, path=path, recover=recover, partial=True)
-
-    async def heartbeat(
-        self,
-        worker_id: str,
-        *,
-        attempt_ids: Sequence[str] = (),
-        metadata: dict[str, JsonValue] | None = None,
+    async def _heartbeat(
+        self, worker_id: str, attempt_ids: list[str], metadata: dict[str, JsonValue] | None
     ) -> Worker:
-        """See ``Store.heartbeat``."""
-        check_arguments(metadata=metadata)  # a NaN would be sent as null
         request = HeartbeatRequest.model_construct(
-            worker_id=worker_id, attempt_ids=list(attempt_ids), metadata=metadata
+            worker_id=worker_id, attempt_ids=attempt_ids, metadata=metadata
         )
         return await self._call("heartbeat", request)
 
-    async def list_workers(self) -> list[Worker]:
-        """See ``Store.list_workers``."""
-        return await self._call("list_workers")
+    async def _update_attempt(
+        self, attempt_id: str, status: AttemptStatus | Unset, error: str | Unset | None
+    ) -> Attempt:
+        # If the first report was applied, repeating it would record a "late" report.
+        given = _given(status=status, error=error)
+        recover = _if_applied(lambda: self._get_attempt(attempt_id), given)
+        body = AttemptUpdate.model_construct(**given)
+        path = {"attempt_id": attempt_id}
+        return await self._call("update_attempt", body, path=path, recover=recover, partial=True)
 
-    # -- spans and LLM calls --------------------------------------------------------------------
-
-    async def add_spans(self, spans: Sequence[SpanCreate]) -> list[Span]:
-        """See ``Store.add_spans``; idempotent by ``(attempt_id, span_id)``, so retried."""
-        request = SpansRequest.model_construct(spans=list(spans))
-        return await self._call("add_spans", request)
-
-    async def add_llm_calls(self, calls: Sequence[LLMCallCreate]) -> list[LLMCall]:
-        """See ``Store.add_llm_calls``; idempotent by ``call_id``, so retried."""
-        request = LLMCallsRequest.model_construct(calls=list(calls))
-        return await self._call("add_llm_calls", request)
-
-    async def query_spans(
+    async def _update_rollout(
         self,
         rollout_id: str,
-        *,
-        attempt_id: str | None = None,
-        after_sequence: int = 0,
-        limit: int = 1000,
-    ) -> Page[Span]:
-        """See ``Store.query_spans``."""
-        params = _record_params(attempt_id, after_sequence, limit)
-        return await self._call("query_spans", path={"rollout_id": rollout_id}, params=params)
+        status: RolloutStatus | Unset,
+        metadata: dict[str, JsonValue] | Unset,
+    ) -> Rollout:
+        # A cancel that reached the server before the connection broke must not be sent
+        # again: a second cancel of a final rollout is an InvalidTransition.
+        given = _given(status=status, metadata=metadata)
+        recover = _if_applied(lambda: self._get_rollout(rollout_id), given)
+        body = RolloutUpdate.model_construct(**given)
+        path = {"rollout_id": rollout_id}
+        return await self._call("update_rollout", body, path=path, recover=recover, partial=True)
 
-    async def query_llm_calls(
-        self,
-        rollout_id: str,
-        *,
-        attempt_id: str | None = None,
-        after_sequence: int = 0,
-        limit: int = 1000,
-    ) -> Page[LLMCall]:
-        """See ``Store.query_llm_calls``."""
-        params = _record_params(attempt_id, after_sequence, limit)
-        return await self._call("query_llm_calls", path={"rollout_id": rollout_id}, params=params)
-
-    # -- resources ------------------------------------------------------------------------------
-
-    async def add_resources(self, resources: ResourcesCreate) -> Resources:
-        """See ``Store.add_resources``; a missing ``resources_id`` is generated for safe retries."""
-        if resources.resources_id is None:
-            resources = resources.model_copy(update={"resources_id": new_id("res")})
-        return await self._call("add_resources", resources)
-
-    async def get_resources(self, version: int) -> Resources:
-        """See ``Store.get_resources``."""
-        return await self._call("get_resources", path={"version": version})
-
-    async def latest_resources(self) -> Resources | None:
-        """See ``Store.latest_resources``."""
-        return await self._call("latest_resources")
-
-    # -- rewards and retention ------------------------------------------------------------------
-
-    async def add_reward(self, reward: RewardCreate) -> Reward:
-        """See ``Store.add_reward``; a missing ``key`` is generated so a retry stores once."""
-        if reward.key is None:
-            reward = reward.model_copy(update={"key": new_id("rw")})
-        return await self._call("add_reward", reward)
-
-    async def list_rewards(self, rollout_id: str) -> list[Reward]:
-        """See ``Store.list_rewards``."""
-        return await self._call("list_rewards", path={"rollout_id": rollout_id})
-
-    async def record_session(self, session: SessionCreate) -> Claim:
-        """See ``Store.record_session``; the caller's ``attempt_id`` makes a retry store once."""
+    async def _record_session(self, session: SessionCreate) -> Claim:
+        # The caller's attempt id makes a retry store the session once.
         return await self._call("record_session", session)
 
-    async def prune(self, request: PruneRequest) -> PruneReport:
-        """See ``Store.prune``; a retried prune deletes nothing twice (its counts are its own)."""
-        return await self._call("prune", request)
+    async def _get_rollout(self, rollout_id: str) -> Rollout:
+        return await self._call("get_rollout", path={"rollout_id": rollout_id})
 
-    # -- watchdog, statistics, lifecycle --------------------------------------------------------
+    async def _get_attempt(self, attempt_id: str) -> Attempt:
+        return await self._call("get_attempt", path={"attempt_id": attempt_id})
 
-    async def stats(self) -> StoreStats:
-        """See ``Store.stats``."""
-        return await self._call("stats")
+    async def _list_attempts(self, rollout_id: str) -> list[Attempt]:
+        return await self._call("list_attempts", path={"rollout_id": rollout_id})
 
-    async def reconcile(self) -> ReconcileReport:
-        """See ``Store.reconcile``: asks the server to run one watchdog pass now."""
+    async def _query_rollouts(self, query: RolloutQuery) -> Page[Rollout]:
+        return await self._call("query_rollouts", query)
+
+    async def _list_workers(self) -> list[Worker]:
+        return await self._call("list_workers")
+
+    async def _wait_for_rollouts(self, rollout_ids: list[str], timeout: float) -> list[Rollout]:
+        # Long polls of at most the server's cap, repeated until the timeout is spent.
+        deadline = time.monotonic() + timeout
+        while True:
+            wait = min(max(deadline - time.monotonic(), 0.0), self._info.max_wait_s)
+            request = WaitRequest.model_construct(rollout_ids=rollout_ids, timeout=wait)
+            final: list[Rollout] = await self._call(
+                "wait_for_rollouts", request, extra_timeout=wait
+            )
+            if len(final) == len(rollout_ids) or time.monotonic() >= deadline:
+                return final
+
+    async def _reconcile(self) -> ReconcileReport:
+        # Asks the server to run one watchdog pass now.
         result: ReconcileResult = await self._call("reconcile")
         return ReconcileReport(
             timed_out=tuple(result.timed_out),
@@ -351,8 +216,57 @@ class StoreClient(RunsOverHttp):
             failed=tuple(result.failed),
         )
 
-    async def aclose(self) -> None:
-        """Close the connection pool; the client may not be used afterwards."""
+    async def _add_resources(self, resources: ResourcesCreate) -> Resources:
+        # A missing resources id is generated, so a retry stores one version.
+        if resources.resources_id is None:
+            resources = resources.model_copy(update={"resources_id": new_id("res")})
+        return await self._call("add_resources", resources)
+
+    async def _get_resources(self, version: int) -> Resources:
+        return await self._call("get_resources", path={"version": version})
+
+    async def _latest_resources(self) -> Resources | None:
+        return await self._call("latest_resources")
+
+    # -- the record log (idempotent by the records' own ids, so retried) ------------------------
+
+    async def _add_spans(self, spans: list[SpanCreate]) -> list[Span]:
+        return await self._call("add_spans", SpansRequest.model_construct(spans=spans))
+
+    async def _add_llm_calls(self, calls: list[LLMCallCreate]) -> list[LLMCall]:
+        return await self._call("add_llm_calls", LLMCallsRequest.model_construct(calls=calls))
+
+    async def _query_spans(
+        self, rollout_id: str, attempt_id: str | None, after_sequence: int, limit: int
+    ) -> Page[Span]:
+        params = _record_params(attempt_id, after_sequence, limit)
+        return await self._call("query_spans", path={"rollout_id": rollout_id}, params=params)
+
+    async def _query_llm_calls(
+        self, rollout_id: str, attempt_id: str | None, after_sequence: int, limit: int
+    ) -> Page[LLMCall]:
+        params = _record_params(attempt_id, after_sequence, limit)
+        return await self._call("query_llm_calls", path={"rollout_id": rollout_id}, params=params)
+
+    async def _add_reward(self, reward: RewardCreate) -> Reward:
+        # A missing key is generated, so a retry stores the reward once.
+        if reward.key is None:
+            reward = reward.model_copy(update={"key": new_id("rw")})
+        return await self._call("add_reward", reward)
+
+    async def _list_rewards(self, rollout_id: str) -> list[Reward]:
+        return await self._call("list_rewards", path={"rollout_id": rollout_id})
+
+    # -- the whole store ------------------------------------------------------------------------
+
+    async def _prune(self, request: PruneRequest) -> PruneReport:
+        # A retried prune deletes nothing twice (its counts are its own).
+        return await self._call("prune", request)
+
+    async def _stats(self) -> StoreStats:
+        return await self._call("stats")
+
+    async def _aclose(self) -> None:
         await self._connection.aclose()
 
 
@@ -361,3 +275,29 @@ def _record_params(attempt_id: str | None, after_sequence: int, limit: int) -> d
     if attempt_id is not None:
         params["attempt_id"] = attempt_id
     return params
+
+
+def _given(**fields: Any) -> dict[str, Any]:
+    """Return the fields of a partial update that were given (not ``UNSET``)."""
+    return {name: value for name, value in fields.items() if value is not UNSET}
+
+
+def _if_applied(
+    read: Callable[[], Awaitable[BaseModel]], given: dict[str, Any]
+) -> Callable[[], Awaitable[bytes | None]]:
+    """Return a check, run before a status change is sent again, of whether it was applied.
+
+    When the stored record already holds the status and every other field given, the first
+    request reached the server: its record is the answer, and nothing is sent again. A change
+    without a status is a plain set, which is the same when repeated.
+    """
+
+    async def recover() -> bytes | None:
+        if "status" not in given:
+            return None
+        current = await read()
+        if all(getattr(current, name) == value for name, value in given.items()):
+            return current.model_dump_json().encode()
+        return None
+
+    return recover

@@ -4,94 +4,75 @@ It defines the semantics the SQL backends and the HTTP service must match (the c
 runs against all of them). It is not durable and lives in one process; use it for tests and dry
 runs.
 
-The class is the ``Store`` face: it takes the one asyncio lock that serialises every change,
-checks arguments and that the store is open, and hands each operation to the part that holds
-its data: ``MemoryQueue`` (rollouts, attempts, workers and their lifecycle), ``MemoryRecords``
-(spans, LLM calls, rewards), ``MemoryResources`` and ``MemoryRuns``. The lifecycle decisions
-themselves come from ``fulmen.store.lifecycle``, shared with the SQL backends.
+The face (``fulmen.store.base.Store``) checks arguments, refuses writes to a closed store and
+takes this backend's one asyncio lock, which serialises every operation; each work method here
+hands the operation to the part that holds its data: ``MemoryQueue`` (rollouts, attempts,
+workers and their lifecycle), ``MemoryRecords`` (spans, LLM calls, rewards),
+``MemoryResources`` and ``MemoryRuns``. The lifecycle decisions themselves come from
+``fulmen.store.lifecycle``, shared with the SQL backends.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from fulmen.errors import InvalidRequest
-from fulmen.store.arguments import check_arguments
-from fulmen.store.base import Capabilities, ReconcileReport
+from fulmen.store.base import Capabilities, ReconcileReport, Store
 from fulmen.store.memory_queue import MemoryQueue
 from fulmen.store.memory_records import MemoryRecords
 from fulmen.store.memory_resources import MemoryResources
 from fulmen.store.memory_runs import MemoryRuns
-from fulmen.store.releases import (
-    check_release_name,
-    decided_release,
-    missing_release,
-    new_release,
-)
+from fulmen.store.releases import decided_release, missing_release, new_release
 from fulmen.store.rewards import is_prunable
-from fulmen.store.runs import (
-    MAX_METRICS_LIMIT,
-    MAX_RUNS_LIMIT,
-    check_run_id,
-    check_run_paging,
-    check_run_update,
-    store_time,
-)
-from fulmen.store.watchdog import Watchdog
-from fulmen.types import (
-    UNSET,
-    Attempt,
-    AttemptStatus,
-    Claim,
-    LLMCall,
-    LLMCallCreate,
-    Mode,
-    ModelVersion,
-    Page,
-    PruneReport,
-    PruneRequest,
-    Resources,
-    ResourcesCreate,
-    Reward,
-    RewardCreate,
-    Rollout,
-    RolloutCreate,
-    RolloutQuery,
-    RolloutStatus,
-    Run,
-    RunMetrics,
-    RunStatus,
-    Span,
-    SpanCreate,
-    StoreStats,
-    Unset,
-    Worker,
-)
-from fulmen.types.releases import Release, ReleaseCreate, ReleaseDecision
-from fulmen.types.sessions import SessionCreate
+from fulmen.store.runs import store_time
+from fulmen.types import AttemptStatus, PruneReport, RolloutStatus, StoreStats
 
 if TYPE_CHECKING:
     from pydantic import JsonValue
 
+    from fulmen.types import (
+        Attempt,
+        Claim,
+        LLMCall,
+        LLMCallCreate,
+        Mode,
+        ModelVersion,
+        Page,
+        PruneRequest,
+        Resources,
+        ResourcesCreate,
+        Reward,
+        RewardCreate,
+        Rollout,
+        RolloutCreate,
+        RolloutQuery,
+        Run,
+        RunMetrics,
+        RunStatus,
+        Span,
+        SpanCreate,
+        Unset,
+        Worker,
+    )
+    from fulmen.types.releases import Release, ReleaseCreate, ReleaseDecision
+    from fulmen.types.sessions import SessionCreate
+
 __all__ = ["MemoryStore"]
 
 
-class MemoryStore:
-    """A ``Store`` held in memory; one asyncio lock serialises every change."""
+class MemoryStore(Store):
+    """A ``Store`` held in memory; one asyncio lock serialises every operation."""
 
     def __init__(self) -> None:
-        self._lock = asyncio.Lock()
-        self._changed = asyncio.Condition(self._lock)
+        lock = asyncio.Lock()
+        super().__init__(lock=lock)
+        self._changed = asyncio.Condition(lock)
         self._queue = MemoryQueue(self._changed.notify_all)
         self._records = MemoryRecords(self._queue)
         self._resources = MemoryResources()
         self._runs = MemoryRuns()
         self._releases: dict[str, Release] = {}
-        self._closed = False
-        self._watchdog: Watchdog | None = None
 
     @classmethod
     async def connect(
@@ -100,9 +81,7 @@ class MemoryStore:
         """Open a new, empty store with its watchdog; every call gives a separate store."""
         del url
         store = cls()
-        if watchdog_interval is not None:
-            store._watchdog = Watchdog(store, interval=watchdog_interval)
-            store._watchdog.start()
+        store._watch(watchdog_interval)
         return store
 
     @property
@@ -110,189 +89,55 @@ class MemoryStore:
         """Not durable, not shared between processes."""
         return Capabilities(is_durable=False, is_shared=False)
 
-    # -- rollouts -------------------------------------------------------------------------------
+    # -- the queue ------------------------------------------------------------------------------
 
-    async def enqueue(self, rollouts: Sequence[RolloutCreate]) -> list[Rollout]:
-        """See ``Store.enqueue``."""
-        async with self._lock:
-            self._check_open()
-            return self._queue.enqueue(rollouts, self._resources.latest_version)
+    async def _enqueue(self, rollouts: list[RolloutCreate]) -> list[Rollout]:
+        return self._queue.enqueue(rollouts, self._resources.latest_version)
 
-    async def claim(
-        self,
-        worker_id: str,
-        *,
-        limit: int = 1,
-        modes: Sequence[Mode] | None = None,
-        claim_id: str | None = None,
+    async def _claim(
+        self, worker_id: str, limit: int, modes: list[Mode] | None, claim_id: str | None
     ) -> list[Claim]:
-        """See ``Store.claim``."""
-        if limit < 1:
-            raise InvalidRequest(f"limit must be at least 1, got {limit}")
-        check_arguments(worker_id=worker_id, claim_id=claim_id)
-        async with self._lock:
-            self._check_open()
-            return self._queue.claim(worker_id, limit, modes, claim_id)
+        return self._queue.claim(worker_id, limit, modes, claim_id)
 
-    async def update_rollout(
-        self,
-        rollout_id: str,
-        *,
-        status: RolloutStatus | Unset = UNSET,
-        metadata: dict[str, JsonValue] | Unset = UNSET,
-    ) -> Rollout:
-        """See ``Store.update_rollout``."""
-        if metadata is not UNSET:
-            check_arguments(metadata=metadata)
-        async with self._lock:
-            self._check_open()
-            return self._queue.update_rollout(rollout_id, status, metadata)
-
-    # -- attempts and workers -------------------------------------------------------------------
-
-    async def update_attempt(
-        self,
-        attempt_id: str,
-        *,
-        status: AttemptStatus | Unset = UNSET,
-        error: str | Unset | None = UNSET,
-    ) -> Attempt:
-        """See ``Store.update_attempt``."""
-        if error is not UNSET:
-            check_arguments(error=error)
-        async with self._lock:
-            self._check_open()
-            return self._queue.update_attempt(attempt_id, status, error)
-
-    async def heartbeat(
-        self,
-        worker_id: str,
-        *,
-        attempt_ids: Sequence[str] = (),
-        metadata: dict[str, JsonValue] | None = None,
+    async def _heartbeat(
+        self, worker_id: str, attempt_ids: list[str], metadata: dict[str, JsonValue] | None
     ) -> Worker:
-        """See ``Store.heartbeat``."""
-        check_arguments(worker_id=worker_id, attempt_ids=attempt_ids, metadata=metadata)
-        async with self._lock:
-            self._check_open()
-            return self._queue.heartbeat(worker_id, attempt_ids, metadata)
+        return self._queue.heartbeat(worker_id, attempt_ids, metadata)
 
-    async def list_workers(self) -> list[Worker]:
-        """See ``Store.list_workers``."""
-        async with self._lock:
-            return self._queue.list_workers()
+    async def _update_attempt(
+        self, attempt_id: str, status: AttemptStatus | Unset, error: str | Unset | None
+    ) -> Attempt:
+        return self._queue.update_attempt(attempt_id, status, error)
 
-    # -- spans and LLM calls --------------------------------------------------------------------
-
-    async def add_spans(self, spans: Sequence[SpanCreate]) -> list[Span]:
-        """See ``Store.add_spans``."""
-        async with self._lock:
-            self._check_open()
-            return self._records.add_spans(spans)
-
-    async def add_llm_calls(self, calls: Sequence[LLMCallCreate]) -> list[LLMCall]:
-        """See ``Store.add_llm_calls``."""
-        async with self._lock:
-            self._check_open()
-            return self._records.add_llm_calls(calls)
-
-    async def query_spans(
+    async def _update_rollout(
         self,
         rollout_id: str,
-        *,
-        attempt_id: str | None = None,
-        after_sequence: int = 0,
-        limit: int = 1000,
-    ) -> Page[Span]:
-        """See ``Store.query_spans``."""
-        async with self._lock:
-            return self._records.query_spans(rollout_id, attempt_id, after_sequence, limit)
+        status: RolloutStatus | Unset,
+        metadata: dict[str, JsonValue] | Unset,
+    ) -> Rollout:
+        return self._queue.update_rollout(rollout_id, status, metadata)
 
-    async def query_llm_calls(
-        self,
-        rollout_id: str,
-        *,
-        attempt_id: str | None = None,
-        after_sequence: int = 0,
-        limit: int = 1000,
-    ) -> Page[LLMCall]:
-        """See ``Store.query_llm_calls``."""
-        async with self._lock:
-            return self._records.query_llm_calls(rollout_id, attempt_id, after_sequence, limit)
+    async def _record_session(self, session: SessionCreate) -> Claim:
+        return self._queue.record_session(session)
 
-    # -- rewards, sessions and retention --------------------------------------------------------
+    async def _get_rollout(self, rollout_id: str) -> Rollout:
+        return self._queue.get_rollout(rollout_id)
 
-    async def add_reward(self, reward: RewardCreate) -> Reward:
-        """See ``Store.add_reward``."""
-        async with self._lock:
-            self._check_open()
-            return self._records.add_reward(reward)
+    async def _get_attempt(self, attempt_id: str) -> Attempt:
+        return self._queue.get_attempt(attempt_id)
 
-    async def list_rewards(self, rollout_id: str) -> list[Reward]:
-        """See ``Store.list_rewards``."""
-        async with self._lock:
-            return self._records.list_rewards(rollout_id)
+    async def _list_attempts(self, rollout_id: str) -> list[Attempt]:
+        return self._queue.list_attempts(rollout_id)
 
-    async def record_session(self, session: SessionCreate) -> Claim:
-        """See ``Store.record_session``."""
-        async with self._lock:
-            self._check_open()
-            return self._queue.record_session(session)
+    async def _query_rollouts(self, query: RolloutQuery) -> Page[Rollout]:
+        return self._queue.query_rollouts(query)
 
-    async def prune(self, request: PruneRequest) -> PruneReport:
-        """See ``Store.prune``."""
-        async with self._lock:
-            self._check_open()
-            doomed = [
-                r.rollout_id
-                for r in self._queue.rollouts()
-                if is_prunable(r, request.ended_before)
-                and (request.modes is None or r.mode in request.modes)
-                and not (request.keep_rewarded and self._records.is_rewarded(r.rollout_id))
-            ]
-            counts = [self._records.counts(r) for r in doomed]
-            report = PruneReport(
-                dry_run=request.dry_run,
-                rollouts=len(doomed),
-                attempts=sum(self._queue.attempt_count(r) for r in doomed),
-                spans=sum(spans for spans, _, _ in counts),
-                llm_calls=sum(calls for _, calls, _ in counts),
-                rewards=sum(rewards for _, _, rewards in counts),
-            )
-            if not request.dry_run:
-                for rollout_id in doomed:
-                    self._queue.delete(rollout_id)
-                    self._records.delete(rollout_id)
-            return report
+    async def _list_workers(self) -> list[Worker]:
+        return self._queue.list_workers()
 
-    # -- reads ----------------------------------------------------------------------------------
-
-    async def get_rollout(self, rollout_id: str) -> Rollout:
-        """See ``Store.get_rollout``."""
-        async with self._lock:
-            return self._queue.get_rollout(rollout_id)
-
-    async def get_attempt(self, attempt_id: str) -> Attempt:
-        """See ``Store.get_attempt``."""
-        async with self._lock:
-            return self._queue.get_attempt(attempt_id)
-
-    async def list_attempts(self, rollout_id: str) -> list[Attempt]:
-        """See ``Store.list_attempts``."""
-        async with self._lock:
-            return self._queue.list_attempts(rollout_id)
-
-    async def query_rollouts(self, query: RolloutQuery) -> Page[Rollout]:
-        """See ``Store.query_rollouts``."""
-        async with self._lock:
-            return self._queue.query_rollouts(query)
-
-    async def wait_for_rollouts(
-        self, rollout_ids: Sequence[str], *, timeout: float
-    ) -> list[Rollout]:
-        """See ``Store.wait_for_rollouts``."""
+    async def _wait_for_rollouts(self, rollout_ids: list[str], timeout: float) -> list[Rollout]:
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + max(timeout, 0.0)
+        deadline = loop.time() + timeout
         async with self._changed:
             while True:
                 rollouts = [self._queue.get_rollout(r) for r in rollout_ids]
@@ -302,146 +147,131 @@ class MemoryStore:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._changed.wait(), remaining)
 
-    # -- resources ------------------------------------------------------------------------------
+    async def _reconcile(self) -> ReconcileReport:
+        return self._queue.expire()
 
-    async def add_resources(self, resources: ResourcesCreate) -> Resources:
-        """See ``Store.add_resources``."""
-        async with self._lock:
-            self._check_open()
-            return self._resources.add(resources)
+    async def _add_resources(self, resources: ResourcesCreate) -> Resources:
+        return self._resources.add(resources)
 
-    async def get_resources(self, version: int) -> Resources:
-        """See ``Store.get_resources``."""
-        async with self._lock:
-            return self._resources.get(version)
+    async def _get_resources(self, version: int) -> Resources:
+        return self._resources.get(version)
 
-    async def latest_resources(self) -> Resources | None:
-        """See ``Store.latest_resources``."""
-        async with self._lock:
-            return self._resources.latest()
+    async def _latest_resources(self) -> Resources | None:
+        return self._resources.latest()
 
-    # -- watchdog and statistics ----------------------------------------------------------------
+    # -- the record log -------------------------------------------------------------------------
 
-    async def reconcile(self) -> ReconcileReport:
-        """See ``Store.reconcile``."""
-        async with self._lock:
-            return self._queue.expire()
+    async def _add_spans(self, spans: list[SpanCreate]) -> list[Span]:
+        return self._records.add_spans(spans)
 
-    # -- runs and model versions ----------------------------------------------------------------
+    async def _add_llm_calls(self, calls: list[LLMCallCreate]) -> list[LLMCall]:
+        return self._records.add_llm_calls(calls)
 
-    async def start_run(self, run: Run) -> Run:
-        """See ``Store.start_run``."""
-        async with self._lock:
-            self._check_open()
-            return self._runs.start(run)
+    async def _query_spans(
+        self, rollout_id: str, attempt_id: str | None, after_sequence: int, limit: int
+    ) -> Page[Span]:
+        return self._records.query_spans(rollout_id, attempt_id, after_sequence, limit)
 
-    async def update_run(
-        self,
-        run_id: str,
-        *,
-        status: RunStatus | Unset = UNSET,
-        ended_at: float | Unset | None = UNSET,
+    async def _query_llm_calls(
+        self, rollout_id: str, attempt_id: str | None, after_sequence: int, limit: int
+    ) -> Page[LLMCall]:
+        return self._records.query_llm_calls(rollout_id, attempt_id, after_sequence, limit)
+
+    async def _add_reward(self, reward: RewardCreate) -> Reward:
+        return self._records.add_reward(reward)
+
+    async def _list_rewards(self, rollout_id: str) -> list[Reward]:
+        return self._records.list_rewards(rollout_id)
+
+    # -- the run log ----------------------------------------------------------------------------
+
+    async def _start_run(self, run: Run) -> Run:
+        return self._runs.start(run)
+
+    async def _update_run(
+        self, run_id: str, status: RunStatus | Unset, ended_at: float | Unset | None
     ) -> Run:
-        """See ``Store.update_run``."""
-        status, ended_at = check_run_update(run_id, status, ended_at)
-        async with self._lock:
-            self._check_open()
-            return self._runs.update(run_id, status, ended_at)
+        return self._runs.update(run_id, status, ended_at)
 
-    async def add_run_metrics(self, metrics: Sequence[RunMetrics]) -> None:
-        """See ``Store.add_run_metrics``."""
-        async with self._lock:
-            self._check_open()
-            self._runs.add_metrics(metrics)
+    async def _add_run_metrics(self, metrics: list[RunMetrics]) -> None:
+        self._runs.add_metrics(metrics)
 
-    async def list_runs(self, *, limit: int = 100, offset: int = 0) -> Page[Run]:
-        """See ``Store.list_runs``."""
-        check_run_paging(limit=limit, maximum=MAX_RUNS_LIMIT, offset=offset)
-        async with self._lock:
-            return self._runs.list(limit, offset)
+    async def _list_runs(self, limit: int, offset: int) -> Page[Run]:
+        return self._runs.list(limit, offset)
 
-    async def get_run(self, run_id: str) -> Run:
-        """See ``Store.get_run``."""
-        check_run_id(run_id)
-        async with self._lock:
-            return self._runs.get(run_id)
+    async def _get_run(self, run_id: str) -> Run:
+        return self._runs.get(run_id)
 
-    async def query_run_metrics(
-        self, run_id: str, *, after_step: int | None = None, limit: int = 1000
+    async def _query_run_metrics(
+        self, run_id: str, after_step: int | None, limit: int
     ) -> Page[RunMetrics]:
-        """See ``Store.query_run_metrics``."""
-        check_run_id(run_id)
-        check_run_paging(limit=limit, maximum=MAX_METRICS_LIMIT, after_step=after_step)
-        async with self._lock:
-            return self._runs.query_metrics(run_id, after_step, limit)
+        return self._runs.query_metrics(run_id, after_step, limit)
 
-    async def add_model_version(self, version: ModelVersion) -> ModelVersion:
-        """See ``Store.add_model_version``."""
-        async with self._lock:
-            self._check_open()
-            return self._runs.add_version(version)
+    async def _add_model_version(self, version: ModelVersion) -> ModelVersion:
+        return self._runs.add_version(version)
 
-    async def list_model_versions(self, run_id: str | None = None) -> list[ModelVersion]:
-        """See ``Store.list_model_versions``."""
-        check_run_id(run_id)
-        async with self._lock:
-            return self._runs.list_versions(run_id)
+    async def _list_model_versions(self, run_id: str | None) -> list[ModelVersion]:
+        return self._runs.list_versions(run_id)
 
-    # -- releases --------------------------------------------------------------------------------
+    # -- the release book -----------------------------------------------------------------------
 
-    async def put_release(self, release: ReleaseCreate) -> Release:
-        """See ``Store.put_release``."""
-        async with self._lock:
-            self._check_open()
-            stored = self._releases.get(release.name)
-            self._releases[release.name] = put = new_release(release, stored, store_time())
-            return put
+    async def _put_release(self, release: ReleaseCreate) -> Release:
+        stored = self._releases.get(release.name)
+        self._releases[release.name] = put = new_release(release, stored, store_time())
+        return put
 
-    async def get_release(self, name: str) -> Release:
-        """See ``Store.get_release``."""
-        check_release_name(name)
-        async with self._lock:
-            try:
-                return self._releases[name]
-            except KeyError:
-                raise missing_release(name) from None
+    async def _get_release(self, name: str) -> Release:
+        try:
+            return self._releases[name]
+        except KeyError:
+            raise missing_release(name) from None
 
-    async def list_releases(self) -> list[Release]:
-        """See ``Store.list_releases``."""
-        async with self._lock:
-            return sorted(self._releases.values(), key=lambda r: (-r.created_at, r.name))
+    async def _list_releases(self) -> list[Release]:
+        return sorted(self._releases.values(), key=lambda r: (-r.created_at, r.name))
 
-    async def decide_release(self, name: str, decision: ReleaseDecision) -> Release:
-        """See ``Store.decide_release``."""
-        check_release_name(name)
-        async with self._lock:
-            self._check_open()
-            stored = self._releases.get(name)
-            if stored is None:
-                raise missing_release(name)
-            self._releases[name] = decided = decided_release(stored, decision, store_time())
-            return decided
+    async def _decide_release(self, name: str, decision: ReleaseDecision) -> Release:
+        stored = self._releases.get(name)
+        if stored is None:
+            raise missing_release(name)
+        self._releases[name] = decided = decided_release(stored, decision, store_time())
+        return decided
 
-    async def stats(self) -> StoreStats:
-        """See ``Store.stats``."""
-        async with self._lock:
-            rollouts, attempts, workers = self._queue.status_counts()
-            spans, llm_calls = self._records.totals()
-            return StoreStats(
-                rollouts={s: rollouts.get(s, 0) for s in RolloutStatus},
-                attempts={s: attempts.get(s, 0) for s in AttemptStatus},
-                spans=spans,
-                llm_calls=llm_calls,
-                resources_versions=self._resources.latest_version,
-                workers=workers,
-            )
+    # -- the whole store ------------------------------------------------------------------------
 
-    async def aclose(self) -> None:
-        """See ``Store.aclose``."""
-        if self._watchdog is not None:
-            await self._watchdog.stop()
-        self._closed = True
+    async def _prune(self, request: PruneRequest) -> PruneReport:
+        doomed = [
+            r.rollout_id
+            for r in self._queue.rollouts()
+            if is_prunable(r, request.ended_before)
+            and (request.modes is None or r.mode in request.modes)
+            and not (request.keep_rewarded and self._records.is_rewarded(r.rollout_id))
+        ]
+        counts = [self._records.counts(r) for r in doomed]
+        report = PruneReport(
+            dry_run=request.dry_run,
+            rollouts=len(doomed),
+            attempts=sum(self._queue.attempt_count(r) for r in doomed),
+            spans=sum(spans for spans, _, _ in counts),
+            llm_calls=sum(calls for _, calls, _ in counts),
+            rewards=sum(rewards for _, _, rewards in counts),
+        )
+        if not request.dry_run:
+            for rollout_id in doomed:
+                self._queue.delete(rollout_id)
+                self._records.delete(rollout_id)
+        return report
 
-    def _check_open(self) -> None:
-        if self._closed:
-            raise InvalidRequest("the store is closed")
+    async def _stats(self) -> StoreStats:
+        rollouts, attempts, workers = self._queue.status_counts()
+        spans, llm_calls = self._records.totals()
+        return StoreStats(
+            rollouts={s: rollouts.get(s, 0) for s in RolloutStatus},
+            attempts={s: attempts.get(s, 0) for s in AttemptStatus},
+            spans=spans,
+            llm_calls=llm_calls,
+            resources_versions=self._resources.latest_version,
+            workers=workers,
+        )
+
+    async def _aclose(self) -> None:
+        pass  # nothing to release beyond the watchdog, which the face stops

@@ -1,44 +1,46 @@
-"""Reading whole result sets from any ``Store``, page by page, so callers never loop on cursors."""
+"""Reading whole result sets from a store's role, page by page, so callers never loop on cursors."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING
+from collections.abc import AsyncIterator, Awaitable, Callable
+from functools import partial
+from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:
-    from fulmen.store.base import Store
-    from fulmen.types import LLMCall, Rollout, RolloutQuery, RunMetrics, Span
+    from fulmen.store.roles import RecordLog, RolloutQueue, RunLog
+    from fulmen.types import LLMCall, Page, Rollout, RolloutQuery, RunMetrics, Span
 
 __all__ = ["iter_rollouts", "read_llm_calls", "read_run_metrics", "read_spans"]
 
+_T = TypeVar("_T")
 
-async def read_spans(store: Store, rollout_id: str, *, attempt_id: str | None = None) -> list[Span]:
+
+async def read_spans(
+    store: RecordLog, rollout_id: str, *, attempt_id: str | None = None
+) -> list[Span]:
     """Return every span of a rollout (or of one of its attempts), in sequence order."""
-    spans: list[Span] = []
-    after = 0
-    while True:
-        page = await store.query_spans(rollout_id, attempt_id=attempt_id, after_sequence=after)
-        spans += page.items
-        if page.next_cursor is None:
-            return spans
-        after = page.next_cursor
+    return await _all_pages(partial(store.query_spans, rollout_id, attempt_id=attempt_id))
 
 
 async def read_llm_calls(
-    store: Store, rollout_id: str, *, attempt_id: str | None = None
+    store: RecordLog, rollout_id: str, *, attempt_id: str | None = None
 ) -> list[LLMCall]:
     """Return every LLM call of a rollout (or of one of its attempts), in sequence order."""
-    calls: list[LLMCall] = []
+    return await _all_pages(partial(store.query_llm_calls, rollout_id, attempt_id=attempt_id))
+
+
+async def _all_pages(query: Callable[..., Awaitable[Page[_T]]]) -> list[_T]:
+    items: list[_T] = []
     after = 0
     while True:
-        page = await store.query_llm_calls(rollout_id, attempt_id=attempt_id, after_sequence=after)
-        calls += page.items
+        page = await query(after_sequence=after)
+        items += page.items
         if page.next_cursor is None:
-            return calls
+            return items
         after = page.next_cursor
 
 
-async def iter_rollouts(store: Store, query: RolloutQuery) -> AsyncIterator[Rollout]:
+async def iter_rollouts(store: RolloutQueue, query: RolloutQuery) -> AsyncIterator[Rollout]:
     """Yield every rollout matching ``query`` (its ``cursor`` is the starting point)."""
     while True:
         page = await store.query_rollouts(query)
@@ -49,7 +51,7 @@ async def iter_rollouts(store: Store, query: RolloutQuery) -> AsyncIterator[Roll
         query = query.model_copy(update={"cursor": page.next_cursor})
 
 
-async def read_run_metrics(store: Store, run_id: str) -> list[RunMetrics]:
+async def read_run_metrics(store: RunLog, run_id: str) -> list[RunMetrics]:
     """Return every metrics record of run ``run_id``, in step order (all pages)."""
     records: list[RunMetrics] = []
     after: int | None = None

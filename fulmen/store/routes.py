@@ -1,10 +1,13 @@
-"""The route table of the store service: one small handler per ``Store`` method.
+"""The operation table of the store service: one row per ``Store`` method.
 
 Each ``Operation`` names its HTTP method and path, the models of its body, query string and
-response, and a handler ``(call) -> JSON bytes``. The server (``fulmen.store.server``) mounts
-the table on Starlette and the OpenAPI spec (``fulmen.store.openapi``) is generated from it, so
-routes and documentation cannot disagree. Handlers validate input with pydantic and let
-``FulmenError`` propagate; the server turns errors into JSON.
+response. A route calls the ``Store`` method of its name with what the request carries
+(``Operation.answer``); the five that do more (the service's own info and health, the capped
+long poll, the group-committed span and call writes, the watchdog's report) name a handler.
+The server (``fulmen.store.server``) mounts the table on Starlette, the OpenAPI spec
+(``fulmen.store.openapi``) is generated from it and the client (``fulmen.store.client_ops``)
+sends requests by its rows, so routes, documentation and client cannot disagree. Input is
+validated with pydantic; a ``FulmenError`` propagates and the server turns it into JSON.
 """
 
 from __future__ import annotations
@@ -38,7 +41,6 @@ from fulmen.store.wire import (
     WaitRequest,
 )
 from fulmen.types import (
-    UNSET,
     Attempt,
     Claim,
     LLMCall,
@@ -96,28 +98,54 @@ class Call:
 class Operation:
     """One route: ``name`` is the ``Store`` method it exposes (and the OpenAPI operationId).
 
-    ``handler`` returns the method's result; ``encode`` writes it as ``response`` says (the
-    same type the OpenAPI spec documents and the client parses).
+    The route calls that method with its path parameters, its query's fields and its body's
+    fields as keyword arguments (``body_as``: the whole body as that one argument instead);
+    ``handler`` replaces that for the few routes that do more than call the method. ``encode``
+    writes the result as ``response`` says (the type the OpenAPI spec documents and the
+    client parses).
     """
 
     name: str
     method: str
     path: str
     summary: str
-    handler: Callable[[Call], Awaitable[Any]]
     response: Any
     body: type[BaseModel] | None = None
     query: type[BaseModel] | None = None
+    body_as: str | None = None
+    handler: Callable[[Call], Awaitable[Any]] | None = None
     is_public: bool = False  # readable without a token
     _adapter: TypeAdapter[Any] = field(init=False, repr=False, compare=False)
+    _path_names: tuple[str, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         response = self.response if self.response is not None else type(None)
         object.__setattr__(self, "_adapter", TypeAdapter(response))
+        object.__setattr__(self, "_path_names", tuple(_PATH_NAME.findall(self.path)))
+
+    async def answer(self, call: Call) -> Any:
+        """Run the operation for one request and return its result (not yet encoded)."""
+        if self.handler is not None:
+            return await self.handler(call)
+        arguments = {name: _path_parameter(call, name) for name in self._path_names}
+        if self.query is not None:
+            arguments.update(_arguments(_parse_query(self.query, call.query)))
+        if self.body is not None:
+            body = parse_body(self.body, call.body)
+            arguments.update({self.body_as: body} if self.body_as else _arguments(body))
+        return await getattr(call.store, self.name)(**arguments)
 
     def encode(self, result: Any) -> bytes:
         """Return ``result`` as the JSON body of this operation's answer."""
         return self._adapter.dump_json(result)
+
+
+_PATH_NAME = re.compile(r"{(\w+)}")
+
+
+def _arguments(model: BaseModel) -> dict[str, Any]:
+    arguments = getattr(model, "arguments", None)
+    return arguments() if arguments is not None else dict(model)
 
 
 def _validation_error(exc: ValidationError, where: str) -> InvalidRequest:
@@ -174,7 +202,7 @@ def _parse_query(model: type[_M], query: Mapping[str, str]) -> _M:
         raise _validation_error(exc, "query string") from None
 
 
-async def _info(call: Call) -> Any:
+async def _info(call: Call) -> ServiceInfo:
     return call.info
 
 
@@ -186,23 +214,7 @@ async def _health(call: Call) -> HealthStatus:
     return _HEALTHY
 
 
-async def _enqueue(call: Call) -> Any:
-    request = parse_body(EnqueueRequest, call.body)
-    return await call.store.enqueue(request.rollouts)
-
-
-async def _claim(call: Call) -> Any:
-    r = parse_body(ClaimRequest, call.body)
-    claims = await call.store.claim(r.worker_id, limit=r.limit, modes=r.modes, claim_id=r.claim_id)
-    return claims
-
-
-async def _query_rollouts(call: Call) -> Any:
-    page = await call.store.query_rollouts(parse_body(RolloutQuery, call.body))
-    return page
-
-
-async def _wait(call: Call) -> Any:
+async def _wait(call: Call) -> list[Rollout]:
     r = parse_body(WaitRequest, call.body)
     # Long poll, capped so a request never outlives proxies' and clients' read timeouts; the
     # client repeats the request until its own timeout is spent.
@@ -210,277 +222,105 @@ async def _wait(call: Call) -> Any:
     return await call.store.wait_for_rollouts(r.rollout_ids, timeout=timeout)
 
 
-async def _get_rollout(call: Call) -> Any:
-    rollout = await call.store.get_rollout(_path_parameter(call, "rollout_id"))
-    return rollout
+async def _add_spans(call: Call) -> list[Span]:
+    return await call.add_spans(parse_body(SpansRequest, call.body).spans)
 
 
-async def _update_rollout(call: Call) -> Any:
-    r = parse_body(RolloutUpdate, call.body)
-    rollout = await call.store.update_rollout(
-        _path_parameter(call, "rollout_id"),
-        status=r.status if r.status is not None else UNSET,
-        metadata=r.metadata if r.metadata is not None else UNSET,
-    )
-    return rollout
+async def _add_llm_calls(call: Call) -> list[LLMCall]:
+    return await call.add_llm_calls(parse_body(LLMCallsRequest, call.body).calls)
 
 
-async def _list_attempts(call: Call) -> Any:
-    return await call.store.list_attempts(_path_parameter(call, "rollout_id"))
-
-
-async def _query_spans(call: Call) -> Any:
-    q = _parse_query(RecordQuery, call.query)
-    page = await call.store.query_spans(
-        _path_parameter(call, "rollout_id"),
-        attempt_id=q.attempt_id,
-        after_sequence=q.after_sequence,
-        limit=q.limit,
-    )
-    return page
-
-
-async def _query_llm_calls(call: Call) -> Any:
-    q = _parse_query(RecordQuery, call.query)
-    page = await call.store.query_llm_calls(
-        _path_parameter(call, "rollout_id"),
-        attempt_id=q.attempt_id,
-        after_sequence=q.after_sequence,
-        limit=q.limit,
-    )
-    return page
-
-
-async def _get_attempt(call: Call) -> Any:
-    attempt = await call.store.get_attempt(_path_parameter(call, "attempt_id"))
-    return attempt
-
-
-async def _update_attempt(call: Call) -> Any:
-    r = parse_body(AttemptUpdate, call.body)
-    attempt = await call.store.update_attempt(
-        _path_parameter(call, "attempt_id"),
-        status=r.status if r.status is not None else UNSET,
-        error=r.error if "error" in r.model_fields_set else UNSET,
-    )
-    return attempt
-
-
-async def _add_spans(call: Call) -> Any:
-    request = parse_body(SpansRequest, call.body)
-    return await call.add_spans(request.spans)
-
-
-async def _add_llm_calls(call: Call) -> Any:
-    request = parse_body(LLMCallsRequest, call.body)
-    return await call.add_llm_calls(request.calls)
-
-
-async def _add_resources(call: Call) -> Any:
-    resources = await call.store.add_resources(parse_body(ResourcesCreate, call.body))
-    return resources
-
-
-async def _latest_resources(call: Call) -> Any:
-    return await call.store.latest_resources()
-
-
-async def _get_resources(call: Call) -> Any:
-    version = _path_parameter(call, "version")
-    return await call.store.get_resources(version)
-
-
-async def _add_reward(call: Call) -> Any:
-    reward = await call.store.add_reward(parse_body(RewardCreate, call.body))
-    return reward
-
-
-async def _list_rewards(call: Call) -> Any:
-    return await call.store.list_rewards(_path_parameter(call, "rollout_id"))
-
-
-async def _record_session(call: Call) -> Any:
-    claim = await call.store.record_session(parse_body(SessionCreate, call.body))
-    return claim
-
-
-async def _prune(call: Call) -> Any:
-    report = await call.store.prune(parse_body(PruneRequest, call.body))
-    return report
-
-
-async def _heartbeat(call: Call) -> Any:
-    r = parse_body(HeartbeatRequest, call.body)
-    worker = await call.store.heartbeat(r.worker_id, attempt_ids=r.attempt_ids, metadata=r.metadata)
-    return worker
-
-
-async def _list_workers(call: Call) -> Any:
-    return await call.store.list_workers()
-
-
-async def _stats(call: Call) -> Any:
-    return await call.store.stats()
-
-
-async def _reconcile(call: Call) -> Any:
+async def _reconcile(call: Call) -> ReconcileResult:
     report = await call.store.reconcile()
-    result = ReconcileResult(
+    return ReconcileResult(
         timed_out=list(report.timed_out),
         lost=list(report.lost),
         requeued=list(report.requeued),
         failed=list(report.failed),
     )
-    return result
-
-
-async def _start_run(call: Call) -> Any:
-    run = await call.store.start_run(parse_body(Run, call.body))
-    return run
-
-
-async def _list_runs(call: Call) -> Any:
-    q = _parse_query(RunListQuery, call.query)
-    page = await call.store.list_runs(limit=q.limit, offset=q.offset)
-    return page
-
-
-async def _get_run(call: Call) -> Any:
-    return await call.store.get_run(_path_parameter(call, "run_id"))
-
-
-async def _update_run(call: Call) -> Any:
-    r = parse_body(RunUpdate, call.body)
-    run = await call.store.update_run(
-        _path_parameter(call, "run_id"),
-        status=r.status if r.status is not None else UNSET,
-        ended_at=r.ended_at if "ended_at" in r.model_fields_set else UNSET,
-    )
-    return run
-
-
-async def _add_run_metrics(call: Call) -> Any:
-    await call.store.add_run_metrics(parse_body(RunMetricsRequest, call.body).metrics)
-    return None
-
-
-async def _query_run_metrics(call: Call) -> Any:
-    q = _parse_query(RunMetricsQuery, call.query)
-    page = await call.store.query_run_metrics(
-        _path_parameter(call, "run_id"), after_step=q.after_step, limit=q.limit
-    )
-    return page
-
-
-async def _add_model_version(call: Call) -> Any:
-    version = await call.store.add_model_version(parse_body(ModelVersion, call.body))
-    return version
-
-
-async def _list_model_versions(call: Call) -> Any:
-    q = _parse_query(ModelVersionQuery, call.query)
-    return await call.store.list_model_versions(q.run_id)
-
-
-async def _put_release(call: Call) -> Any:
-    return await call.store.put_release(parse_body(ReleaseCreate, call.body))
-
-
-async def _list_releases(call: Call) -> Any:
-    return await call.store.list_releases()
-
-
-async def _get_release(call: Call) -> Any:
-    return await call.store.get_release(_path_parameter(call, "name"))
-
-
-async def _decide_release(call: Call) -> Any:
-    decision = parse_body(ReleaseDecision, call.body)
-    return await call.store.decide_release(_path_parameter(call, "name"), decision)
 
 
 _R = "/v1/rollouts/{rollout_id}"
 _A = "/v1/attempts/{attempt_id}"
 
 OPERATIONS: tuple[Operation, ...] = (
-    Operation("info", "GET", "/v1/info", "What the service is and can do", _info, ServiceInfo,
-              is_public=True),
-    Operation("health", "GET", "/health", "Liveness: the service answers", _health,
-              HealthStatus, is_public=True),
-    Operation("enqueue", "POST", "/v1/rollouts", "Queue rollouts", _enqueue, list[Rollout],
+    Operation("info", "GET", "/v1/info", "What the service is and can do", ServiceInfo,
+              handler=_info, is_public=True),
+    Operation("health", "GET", "/health", "Liveness: the service answers", HealthStatus,
+              handler=_health, is_public=True),
+    Operation("enqueue", "POST", "/v1/rollouts", "Queue rollouts", list[Rollout],
               body=EnqueueRequest),
-    Operation("claim", "POST", "/v1/rollouts/claim", "Claim queuing rollouts", _claim,
-              list[Claim], body=ClaimRequest),
+    Operation("claim", "POST", "/v1/rollouts/claim", "Claim queuing rollouts", list[Claim],
+              body=ClaimRequest),
     Operation("query_rollouts", "POST", "/v1/rollouts/query", "List rollouts by filter",
-              _query_rollouts, Page[Rollout], body=RolloutQuery),
+              Page[Rollout], body=RolloutQuery, body_as="query"),
     Operation("wait_for_rollouts", "POST", "/v1/rollouts/wait",
-              "Wait (long poll) until rollouts are final", _wait, list[Rollout], body=WaitRequest),
-    Operation("get_rollout", "GET", _R, "Get a rollout", _get_rollout, Rollout),
+              "Wait (long poll) until rollouts are final", list[Rollout], body=WaitRequest,
+              handler=_wait),
+    Operation("get_rollout", "GET", _R, "Get a rollout", Rollout),
     Operation("update_rollout", "PATCH", _R, "Cancel a rollout or change its metadata",
-              _update_rollout, Rollout, body=RolloutUpdate),
+              Rollout, body=RolloutUpdate),
     Operation("list_attempts", "GET", f"{_R}/attempts", "List a rollout's attempts",
-              _list_attempts, list[Attempt]),
+              list[Attempt]),
     Operation("query_spans", "GET", f"{_R}/spans", "List a rollout's spans by sequence",
-              _query_spans, Page[Span], query=RecordQuery),
+              Page[Span], query=RecordQuery),
     Operation("query_llm_calls", "GET", f"{_R}/llm_calls", "List a rollout's LLM calls",
-              _query_llm_calls, Page[LLMCall], query=RecordQuery),
+              Page[LLMCall], query=RecordQuery),
     Operation("list_rewards", "GET", f"{_R}/rewards", "List a rollout's posted rewards",
-              _list_rewards, list[Reward]),
-    Operation("get_attempt", "GET", _A, "Get an attempt", _get_attempt, Attempt),
-    Operation("update_attempt", "PATCH", _A, "Report an attempt's outcome", _update_attempt,
-              Attempt, body=AttemptUpdate),
-    Operation("add_spans", "POST", "/v1/spans", "Store spans (idempotent)", _add_spans,
-              list[Span], body=SpansRequest),
+              list[Reward]),
+    Operation("get_attempt", "GET", _A, "Get an attempt", Attempt),
+    Operation("update_attempt", "PATCH", _A, "Report an attempt's outcome", Attempt,
+              body=AttemptUpdate),
+    Operation("add_spans", "POST", "/v1/spans", "Store spans (idempotent)", list[Span],
+              body=SpansRequest, handler=_add_spans),
     Operation("add_llm_calls", "POST", "/v1/llm_calls", "Store LLM call records (idempotent)",
-              _add_llm_calls, list[LLMCall], body=LLMCallsRequest),
+              list[LLMCall], body=LLMCallsRequest, handler=_add_llm_calls),
     Operation("add_reward", "POST", "/v1/rewards",
               "Store a reward for a rollout, by rollout, response or session id (idempotent)",
-              _add_reward, Reward, body=RewardCreate),
+              Reward, body=RewardCreate, body_as="reward"),
     Operation("record_session", "POST", "/v1/sessions",
               "Store a closed production session as a finished rollout with a new attempt "
-              "(idempotent by attempt id)", _record_session, Claim, body=SessionCreate),
+              "(idempotent by attempt id)", Claim, body=SessionCreate, body_as="session"),
     Operation("prune", "POST", "/v1/prune",
               "Delete finished rollouts that ended before a time, with their records",
-              _prune, PruneReport, body=PruneRequest),
+              PruneReport, body=PruneRequest, body_as="request"),
     Operation("add_resources", "POST", "/v1/resources", "Store a new resources version",
-              _add_resources, Resources, body=ResourcesCreate),
+              Resources, body=ResourcesCreate, body_as="resources"),
     Operation("latest_resources", "GET", "/v1/resources/latest", "Get the latest resources",
-              _latest_resources, Resources | None),
+              Resources | None),
     Operation("get_resources", "GET", "/v1/resources/{version}", "Get one resources version",
-              _get_resources, Resources),
+              Resources),
     Operation("start_run", "POST", "/v1/runs", "Record a training run, or resume it by id",
-              _start_run, Run, body=Run),
-    Operation("list_runs", "GET", "/v1/runs", "List runs, latest started first", _list_runs,
-              Page[Run], query=RunListQuery),
+              Run, body=Run, body_as="run"),
+    Operation("list_runs", "GET", "/v1/runs", "List runs, latest started first", Page[Run],
+              query=RunListQuery),
     Operation("add_run_metrics", "POST", "/v1/runs/metrics",
-              "Store runs' metrics records (idempotent by run, step and time)", _add_run_metrics,
-              None, body=RunMetricsRequest),
-    Operation("get_run", "GET", "/v1/runs/{run_id}", "Get a run", _get_run, Run),
+              "Store runs' metrics records (idempotent by run, step and time)", None,
+              body=RunMetricsRequest),
+    Operation("get_run", "GET", "/v1/runs/{run_id}", "Get a run", Run),
     Operation("update_run", "PATCH", "/v1/runs/{run_id}", "Change a run's status or end time",
-              _update_run, Run, body=RunUpdate),
+              Run, body=RunUpdate),
     Operation("query_run_metrics", "GET", "/v1/runs/{run_id}/metrics",
-              "List a run's metrics by step", _query_run_metrics, Page[RunMetrics],
-              query=RunMetricsQuery),
+              "List a run's metrics by step", Page[RunMetrics], query=RunMetricsQuery),
     Operation("add_model_version", "POST", "/v1/model_versions",
               "Record a published model version (idempotent by run and version)",
-              _add_model_version, ModelVersion, body=ModelVersion),
+              ModelVersion, body=ModelVersion, body_as="version"),
     Operation("list_model_versions", "GET", "/v1/model_versions",
-              "List model versions, of one run or of all", _list_model_versions,
-              list[ModelVersion], query=ModelVersionQuery),
+              "List model versions, of one run or of all", list[ModelVersion],
+              query=ModelVersionQuery),
     Operation("put_release", "POST", "/v1/releases",
               "Store a new canary release, or return the stored one of the same definition",
-              _put_release, Release, body=ReleaseCreate),
+              Release, body=ReleaseCreate, body_as="release"),
     Operation("list_releases", "GET", "/v1/releases", "List releases, latest created first",
-              _list_releases, list[Release]),
-    Operation("get_release", "GET", "/v1/releases/{name}", "Get a release", _get_release,
-              Release),
+              list[Release]),
+    Operation("get_release", "GET", "/v1/releases/{name}", "Get a release", Release),
     Operation("decide_release", "POST", "/v1/releases/{name}/decisions",
-              "Record a decision: a gate window, a promotion or a rollback",
-              _decide_release, Release, body=ReleaseDecision),
+              "Record a decision: a gate window, a promotion or a rollback", Release,
+              body=ReleaseDecision, body_as="decision"),
     Operation("heartbeat", "POST", "/v1/workers/heartbeat", "Record a worker heartbeat",
-              _heartbeat, Worker, body=HeartbeatRequest),
-    Operation("list_workers", "GET", "/v1/workers", "List workers", _list_workers, list[Worker]),
-    Operation("stats", "GET", "/v1/stats", "Counts over the whole store", _stats, StoreStats),
-    Operation("reconcile", "POST", "/v1/reconcile", "Run one watchdog pass", _reconcile,
-              ReconcileResult),
+              Worker, body=HeartbeatRequest),
+    Operation("list_workers", "GET", "/v1/workers", "List workers", list[Worker]),
+    Operation("stats", "GET", "/v1/stats", "Counts over the whole store", StoreStats),
+    Operation("reconcile", "POST", "/v1/reconcile", "Run one watchdog pass", ReconcileResult,
+              handler=_reconcile),
 )  # fmt: skip

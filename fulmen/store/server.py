@@ -135,7 +135,7 @@ def _endpoint(
                 query=request.query_params,
                 body=body,
             )
-            result = await op.handler(call)
+            result = await op.answer(call)
             metrics.observe_result(op.name, result)
             payload = op.encode(result)
         except FulmenError as exc:

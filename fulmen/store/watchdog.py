@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import logging
 
-from fulmen.store.base import Store
+from fulmen.store.roles.queue import RolloutQueue
 
 __all__ = ["Watchdog"]
 
@@ -25,7 +25,7 @@ class Watchdog:
     cannot be restarted once stopped.
     """
 
-    def __init__(self, store: Store, *, interval: float = 1.0) -> None:
+    def __init__(self, store: RolloutQueue, *, interval: float = 1.0) -> None:
         if interval <= 0:
             raise ValueError(f"watchdog interval must be positive, got {interval}")
         self._store = store

@@ -7,7 +7,7 @@ the OpenAPI spec is generated from their JSON schemas, so the three never drift 
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
@@ -49,6 +49,28 @@ __all__ = [
 class _Body(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
+    def arguments(self) -> dict[str, Any]:
+        """Return the fields as the keyword arguments of the ``Store`` method they carry."""
+        return {name: getattr(self, name) for name in type(self).model_fields}
+
+
+class _Partial(_Body):
+    """A partial update: a field left out, or ``null``, is left as it is.
+
+    Except the fields in ``clearable``, which a ``null`` that was sent clears.
+    """
+
+    clearable: ClassVar[frozenset[str]] = frozenset()
+
+    def arguments(self) -> dict[str, Any]:
+        """Return the fields given, as keyword arguments (a field left out stays ``UNSET``)."""
+        given = self.model_fields_set
+        return {
+            name: value
+            for name, value in super().arguments().items()
+            if value is not None or (name in self.clearable and name in given)
+        }
+
 
 class EnqueueRequest(_Body):
     """Rollouts to queue, in order (``Store.enqueue``)."""
@@ -73,14 +95,16 @@ class HeartbeatRequest(_Body):
     metadata: dict[str, JsonData] | None = None
 
 
-class AttemptUpdate(_Body):
+class AttemptUpdate(_Partial):
     """A partial update of an attempt; a field left out of the body is left as it is."""
+
+    clearable: ClassVar[frozenset[str]] = frozenset({"error"})
 
     status: AttemptStatus | None = None
     error: Text | None = None
 
 
-class RolloutUpdate(_Body):
+class RolloutUpdate(_Partial):
     """A partial update of a rollout; a field left out of the body is left as it is."""
 
     status: RolloutStatus | None = None
@@ -107,8 +131,10 @@ class RecordQuery(_Body):
     limit: int = Field(default=1000, ge=1, le=10_000)
 
 
-class RunUpdate(_Body):
+class RunUpdate(_Partial):
     """A partial update of a run (``Store.update_run``); a field left out is left as it is."""
+
+    clearable: ClassVar[frozenset[str]] = frozenset({"ended_at"})
 
     status: RunStatus | None = None
     ended_at: FiniteFloat | None = None

@@ -32,7 +32,7 @@ from fulmen.types import SpanCreate, SpanEvent, SpanStatus, SpanStatusCode
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import ReadableSpan
 
-    from fulmen.store.base import Store
+    from fulmen.store.roles import RecordLog
 
 __all__ = ["StoreSpanExporter", "span_to_create"]
 
@@ -107,7 +107,7 @@ class StoreSpanExporter(SpanExporter):
 
     def __init__(
         self,
-        store: Store,
+        store: RecordLog,
         *,
         batch_size: int = 256,
         interval: float = 0.2,

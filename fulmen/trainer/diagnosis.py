@@ -37,7 +37,7 @@ from fulmen.algorithms.registry import no_update_reason, recorded_algorithm
 from fulmen.store.reading import read_run_metrics
 
 if TYPE_CHECKING:
-    from fulmen.store.base import Store
+    from fulmen.store.roles import RunLog
     from fulmen.types import Run
 
 __all__ = [
@@ -137,7 +137,7 @@ def is_async_config(config: Mapping[str, Any]) -> bool:
 
 
 async def diagnose_stored_run(
-    store: Store, run_id: str, *, engine: Mapping[str, float] | None = None
+    store: RunLog, run_id: str, *, engine: Mapping[str, float] | None = None
 ) -> RunDiagnosis:
     """Read run ``run_id`` and every metrics record it has written to ``store``, and diagnose it.
 

@@ -31,7 +31,7 @@ from fulmen.errors import FulmenError
 from fulmen.types import ModelKind, ModelVersion, Resources, Run, RunMetrics, RunStatus
 
 if TYPE_CHECKING:
-    from fulmen.store import Store
+    from fulmen.store.roles import RunLog
     from fulmen.trainer.config import TrainConfig
 
 __all__ = ["RunRecorder", "metrics_record", "new_run"]
@@ -96,7 +96,7 @@ class RunRecorder:
 
     def __init__(
         self,
-        store: Store,
+        store: RunLog,
         run: Run,
         *,
         flush_s: float = 1.0,

@@ -14,12 +14,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from fulmen.errors import ConfigError, InvalidRequest
-from fulmen.store.arguments import check_arguments
-from fulmen.store.base import Capabilities, ReconcileReport
+from fulmen.errors import ConfigError
+from fulmen.store.base import Capabilities, ReconcileReport, Store
 from fulmen.store.sql import expiry, queue, reads, records, rewards, sessions, workers
 from fulmen.store.sql.async_runner import AsyncEngineRunner
 from fulmen.store.sql.dialects import SqlDialect, resolve_url
@@ -28,7 +26,6 @@ from fulmen.store.sql.schema import ensure_schema
 from fulmen.store.sql.sqlite_runner import SqliteRunner
 from fulmen.store.sql.transactions import TransactionRunner
 from fulmen.store.sql.wakeups import Wakeups
-from fulmen.store.watchdog import Watchdog
 from fulmen.types import (
     UNSET,
     Attempt,
@@ -77,19 +74,18 @@ def _create_schema(conn: Connection, dialect: SqlDialect) -> None:
     ensure_schema(conn)
 
 
-class SqlStore(SqlRunMethods):
+class SqlStore(SqlRunMethods, Store):
     """A ``Store`` in a SQL database; open it with ``await SqlStore.connect(url)``.
 
     The run and model-version methods come from ``SqlRunMethods``.
     """
 
     def __init__(self, runner: TransactionRunner, dialect: SqlDialect) -> None:
+        super().__init__()
         self._runner = runner
         self._dialect = dialect
         self._attempt_rollouts: dict[str, str] = {}
         self._wakeups = Wakeups(runner, dialect)
-        self._watchdog: Watchdog | None = None
-        self._closed = False
 
     @classmethod
     async def connect(
@@ -133,9 +129,7 @@ class SqlStore(SqlRunMethods):
             await runner.aclose()
             raise
         store = cls(runner, dialect)
-        if watchdog_interval is not None:
-            store._watchdog = Watchdog(store, interval=watchdog_interval)
-            store._watchdog.start()
+        store._watch(watchdog_interval)
         return store
 
     @property
@@ -148,29 +142,16 @@ class SqlStore(SqlRunMethods):
         """The database's capability flags."""
         return self._dialect
 
-    # -- rollouts and attempts ------------------------------------------------------------------
+    # -- the queue ------------------------------------------------------------------------------
 
-    async def enqueue(self, rollouts: Sequence[RolloutCreate]) -> list[Rollout]:
-        """See ``Store.enqueue``; the batch is all-or-nothing."""
-        if not rollouts:
-            return []
+    async def _enqueue(self, rollouts: list[RolloutCreate]) -> list[Rollout]:
         return await self._runner.write(
-            queue.enqueue, self._dialect, list(rollouts), small=len(rollouts) <= _SMALL
+            queue.enqueue, self._dialect, rollouts, small=len(rollouts) <= _SMALL
         )
 
-    async def claim(
-        self,
-        worker_id: str,
-        *,
-        limit: int = 1,
-        modes: Sequence[Mode] | None = None,
-        claim_id: str | None = None,
+    async def _claim(
+        self, worker_id: str, limit: int, modes: list[Mode] | None, claim_id: str | None
     ) -> list[Claim]:
-        """See ``Store.claim``."""
-        if limit < 1:
-            raise InvalidRequest(f"limit must be at least 1, got {limit}")
-        check_arguments(worker_id=worker_id, claim_id=claim_id)
-        modes = list(modes) if modes is not None else None
         claims = await self._runner.write(
             queue.claim, self._dialect, worker_id, limit, modes, claim_id, small=limit <= _SMALL
         )
@@ -180,34 +161,21 @@ class SqlStore(SqlRunMethods):
             self._attempt_rollouts[c.attempt.attempt_id] = c.rollout.rollout_id
         return claims
 
-    async def heartbeat(
-        self,
-        worker_id: str,
-        *,
-        attempt_ids: Sequence[str] = (),
-        metadata: dict[str, JsonValue] | None = None,
+    async def _heartbeat(
+        self, worker_id: str, attempt_ids: list[str], metadata: dict[str, JsonValue] | None
     ) -> Worker:
-        """See ``Store.heartbeat``."""
-        check_arguments(worker_id=worker_id, attempt_ids=attempt_ids, metadata=metadata)
         return await self._runner.write(
             workers.heartbeat,
             self._dialect,
             worker_id,
-            list(attempt_ids),
+            attempt_ids,
             metadata,
             small=len(attempt_ids) <= _SMALL,
         )
 
-    async def update_attempt(
-        self,
-        attempt_id: str,
-        *,
-        status: AttemptStatus | Unset = UNSET,
-        error: str | Unset | None = UNSET,
+    async def _update_attempt(
+        self, attempt_id: str, status: AttemptStatus | Unset, error: str | Unset | None
     ) -> Attempt:
-        """See ``Store.update_attempt``."""
-        if error is not UNSET:
-            check_arguments(error=error)
         attempt, after = await self._runner.write(
             queue.update_attempt, self._dialect, attempt_id, status, error, small=True
         )
@@ -215,16 +183,12 @@ class SqlStore(SqlRunMethods):
             self._wakeups.wake()
         return attempt
 
-    async def update_rollout(
+    async def _update_rollout(
         self,
         rollout_id: str,
-        *,
-        status: RolloutStatus | Unset = UNSET,
-        metadata: dict[str, JsonValue] | Unset = UNSET,
+        status: RolloutStatus | Unset,
+        metadata: dict[str, JsonValue] | Unset,
     ) -> Rollout:
-        """See ``Store.update_rollout``."""
-        if metadata is not UNSET:
-            check_arguments(metadata=metadata)
         rollout = await self._runner.write(
             queue.update_rollout, self._dialect, rollout_id, status, metadata, small=True
         )
@@ -232,159 +196,39 @@ class SqlStore(SqlRunMethods):
             self._wakeups.wake()
         return rollout
 
-    # -- spans and LLM calls --------------------------------------------------------------------
-
-    async def add_spans(self, spans: Sequence[SpanCreate]) -> list[Span]:
-        """See ``Store.add_spans``; the batch is all-or-nothing."""
-        if not spans:
-            return []
-        batch = list(spans)
-        small = len(batch) <= _SMALL_APPEND
-        try:
-            return await self._runner.write(
-                records.add_spans_fast, self._dialect, batch, self._attempt_rollouts, small=small
-            )
-        except records.SlowPath:
-            return await self._runner.write(
-                records.add_spans_exact, self._dialect, batch, self._attempt_rollouts
-            )
-
-    async def add_llm_calls(self, calls: Sequence[LLMCallCreate]) -> list[LLMCall]:
-        """See ``Store.add_llm_calls``; the batch is all-or-nothing."""
-        if not calls:
-            return []
-        batch = list(calls)
-        small = len(batch) <= _SMALL_APPEND
-        try:
-            return await self._runner.write(
-                records.add_calls_fast, self._dialect, batch, self._attempt_rollouts, small=small
-            )
-        except records.SlowPath:
-            return await self._runner.write(
-                records.add_calls_exact, self._dialect, batch, self._attempt_rollouts
-            )
-
-    async def query_spans(
-        self,
-        rollout_id: str,
-        *,
-        attempt_id: str | None = None,
-        after_sequence: int = 0,
-        limit: int = 1000,
-    ) -> Page[Span]:
-        """See ``Store.query_spans``."""
-        return await self._runner.read(
-            reads.query_spans,
-            rollout_id,
-            attempt_id,
-            after_sequence,
-            limit,
-            small=limit <= _SMALL_PAGE,
-        )
-
-    async def query_llm_calls(
-        self,
-        rollout_id: str,
-        *,
-        attempt_id: str | None = None,
-        after_sequence: int = 0,
-        limit: int = 1000,
-    ) -> Page[LLMCall]:
-        """See ``Store.query_llm_calls``."""
-        return await self._runner.read(
-            reads.query_llm_calls,
-            rollout_id,
-            attempt_id,
-            after_sequence,
-            limit,
-            small=limit <= _SMALL_PAGE,
-        )
-
-    # -- rewards and retention ------------------------------------------------------------------
-
-    async def add_reward(self, reward: RewardCreate) -> Reward:
-        """See ``Store.add_reward``."""
-        return await self._runner.write(rewards.add_reward, self._dialect, reward, small=True)
-
-    async def list_rewards(self, rollout_id: str) -> list[Reward]:
-        """See ``Store.list_rewards``."""
-        return await self._runner.read(rewards.list_rewards, rollout_id, small=True)
-
-    async def record_session(self, session: SessionCreate) -> Claim:
-        """See ``Store.record_session``."""
+    async def _record_session(self, session: SessionCreate) -> Claim:
         claim = await self._runner.write(
             sessions.record_session, self._dialect, session, small=True
         )
         self._attempt_rollouts[claim.attempt.attempt_id] = claim.rollout.rollout_id
         return claim
 
-    async def prune(self, request: PruneRequest) -> PruneReport:
-        """See ``Store.prune``: one transaction per chunk of rollouts, oldest first."""
-        total = PruneReport(dry_run=request.dry_run)
-        after: int | None = 0
-        while after is not None:
-            chunk, after = await self._runner.write(
-                rewards.prune_chunk, self._dialect, request, after
-            )
-            total = _add_counts(total, chunk)
-        return total
-
-    # -- reads ----------------------------------------------------------------------------------
-
-    async def get_rollout(self, rollout_id: str) -> Rollout:
-        """See ``Store.get_rollout``."""
+    async def _get_rollout(self, rollout_id: str) -> Rollout:
         return await self._runner.read(reads.get_rollout, rollout_id, small=True)
 
-    async def get_attempt(self, attempt_id: str) -> Attempt:
-        """See ``Store.get_attempt``."""
+    async def _get_attempt(self, attempt_id: str) -> Attempt:
         return await self._runner.read(reads.get_attempt, attempt_id, small=True)
 
-    async def list_attempts(self, rollout_id: str) -> list[Attempt]:
-        """See ``Store.list_attempts``."""
+    async def _list_attempts(self, rollout_id: str) -> list[Attempt]:
         return await self._runner.read(reads.list_attempts, rollout_id, small=True)
 
-    async def query_rollouts(self, query: RolloutQuery) -> Page[Rollout]:
-        """See ``Store.query_rollouts``."""
+    async def _query_rollouts(self, query: RolloutQuery) -> Page[Rollout]:
         return await self._runner.read(
             reads.query_rollouts, query, small=query.limit <= _SMALL_PAGE
         )
 
-    async def list_workers(self) -> list[Worker]:
-        """See ``Store.list_workers``."""
+    async def _list_workers(self) -> list[Worker]:
         return await self._runner.read(reads.list_workers)
 
-    async def stats(self) -> StoreStats:
-        """See ``Store.stats``."""
-        return await self._runner.read(reads.stats)
-
-    # -- resources ------------------------------------------------------------------------------
-
-    async def add_resources(self, resources: ResourcesCreate) -> Resources:
-        """See ``Store.add_resources``."""
-        return await self._runner.write(reads.add_resources, self._dialect, resources, small=True)
-
-    async def get_resources(self, version: int) -> Resources:
-        """See ``Store.get_resources``."""
-        return await self._runner.read(reads.get_resources, version, small=True)
-
-    async def latest_resources(self) -> Resources | None:
-        """See ``Store.latest_resources``."""
-        return await self._runner.read(reads.latest_resources, small=True)
-
-    # -- waiting, watchdog, lifecycle -----------------------------------------------------------
-
-    async def wait_for_rollouts(
-        self, rollout_ids: Sequence[str], *, timeout: float
-    ) -> list[Rollout]:
-        """See ``Store.wait_for_rollouts`` and the module docstring on how waiters wake."""
-        ids = list(rollout_ids)
+    async def _wait_for_rollouts(self, rollout_ids: list[str], timeout: float) -> list[Rollout]:
+        # See the module docstring on how waiters wake.
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + max(timeout, 0.0)
+        deadline = loop.time() + timeout
         await self._wakeups.listen()
         while True:
             changed = self._wakeups.changed  # taken before reading: no wake-up is missed
             rollouts = await self._runner.read(
-                reads.get_rollouts, ids, small=len(ids) <= _SMALL_PAGE
+                reads.get_rollouts, rollout_ids, small=len(rollout_ids) <= _SMALL_PAGE
             )
             remaining = deadline - loop.time()
             if all(r.is_terminal for r in rollouts) or remaining <= 0:
@@ -396,8 +240,8 @@ class SqlStore(SqlRunMethods):
                 )
             await self._wakeups.listen()  # again, if the listening connection was lost
 
-    async def reconcile(self) -> ReconcileReport:
-        """See ``Store.reconcile``: a read pass finds candidates, a write pass ends them."""
+    async def _reconcile(self) -> ReconcileReport:
+        # A read pass finds candidates, a write pass ends them.
         expired = await self._runner.read(expiry.find_expired, self._dialect)
         if not expired:
             return ReconcileReport()
@@ -406,13 +250,78 @@ class SqlStore(SqlRunMethods):
             self._wakeups.wake()
         return report
 
-    async def aclose(self) -> None:
-        """See ``Store.aclose``."""
-        if self._closed:
-            return
-        self._closed = True
-        if self._watchdog is not None:
-            await self._watchdog.stop()
+    async def _add_resources(self, resources: ResourcesCreate) -> Resources:
+        return await self._runner.write(reads.add_resources, self._dialect, resources, small=True)
+
+    async def _get_resources(self, version: int) -> Resources:
+        return await self._runner.read(reads.get_resources, version, small=True)
+
+    async def _latest_resources(self) -> Resources | None:
+        return await self._runner.read(reads.latest_resources, small=True)
+
+    # -- the record log -------------------------------------------------------------------------
+
+    async def _add_spans(self, spans: list[SpanCreate]) -> list[Span]:
+        small = len(spans) <= _SMALL_APPEND
+        try:
+            return await self._runner.write(
+                records.add_spans_fast, self._dialect, spans, self._attempt_rollouts, small=small
+            )
+        except records.SlowPath:
+            return await self._runner.write(
+                records.add_spans_exact, self._dialect, spans, self._attempt_rollouts
+            )
+
+    async def _add_llm_calls(self, calls: list[LLMCallCreate]) -> list[LLMCall]:
+        small = len(calls) <= _SMALL_APPEND
+        try:
+            return await self._runner.write(
+                records.add_calls_fast, self._dialect, calls, self._attempt_rollouts, small=small
+            )
+        except records.SlowPath:
+            return await self._runner.write(
+                records.add_calls_exact, self._dialect, calls, self._attempt_rollouts
+            )
+
+    async def _query_spans(
+        self, rollout_id: str, attempt_id: str | None, after_sequence: int, limit: int
+    ) -> Page[Span]:
+        return await self._runner.read(
+            reads.query_spans, rollout_id, attempt_id, after_sequence, limit,
+            small=limit <= _SMALL_PAGE,
+        )  # fmt: skip
+
+    async def _query_llm_calls(
+        self, rollout_id: str, attempt_id: str | None, after_sequence: int, limit: int
+    ) -> Page[LLMCall]:
+        return await self._runner.read(
+            reads.query_llm_calls, rollout_id, attempt_id, after_sequence, limit,
+            small=limit <= _SMALL_PAGE,
+        )  # fmt: skip
+
+    async def _add_reward(self, reward: RewardCreate) -> Reward:
+        return await self._runner.write(rewards.add_reward, self._dialect, reward, small=True)
+
+    async def _list_rewards(self, rollout_id: str) -> list[Reward]:
+        return await self._runner.read(rewards.list_rewards, rollout_id, small=True)
+
+    # -- the whole store ------------------------------------------------------------------------
+
+    async def _prune(self, request: PruneRequest) -> PruneReport:
+        # One transaction per chunk of rollouts, oldest first.
+        total = PruneReport(dry_run=request.dry_run)
+        after: int | None = 0
+        while after is not None:
+            chunk, after = await self._runner.write(
+                rewards.prune_chunk, self._dialect, request, after
+            )
+            total = _add_counts(total, chunk)
+        return total
+
+    async def _stats(self) -> StoreStats:
+        return await self._runner.read(reads.stats)
+
+    async def _aclose(self) -> None:
         await self._wakeups.aclose()
         await self._runner.aclose()
 
