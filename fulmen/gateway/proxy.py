@@ -41,6 +41,7 @@ from fulmen.gateway.forward import HOP_HEADERS, Forwarder, UpstreamReply
 from fulmen.gateway.http1 import Http1Client
 from fulmen.gateway.notes import CallNotes
 from fulmen.gateway.paths import is_model_path
+from fulmen.gateway.plan import CallPlan
 from fulmen.gateway.recorder import CallRecorder, FlushOutcome
 from fulmen.gateway.redaction import Redactor
 from fulmen.gateway.release import ReleaseRouter
@@ -57,9 +58,9 @@ from fulmen.types.releases import ReleaseArm
 from fulmen.wire.api import WireApi
 from fulmen.wire.errors import BadRequest
 from fulmen.wire.json_values import as_object
-from fulmen.wire.openai import CHAT, TOKEN_ENDPOINTS
+from fulmen.wire.openai import TOKEN_ENDPOINTS
 from fulmen.wire.table import key_headers, wire_api
-from fulmen.wire.translation import EventStream, Translation
+from fulmen.wire.translation import EventStream
 
 __all__ = ["Gateway"]
 
@@ -181,7 +182,7 @@ class Gateway:
         if request.method != "POST" or api is None:
             return await self._pass_through(request, endpoint, ctx)
         body = await self._json_body(request)
-        call = _Call(self, request, api, ctx, body)
+        call = _Call(self, request, self.plan(request, api, ctx, body), ctx, body)
         try:
             self._check_choices(body, ctx)
             call.check_behaviour()
@@ -195,6 +196,47 @@ class Gateway:
         if body.get("stream") and content_type.startswith("text/event-stream"):
             return call.stream(reply)
         return await call.whole(reply)
+
+    def plan(
+        self, request: Request, api: WireApi, ctx: CallContext | None, body: dict[str, Any]
+    ) -> CallPlan:
+        """Decide how to serve one model call of ``api`` (see ``fulmen.gateway.plan``).
+
+        Counts the call on its release arm and notes the agent's fields a rollout replaces.
+        """
+        # 128 random bits, as a uuid4 has (a quarter of its CPU: this runs once per call).
+        call_id = f"call-{os.urandom(16).hex()}"
+        name = agent_name(request)
+        model = self.config.engine_model(body.get("model"))
+        session_id: str | None = None
+        arm: ReleaseArm | None = None
+        if ctx is None and self.capture is not None:
+            # A production call of a canary release goes to its session's arm.
+            session_id = self.capture.session_of(request.headers, body)
+            if self.release is not None:
+                arm = self.release.arm_of(session_id if session_id is not None else call_id)
+                model = self.release.model_of(arm)
+                self.release.calls[arm] += 1
+        overrides = ctx.overrides(model, name) if ctx else {}
+        if ctx is not None:
+            self.notes.replaced(ctx, body, overrides)
+        if model != body.get("model"):
+            overrides = {"model": model, **overrides}
+        translation = api.translation(body)
+        return CallPlan(
+            call_id=call_id,
+            api=api,
+            agent_name=name,
+            model=model,
+            overrides=overrides,
+            # A seeded rollout's call: the seed replaces the agent's own (a fixed agent seed
+            # would give every member of a group the same sample).
+            seed=self.seeds.seed_for(ctx, body),
+            # A Responses or Messages call for a token-level engine travels as a chat completion.
+            translation=translation if translation is not None and self.translates(ctx) else None,
+            session_id=session_id,
+            arm=arm,
+        )
 
     def _check_choices(self, body: dict[str, Any], ctx: CallContext | None) -> None:
         """Refuse a rollout's call that asks for more than ``max_n`` choices (engine work)."""
@@ -274,59 +316,30 @@ class Gateway:
 
 
 class _Call:
-    """One model call in flight: its request, chosen engine, timing and record."""
+    """One model call in flight: its plan, the engine it went to, its timing and its record."""
 
     def __init__(
         self,
         gateway: Gateway,
         request: Request,
-        api: WireApi,
+        plan: CallPlan,
         ctx: CallContext | None,
         body: dict[str, Any],
     ) -> None:
         self.gateway = gateway
         self.request = request
-        self.api = api
-        self.endpoint = api.endpoint
+        self.plan = plan
+        self.api = plan.api
+        self.call_id = plan.call_id
+        self.translation = plan.translation
+        self.engine_endpoint = plan.engine_endpoint
         self.ctx = ctx
         self.body = body
-        # 128 random bits, as a uuid4 has (a quarter of its CPU: this runs once per call).
-        self.call_id = f"call-{os.urandom(16).hex()}"
         self.started_at = time.time()
         self._t0 = time.perf_counter()
         self.upstream: Upstream | None = None
-        self.agent_name = agent_name(request)
-        # The name the engine gets (``GatewayConfig.model_map``); resources are matched by it.
-        self.model = gateway.config.engine_model(body.get("model"))
-        # A production call of a canary release goes to its session's arm.
-        self.session_id: str | None = None
-        self.arm: ReleaseArm | None = None
-        capture = gateway.capture
-        if ctx is None and capture is not None:
-            self.session_id = capture.session_of(request.headers, body)
-            release = gateway.release
-            if release is not None:
-                key = self.session_id if self.session_id is not None else self.call_id
-                self.arm = release.arm_of(key)
-                self.model = release.model_of(self.arm)
-                release.calls[self.arm] += 1
-        overrides = ctx.overrides(self.model, self.agent_name) if ctx else {}
-        if ctx is not None:
-            gateway.notes.replaced(ctx, body, overrides)
-        if self.model != body.get("model"):
-            overrides = {"model": self.model, **overrides}
-        self._overrides = overrides
-        # A seeded rollout's call: the seed replaces the agent's own (a fixed agent seed would
-        # give every member of a group the same sample).
-        self._seed = gateway.seeds.seed_for(ctx, body)
         self._prepared: dict[bool, bytes] = {}
         self.asked = Asked()
-        # A Responses or Messages call for a token-level engine travels as a chat completion.
-        translation = api.translation(body)
-        self.translation: Translation | None = (
-            translation if translation is not None and gateway.translates(ctx) else None
-        )
-        self.engine_endpoint = CHAT if self.translation is not None else self.endpoint
         self._engine_body: dict[str, Any] | None = None
 
     def check_behaviour(self) -> None:
@@ -335,7 +348,7 @@ class _Call:
         Raises ``BadRequest`` naming the field (``fulmen.types.behaviour.CONSTRAINT_FIELDS``).
         """
         ctx = self.ctx
-        if ctx is None or not ctx.samples_behaviour(self.model):
+        if ctx is None or not ctx.samples_behaviour(self.plan.model):
             return
         fields = self.body if self.translation is None else self.translation.behaviour_fields()
         refused = refused_field(fields)
@@ -357,10 +370,11 @@ class _Call:
         if prepared is None:
             if self._engine_body is None:
                 self._engine_body = self._translated_body()
-            overrides = self._overrides
-            if level and self._seed is not None and self.engine_endpoint in TOKEN_ENDPOINTS:
+            overrides = self.plan.overrides
+            seed = self.plan.seed
+            if level and seed is not None and self.engine_endpoint in TOKEN_ENDPOINTS:
                 # Only fulmen's engines get it: a hosted API may not know ``seed``.
-                overrides = {**overrides, "seed": self._seed}
+                overrides = {**overrides, "seed": seed}
             body, self.asked = prepare_request(
                 self._engine_body,
                 endpoint=self.engine_endpoint,
@@ -412,14 +426,14 @@ class _Call:
         shown: dict[str, Any] | None = None,
     ) -> None:
         """Queue the call's record (``shown``: the reply as the agent got it, if it differs)."""
-        ctx = self.ctx
+        ctx, plan = self.ctx, self.plan
         release = self.gateway.release
         self.gateway.record(
             Exchange(
                 call_id=self.call_id,
                 rollout_id=ctx.rollout_id if ctx else None,
                 attempt_id=ctx.attempt_id if ctx else None,
-                endpoint=self.endpoint,
+                endpoint=plan.endpoint,
                 request=self.body,
                 response=response,
                 upstream=self.upstream.base_url if self.upstream else None,
@@ -429,13 +443,13 @@ class _Call:
                 error=error,
                 policy_version=policy_version,
                 shown=shown,
-                agent_name=self.agent_name,
+                agent_name=plan.agent_name,
                 engine_endpoint=self.engine_endpoint if self.translation is not None else None,
                 client_headers=session_headers(self.request, self.gateway.config.session_headers),
-                release=release.name if release is not None and self.arm is not None else None,
-                arm=self.arm,
+                release=release.name if release is not None and plan.arm is not None else None,
+                arm=plan.arm,
             ),
-            session_id=self.session_id,
+            session_id=plan.session_id,
         )
 
     def view(self, response: dict[str, Any]) -> dict[str, Any]:
