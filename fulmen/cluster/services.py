@@ -21,7 +21,7 @@ from fulmen.cluster.replicas import EngineReplicas
 from fulmen.cluster.specs import engine_spec, runner_spec, store_spec
 from fulmen.engines.base import Capabilities
 from fulmen.errors import ConfigError
-from fulmen.store.urls import is_service_url, store_scheme
+from fulmen.store.urls import is_in_memory, is_service_url, store_scheme
 
 if TYPE_CHECKING:
     from fulmen.agent.rollouts import RolloutSettings
@@ -67,7 +67,7 @@ class RayServices:
         if is_service_url(store_url):
             self._store_url, self._store_token = store_url, token
             return store_url, token
-        if store_url.startswith("memory:"):
+        if is_in_memory(store_url):
             raise ConfigError("cluster: an in-memory store cannot be shared with Ray actors")
         from fulmen.engines.launcher import free_port
 

@@ -8,13 +8,15 @@ A bare path is a SQLite file; ``sqlite:///PATH``, ``postgresql[+driver]://...``,
 ('sqlite', 'postgresql')
 >>> is_service_url("HTTP://127.0.0.1:8000"), sqlite_file("sqlite:///:memory:")
 (True, None)
+>>> is_in_memory("MEMORY://"), is_in_memory("runs/x/store.db")
+(True, False)
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["is_service_url", "sqlite_file", "store_scheme"]
+__all__ = ["is_in_memory", "is_service_url", "sqlite_file", "store_scheme"]
 
 
 def store_scheme(url: str) -> str:
@@ -27,6 +29,11 @@ def store_scheme(url: str) -> str:
 def is_service_url(url: str) -> bool:
     """Say whether ``url`` is a store service (``http://`` or ``https://``): it takes a token."""
     return store_scheme(url) in ("http", "https")
+
+
+def is_in_memory(url: str) -> bool:
+    """Say whether ``url`` is an in-memory store: one process's alone, never shared."""
+    return store_scheme(url) == "memory"
 
 
 def sqlite_file(url: str) -> Path | None:

@@ -45,6 +45,7 @@ from fulmen.compat.agentlightning.datasets import task_list
 from fulmen.compat.agentlightning.errors import NotSupported
 from fulmen.compat.agentlightning.lit_agent import LitAgent
 from fulmen.compat.agentlightning.trainer_config import ConfigRequest, build_config
+from fulmen.store.urls import is_in_memory
 
 if TYPE_CHECKING:
     from fulmen.trainer.config import TrainConfig
@@ -312,7 +313,7 @@ def _store_url(store: Any) -> str | None:
     if store is None:
         return None
     url = getattr(store, "url", None)
-    if isinstance(url, str) and not url.startswith("memory:"):
+    if isinstance(url, str) and not is_in_memory(url):
         return url
     raise NotSupported(
         "Trainer(store=<in-memory store>)",
