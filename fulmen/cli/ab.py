@@ -14,6 +14,7 @@ import sys
 from dataclasses import asdict
 from typing import Any
 
+from fulmen.cli.parsers import add_command, arg, config_overrides, json_flag
 from fulmen.cli.store import add_store_options, open_cli_store, run_async
 
 __all__ = ["register"]
@@ -55,48 +56,36 @@ def _ab(args: argparse.Namespace) -> int:
 
 def register(subparsers: Any) -> None:
     """Add the ``ab`` subcommand."""
-    parser = subparsers.add_parser(
+    add_command(
+        subparsers,
         "ab",
-        help="A/B test two prompt versions on the same tasks (paired difference, CI, tests)",
-        description=(
-            "Run the config's agent on the same N tasks with prompt A and with prompt B "
-            "(validation sampling) and compare the rewards task by task: both means, the "
-            "paired difference B - A with a 95% confidence interval, a paired t-test, an "
-            "exact sign test and a sign-flip permutation test. A prompt is a .json/.yaml file "
-            "of a PromptTemplate, module:attribute, or a prompt version in --store (NAME, "
-            "VERSION or NAME@VERSION)."
+        _ab,
+        arg("config", help="path to the YAML training config"),
+        arg(
+            "--prompt",
+            action="append",
+            default=[],
+            required=True,
+            metavar="REF",
+            help="a prompt: give it twice, A then B (a store version is read from --store)",
         ),
+        arg("-n", type=int, default=16, help="tasks to run (default 16)"),
+        arg(
+            "--tasks",
+            choices=("val", "train"),
+            default="val",
+            help="which tasks: the config's validation data (default; train when it has none) or "
+            "training data",
+        ),
+        arg("--name", default="prompt", help="the resource name the agent receives the prompt by"),
+        arg("--alpha", type=float, default=0.05, help="significance level of the verdict (0.05)"),
+        config_overrides("override a config value, e.g. --set engine.max_batch=16 (repeatable)"),
+        add_store_options,
+        json_flag("print the result as JSON"),
+        help="A/B test two prompt versions on the same tasks (paired difference, CI, tests)",
+        description="Run the config's agent on the same N tasks with prompt A and with prompt B "
+        "(validation sampling) and compare the rewards task by task: both means, the paired "
+        "difference B - A with a 95% confidence interval, a paired t-test, an exact sign test and "
+        "a sign-flip permutation test. A prompt is a .json/.yaml file of a PromptTemplate, "
+        "module:attribute, or a prompt version in --store (NAME, VERSION or NAME@VERSION).",
     )
-    parser.add_argument("config", help="path to the YAML training config")
-    parser.add_argument(
-        "--prompt",
-        action="append",
-        default=[],
-        required=True,
-        metavar="REF",
-        help="a prompt: give it twice, A then B (a store version is read from --store)",
-    )
-    parser.add_argument("-n", type=int, default=16, help="tasks to run (default 16)")
-    parser.add_argument(
-        "--tasks",
-        choices=("val", "train"),
-        default="val",
-        help="which tasks: the config's validation data (default; train when it has none) or "
-        "training data",
-    )
-    parser.add_argument(
-        "--name", default="prompt", help="the resource name the agent receives the prompt by"
-    )
-    parser.add_argument(
-        "--alpha", type=float, default=0.05, help="significance level of the verdict (0.05)"
-    )
-    parser.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a config value, e.g. --set engine.max_batch=16 (repeatable)",
-    )
-    add_store_options(parser)
-    parser.add_argument("--json", action="store_true", help="print the result as JSON")
-    parser.set_defaults(func=_ab)

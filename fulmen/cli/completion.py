@@ -12,6 +12,8 @@ import argparse
 from collections.abc import Mapping
 from typing import Any
 
+from fulmen.cli.parsers import add_command, arg
+
 __all__ = ["completion_script", "register"]
 
 _SHELLS = ("bash", "zsh")
@@ -46,8 +48,11 @@ def _print(args: argparse.Namespace) -> int:
 
 def register(subparsers: Any) -> None:
     """Add the ``completion`` subcommand."""
-    parser = subparsers.add_parser(
+    add_command(
+        subparsers,
         "completion",
+        _print,
+        arg("shell", choices=_SHELLS, help="the shell to complete in"),
         help="print a shell completion script (bash, zsh)",
         description=__doc__.split("\n\n")[1] if __doc__ else None,
         epilog="examples:\n"
@@ -56,5 +61,3 @@ def register(subparsers: Any) -> None:
         "  source <(fulmen completion bash)   # this shell only",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("shell", choices=_SHELLS, help="the shell to complete in")
-    parser.set_defaults(func=_print)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
+from fulmen.cli.parsers import add_command, arg
 from fulmen.cli.store import add_store_options, run_async, store_address, store_options
 
 if TYPE_CHECKING:
@@ -60,8 +61,35 @@ def _debug_tools(args: argparse.Namespace) -> DebugTools:
 
 def register(subparsers: Any) -> None:
     """Add ``fulmen dashboard``."""
-    parser = subparsers.add_parser(
+    add_command(
+        subparsers,
         "dashboard",
+        _dashboard,
+        add_store_options,
+        arg("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)"),
+        arg("--port", type=int, default=4780, help="TCP port, 0 for any free one (default: 4780)"),
+        arg(
+            "--engine",
+            metavar="URL",
+            default=None,
+            help="a running engine (fulmen serve or vLLM) that the 'serve this version' action "
+            "loads model versions into and that names tokens in the token view; 'auto' follows the "
+            "engine of the latest resources' llm (what fulmen train links)",
+        ),
+        arg(
+            "--config",
+            metavar="CONFIG",
+            default=None,
+            help="the training config (agent, tasks, engine): enables the page's replay and A/B "
+            "actions (fulmen train passes its own)",
+        ),
+        arg(
+            "--reward",
+            metavar="MODULE:FN",
+            default=None,
+            help="a reward function (as for fulmen rescore) the rollouts page can re-score with; "
+            "chosen here, never by the page, and never written to the store",
+        ),
         help="web page over a store: runs, rollouts, calls, tokens, prompts, model versions",
         description="Serve the dashboard over a store (any backend). The page reads the store "
         "through its API only and updates itself while runs go on. Its API requires the "
@@ -75,33 +103,3 @@ def register(subparsers: Any) -> None:
         "http://127.0.0.1:8000",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    add_store_options(parser)
-    parser.add_argument(
-        "--host", default="127.0.0.1", help="address to listen on (default: %(default)s)"
-    )
-    parser.add_argument(
-        "--port", type=int, default=4780, help="TCP port, 0 for any free one (default: 4780)"
-    )
-    parser.add_argument(
-        "--engine",
-        metavar="URL",
-        default=None,
-        help="a running engine (fulmen serve or vLLM) that the 'serve this version' action "
-        "loads model versions into and that names tokens in the token view; 'auto' follows the "
-        "engine of the latest resources' llm (what fulmen train links)",
-    )
-    parser.add_argument(
-        "--config",
-        metavar="CONFIG",
-        default=None,
-        help="the training config (agent, tasks, engine): enables the page's replay and A/B "
-        "actions (fulmen train passes its own)",
-    )
-    parser.add_argument(
-        "--reward",
-        metavar="MODULE:FN",
-        default=None,
-        help="a reward function (as for fulmen rescore) the rollouts page can re-score with; "
-        "chosen here, never by the page, and never written to the store",
-    )
-    parser.set_defaults(func=_dashboard)

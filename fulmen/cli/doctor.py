@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from fulmen.cli.parsers import add_command, arg
 from fulmen.cli.store import add_store_options, cli_settings, open_cli_store, run_async
 from fulmen.errors import FulmenError
 from fulmen.extras import OPTIONAL_PACKAGES, install_hint
@@ -229,20 +230,21 @@ def _doctor(args: argparse.Namespace) -> int:
 
 def register(subparsers: Any) -> None:
     """Add the ``doctor`` subcommand."""
-    parser = subparsers.add_parser(
+    add_command(
+        subparsers,
         "doctor",
+        _doctor,
+        arg("--engine", metavar="URL", help="an inference engine to reach"),
+        arg(
+            "--need",
+            action="append",
+            choices=sorted({p.extra for p in OPTIONAL_PACKAGES}),
+            metavar="EXTRA",
+            help="fail unless this extra's packages are installed (repeatable), e.g. --need train",
+        ),
+        add_store_options,
         help="check the environment (packages, torch build, engine, store) and say what to fix",
         description=__doc__.split("\n\n")[1] if __doc__ else None,
         epilog="example: fulmen doctor --engine http://127.0.0.1:8000/v1 "
         "--store http://127.0.0.1:4747 --token $TOKEN",
     )
-    parser.add_argument("--engine", metavar="URL", help="an inference engine to reach")
-    parser.add_argument(
-        "--need",
-        action="append",
-        choices=sorted({p.extra for p in OPTIONAL_PACKAGES}),
-        metavar="EXTRA",
-        help="fail unless this extra's packages are installed (repeatable), e.g. --need train",
-    )
-    add_store_options(parser)
-    parser.set_defaults(func=_doctor)

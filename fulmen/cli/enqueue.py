@@ -13,6 +13,7 @@ import json
 import sys
 from typing import TYPE_CHECKING, Any
 
+from fulmen.cli.parsers import add_command, arg, json_flag
 from fulmen.cli.store import add_store_options, open_cli_store, run_async
 from fulmen.errors import ConfigError
 
@@ -89,8 +90,40 @@ def _enqueue(args: argparse.Namespace) -> int:
 
 def register_enqueue(commands: Any) -> None:
     """Add ``enqueue`` under ``fulmen rollouts``."""
-    parser = commands.add_parser(
+    add_command(
+        commands,
         "enqueue",
+        _enqueue,
+        add_store_options,
+        arg(
+            "--tasks",
+            required=True,
+            metavar="FILE.jsonl",
+            help="one task (the agent's `task`) per line, or module:callable returning a list",
+        ),
+        arg(
+            "--resources",
+            metavar="FILE.yaml",
+            help="publish this resources file first and use its version "
+            "(default: the store's latest; see `fulmen resources add --help`)",
+        ),
+        arg("--mode", choices=["train", "val", "test"], default="train", help="default: train"),
+        arg(
+            "--group-size",
+            type=int,
+            default=1,
+            metavar="N",
+            help="rollouts per task, sharing its task id (default: 1)",
+        ),
+        arg("--task-id-key", default="id", help="task field used as task id (default: id)"),
+        arg("--timeout", type=float, metavar="SECONDS", help="wall-clock limit of one attempt"),
+        arg("--max-attempts", type=int, default=1, help="attempts per rollout (default: 1)"),
+        arg(
+            "--id-prefix",
+            metavar="PREFIX",
+            help="name rollouts PREFIX-tI-rJ, so enqueueing the same file again adds nothing",
+        ),
+        json_flag("print the rollouts as JSON"),
         help="enqueue tasks from a JSONL file for runners to claim",
         description="Enqueue one rollout per task (times --group-size) for runners to claim. "
         "With --resources the file is published first and the rollouts use its version; "
@@ -100,42 +133,3 @@ def register_enqueue(commands: Any) -> None:
         "      --resources resources.yaml --group-size 4",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    add_store_options(parser)
-    parser.add_argument(
-        "--tasks",
-        required=True,
-        metavar="FILE.jsonl",
-        help="one task (the agent's `task`) per line, or module:callable returning a list",
-    )
-    parser.add_argument(
-        "--resources",
-        metavar="FILE.yaml",
-        help="publish this resources file first and use its version "
-        "(default: the store's latest; see `fulmen resources add --help`)",
-    )
-    parser.add_argument(
-        "--mode", choices=["train", "val", "test"], default="train", help="default: train"
-    )
-    parser.add_argument(
-        "--group-size",
-        type=int,
-        default=1,
-        metavar="N",
-        help="rollouts per task, sharing its task id (default: 1)",
-    )
-    parser.add_argument(
-        "--task-id-key", default="id", help="task field used as task id (default: id)"
-    )
-    parser.add_argument(
-        "--timeout", type=float, metavar="SECONDS", help="wall-clock limit of one attempt"
-    )
-    parser.add_argument(
-        "--max-attempts", type=int, default=1, help="attempts per rollout (default: 1)"
-    )
-    parser.add_argument(
-        "--id-prefix",
-        metavar="PREFIX",
-        help="name rollouts PREFIX-tI-rJ, so enqueueing the same file again adds nothing",
-    )
-    parser.add_argument("--json", action="store_true", help="print the rollouts as JSON")
-    parser.set_defaults(func=_enqueue)

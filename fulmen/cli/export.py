@@ -12,6 +12,7 @@ import argparse
 from collections import Counter
 from typing import Any
 
+from fulmen.cli.parsers import add_command, arg
 from fulmen.cli.store import add_store_options, open_cli_store, run_async
 from fulmen.errors import ConfigError
 
@@ -20,47 +21,45 @@ __all__ = ["register"]
 
 def register(subparsers: Any) -> None:
     """Add the ``export`` subcommand."""
-    parser = subparsers.add_parser(
+    add_command(
+        subparsers,
         "export",
-        help="export transitions, SFT conversations or preference pairs from a store",
-        description=(
-            "Read finished rollouts from a store and write training data. The format follows "
-            "the file suffix: .jsonl, or .parquet (needs pyarrow)."
+        _export,
+        arg("kind", choices=["transitions", "sft", "preferences"]),
+        arg("--out", required=True, help="output file (.jsonl or .parquet)"),
+        add_store_options,
+        arg(
+            "--mode",
+            choices=["train", "val", "test", "production"],
+            help="only this mode (default: every mode; the summary line counts the rollouts "
+            "of each)",
         ),
+        arg(
+            "--run",
+            metavar="RUN_ID",
+            help="only the rollouts of this training run (see `fulmen runs list`)",
+        ),
+        arg(
+            "--all-statuses",
+            action="store_true",
+            help="include failed and cancelled rollouts (default: succeeded only)",
+        ),
+        arg(
+            "--agents",
+            nargs="+",
+            default=["*"],
+            metavar="PATTERN",
+            help="transitions: agent name patterns to include (default: all)",
+        ),
+        arg(
+            "--merge", action="store_true", help="transitions: merge token-exact consecutive calls"
+        ),
+        arg("--credit", default="final", help="transitions: credit strategy (default: final)"),
+        arg("--min-reward", type=float, help="sft: keep rollouts with reward >= this"),
+        help="export transitions, SFT conversations or preference pairs from a store",
+        description="Read finished rollouts from a store and write training data. The format "
+        "follows the file suffix: .jsonl, or .parquet (needs pyarrow).",
     )
-    parser.add_argument("kind", choices=["transitions", "sft", "preferences"])
-    parser.add_argument("--out", required=True, help="output file (.jsonl or .parquet)")
-    add_store_options(parser)
-    parser.add_argument(
-        "--mode",
-        choices=["train", "val", "test", "production"],
-        help="only this mode (default: every mode; the summary line counts the rollouts of each)",
-    )
-    parser.add_argument(
-        "--run",
-        metavar="RUN_ID",
-        help="only the rollouts of this training run (see `fulmen runs list`)",
-    )
-    parser.add_argument(
-        "--all-statuses",
-        action="store_true",
-        help="include failed and cancelled rollouts (default: succeeded only)",
-    )
-    parser.add_argument(
-        "--agents",
-        nargs="+",
-        default=["*"],
-        metavar="PATTERN",
-        help="transitions: agent name patterns to include (default: all)",
-    )
-    parser.add_argument(
-        "--merge", action="store_true", help="transitions: merge token-exact consecutive calls"
-    )
-    parser.add_argument(
-        "--credit", default="final", help="transitions: credit strategy (default: final)"
-    )
-    parser.add_argument("--min-reward", type=float, help="sft: keep rollouts with reward >= this")
-    parser.set_defaults(func=_export)
 
 
 def _export(args: argparse.Namespace) -> int:

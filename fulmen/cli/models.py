@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fulmen.cli.output import quiet_broken_pipe
+from fulmen.cli.parsers import add_command, add_command_group, arg, config_overrides, json_flag
 from fulmen.cli.rollouts import render_table
 from fulmen.cli.run_sources import add_sources_argument, open_sources, resolve_sources
 from fulmen.cli.run_story import version_marks
@@ -173,68 +174,69 @@ def _compare(args: argparse.Namespace) -> int:
 
 def register(subparsers: Any) -> None:
     """Add ``fulmen models`` and its subcommands ``list``, ``show``, ``serve`` and ``compare``."""
-    parser = subparsers.add_parser(
+    commands = add_command_group(
+        subparsers,
         "models",
         help="list the model versions runs published; serve one (rollback)",
         description="Model versions recorded in a store (each model `fulmen train` served).",
     )
-    commands = parser.add_subparsers(dest="models_command", metavar="SUBCOMMAND", required=True)
-    listing = commands.add_parser(
+    add_command(
+        commands,
         "list",
+        quiet_broken_pipe(_list),
+        add_store_options,
+        add_sources_argument,
+        arg("--run", metavar="RUN_ID", help="only this run's versions"),
+        json_flag("print the versions as JSON"),
         help="list model versions, marking the served and the best one",
-        description=(
-            "List the model versions of a store, or of several run folders. MARK says which "
-            "version each run serves (its end-of-run choice; a running run: the latest) and "
-            "which validated best."
-        ),
+        description="List the model versions of a store, or of several run folders. MARK says "
+        "which version each run serves (its end-of-run choice; a running run: the latest) and "
+        "which validated best.",
     )
-    add_store_options(listing)
-    add_sources_argument(listing)
-    listing.add_argument("--run", metavar="RUN_ID", help="only this run's versions")
-    listing.add_argument("--json", action="store_true", help="print the versions as JSON")
-    listing.set_defaults(func=quiet_broken_pipe(_list))
-    for name, func, text in (
-        ("show", _show, "show one model version"),
-        ("serve", _serve, "make a running engine serve one model version"),
-    ):
-        sub = commands.add_parser(name, help=text, description=text)
-        add_store_options(sub)
-        sub.add_argument("run_id", metavar="RUN_ID", help="the run (see `fulmen runs list`)")
-        sub.add_argument("version", metavar="VERSION", type=int, help="its model version number")
-        sub.add_argument("--json", action="store_true", help="print the result as JSON")
-        if name == "serve":
-            sub.add_argument(
-                "--engine",
-                required=True,
-                metavar="URL",
-                help="the engine's base URL (http://HOST:PORT/v1 of fulmen serve or vLLM); an "
-                "engine with an admin token gets $FULMEN_ENGINE_TOKEN",
-            )
-            sub.add_argument(
-                "--name", help="model name of a served adapter (default: RUN_ID-vVERSION)"
-            )
-        sub.set_defaults(func=func)
-    compare = commands.add_parser(
+    one_version = (
+        add_store_options,
+        arg("run_id", metavar="RUN_ID", help="the run (see `fulmen runs list`)"),
+        arg("version", metavar="VERSION", type=int, help="its model version number"),
+        json_flag("print the result as JSON"),
+    )
+    show = "show one model version"
+    add_command(commands, "show", _show, *one_version, help=show, description=show)
+    serve = "make a running engine serve one model version"
+    add_command(
+        commands,
+        "serve",
+        _serve,
+        *one_version,
+        arg(
+            "--engine",
+            required=True,
+            metavar="URL",
+            help="the engine's base URL (http://HOST:PORT/v1 of fulmen serve or vLLM); an "
+            "engine with an admin token gets $FULMEN_ENGINE_TOKEN",
+        ),
+        arg("--name", help="model name of a served adapter (default: RUN_ID-vVERSION)"),
+        help=serve,
+        description=serve,
+    )
+    add_command(
+        commands,
         "compare",
-        help="compare two model versions on the same validation tasks (paired)",
-        description=(
-            "Run the config's agent on the same tasks with version A and with version B (LoRA "
-            "adapters of the run, or 'base': the model before training), once each at the "
-            "validation sampling, and report both means, the paired difference B - A with its "
-            "95% CI, and paired t, sign and permutation tests."
+        _compare,
+        add_store_options,
+        arg("run_id", metavar="RUN_ID", help="the run whose versions to compare"),
+        arg("a", metavar="A", help="a model version number, or base"),
+        arg("b", metavar="B", help="a model version number, or base"),
+        arg("--config", required=True, help="the training config (agent, tasks)"),
+        arg("-n", type=int, default=32, help="tasks to run (default 32)"),
+        arg(
+            "--split", choices=("val", "train"), default="val", help="validation or training tasks"
         ),
+        arg("--alpha", type=float, default=0.05, help="test level (default 0.05)"),
+        config_overrides("override a config value"),
+        json_flag("print the result as JSON"),
+        help="compare two model versions on the same validation tasks (paired)",
+        description="Run the config's agent on the same tasks with version A and with version B "
+        "(LoRA adapters of the run, or 'base': the model before training), once each at the "
+        "validation sampling, and report both means, the paired difference B - A with its 95% "
+        "CI, and paired t, sign and permutation tests.",
     )
-    add_store_options(compare)
-    compare.add_argument("run_id", metavar="RUN_ID", help="the run whose versions to compare")
-    compare.add_argument("a", metavar="A", help="a model version number, or base")
-    compare.add_argument("b", metavar="B", help="a model version number, or base")
-    compare.add_argument("--config", required=True, help="the training config (agent, tasks)")
-    compare.add_argument("-n", type=int, default=32, help="tasks to run (default 32)")
-    compare.add_argument(
-        "--split", choices=("val", "train"), default="val", help="validation or training tasks"
-    )
-    compare.add_argument("--alpha", type=float, default=0.05, help="test level (default 0.05)")
-    compare.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                         help="override a config value")  # fmt: skip
-    compare.add_argument("--json", action="store_true", help="print the result as JSON")
-    compare.set_defaults(func=_compare)

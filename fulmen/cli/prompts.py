@@ -18,7 +18,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fulmen.cli.store import add_store_options, open_cli_store, run_async
+from fulmen.cli.parsers import add_command, add_command_group, arg, json_flag
+from fulmen.cli.store import add_store_options, run_in_store
 
 if TYPE_CHECKING:
     from fulmen.prompts import PromptVersion
@@ -29,11 +30,8 @@ __all__ = ["register"]
 def _load(args: argparse.Namespace) -> list[PromptVersion]:
     from fulmen.prompts import load_prompt_versions
 
-    async def main() -> list[PromptVersion]:
-        async with open_cli_store(args) as store:
-            return await load_prompt_versions(store, name=getattr(args, "name", None))
-
-    return run_async(main)
+    name = getattr(args, "name", None)  # only `prompts list` has --name
+    return run_in_store(args, lambda store: load_prompt_versions(store, name=name))
 
 
 def _find(versions: list[PromptVersion], ref: str) -> PromptVersion:
@@ -147,54 +145,54 @@ def _export(args: argparse.Namespace) -> int:
 
 def register(subparsers: Any) -> None:
     """Add ``fulmen prompts`` with ``list``, ``show``, ``diff`` and ``export``."""
-    parser = subparsers.add_parser(
+    commands = add_command_group(
+        subparsers,
         "prompts",
         help="prompt versions: list, show lineage and scores, diff, export",
         description=__doc__.split("\n\n")[0] if __doc__ else None,
     )
-    commands = parser.add_subparsers(dest="prompts_command", metavar="SUBCOMMAND", required=True)
     ref_help = "NAME (newest), VERSION (a resources version) or NAME@VERSION"
-
-    listing = commands.add_parser(
+    add_command(
+        commands,
         "list",
+        _list,
+        arg("--name", help="only prompts of this resource name"),
+        add_store_options,
+        json_flag("print JSON"),
         help="every prompt version with parent, optimizer, step and score",
         description="List the distinct prompt versions of the store, oldest first.",
     )
-    listing.add_argument("--name", help="only prompts of this resource name")
-    add_store_options(listing)
-    listing.add_argument("--json", action="store_true", help="print JSON")
-    listing.set_defaults(func=_list)
-
-    show = commands.add_parser(
+    add_command(
+        commands,
         "show",
+        _show,
+        arg("ref", metavar="NAME_OR_VERSION", help=ref_help),
+        add_store_options,
+        json_flag("print JSON"),
         help="one version: lineage, critique, edit, scores and text",
         description="Show a prompt version with its lineage, scores and full text.",
     )
-    show.add_argument("ref", metavar="NAME_OR_VERSION", help=ref_help)
-    add_store_options(show)
-    show.add_argument("--json", action="store_true", help="print JSON")
-    show.set_defaults(func=_show)
-
-    diff = commands.add_parser(
+    add_command(
+        commands,
         "diff",
+        _diff,
+        arg("a", metavar="A", help=ref_help),
+        arg("b", metavar="B", help=ref_help),
+        add_store_options,
         help="unified diff of two versions' texts",
         description="Show a unified diff of the exported texts of two prompt versions.",
     )
-    diff.add_argument("a", metavar="A", help=ref_help)
-    diff.add_argument("b", metavar="B", help=ref_help)
-    add_store_options(diff)
-    diff.set_defaults(func=_diff)
-
-    export = commands.add_parser(
+    add_command(
+        commands,
         "export",
+        _export,
+        arg("ref", metavar="VERSION", help=ref_help),
+        arg("--out", metavar="FILE", help="write here instead of stdout"),
+        arg("--format", choices=("text", "json"), default="text", help="default: text"),
+        add_store_options,
         help="write the final prompt text (or JSON) to paste into production code",
         description="Write a prompt version as one str.format template (demonstrations "
         "written out, the task's fields as {placeholders}), or as JSON with --format json.",
         epilog="example: fulmen prompts export prompt --store sqlite:///runs/apo/fulmen.db "
         "--out prompt.txt",
     )
-    export.add_argument("ref", metavar="VERSION", help=ref_help)
-    export.add_argument("--out", metavar="FILE", help="write here instead of stdout")
-    export.add_argument("--format", choices=("text", "json"), default="text", help="default: text")
-    add_store_options(export)
-    export.set_defaults(func=_export)

@@ -17,8 +17,9 @@ import json
 import os
 from typing import Any, Literal
 
+from fulmen.cli.parsers import add_command, add_command_group, arg, json_flag
 from fulmen.cli.rollouts import render_table
-from fulmen.cli.store import add_store_options, open_cli_store, run_async
+from fulmen.cli.store import add_store_options, open_cli_store, run_async, run_in_store
 
 __all__ = ["register"]
 
@@ -28,11 +29,7 @@ def _fmt(value: float | None, spec: str = ".4g") -> str:
 
 
 def _list(args: argparse.Namespace) -> int:
-    async def main() -> Any:
-        async with open_cli_store(args) as store:
-            return await store.list_releases()
-
-    releases = run_async(main)
+    releases = run_in_store(args, lambda store: store.list_releases())
     if args.json:
         print(json.dumps([r.model_dump(mode="json") for r in releases], indent=2))
         return 0
@@ -107,11 +104,7 @@ def _decide(args: argparse.Namespace, kind: Literal["promoted", "rolled_back"]) 
         reason=args.reason or ("promoted by hand" if kind == "promoted" else "rolled back by hand"),
     )
 
-    async def main() -> Any:
-        async with open_cli_store(args) as store:
-            return await store.decide_release(args.name, decision)
-
-    release = run_async(main)
+    release = run_in_store(args, lambda store: store.decide_release(args.name, decision))
     if args.json:
         print(json.dumps(release.model_dump(mode="json")))
         return 0
@@ -125,40 +118,47 @@ def _decide(args: argparse.Namespace, kind: Literal["promoted", "rolled_back"]) 
 
 def register(subparsers: Any) -> None:
     """Add ``fulmen release`` and its subcommands list, status, promote and rollback."""
-    parser = subparsers.add_parser(
+    commands = add_command_group(
+        subparsers,
         "release",
         help="canary releases: per-arm figures, promote or roll back",
         description="Canary releases the gateway serves (its release: section).",
     )
-    commands = parser.add_subparsers(dest="release_command", metavar="SUBCOMMAND", required=True)
-    listing = commands.add_parser("list", help="list releases", description="List releases.")
-    add_store_options(listing)
-    listing.add_argument("--json", action="store_true", help="print the releases as JSON")
-    listing.set_defaults(func=_list)
-    status = commands.add_parser(
+    add_command(
+        commands,
+        "list",
+        _list,
+        add_store_options,
+        json_flag("print the releases as JSON"),
+        help="list releases",
+        description="List releases.",
+    )
+    add_command(
+        commands,
         "status",
+        _status,
+        add_store_options,
+        arg("name", metavar="NAME", help="the release's name"),
+        arg("--events", type=int, default=10, metavar="N", help="latest events shown (default 10)"),
+        json_flag("print the figures as JSON"),
         help="per-arm sessions, mean rewards with 95%% CIs, the difference and its test",
-        description=(
-            "Print the release's state, each arm's sessions and mean reward with its 95%% "
-            "interval, the difference candidate - incumbent with its interval, the improvement "
-            "ratio and Welch's t-test, and the latest events."
-        ),
+        description="Print the release's state, each arm's sessions and mean reward with its 95%% "
+        "interval, the difference candidate - incumbent with its interval, the improvement "
+        "ratio and Welch's t-test, and the latest events.",
     )
-    add_store_options(status)
-    status.add_argument("name", metavar="NAME", help="the release's name")
-    status.add_argument(
-        "--events", type=int, default=10, metavar="N", help="latest events shown (default 10)"
-    )
-    status.add_argument("--json", action="store_true", help="print the figures as JSON")
-    status.set_defaults(func=_status)
     decisions: tuple[tuple[str, Literal["promoted", "rolled_back"], str], ...] = (
         ("promote", "promoted", "send every session to the candidate"),
         ("rollback", "rolled_back", "send every session to the incumbent"),
     )
     for name, kind, text in decisions:
-        sub = commands.add_parser(name, help=text, description=text[0].upper() + text[1:] + ".")
-        add_store_options(sub)
-        sub.add_argument("name", metavar="NAME", help="the release's name")
-        sub.add_argument("--reason", help="why, recorded with the decision")
-        sub.add_argument("--json", action="store_true", help="print the release as JSON")
-        sub.set_defaults(func=functools.partial(_decide, kind=kind))
+        add_command(
+            commands,
+            name,
+            functools.partial(_decide, kind=kind),
+            add_store_options,
+            arg("name", metavar="NAME", help="the release's name"),
+            arg("--reason", help="why, recorded with the decision"),
+            json_flag("print the release as JSON"),
+            help=text,
+            description=text[0].upper() + text[1:] + ".",
+        )

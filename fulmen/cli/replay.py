@@ -15,7 +15,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from fulmen.cli.store import add_store_options, open_cli_store, run_async
+from fulmen.cli.parsers import add_command, arg, json_flag, python_path_option
+from fulmen.cli.store import add_store_options, run_in_store
 
 __all__ = ["register"]
 
@@ -40,18 +41,17 @@ def _replay(args: argparse.Namespace) -> int:
     if args.timeout is not None:
         rollouts = rollouts.model_copy(update={"timeout_s": args.timeout})
 
-    async def main() -> Any:
-        async with open_cli_store(args) as store:
-            return await replay_rollout(
-                store,
-                args.rollout_id,
-                agent=agent,
-                rollouts=rollouts,
-                attempt_id=args.attempt,
-                on_divergence=args.on_divergence,
-            )
-
-    report = run_async(main)
+    report = run_in_store(
+        args,
+        lambda store: replay_rollout(
+            store,
+            args.rollout_id,
+            agent=agent,
+            rollouts=rollouts,
+            attempt_id=args.attempt,
+            on_divergence=args.on_divergence,
+        ),
+    )
     if args.json:
         print(json.dumps({**asdict(report), "is_faithful": report.is_faithful}, indent=2))
     else:
@@ -61,49 +61,38 @@ def _replay(args: argparse.Namespace) -> int:
 
 def register(subparsers: Any) -> None:
     """Add the ``replay`` subcommand."""
-    parser = subparsers.add_parser(
+    add_command(
+        subparsers,
         "replay",
-        help="run the agent again on a stored rollout, every model reply served from the record",
-        description=(
-            "Re-run the agent on a rollout's task with each model reply served from the "
-            "rollout's recorded calls (no model needed), through the normal gateway and "
-            "runner on a private in-memory store. Reports the first request that differs from "
-            "the recorded one (with a diff), how many recorded replies were used, and the "
-            "reward the agent computes now next to the recorded one. Exits 1 when anything "
-            "differs. The store is only read."
+        _replay,
+        arg("rollout_id", metavar="ROLLOUT_ID", help="the rollout to replay"),
+        add_store_options,
+        arg("--config", metavar="CONFIG", help="training config naming the agent and python_path"),
+        arg("--agent", metavar="SPEC", help="the agent as module:object (overrides the config's)"),
+        python_path_option(
+            "directory to import the agent from (repeatable; added to the config's; the "
+            "current directory is included)"
         ),
+        arg("--attempt", metavar="ID", help="attempt to replay (default: the latest)"),
+        arg(
+            "--on-divergence",
+            choices=("stop", "serve"),
+            default="stop",
+            help="what a request that differs from the recording gets: stop = an error "
+            "(replay_diverged) so the agent fails there (default); serve = the next recorded "
+            "reply anyway, so the agent runs to its end",
+        ),
+        arg(
+            "--timeout",
+            type=float,
+            metavar="SECONDS",
+            help="limit of the replayed attempt (default: the config's rollouts.timeout_s)",
+        ),
+        json_flag("print the report as JSON"),
+        help="run the agent again on a stored rollout, every model reply served from the record",
+        description="Re-run the agent on a rollout's task with each model reply served from the "
+        "rollout's recorded calls (no model needed), through the normal gateway and runner on a "
+        "private in-memory store. Reports the first request that differs from the recorded one "
+        "(with a diff), how many recorded replies were used, and the reward the agent computes now "
+        "next to the recorded one. Exits 1 when anything differs. The store is only read.",
     )
-    parser.add_argument("rollout_id", metavar="ROLLOUT_ID", help="the rollout to replay")
-    add_store_options(parser)
-    parser.add_argument(
-        "--config", metavar="CONFIG", help="training config naming the agent and python_path"
-    )
-    parser.add_argument(
-        "--agent", metavar="SPEC", help="the agent as module:object (overrides the config's)"
-    )
-    parser.add_argument(
-        "--python-path",
-        action="append",
-        type=Path,
-        default=[],
-        metavar="DIR",
-        help="directory to import the agent from (repeatable; added to the config's; the "
-        "current directory is included)",
-    )
-    parser.add_argument("--attempt", metavar="ID", help="attempt to replay (default: the latest)")
-    parser.add_argument(
-        "--on-divergence",
-        choices=("stop", "serve"),
-        default="stop",
-        help="what a request that differs from the recording gets: stop = an error "
-        "(replay_diverged) so the agent fails there (default); serve = the next recorded "
-        "reply anyway, so the agent runs to its end",
-    )
-    parser.add_argument(
-        "--timeout",
-        type=float,
-        metavar="SECONDS",
-        help="limit of the replayed attempt (default: the config's rollouts.timeout_s)",
-    )
-    parser.add_argument("--json", action="store_true", help="print the report as JSON")
-    parser.set_defaults(func=_replay)

@@ -19,6 +19,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from fulmen.cli.parsers import add_command, arg, json_flag, one_of, python_path_option
 from fulmen.cli.store import add_store_options, open_cli_store, parse_duration, run_async
 
 __all__ = ["register"]
@@ -136,82 +137,73 @@ def _rescore_with_judge(args: argparse.Namespace) -> int:
 
 def register(subparsers: Any) -> None:
     """Add the ``rescore`` subcommand."""
-    parser = subparsers.add_parser(
+    add_command(
+        subparsers,
         "rescore",
-        help="apply a new reward function or a judge's rubric to stored rollouts and compare",
-        description=(
-            "Apply a reward function to the succeeded rollouts of a store, without running "
-            "the agent: it receives each rollout's task and recorded calls "
-            "(fulmen.debugging.RecordedRollout) and returns a number. Prints the old and new "
-            "reward distributions (counts, means, a histogram) and the rollouts that changed "
-            "most. Read-only unless --write. With --judge FILE a judge scores them on the "
-            "rubric of FILE's reward: section instead, as training does, and the scores are "
-            "posted as their rewards unless --dry-run."
+        _rescore,
+        one_of(
+            arg("--reward", metavar="MODULE:FN", help="the new reward function"),
+            arg(
+                "--judge",
+                type=Path,
+                metavar="FILE",
+                help="a YAML file whose reward: section (judge and criteria) scores the rollouts: "
+                "a training config as it is, or that section alone; posts each scored rollout's "
+                "criteria and weighted mean as its reward unless --dry-run",
+            ),
         ),
+        add_store_options,
+        python_path_option(
+            "directory to import the function from (repeatable; the current one is included)"
+        ),
+        arg("--mode", choices=("train", "val", "test", "production"), help="only this mode"),
+        arg("--task", metavar="TASK_ID", help="only rollouts of this task"),
+        arg("--resources-version", type=int, metavar="N", help="only rollouts run on this version"),
+        arg(
+            "--since",
+            type=_since,
+            metavar="TIME",
+            help="only rollouts that ended since TIME: ISO 8601 (UTC if no zone) or an age "
+            "(12h, 7d)",
+        ),
+        arg("--limit", type=_positive, default=1000, help="most rollouts to score (default 1000)"),
+        arg(
+            "--top",
+            type=_positive,
+            default=10,
+            help="rollouts to list: the most changed, or with --judge each one's scores "
+            "(default 10)",
+        ),
+        arg(
+            "--write",
+            metavar="NAME",
+            help="store each changed rollout's new value as the reward value NAME (through the "
+            "reward API; idempotent). The rollout's reward stays what it was unless --primary",
+        ),
+        arg(
+            "--primary",
+            action="store_true",
+            help="with --write: make NAME the rollouts' reward (what training and exports read)",
+        ),
+        arg(
+            "--dry-run",
+            action="store_true",
+            help="with --judge: score and report, but store nothing (no rewards, no call records)",
+        ),
+        arg(
+            "--cache",
+            type=Path,
+            metavar="FILE",
+            help="with --judge: keep the judge's answers in this JSON lines file and reuse those "
+            "already there (a training run's RUN_DIR/judge-cache.jsonl works); default: none kept",
+        ),
+        json_flag("print the summary as JSON"),
+        help="apply a new reward function or a judge's rubric to stored rollouts and compare",
+        description="Apply a reward function to the succeeded rollouts of a store, without running "
+        "the agent: it receives each rollout's task and recorded calls "
+        "(fulmen.debugging.RecordedRollout) and returns a number. Prints the old and new "
+        "reward distributions (counts, means, a histogram) and the rollouts that changed "
+        "most. Read-only unless --write. With --judge FILE a judge scores them on the "
+        "rubric of FILE's reward: section instead, as training does, and the scores are "
+        "posted as their rewards unless --dry-run.",
     )
-    scorer = parser.add_mutually_exclusive_group(required=True)
-    scorer.add_argument("--reward", metavar="MODULE:FN", help="the new reward function")
-    scorer.add_argument(
-        "--judge",
-        type=Path,
-        metavar="FILE",
-        help="a YAML file whose reward: section (judge and criteria) scores the rollouts: a "
-        "training config as it is, or that section alone; posts each scored rollout's "
-        "criteria and weighted mean as its reward unless --dry-run",
-    )
-    add_store_options(parser)
-    parser.add_argument(
-        "--python-path",
-        action="append",
-        type=Path,
-        default=[],
-        metavar="DIR",
-        help="directory to import the function from (repeatable; the current one is included)",
-    )
-    parser.add_argument(
-        "--mode", choices=("train", "val", "test", "production"), help="only this mode"
-    )
-    parser.add_argument("--task", metavar="TASK_ID", help="only rollouts of this task")
-    parser.add_argument(
-        "--resources-version", type=int, metavar="N", help="only rollouts run on this version"
-    )
-    parser.add_argument(
-        "--since",
-        type=_since,
-        metavar="TIME",
-        help="only rollouts that ended since TIME: ISO 8601 (UTC if no zone) or an age (12h, 7d)",
-    )
-    parser.add_argument(
-        "--limit", type=_positive, default=1000, help="most rollouts to score (default 1000)"
-    )
-    parser.add_argument(
-        "--top",
-        type=_positive,
-        default=10,
-        help="rollouts to list: the most changed, or with --judge each one's scores (default 10)",
-    )
-    parser.add_argument(
-        "--write",
-        metavar="NAME",
-        help="store each changed rollout's new value as the reward value NAME (through the "
-        "reward API; idempotent). The rollout's reward stays what it was unless --primary",
-    )
-    parser.add_argument(
-        "--primary",
-        action="store_true",
-        help="with --write: make NAME the rollouts' reward (what training and exports read)",
-    )
-    parser.add_argument(
-        "--dry-run",
-        action="store_true",
-        help="with --judge: score and report, but store nothing (no rewards, no call records)",
-    )
-    parser.add_argument(
-        "--cache",
-        type=Path,
-        metavar="FILE",
-        help="with --judge: keep the judge's answers in this JSON lines file and reuse those "
-        "already there (a training run's RUN_DIR/judge-cache.jsonl works); default: none kept",
-    )
-    parser.add_argument("--json", action="store_true", help="print the summary as JSON")
-    parser.set_defaults(func=_rescore)

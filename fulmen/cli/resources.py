@@ -25,7 +25,8 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fulmen.cli.store import add_store_options, open_cli_store, run_async
+from fulmen.cli.parsers import add_command, add_command_group, arg, json_flag
+from fulmen.cli.store import add_store_options, open_cli_store, run_async, run_in_store
 from fulmen.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -90,19 +91,20 @@ def _dump(resources: Resources) -> dict[str, Any]:
     return resources.model_dump(mode="json")
 
 
+def _print_version(resources: Resources, *, as_json: bool) -> None:
+    """Print one resources version: its heading and a line per resource, or its JSON."""
+    if as_json:
+        print(json.dumps(_dump(resources), indent=2))
+        return
+    print(_heading(resources))
+    print("\n".join(_describe(resources)))
+
+
 def _add(args: argparse.Namespace) -> int:
     create = read_resources_file(args.file)
 
-    async def main() -> Resources:
-        async with open_cli_store(args, create=True) as store:
-            return await store.add_resources(create)
-
-    stored = run_async(main)
-    if args.json:
-        print(json.dumps(_dump(stored), indent=2))
-        return 0
-    print(_heading(stored))
-    print("\n".join(_describe(stored)))
+    stored = run_in_store(args, lambda store: store.add_resources(create), create=True)
+    _print_version(stored, as_json=args.json)
     return 0
 
 
@@ -117,11 +119,7 @@ def _show(args: argparse.Namespace) -> int:
     if found is None:
         print("no resources yet: publish some with `fulmen resources add FILE.yaml`")
         return 1
-    if args.json:
-        print(json.dumps(_dump(found), indent=2))
-        return 0
-    print(_heading(found))
-    print("\n".join(_describe(found)))
+    _print_version(found, as_json=args.json)
     return 0
 
 
@@ -154,43 +152,41 @@ def _list(args: argparse.Namespace) -> int:
 
 def register(subparsers: Any) -> None:
     """Add ``fulmen resources`` with ``add``, ``show`` and ``list``."""
-    parser = subparsers.add_parser(
+    commands = add_command_group(
+        subparsers,
         "resources",
         help="publish the resources agents receive (LLM endpoint, prompts); show versions",
         description=__doc__.split("\n\n")[0] if __doc__ else None,
     )
-    commands = parser.add_subparsers(dest="resources_command", metavar="SUBCOMMAND", required=True)
-
-    add = commands.add_parser(
+    add_command(
+        commands,
         "add",
+        _add,
+        arg("file", metavar="FILE", help="resources file (.yaml or .json)"),
+        add_store_options,
+        json_flag("print the stored version as JSON"),
         help="store a resources file as the next version",
         description=__doc__,
         epilog="example: fulmen resources add resources.yaml --store http://127.0.0.1:4747",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    add.add_argument("file", metavar="FILE", help="resources file (.yaml or .json)")
-    add_store_options(add)
-    add.add_argument("--json", action="store_true", help="print the stored version as JSON")
-    add.set_defaults(func=_add)
-
-    show = commands.add_parser(
+    add_command(
+        commands,
         "show",
+        _show,
+        arg("version", type=int, nargs="?", metavar="VERSION", help="default: latest"),
+        add_store_options,
+        json_flag("print JSON (API keys included)"),
         help="show one version (default: the latest)",
         description="Show a resources version: each named resource and where it points.",
     )
-    show.add_argument("version", type=int, nargs="?", metavar="VERSION", help="default: latest")
-    add_store_options(show)
-    show.add_argument("--json", action="store_true", help="print JSON (API keys included)")
-    show.set_defaults(func=_show)
-
-    listing = commands.add_parser(
+    add_command(
+        commands,
         "list",
+        _list,
+        add_store_options,
+        arg("--limit", type=int, default=20, help="show the latest N versions (default: 20)"),
+        json_flag("print JSON"),
         help="list the latest versions",
         description="List resources versions, oldest first, ending with the latest.",
     )
-    add_store_options(listing)
-    listing.add_argument(
-        "--limit", type=int, default=20, help="show the latest N versions (default: 20)"
-    )
-    listing.add_argument("--json", action="store_true", help="print JSON")
-    listing.set_defaults(func=_list)

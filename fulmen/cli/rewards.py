@@ -18,6 +18,7 @@ import json
 import math
 from typing import Any
 
+from fulmen.cli.parsers import add_command, add_command_group, arg, one_of
 from fulmen.cli.store import add_store_options, cli_settings, open_cli_store, run_async
 from fulmen.errors import ConfigError
 
@@ -80,50 +81,53 @@ def _add(args: argparse.Namespace) -> int:
 
 def register(subparsers: Any) -> None:
     """Add ``fulmen rewards`` and its subcommand ``add``."""
-    parser = subparsers.add_parser(
+    commands = add_command_group(
+        subparsers,
         "rewards",
         help="post a reward for a rollout after it ran",
         description="Rewards that arrive after a rollout finished (feedback, a closed ticket).",
     )
-    commands = parser.add_subparsers(dest="rewards_command", metavar="SUBCOMMAND", required=True)
-    add = commands.add_parser(
+    add_command(
+        commands,
         "add",
+        _add,
+        add_store_options,
+        arg(
+            "--gateway",
+            metavar="URL",
+            help="post through this gateway's POST /v1/rewards instead of the store (production "
+            "sessions the gateway still holds)",
+        ),
+        arg(
+            "--gateway-token",
+            metavar="TOKEN",
+            help="the gateway's bearer token (default: $FULMEN_GATEWAY_TOKEN, else $FULMEN_TOKEN)",
+        ),
+        one_of(
+            arg("--rollout", metavar="ID", help="the rollout's id"),
+            arg("--response", metavar="ID", help="the id of an LLM call's response"),
+            arg("--session", metavar="ID", help="a production session's id"),
+        ),
+        one_of(
+            arg("--value", type=_finite, metavar="X", help="a scalar reward"),
+            arg(
+                "--named",
+                nargs="+",
+                type=_named_value,
+                metavar="NAME=X",
+                help="named reward values (e.g. --named thumbs=1 resolved=0)",
+            ),
+        ),
+        arg(
+            "--primary",
+            metavar="NAME",
+            help="which --named value is the rollout's reward (default: 'reward', or the only one)",
+        ),
+        arg(
+            "--key",
+            metavar="IDEMPOTENCY_KEY",
+            help="a key of your choice: a repeated post with it is stored once",
+        ),
         help="post a reward by rollout, response or session id",
         description="Post a reward; the adapter and exports use a rollout's latest reward.",
     )
-    add_store_options(add)
-    add.add_argument(
-        "--gateway",
-        metavar="URL",
-        help="post through this gateway's POST /v1/rewards instead of the store (production "
-        "sessions the gateway still holds)",
-    )
-    add.add_argument(
-        "--gateway-token",
-        metavar="TOKEN",
-        help="the gateway's bearer token (default: $FULMEN_GATEWAY_TOKEN, else $FULMEN_TOKEN)",
-    )
-    target = add.add_mutually_exclusive_group(required=True)
-    target.add_argument("--rollout", metavar="ID", help="the rollout's id")
-    target.add_argument("--response", metavar="ID", help="the id of an LLM call's response")
-    target.add_argument("--session", metavar="ID", help="a production session's id")
-    value = add.add_mutually_exclusive_group(required=True)
-    value.add_argument("--value", type=_finite, metavar="X", help="a scalar reward")
-    value.add_argument(
-        "--named",
-        nargs="+",
-        type=_named_value,
-        metavar="NAME=X",
-        help="named reward values (e.g. --named thumbs=1 resolved=0)",
-    )
-    add.add_argument(
-        "--primary",
-        metavar="NAME",
-        help="which --named value is the rollout's reward (default: 'reward', or the only one)",
-    )
-    add.add_argument(
-        "--key",
-        metavar="IDEMPOTENCY_KEY",
-        help="a key of your choice: a repeated post with it is stored once",
-    )
-    add.set_defaults(func=_add)

@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from fulmen.cli.enqueue import register_enqueue
 from fulmen.cli.output import quiet_broken_pipe
-from fulmen.cli.store import add_store_options, open_cli_store, run_async
+from fulmen.cli.parsers import add_command, add_command_group, arg, json_flag
+from fulmen.cli.store import add_store_options, open_cli_store, run_async, run_in_store
 from fulmen.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -155,11 +156,7 @@ def _list(args: argparse.Namespace) -> int:
     if args.before is not None and args.oldest_first:
         raise ConfigError("--before pages newest first: leave out --oldest-first and --after")
 
-    async def main() -> Any:
-        async with open_cli_store(args) as store:
-            return await _listed(store, args)
-
-    items, rewards, next_cursor = run_async(main)
+    items, rewards, next_cursor = run_in_store(args, lambda store: _listed(store, args))
     if args.json:
         data = {
             "items": [r.model_dump(mode="json") for r in items],
@@ -389,70 +386,66 @@ def _show(args: argparse.Namespace) -> int:
 
 def register(subparsers: Any) -> None:
     """Add ``fulmen rollouts`` with ``enqueue``, ``list`` and ``show``."""
-    parser = subparsers.add_parser(
+    commands = add_command_group(
+        subparsers,
         "rollouts",
         help="enqueue tasks; list rollouts; show one with its attempts, spans and LLM calls",
         description="Inspect the rollouts in a store.",
     )
-    commands = parser.add_subparsers(dest="rollouts_command", metavar="SUBCOMMAND", required=True)
     register_enqueue(commands)
-
-    listing = commands.add_parser(
+    add_command(
+        commands,
         "list",
-        help="list rollouts, newest first",
-        description=(
-            "List rollouts newest first (--oldest-first: in enqueue order), one line each with "
-            "the latest attempt's reward, filtered by status, mode, task, run and reward."
+        quiet_broken_pipe(_list),
+        add_store_options,
+        arg(
+            "--status",
+            action="append",
+            choices=["queuing", "running", "succeeded", "failed", "cancelled"],
+            help="only rollouts with this status (repeat for several)",
         ),
+        arg("--mode", choices=["train", "val", "test"], help="only this mode"),
+        arg("--task", metavar="TASK_ID", help="only this task's rollouts"),
+        arg(
+            "--run",
+            metavar="RUN_ID",
+            help="only the rollouts of this training run (fulmen runs list)",
+        ),
+        arg(
+            "--min-reward",
+            type=float,
+            metavar="R",
+            help="only rollouts whose latest attempt's reward is at least R (no reward: left out)",
+        ),
+        arg("--oldest-first", action="store_true", help="list in enqueue order, oldest first"),
+        arg("--limit", type=int, default=50, help="show at most N rollouts (default: 50)"),
+        arg(
+            "--after",
+            type=int,
+            metavar="POSITION",
+            help="oldest first, continuing after this position (paging)",
+        ),
+        arg(
+            "--before",
+            type=int,
+            metavar="POSITION",
+            help="newest first, continuing before this position (paging)",
+        ),
+        json_flag("print JSON instead of a table"),
+        help="list rollouts, newest first",
+        description="List rollouts newest first (--oldest-first: in enqueue order), one line each "
+        "with the latest attempt's reward, filtered by status, mode, task, run and reward.",
         epilog="example: fulmen rollouts list --run 3f9a1c2e --min-reward 1 | head",
     )
-    add_store_options(listing)
-    listing.add_argument(
-        "--status",
-        action="append",
-        choices=["queuing", "running", "succeeded", "failed", "cancelled"],
-        help="only rollouts with this status (repeat for several)",
-    )
-    listing.add_argument("--mode", choices=["train", "val", "test"], help="only this mode")
-    listing.add_argument("--task", metavar="TASK_ID", help="only this task's rollouts")
-    listing.add_argument(
-        "--run", metavar="RUN_ID", help="only the rollouts of this training run (fulmen runs list)"
-    )
-    listing.add_argument(
-        "--min-reward",
-        type=float,
-        metavar="R",
-        help="only rollouts whose latest attempt's reward is at least R (no reward: left out)",
-    )
-    listing.add_argument(
-        "--oldest-first", action="store_true", help="list in enqueue order, oldest first"
-    )
-    listing.add_argument(
-        "--limit", type=int, default=50, help="show at most N rollouts (default: 50)"
-    )
-    listing.add_argument(
-        "--after",
-        type=int,
-        metavar="POSITION",
-        help="oldest first, continuing after this position (paging)",
-    )
-    listing.add_argument(
-        "--before",
-        type=int,
-        metavar="POSITION",
-        help="newest first, continuing before this position (paging)",
-    )
-    listing.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    listing.set_defaults(func=quiet_broken_pipe(_list))
-
-    show = commands.add_parser(
+    add_command(
+        commands,
         "show",
+        quiet_broken_pipe(_show),
+        arg("rollout_id", metavar="ROLLOUT_ID", help="the rollout to show"),
+        add_store_options,
+        json_flag("print JSON instead of tables"),
         help="show a rollout with its attempts, spans and LLM calls",
         description="Show one rollout: its status, input, and for each attempt a table of its "
         "spans (indented under their parent) and LLM calls in sequence order, with durations, "
         "token counts and rewards.",
     )
-    show.add_argument("rollout_id", metavar="ROLLOUT_ID", help="the rollout to show")
-    add_store_options(show)
-    show.add_argument("--json", action="store_true", help="print JSON instead of tables")
-    show.set_defaults(func=quiet_broken_pipe(_show))

@@ -212,11 +212,12 @@ _NOT_FORWARDED = frozenset(
 def _run_on_ray(args: argparse.Namespace) -> int:
     from fulmen.cli.store import cli_settings, store_address
     from fulmen.cluster.runners import run_ray_runners
+    from fulmen.store.urls import is_in_memory
 
     if args.ray < 1:
         raise ConfigError(f"--ray needs at least 1 runner, got {args.ray}")
     url, token = store_address(args)
-    if url.startswith("memory:"):
+    if is_in_memory(url):
         raise ConfigError("--ray: an in-memory store cannot be shared with runners on Ray")
     return run_ray_runners(
         count=args.ray,

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fulmen.cli.output import quiet_broken_pipe
+from fulmen.cli.parsers import Arg, add_command, add_command_group, arg, config_overrides, json_flag
 from fulmen.cli.rollouts import render_table
 from fulmen.cli.run_sources import (
     OpenSource,
@@ -46,7 +47,7 @@ from fulmen.cli.run_story import (
     story_lines,
     version_marks,
 )
-from fulmen.cli.store import add_store_options, open_cli_store, run_async
+from fulmen.cli.store import add_store_options, open_cli_store, run_async, run_in_store
 from fulmen.errors import ConfigError
 from fulmen.store.reading import read_run_metrics
 
@@ -250,11 +251,7 @@ def _show(args: argparse.Namespace) -> int:
 def _diagnose(args: argparse.Namespace) -> int:
     from fulmen.trainer.diagnosis import diagnose_stored_run
 
-    async def main() -> Any:
-        async with open_cli_store(args) as store:
-            return await diagnose_stored_run(store, args.run_id)
-
-    diagnosis = run_async(main)
+    diagnosis = run_in_store(args, lambda store: diagnose_stored_run(store, args.run_id))
     findings = diagnosis.findings
     if args.json:
         print(json.dumps([{"what": f.what, "remedy": f.remedy} for f in findings], indent=2))
@@ -395,117 +392,101 @@ def _suggest(args: argparse.Namespace) -> int:
 
 def register(subparsers: Any) -> None:
     """Add ``fulmen runs``: ``list``, ``show``, ``diagnose``, ``compare`` and ``suggest``."""
-    parser = subparsers.add_parser(
+    commands = add_command_group(
+        subparsers,
         "runs",
         help="list training runs, their metrics and model versions",
         description="Training runs recorded in a store (by `fulmen train`).",
     )
-    commands = parser.add_subparsers(dest="runs_command", metavar="SUBCOMMAND", required=True)
-    listing = commands.add_parser(
+    add_command(
+        commands,
         "list",
+        quiet_broken_pipe(_list),
+        add_store_options,
+        add_sources_argument,
+        arg("--limit", type=int, default=20, help="runs per page (default 20)"),
+        arg("--offset", type=int, default=0, help="skip this many runs"),
+        json_flag("print the page as JSON"),
         help="list runs with their model, agent and reward, latest started first",
-        description=(
-            "List the runs of a store, or of several run folders at once (`fulmen runs list "
-            "runs/` reads every run folder below runs/): name, status, model, agent, reward "
-            "(the last validation's mean, else the mean training reward), start and duration."
-        ),
+        description="List the runs of a store, or of several run folders at once (`fulmen runs "
+        "list runs/` reads every run folder below runs/): name, status, model, agent, reward (the "
+        "last validation's mean, else the mean training reward), start and duration.",
         epilog="example: fulmen runs list runs/   (every RUN_DIR/store.db below runs/)",
     )
-    add_store_options(listing)
-    add_sources_argument(listing)
-    listing.add_argument("--limit", type=int, default=20, help="runs per page (default 20)")
-    listing.add_argument("--offset", type=int, default=0, help="skip this many runs")
-    listing.add_argument("--json", action="store_true", help="print the page as JSON")
-    listing.set_defaults(func=quiet_broken_pipe(_list))
-    show = commands.add_parser(
+    add_command(
+        commands,
         "show",
+        quiet_broken_pipe(_show),
+        add_store_options,
+        arg(
+            "run_id",
+            metavar="RUN",
+            help="the run's id (see `fulmen runs list`) in --store, or a run folder (its run)",
+        ),
+        json_flag("print the run, its metrics and model versions"),
         help="show one run: its outcome, its metrics grouped, its model versions",
-        description=(
-            "Show a run: a headline (final and served validation with their standard errors, "
-            "the served model version and why it is served, the steps that made an update), "
-            "then its metrics grouped by what they measure, then its model versions."
-        ),
+        description="Show a run: a headline (final and served validation with their standard "
+        "errors, the served model version and why it is served, the steps that made an update), "
+        "then its metrics grouped by what they measure, then its model versions.",
     )
-    add_store_options(show)
-    show.add_argument(
-        "run_id",
-        metavar="RUN",
-        help="the run's id (see `fulmen runs list`) in --store, or a run folder (its run)",
-    )
-    show.add_argument(
-        "--json", action="store_true", help="print the run, its metrics and model versions"
-    )
-    show.set_defaults(func=quiet_broken_pipe(_show))
-    diagnosis = commands.add_parser(
+    add_command(
+        commands,
         "diagnose",
+        quiet_broken_pipe(_diagnose),
+        add_store_options,
+        arg("run_id", metavar="RUN_ID", help="the run's id"),
+        json_flag("print the findings as JSON"),
         help="where a run's step time went and what held it back, with what to change",
-        description=(
-            "Read a run's metrics from the store (live while it trains) and say where its step "
-            "time went (rollouts, update, weight sync; waiting when asynchronous), how much "
-            "validation took, and why steps made no update, each with the setting to change."
-        ),
+        description="Read a run's metrics from the store (live while it trains) and say where its "
+        "step time went (rollouts, update, weight sync; waiting when asynchronous), how much "
+        "validation took, and why steps made no update, each with the setting to change.",
     )
-    add_store_options(diagnosis)
-    diagnosis.add_argument("run_id", metavar="RUN_ID", help="the run's id")
-    diagnosis.add_argument("--json", action="store_true", help="print the findings as JSON")
-    diagnosis.set_defaults(func=quiet_broken_pipe(_diagnose))
-    comparing = commands.add_parser(
+    add_command(
+        commands,
         "compare",
+        quiet_broken_pipe(_compare),
+        add_store_options,
+        arg(
+            "run_ids",
+            nargs="+",
+            metavar="RUN",
+            help="two or more runs: run folders (`runs/a runs/b`: the run each holds), or run ids "
+            "looked up in --in, else in the run folders named, else in --store",
+        ),
+        _inside(
+            "look run ids up in this run folder, folder of run folders, .db file or store URL "
+            "(repeat for several)"
+        ),
+        json_flag("print the comparison as JSON"),
         help="compare runs: config differences, final validation, paired test, time split",
-        description=(
-            "Compare two or more runs, of one store or of several run folders: the config keys "
-            "that differ, each run's "
-            "final validation (mean and standard error over the tasks it scored), steps, "
-            "training minutes and step-time split, and each run against the first on the "
-            "validation tasks both scored (mean difference, 95% CI, paired t and permutation "
-            "tests)."
-        ),
+        description="Compare two or more runs, of one store or of several run folders: the config "
+        "keys that differ, each run's final validation (mean and standard error over the tasks "
+        "it scored), steps, training minutes and step-time split, and each run against the first "
+        "on the validation tasks both scored (mean difference, 95% CI, paired t and permutation "
+        "tests).",
     )
-    add_store_options(comparing)
-    comparing.add_argument(
-        "run_ids",
-        nargs="+",
-        metavar="RUN",
-        help="two or more runs: run folders (`runs/a runs/b`: the run each holds), or run ids "
-        "looked up in --in, else in the run folders named, else in --store",
-    )
-    comparing.add_argument(
-        "--in",
-        dest="inside",
-        action="append",
-        default=[],
-        metavar="SOURCE",
-        help="look run ids up in this run folder, folder of run folders, .db file or store URL "
-        "(repeat for several)",
-    )
-    comparing.add_argument("--json", action="store_true", help="print the comparison as JSON")
-    comparing.set_defaults(func=quiet_broken_pipe(_compare))
-    suggesting = commands.add_parser(
+    add_command(
+        commands,
         "suggest",
-        help="which settings went with faster validation gain; the next config to try",
-        description=(
-            "From the finished runs of a store (or of the --in run folders) with the config's "
-            "model and agent, say which "
-            "settings went with faster validation gain per training minute, with the runs each "
-            "statement rests on, and propose the config with the settings shown (at least two "
-            "standard errors) to matter. The method: fulmen/debugging/suggest.py, docs/runs.md."
+        quiet_broken_pipe(_suggest),
+        add_store_options,
+        arg("config", help="the training config to improve"),
+        _inside(
+            "read the runs of this run folder, folder of run folders (runs/), .db file or "
+            "store URL instead of --store (repeat for several)"
         ),
+        arg("--min-runs", type=int, default=2, help="runs each compared value needs (default 2)"),
+        config_overrides("override a config value"),
+        json_flag("print the result as JSON"),
+        help="which settings went with faster validation gain; the next config to try",
+        description="From the finished runs of a store (or of the --in run folders) with the "
+        "config's model and agent, say which settings went with faster validation gain per "
+        "training minute, with the runs each statement rests on, and propose the config with the "
+        "settings shown (at least two standard errors) to matter. The method: "
+        "fulmen/debugging/suggest.py, docs/runs.md.",
     )
-    add_store_options(suggesting)
-    suggesting.add_argument("config", help="the training config to improve")
-    suggesting.add_argument(
-        "--in",
-        dest="inside",
-        action="append",
-        default=[],
-        metavar="SOURCE",
-        help="read the runs of this run folder, folder of run folders (runs/), .db file or "
-        "store URL instead of --store (repeat for several)",
-    )
-    suggesting.add_argument(
-        "--min-runs", type=int, default=2, help="runs each compared value needs (default 2)"
-    )
-    suggesting.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                            help="override a config value")  # fmt: skip
-    suggesting.add_argument("--json", action="store_true", help="print the result as JSON")
-    suggesting.set_defaults(func=quiet_broken_pipe(_suggest))
+
+
+def _inside(help: str) -> Arg:
+    """Return ``--in SOURCE`` (repeatable): the stores to look runs up in."""
+    return arg("--in", dest="inside", action="append", default=[], metavar="SOURCE", help=help)

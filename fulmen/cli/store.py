@@ -10,10 +10,11 @@ import argparse
 import asyncio
 import logging
 import sys
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from fulmen.cli.parsers import add_command, add_command_group, arg, json_flag
 from fulmen.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -21,12 +22,14 @@ if TYPE_CHECKING:
     from fulmen.store import Store
 
 __all__ = [
+    "STORE_TOKEN_OPTION",
     "add_store_options",
     "cli_settings",
     "open_cli_store",
     "parse_duration",
     "register",
     "run_async",
+    "run_in_store",
     "store_address",
     "store_options",
 ]
@@ -47,6 +50,26 @@ def run_async(main: Callable[[], Coroutine[Any, Any, _T]]) -> _T:
         return runner.run(main())
 
 
+def run_in_store(
+    args: argparse.Namespace, work: Callable[[Store], Awaitable[_T]], *, create: bool = False
+) -> _T:
+    """Open the command's store (``open_cli_store``), await ``work(store)`` in it, close it."""
+
+    async def main() -> _T:
+        async with open_cli_store(args, create=create) as store:
+            return await work(store)
+
+    return run_async(main)
+
+
+#: ``--token``: what every store-opening command takes, also those with a ``--store`` of their own.
+STORE_TOKEN_OPTION = arg(
+    "--token",
+    default=None,
+    help="bearer token of a protected http:// store (default: $FULMEN_STORE_TOKEN)",
+)
+
+
 def add_store_options(parser: argparse.ArgumentParser) -> None:
     """Add ``--store`` and ``--token`` to a command that opens a store.
 
@@ -61,11 +84,7 @@ def add_store_options(parser: argparse.ArgumentParser) -> None:
         f"sqlite:///path.db or postgresql://... (default: $FULMEN_STORE_URL, else "
         f"{DEFAULT_STORE_URL})",
     )
-    parser.add_argument(
-        "--token",
-        default=None,
-        help="bearer token of a protected http:// store (default: $FULMEN_STORE_TOKEN)",
-    )
+    STORE_TOKEN_OPTION(parser)
 
 
 def cli_settings(args: argparse.Namespace) -> Settings:
@@ -150,11 +169,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _stats(args: argparse.Namespace) -> int:
-    async def main() -> Any:
-        async with open_cli_store(args) as store:
-            return await store.stats()
-
-    stats = run_async(main)
+    stats = run_in_store(args, lambda store: store.stats())
     if args.json:
         print(stats.model_dump_json(indent=2))
         return 0
@@ -205,11 +220,7 @@ def _prune(args: argparse.Namespace) -> int:
         dry_run=args.dry_run,
     )
 
-    async def main() -> Any:
-        async with open_cli_store(args) as store:
-            return await store.prune(request)
-
-    report = run_async(main)
+    report = run_in_store(args, lambda store: store.prune(request))
     if args.json:
         print(report.model_dump_json(indent=2))
         return 0
@@ -218,38 +229,6 @@ def _prune(args: argparse.Namespace) -> int:
     for label in ("rollouts", "attempts", "spans", "llm_calls", "rewards"):
         print(f"  {label.replace('_', ' '):<10}{getattr(report, label):>10}")
     return 0
-
-
-def _register_prune(commands: Any) -> None:
-    prune = commands.add_parser(
-        "prune",
-        help="delete old finished rollouts with their attempts, spans, calls and rewards",
-        description="Delete rollouts that finished (succeeded, failed, cancelled) longer ago "
-        "than --older-than, with everything recorded for them. Queued and running rollouts "
-        "are never touched. Prints the counts deleted (with --dry-run: that would be).",
-    )
-    add_store_options(prune)
-    prune.add_argument(
-        "--older-than",
-        type=parse_duration,
-        required=True,
-        metavar="AGE",
-        help="how long ago a rollout must have ended: 30d, 12h, 90m, 45s, 2w",
-    )
-    prune.add_argument(
-        "--keep-rewarded",
-        action="store_true",
-        help="keep rollouts with a reward (posted later, or emitted during the run)",
-    )
-    prune.add_argument(
-        "--mode",
-        action="append",
-        choices=["train", "val", "test", "production"],
-        help="only rollouts of this mode (repeat for several; default: every mode)",
-    )
-    prune.add_argument("--dry-run", action="store_true", help="count, delete nothing")
-    prune.add_argument("--json", action="store_true", help="print the counts as JSON")
-    prune.set_defaults(func=_prune)
 
 
 def _openapi(args: argparse.Namespace) -> int:
@@ -262,36 +241,42 @@ def _openapi(args: argparse.Namespace) -> int:
 
 def register(subparsers: Any) -> None:
     """Add ``fulmen store`` and its subcommands."""
-    parser = subparsers.add_parser(
+    commands = add_command_group(
+        subparsers,
         "store",
         help="serve a store over HTTP, show its statistics, prune old rollouts",
         description="The store holds rollouts, attempts, spans, LLM calls and resources.",
     )
-    commands = parser.add_subparsers(dest="store_command", metavar="SUBCOMMAND", required=True)
-    _register_serve(commands)
-
-    stats = commands.add_parser(
-        "stats",
-        help="count rollouts, attempts, spans, LLM calls, resources and workers",
-        description="Print counts over the whole store, by status.",
-    )
-    add_store_options(stats)
-    stats.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    stats.set_defaults(func=_stats)
-
-    openapi = commands.add_parser(
-        "openapi",
-        help="print the OpenAPI 3.1 spec of the store service",
-        description="Print the OpenAPI spec generated from the code (docs/openapi.json holds "
-        "the committed copy).",
-    )
-    openapi.set_defaults(func=_openapi)
-    _register_prune(commands)
-
-
-def _register_serve(commands: Any) -> None:
-    serve = commands.add_parser(
+    add_command(
+        commands,
         "serve",
+        _serve,
+        arg(
+            "--db",
+            default=None,
+            metavar="PATH_OR_URL",
+            help="backend to serve: a SQLite path or sqlite:///path.db, postgresql://..., or "
+            f"memory:// (default: $FULMEN_STORE_DB, else {DEFAULT_STORE_URL})",
+        ),
+        arg("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)"),
+        arg("--port", type=int, default=4747, help="TCP port, 0 for any free one (default: 4747)"),
+        arg(
+            "--token",
+            default=None,
+            help="bearer token clients must send (default: $FULMEN_STORE_TOKEN); required "
+            "unless --host is a loopback address",
+        ),
+        arg(
+            "--max-body-mb", type=int, default=32, help="largest request body in MiB (default: 32)"
+        ),
+        arg(
+            "--watchdog-interval",
+            type=float,
+            default=1.0,
+            metavar="SECONDS",
+            help="seconds between watchdog passes (default: 1.0)",
+        ),
+        arg("--access-log", action="store_true", help="log every request"),
         help="serve a store over HTTP for runners and algorithms on other machines",
         description="Serve a store backend over HTTP (OpenAPI: `fulmen store openapi`). "
         "Clients connect with open_store('http://HOST:PORT'). The server runs the watchdog "
@@ -304,34 +289,50 @@ def _register_serve(commands: Any) -> None:
         "  then, elsewhere: FULMEN_STORE_URL=http://HOST:4747 fulmen store stats",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    serve.add_argument(
-        "--db",
-        default=None,
-        metavar="PATH_OR_URL",
-        help="backend to serve: a SQLite path or sqlite:///path.db, postgresql://..., or "
-        f"memory:// (default: $FULMEN_STORE_DB, else {DEFAULT_STORE_URL})",
+    add_command(
+        commands,
+        "stats",
+        _stats,
+        add_store_options,
+        json_flag("print JSON instead of a table"),
+        help="count rollouts, attempts, spans, LLM calls, resources and workers",
+        description="Print counts over the whole store, by status.",
     )
-    serve.add_argument(
-        "--host", default="127.0.0.1", help="address to listen on (default: %(default)s)"
+    add_command(
+        commands,
+        "openapi",
+        _openapi,
+        help="print the OpenAPI 3.1 spec of the store service",
+        description="Print the OpenAPI spec generated from the code (docs/openapi.json holds "
+        "the committed copy).",
     )
-    serve.add_argument(
-        "--port", type=int, default=4747, help="TCP port, 0 for any free one (default: 4747)"
+    add_command(
+        commands,
+        "prune",
+        _prune,
+        add_store_options,
+        arg(
+            "--older-than",
+            type=parse_duration,
+            required=True,
+            metavar="AGE",
+            help="how long ago a rollout must have ended: 30d, 12h, 90m, 45s, 2w",
+        ),
+        arg(
+            "--keep-rewarded",
+            action="store_true",
+            help="keep rollouts with a reward (posted later, or emitted during the run)",
+        ),
+        arg(
+            "--mode",
+            action="append",
+            choices=["train", "val", "test", "production"],
+            help="only rollouts of this mode (repeat for several; default: every mode)",
+        ),
+        arg("--dry-run", action="store_true", help="count, delete nothing"),
+        json_flag("print the counts as JSON"),
+        help="delete old finished rollouts with their attempts, spans, calls and rewards",
+        description="Delete rollouts that finished (succeeded, failed, cancelled) longer ago "
+        "than --older-than, with everything recorded for them. Queued and running rollouts "
+        "are never touched. Prints the counts deleted (with --dry-run: that would be).",
     )
-    serve.add_argument(
-        "--token",
-        default=None,
-        help="bearer token clients must send (default: $FULMEN_STORE_TOKEN); required "
-        "unless --host is a loopback address",
-    )
-    serve.add_argument(
-        "--max-body-mb", type=int, default=32, help="largest request body in MiB (default: 32)"
-    )
-    serve.add_argument(
-        "--watchdog-interval",
-        type=float,
-        default=1.0,
-        metavar="SECONDS",
-        help="seconds between watchdog passes (default: 1.0)",
-    )
-    serve.add_argument("--access-log", action="store_true", help="log every request")
-    serve.set_defaults(func=_serve)

@@ -15,6 +15,9 @@ from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
+from fulmen.cli.parsers import add_command, arg, config_overrides, json_flag
+from fulmen.cli.store import STORE_TOKEN_OPTION
+
 __all__ = ["register"]
 
 _T = TypeVar("_T")
@@ -28,8 +31,39 @@ def register(subparsers: Any) -> None:
     """Add the ``train`` and ``dev`` subcommands."""
     from fulmen.algorithms.registry import registered
 
-    train = subparsers.add_parser(
+    add_command(
+        subparsers,
         "train",
+        _train,
+        arg("config", help="path to the YAML config"),
+        config_overrides(_SET_HELP),
+        arg(
+            "--store",
+            metavar="URL",
+            help="external store instead of RUN_DIR/store.db (sets store_url): http://host:port of "
+            "a `fulmen store serve`, or postgresql://...",
+        ),
+        STORE_TOKEN_OPTION,
+        arg(
+            "--resume-anyway",
+            action="store_true",
+            help="continue the run in RUN_DIR even though it was started with another agent, model "
+            "or data (by default such a start is refused; changed hyperparameters are always "
+            "resumed and recorded as a new config version)",
+        ),
+        arg(
+            "--no-dashboard",
+            dest="dashboard",
+            action="store_false",
+            help="do not serve the dashboard (served by default on 127.0.0.1 while training)",
+        ),
+        arg(
+            "--dashboard-port",
+            type=int,
+            default=0,
+            metavar="PORT",
+            help="port of the dashboard (default: any free one; the URL is printed)",
+        ),
         help="train an agent end to end (store, engine, gateway, runners, then the algorithm)",
         description=textwrap.fill(
             "Start the embedded SQLite store, the inference engine, the gateway and a runner, "
@@ -45,74 +79,37 @@ def register(subparsers: Any) -> None:
         + "\n".join(f"  {a.name:<7} {a.summary}" for a in registered()),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    train.add_argument("config", help="path to the YAML config")
-    train.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help=_SET_HELP)
-    train.add_argument(
-        "--store",
-        metavar="URL",
-        help="external store instead of RUN_DIR/store.db (sets store_url): http://host:port of "
-        "a `fulmen store serve`, or postgresql://...",
-    )
-    train.add_argument(
-        "--token",
-        help="bearer token of a protected http:// store (default: $FULMEN_STORE_TOKEN)",
-    )
-    train.add_argument(
-        "--resume-anyway",
-        action="store_true",
-        help="continue the run in RUN_DIR even though it was started with another agent, model "
-        "or data (by default such a start is refused; changed hyperparameters are always "
-        "resumed and recorded as a new config version)",
-    )
-    train.add_argument(
-        "--no-dashboard",
-        dest="dashboard",
-        action="store_false",
-        help="do not serve the dashboard (served by default on 127.0.0.1 while training)",
-    )
-    train.add_argument(
-        "--dashboard-port",
-        type=int,
-        default=0,
-        metavar="PORT",
-        help="port of the dashboard (default: any free one; the URL is printed)",
-    )
-    train.set_defaults(func=_train)
-
-    dev = subparsers.add_parser(
+    add_command(
+        subparsers,
         "dev",
-        help="run a few rollouts and print calls, rewards and transitions (no training)",
-        description=(
-            "Dry run: execute a few rollouts with the configured model (or any "
-            "OpenAI-compatible endpoint) and print every call, reward and transition. Exits 1 "
-            "when every rollout failed."
+        _dev,
+        arg("config", help="path to the YAML config"),
+        arg("-n", type=int, default=4, help="number of tasks to run (default 4)"),
+        arg(
+            "--split",
+            choices=("train", "val"),
+            default="train",
+            help="train (default): training tasks, sampled as training samples them "
+            "(rollouts.train_sampling); val: validation tasks at rollouts.val_sampling",
         ),
+        arg("--endpoint", help="OpenAI-compatible base URL to use instead of the engine"),
+        arg("--model", help="model name to request from --endpoint"),
+        json_flag("also print the summary as JSON"),
+        arg(
+            "--store",
+            metavar="URL",
+            help="keep the rollouts in this store, to read afterwards with `fulmen rollouts` or "
+            "the dashboard: a file path or sqlite:///path.db (created if missing), "
+            "postgresql://..., or http://host:port of a `fulmen store serve` (default: a "
+            "private in-memory store)",
+        ),
+        STORE_TOKEN_OPTION,
+        config_overrides(_SET_HELP),
+        help="run a few rollouts and print calls, rewards and transitions (no training)",
+        description="Dry run: execute a few rollouts with the configured model (or any "
+        "OpenAI-compatible endpoint) and print every call, reward and transition. Exits 1 "
+        "when every rollout failed.",
     )
-    dev.add_argument("config", help="path to the YAML config")
-    dev.add_argument("-n", type=int, default=4, help="number of tasks to run (default 4)")
-    dev.add_argument(
-        "--split",
-        choices=("train", "val"),
-        default="train",
-        help="train (default): training tasks, sampled as training samples them "
-        "(rollouts.train_sampling); val: validation tasks at rollouts.val_sampling",
-    )
-    dev.add_argument("--endpoint", help="OpenAI-compatible base URL to use instead of the engine")
-    dev.add_argument("--model", help="model name to request from --endpoint")
-    dev.add_argument("--json", action="store_true", help="also print the summary as JSON")
-    dev.add_argument(
-        "--store",
-        metavar="URL",
-        help="keep the rollouts in this store, to read afterwards with `fulmen rollouts` or the "
-        "dashboard: a file path or sqlite:///path.db (created if missing), postgresql://..., "
-        "or http://host:port of a `fulmen store serve` (default: a private in-memory store)",
-    )
-    dev.add_argument(
-        "--token",
-        help="bearer token of a protected http:// store (default: $FULMEN_STORE_TOKEN)",
-    )
-    dev.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help=_SET_HELP)
-    dev.set_defaults(func=_dev)
 
 
 def _train(args: argparse.Namespace) -> int:
