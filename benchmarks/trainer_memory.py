@@ -27,9 +27,9 @@ ROOT = Path(__file__).resolve().parents[1]
 # The baseline child: the same `fulmen train`, its per-step trim replaced by a reading only.
 _BASELINE = """
 import sys
-import fulmen.trainer.context as context
+import fulmen.trainer.stage_progress as stage_progress
 from fulmen.trainer.memory import resident_bytes
-context.release_freed_memory = lambda: {"memory/rss_gb": (resident_bytes() or 0) / 2**30}
+stage_progress.release_freed_memory = lambda: {"memory/rss_gb": (resident_bytes() or 0) / 2**30}
 from fulmen.cli.main import main
 sys.exit(main(sys.argv[1:]))
 """

@@ -218,20 +218,20 @@ def lora_updater_for_stage(
     the settings' ``dtype``; a checkpoint of this stage is restored (a resumed run), else an
     adapter a previous stage published is loaded into the new adapter.
     """
-    settings = section.update_config(seed=context.seed)
-    progress = context.progress
+    settings = section.update_config(seed=context.run.seed)
+    progress, policy = context.progress, context.policy
     model = load_stage_policy(
-        context.model_path,
+        context.run.model_path,
         dtype=settings.dtype,
         finetune="lora",
-        weights=progress.weights,
+        weights=policy.weights,
         adapter=None,
     )
     built = updater(model, config=settings)
     if progress.checkpoint is not None:
         _log.info("resuming %s after step %d from %s", name, progress.step, progress.checkpoint)
         built.load_checkpoint(progress.checkpoint)
-    elif progress.adapter is not None:
-        _log.info("%s starts from the adapter %s", name, progress.adapter)
-        load_adapter_weights(built.model, progress.adapter)
+    elif policy.adapter is not None:
+        _log.info("%s starts from the adapter %s", name, policy.adapter)
+        load_adapter_weights(built.model, policy.adapter)
     return built

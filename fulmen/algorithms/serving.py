@@ -1,6 +1,6 @@
 """Handing a weight-training algorithm's new policy to the engine (GRPO, SFT).
 
-``serve_policy`` writes what the engine needs and asks the context to serve it: a LoRA
+``serve_policy`` writes what the engine needs and asks ``context.policy`` to serve it: a LoRA
 adapter (``RUN_DIR/adapters/NAME``), hot-loaded under a new name, or with ``finetune: full``
 the whole model (``RUN_DIR/weights/NAME``), which the engine reloads in place of its base
 weights. ``keep_newest`` bounds the disk when every step writes a full model or checkpoint.
@@ -51,28 +51,28 @@ async def serve_policy(
     full weights go to ``RUN_DIR/weights/NAME`` and the engine reloads them as its base
     weights; with ``role`` (one adapter per role) the adapter goes to
     ``RUN_DIR/adapters/ROLE/NAME`` and is served for that role's calls. Returns the policy
-    version the engine serves it under (the context's ``policy_version``, or the role's).
+    version the engine serves it under (``context.policy.version``, or the role's).
     """
     if role is not None:
-        adapter_dir = context.run_dir / "adapters" / role / name
+        adapter_dir = context.run.run_dir / "adapters" / role / name
         await asyncio.to_thread(updater.save_adapter, adapter_dir)
-        return await context.serve_role_adapter(role, adapter_dir, step)
+        return await context.policy.serve_role_adapter(role, adapter_dir, step)
     if updater.is_full:
-        model_dir = context.run_dir / "weights" / name
+        model_dir = context.run.run_dir / "weights" / name
         await asyncio.to_thread(updater.save_model, model_dir)
-        await context.serve_weights(model_dir, step)
+        await context.policy.serve_weights(model_dir, step)
     else:
-        adapter_dir = context.run_dir / "adapters" / name
+        adapter_dir = context.run.run_dir / "adapters" / name
         await asyncio.to_thread(updater.save_adapter, adapter_dir)
-        await context.serve_adapter(adapter_dir, step, keep_loaded=keep_loaded)
-    return context.policy_version
+        await context.policy.serve_adapter(adapter_dir, step, keep_loaded=keep_loaded)
+    return context.policy.version
 
 
 def keep_newest(folder: Path, *, pattern: str, keep: int = 2) -> None:
     """Delete all but the last ``keep`` directories of ``folder`` matching ``pattern`` (by name).
 
     Names carry zero-padded step numbers, so the last by name are the newest. Call it after
-    ``save_progress``, so the state never names a deleted one (it names the newest).
+    ``context.progress.save``, so the state never names a deleted one (it names the newest).
     """
     for old in sorted(folder.glob(pattern))[:-keep]:
         shutil.rmtree(old, ignore_errors=True)

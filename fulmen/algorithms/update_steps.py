@@ -111,7 +111,7 @@ async def run_update_steps(
     """
     deadline = time.monotonic() + max_minutes * 60 if max_minutes else float("inf")
     history: list[dict[str, float]] = []
-    every = context.validation_every
+    every = context.progress.validation_every
     first = context.progress.step
     with progress_bar(steps, first, budgeted=bool(max_minutes)) as bar:
         for step in range(first, steps):
@@ -131,13 +131,13 @@ async def run_update_steps(
             )
             # The step's line first, then the checkpoint that marks it done: a run killed in
             # between runs the step again on resume, never loses its line.
-            context.log(completed, metrics)
+            context.progress.log(completed, metrics)
             last = completed == steps or time.monotonic() >= deadline
             if last or completed % checkpoint_every == 0:
-                directory = context.run_dir / "checkpoints" / f"step-{completed:05d}"
+                directory = context.run.run_dir / "checkpoints" / f"step-{completed:05d}"
                 await asyncio.to_thread(updater.save_checkpoint, directory)
-                context.save_progress(completed, checkpoint=directory)
-                keep_newest(context.run_dir / "checkpoints", pattern="step-*")
+                context.progress.save(completed, checkpoint=directory)
+                keep_newest(context.run.run_dir / "checkpoints", pattern="step-*")
             if warn_if_idle is not None:
                 warn_if_idle(completed, batch, metrics)
             history.append(metrics)
@@ -146,7 +146,7 @@ async def run_update_steps(
             if last:
                 break  # the stage runner validates after the stage
             if every and completed % every == 0:
-                await context.validate(completed)
+                await context.progress.validate(completed)
     return history
 
 
@@ -158,9 +158,9 @@ async def run_step_groups(
     ``tasks_per_step`` tasks of the step's draw, ``group_size`` rollouts each, tagged
     ``s{step}``; returns every rollout that ended (failed ones included).
     """
-    version = await context.publish(metadata={"step": step})
-    return await context.run_tasks(
-        context.task_batch(step, tasks_per_step),
+    version = await context.rollouts.publish(metadata={"step": step})
+    return await context.rollouts.run(
+        context.tasks.batch(step, tasks_per_step),
         mode=Mode.TRAIN,
         version=version,
         tag=f"s{step}",

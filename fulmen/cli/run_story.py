@@ -63,7 +63,7 @@ _GROUPS: dict[str, str] = {
 }
 _OTHER = "other"
 
-# ``{run_id}-g{generation}[-st{stage}]-val{step}-t{task}``: ``StageContext.run_tasks``.
+# ``{run_id}-g{generation}[-st{stage}]-val{step}-t{task}``: ``StageRollouts.run``.
 _VALIDATION_ID = r"-g(?P<gen>\d+)(?P<stage>-st\d+)?-val(?P<step>\d+)-t\d+$"
 
 

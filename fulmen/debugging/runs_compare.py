@@ -37,7 +37,7 @@ __all__ = [
     "flatten",
 ]
 
-# ``{run_id}-g{generation}[-st{stage}]-val{step}-t{task}``: see ``StageContext.run_tasks``.
+# ``{run_id}-g{generation}[-st{stage}]-val{step}-t{task}``: see ``StageRollouts.run``.
 _VALIDATION_ID = re.compile(r"-val(?P<step>\d+)-t\d+$")
 
 

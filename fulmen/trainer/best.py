@@ -406,7 +406,7 @@ class EndOfRun:
 
 
 class Publisher(Protocol):
-    """Publishes a resources version naming what the engine serves (``StageContext``)."""
+    """Publishes a resources version naming what the engine serves (``StageRollouts``)."""
 
     async def publish(
         self,
@@ -425,8 +425,8 @@ class Publisher(Protocol):
 async def end_run(session: RunSession, publisher: Publisher) -> EndOfRun | None:
     """Decide, at the end of the whole run, which validated version it ends serving.
 
-    ``publisher`` is the last stage's context: a version served again is published through
-    it. Returns ``None`` when the run did not validate. See the module docstring.
+    ``publisher`` is the last stage's rollouts: a version served again is published through
+    them. Returns ``None`` when the run did not validate. See the module docstring.
     """
     config = session.config
     validation = config.validation
@@ -457,26 +457,31 @@ async def end_run(session: RunSession, publisher: Publisher) -> EndOfRun | None:
 
 
 async def _serve_again(session: RunSession, kept: Validated, publisher: Publisher) -> None:
-    """Make the engine serve ``kept`` instead of what it serves now, and publish it."""
+    """Make the engine serve ``kept`` instead of what it serves now, and publish it.
+
+    Through the policy's ``ServedModels``: the files the ``PolicyServer`` records (what
+    training reached) are not changed.
+    """
     run_dir = session.config.run_dir
-    state = session.state
-    reloaded = kept.weights != state.weights
+    models, reached = session.policy.models, session.policy.served
+    reloaded = kept.weights != reached.weights
     if reloaded:
         weights = None if kept.weights is None else run_dir / kept.weights
-        await session.serve_weights(weights, f"weights-{kept.step}-kept")  # retires adapters
-    if kept.adapter is not None and (reloaded or kept.adapter != state.adapter):
-        await session.serve_adapter(run_dir / kept.adapter, f"policy-{kept.step}-kept")
-    elif kept.adapter is None and state.adapter is not None and not reloaded:
-        await session.retire_adapters()
-    for role in sorted(set(state.role_adapters) - set(kept.role_adapters)):
-        await session.retire_role_adapter(role)
+        await models.reload_weights(weights, f"weights-{kept.step}-kept")  # retires adapters
+    if kept.adapter is not None and (reloaded or kept.adapter != reached.adapter):
+        await models.load_adapter(run_dir / kept.adapter, f"policy-{kept.step}-kept")
+    elif kept.adapter is None and reached.adapter is not None and not reloaded:
+        await models.retire_adapters()
+    for role in sorted(set(reached.role_adapters) - set(kept.role_adapters)):
+        await models.retire_role_adapter(role)
     for role, path in sorted(kept.role_adapters.items()):
-        if path != state.role_adapters.get(role):
+        if path != reached.role_adapters.get(role):
             name = f"policy-{role}-{kept.step}-kept"
-            await session.serve_role_adapter(role, run_dir / path, name)
+            await models.load_role_adapter(role, run_dir / path, name)
     # The kept version's prompts are published; state.json keeps what training reached (the
     # weights and adapter it names are not changed either), so a resumed run trains on from it.
-    reached = state.resources
+    state = session.state
+    reached_resources = state.resources
     state.resources = dict(kept.resources)
     try:
         # routed as its own stage did: an agent it served from the base model stays there
@@ -486,7 +491,7 @@ async def _serve_again(session: RunSession, kept: Validated, publisher: Publishe
             route_as=stage,
         )
     finally:
-        state.resources = reached
+        state.resources = reached_resources
 
 
 def _report(session: RunSession, report: EndOfRun) -> None:
@@ -513,7 +518,7 @@ def served_now(
     rewards: Sequence[float | None],
 ) -> Validated:
     """Describe what ``session`` serves now, validated at the run's ``step`` with ``scores``."""
-    state = session.state
+    state, served = session.state, session.policy.served
     return Validated(
         run_id=state.run_id,
         step=step,
@@ -521,8 +526,8 @@ def served_now(
         algorithm=algorithm,
         scores={k: v for k, v in scores.items() if k.startswith("val/")},
         rewards=list(rewards),
-        weights=state.weights,
-        adapter=state.adapter,
-        role_adapters=dict(state.role_adapters),
+        weights=served.weights,
+        adapter=served.adapter,
+        role_adapters=dict(served.role_adapters),
         resources=dict(state.resources),
     )

@@ -1,11 +1,14 @@
-"""Which recorded calls were sampled from the behaviour distribution offline GRPO corrects for.
+"""Reading another store's rollouts for offline training, and which calls the behaviour sampled.
 
-Recorded traffic was not shaped by the gateway (production sessions) or was shaped by older
-resources, so each token-level call is judged on the request its engine got: the recorded
-request with its rollout's resources' sampling fields for its mode applied
-(``LLMResource.request_fields``), by the one rule ``fulmen.types.behaviour`` holds. The store
-and the gateway's resource lookup are the trainer's to reach, so this lives here and reaches
-the offline loop through ``StageContext.behaviour_calls``.
+``read_source`` reads the latest attempt of each rollout a ``StoreSource`` keeps (kept
+production traffic, an earlier run's or a teacher's rollouts); the store is only read. For
+offline GRPO, ``behaviour_calls`` then keeps only the calls sampled from the behaviour
+distribution it corrects for: recorded traffic was not shaped by the gateway (production
+sessions) or was shaped by older resources, so each token-level call is judged on the request
+its engine got: the recorded request with its rollout's resources' sampling fields for its mode
+applied (``LLMResource.request_fields``), by the one rule ``fulmen.types.behaviour`` holds. The
+store and the gateway's resource lookup are the trainer's to reach, so this lives here and
+reaches the algorithms through ``context.rollouts`` (``StageRollouts``).
 """
 
 from __future__ import annotations
@@ -20,8 +23,36 @@ from fulmen.types.behaviour import off_behaviour_reason
 
 if TYPE_CHECKING:
     from fulmen.adapter.transitions import AttemptRecords
+    from fulmen.algorithms.source import StoreSource
 
-__all__ = ["behaviour_calls"]
+__all__ = ["behaviour_calls", "read_source"]
+
+
+async def read_source(source: StoreSource) -> list[AttemptRecords]:
+    """Read the latest attempt of each rollout of the store that ``source`` keeps.
+
+    Its filter picks succeeded rollouts by mode, task, version, end time, agent and reward,
+    at most ``max_rollouts`` of them, in enqueue order.
+    """
+    from fulmen.adapter.signals import read_signals
+    from fulmen.adapter.transitions import load_attempt
+    from fulmen.algorithms.source import keeps
+    from fulmen.store import open_store
+    from fulmen.store.reading import iter_rollouts
+
+    wanted = source.filter
+    attempts: list[AttemptRecords] = []
+    # No watchdog: the store is only read, and its owner runs its own.
+    async with open_store(source.store, watchdog_interval=None) as store:
+        async for rollout in iter_rollouts(store, wanted.query()):
+            if wanted.max_rollouts is not None and len(attempts) >= wanted.max_rollouts:
+                break
+            records = await load_attempt(store, rollout.rollout_id)
+            signals = read_signals(records.calls, records.spans, records.rewards)
+            reward, agents = signals.final_reward, signals.agent_names
+            if keeps(wanted, rollout, reward=reward, agents=agents):
+                attempts.append(records)
+    return attempts
 
 
 async def behaviour_calls(

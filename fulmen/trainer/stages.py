@@ -31,7 +31,7 @@ async def run_stages(session: RunSession) -> list[dict[str, float]]:
     if state.stage > len(plan) - 1:
         state.stage = len(plan) - 1  # a finished plan: its last stage has nothing left
     state.generation += 1
-    await session.restore_policy()
+    await session.policy.restore()
     await _cancel_leftovers(session)
     state.save()
     history: list[dict[str, float]] = []
@@ -40,14 +40,14 @@ async def run_stages(session: RunSession) -> list[dict[str, float]]:
         context = StageContext(session, index=index, name=config.name)
         is_fresh = state.step == 0
         if is_fresh and index == 0:
-            await context.validate(0)
+            await context.progress.validate(0)
         if session.uses_stages:
             logger.info("stage %d/%d: %s", index + 1, len(plan), config.name)
         steps = await algorithm(config.name).run_function()(config, context)
         history.extend(steps)
         # also when a run killed during this validation restarts with no step left to run
         if steps or is_fresh or state.validated_step != state.step:
-            await context.validate(state.step)
+            await context.progress.validate(state.step)
             state.validated_step = state.step
             state.save()
         if index < len(plan) - 1:

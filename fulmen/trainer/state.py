@@ -2,12 +2,14 @@
 
 ``state.json`` holds the run's id, the stage being run (its index in the config's plan), the
 steps of that stage already completed and checkpointed, the steps of the earlier stages (so the
-metrics stream numbers steps across stages), the full weights and the adapter the engine
-serves, the resources other than ``llm`` the latest publish carried (prompt templates), and how
-often the run was started, and what the run is (its agent, model and data, its settings and
-their version: ``fulmen.trainer.identity``). It is written atomically (temporary file + rename)
-after each checkpoint, so a crash leaves either the previous state or the new one. A ``state.json``
-written before stages existed reads as stage 0; one written before runs had ids gets a new id.
+metrics stream numbers steps across stages), what the engine serves as training left it
+(``ServedFiles``: the full weights, the adapter, each role's adapter; only the trainer's
+``PolicyServer`` changes it), the resources other than ``llm`` the latest publish carried
+(prompt templates), how often the run was started, and what the run is (its agent, model and
+data, its settings and their version: ``fulmen.trainer.identity``). It is written atomically
+(temporary file + rename) after each checkpoint, so a crash leaves either the previous state or
+the new one. A ``state.json`` written before stages existed reads as stage 0; one written before
+runs had ids gets a new id.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -22,10 +25,29 @@ from pydantic import TypeAdapter
 
 from fulmen.types import Resource
 
-__all__ = ["RunState"]
+__all__ = ["RunState", "ServedFiles"]
 
 _STATE_FILE = "state.json"
 _RESOURCES: TypeAdapter[dict[str, Resource]] = TypeAdapter(dict[str, Resource])
+
+
+@dataclass(frozen=True)
+class ServedFiles:
+    """What the engine serves as training left it, relative to the run directory.
+
+    A value: the ``PolicyServer`` replaces it whole when it serves something new, and the
+    state saves it with the step it belongs to.
+
+    Attributes:
+        weights: the full-weight model directory served as the base (a full fine-tune's);
+            ``None``: the original base weights.
+        adapter: the policy adapter served on top; ``None``: none.
+        role_adapters: with one adapter per role, each role's adapter.
+    """
+
+    weights: str | None = None
+    adapter: str | None = None
+    role_adapters: dict[str, str] = field(default_factory=dict[str, str])
 
 
 class RunState:
@@ -41,10 +63,7 @@ class RunState:
         checkpoint: the stage's last checkpoint, relative to the run directory.
         validated_step: the step of the stage at which its closing validation finished
             (``None``: not yet); a run killed during that validation runs it on restart.
-        adapter: the adapter the engine serves, relative to the run directory.
-        role_adapters: with one adapter per role, each role's served adapter (relative).
-        weights: the full-weight model directory the engine serves as its base (a full
-            fine-tune's), relative to the run directory; ``None``: the original base.
+        served: what the engine serves as training left it (``ServedFiles``).
         resources: the carried resources other than ``llm`` (prompt templates).
         identity: the run's agent, model and data (``RunIdentity`` as JSON); ``None``: not
             recorded yet (a new run, or one started before runs recorded it).
@@ -66,11 +85,13 @@ class RunState:
         self.checkpoint: str | None = data.get("checkpoint")
         validated = data.get("validated_step")
         self.validated_step: int | None = None if validated is None else int(validated)
-        self.adapter: str | None = data.get("adapter")
-        self.role_adapters: dict[str, str] = {
-            str(k): str(v) for k, v in dict(data.get("role_adapters") or {}).items()
-        }
-        self.weights: str | None = data.get("weights")
+        self.served = ServedFiles(
+            weights=data.get("weights"),
+            adapter=data.get("adapter"),
+            role_adapters={
+                str(k): str(v) for k, v in dict(data.get("role_adapters") or {}).items()
+            },
+        )
         self.resources: dict[str, Resource] = _RESOURCES.validate_python(data.get("resources", {}))
         self.identity: dict[str, Any] | None = data.get("identity")
         self.settings: dict[str, Any] | None = data.get("settings")
@@ -80,6 +101,10 @@ class RunState:
     def exists(self) -> bool:
         """Whether the run directory holds a run (its ``state.json`` was written)."""
         return self.path.exists()
+
+    def run_step(self, step: int) -> int:
+        """Return ``step`` of the current stage numbered in the run's metrics stream."""
+        return self.step_offset + step
 
     def save(self) -> None:
         """Write the state atomically."""
@@ -92,9 +117,9 @@ class RunState:
             "generation": self.generation,
             "checkpoint": self.checkpoint,
             "validated_step": self.validated_step,
-            "adapter": self.adapter,
-            "role_adapters": self.role_adapters,
-            "weights": self.weights,
+            "adapter": self.served.adapter,
+            "role_adapters": self.served.role_adapters,
+            "weights": self.served.weights,
             "resources": _RESOURCES.dump_python(self.resources, mode="json"),
             "identity": self.identity,
             "settings": self.settings,

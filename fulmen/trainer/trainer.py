@@ -175,18 +175,6 @@ class Trainer:
         )
         with MetricsLogger(run_dir, sinks=sinks) as metrics:
             async with stack:
-                session = RunSession(
-                    config=config,
-                    stack=stack,
-                    metrics=metrics,
-                    state=state,
-                    model_path=model_path,
-                    train_tasks=train_tasks,
-                    val_tasks=val_tasks,
-                    model_name=config.model,
-                    uses_stages=config.stages is not None,
-                    settings=self.settings,
-                )
                 record_start(state, identity, settings, change)
                 state.save()  # the run's id, before the store names a run by it
                 recorder = RunRecorder(stack.store, new_run(config, state.run_id))
@@ -197,11 +185,24 @@ class Trainer:
                     # step it holds and what it changed.
                     values, labels = config_version_record(change)
                     metrics.log(change.step, values, labels=labels, echo=False)
-                session.recorder = recorder
+                session = RunSession(
+                    config=config,
+                    stack=stack,
+                    metrics=metrics,
+                    state=state,
+                    model_path=model_path,
+                    train_tasks=train_tasks,
+                    val_tasks=val_tasks,
+                    uses_stages=config.stages is not None,
+                    settings=self.settings,
+                    recorder=recorder,
+                )
                 status = RunStatus.FAILED
                 try:
                     history = await run_stages(session)
-                    self.end_of_run = await best.end_run(session, last_stage_context(session))
+                    self.end_of_run = await best.end_run(
+                        session, last_stage_context(session).rollouts
+                    )
                     self.diagnosis = await _diagnose(config, stack)
                     for finding in self.diagnosis:
                         logger.info("diagnosis: %s", finding.line())

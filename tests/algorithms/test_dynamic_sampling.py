@@ -24,18 +24,16 @@ from fulmen.types import Mode, Rollout, RolloutStatus, Trajectory
 from fulmen.types.rollout import RolloutConfig
 
 
-class _Context:
-    """Task draws from a real ``TaskSampler``; each rollout's reward from its task's script."""
+class _Tasks:
+    """Task draws from a real ``TaskSampler``."""
 
     def __init__(self, tasks: list[str]) -> None:
         self.sampler = TaskSampler(tasks, seed=0)
-        self.scripts: dict[str, Any] = {}
-        self.tags: list[str] = []
 
-    def task_batch(self, step: int, n: int) -> list[tuple[int, Any]]:
+    def batch(self, step: int, n: int) -> list[tuple[int, Any]]:
         return self.sampler.batch(step, n)
 
-    def refill_batch(
+    def refill(
         self, step: int, draw: int, n: int, exclude: Collection[int] = ()
     ) -> list[tuple[int, Any]]:
         return self.sampler.refill(step, draw, n, exclude)
@@ -43,13 +41,22 @@ class _Context:
     def task_id(self, index: int, task: Any) -> str:
         return f"{task}-{index}"
 
-    async def run_tasks(
+
+class _Rollouts:
+    """Group runs that end at once; each rollout's reward from its task's script."""
+
+    def __init__(self, tasks: _Tasks) -> None:
+        self._tasks = tasks
+        self.scripts: dict[str, Any] = {}
+        self.tags: list[str] = []
+
+    async def run(
         self, batch: Sequence[tuple[int, Any]], *, mode: Mode, version: int, tag: str,
         group_size: int = 1,
     ) -> list[Rollout]:  # fmt: skip
         self.tags.append(tag)
         return [
-            _rollout(f"{tag}-t{k}-r{j}", self.task_id(index, task))
+            _rollout(f"{tag}-t{k}-r{j}", self._tasks.task_id(index, task))
             for k, (index, task) in enumerate(batch)
             for j in range(group_size)
         ]
@@ -68,6 +75,14 @@ class _Context:
             )
             out.append(trajectory)
         return out
+
+
+class _Context:
+    """Just the ``tasks`` and ``rollouts`` that ``sample_step`` uses."""
+
+    def __init__(self, tasks: list[str]) -> None:
+        self.tasks = _Tasks(tasks)
+        self.rollouts = _Rollouts(self.tasks)
 
 
 def _script(kind: str) -> Any:
@@ -121,7 +136,8 @@ async def test_flat_groups_are_replaced_by_other_tasks_until_the_step_has_signal
     assert metrics["sampling/flat_groups"] == metrics["sampling/groups"] - 2
     assert metrics["sampling/cost"] == metrics["sampling/groups"] / 2
     assert len(sampled.trajectories) == len(sampled.finished)
-    assert context.tags[0] == "s0" and all(t.startswith("s0d") for t in context.tags[1:])
+    tags = context.rollouts.tags
+    assert tags[0] == "s0" and all(t.startswith("s0d") for t in tags[1:])
     # no task ran twice in a step
     assert len({r.task_id for r in sampled.finished}) == metrics["sampling/groups"]
 
@@ -153,7 +169,7 @@ async def test_extra_samples_join_a_flat_group_and_can_give_it_signal() -> None:
         by_task.setdefault(tr.task_id, []).append(tr.final_reward)
     assert sorted(len(v) for v in by_task.values()) == [6, 6]
     assert all(has_signal(v) for v in by_task.values())
-    assert context.tags == ["s0", "s0x0"]
+    assert context.rollouts.tags == ["s0", "s0x0"]
 
 
 async def test_a_task_that_was_flat_is_skipped_when_it_comes_up_within_skip_flat_for() -> None:
@@ -165,7 +181,7 @@ async def test_a_task_that_was_flat_is_skipped_when_it_comes_up_within_skip_flat
     assert first.metrics["sampling/flat_groups"] == 2
     # the next epoch draws every task again: the two flat ones are not among them
     later = _Context(tasks)
-    later.sampler = context.sampler
+    later.tasks.sampler = context.tasks.sampler
     sampled = await _sample(later, settings, step=1, per_step=8, flat_tasks=flat_tasks)
     assert not any(r.task_id and r.task_id.startswith("flat") for r in sampled.finished)
     # past skip_flat_for steps they come back

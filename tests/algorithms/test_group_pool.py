@@ -1,6 +1,6 @@
 """``GroupPool``: groups carried over while running, too-stale groups dropped, oldest first.
 
-The pool is driven through a small ``AlgorithmContext`` whose ``run_tasks`` finishes a group
+The pool is driven through a small ``AlgorithmContext`` whose ``rollouts.run`` finishes a group
 when the test says so, so the order in which groups end is chosen here, not by timing.
 """
 
@@ -18,28 +18,47 @@ from fulmen.algorithms.grpo.group_pool import GroupPool
 from fulmen.types import Mode, Rollout, RolloutConfig, RolloutStatus
 
 
-class _Context:
-    """Just what ``GroupPool`` uses: task draws and group runs that end on request."""
+class _Tasks:
+    """Task draws numbered by step."""
+
+    def batch(self, step: int, n: int) -> list[tuple[int, Any]]:
+        return [(step * n + k, {"id": f"task{step}-{k}"}) for k in range(n)]
+
+
+class _Rollouts:
+    """Group runs that end on request."""
 
     def __init__(self) -> None:
         self.gates: dict[str, asyncio.Event] = {}
-        self.checks = 0
 
-    def task_batch(self, step: int, n: int) -> list[tuple[int, Any]]:
-        return [(step * n + k, {"id": f"task{step}-{k}"}) for k in range(n)]
-
-    async def run_tasks(
+    async def run(
         self, batch: Any, *, mode: Mode, version: int, tag: str, group_size: int = 1
     ) -> list[Rollout]:
         gate = self.gates.setdefault(tag, asyncio.Event())
         await gate.wait()
         return [_rollout(f"{tag}-r{j}", version) for j in range(group_size)]
 
-    def finish(self, tag: str) -> None:
-        self.gates.setdefault(tag, asyncio.Event()).set()
+
+class _Run:
+    """Counts the checks that the services still run."""
+
+    def __init__(self) -> None:
+        self.checks = 0
 
     def check_services(self) -> None:
         self.checks += 1
+
+
+class _Context:
+    """Just what ``GroupPool`` uses: task draws, group runs that end on request, checks."""
+
+    def __init__(self) -> None:
+        self.tasks = _Tasks()
+        self.rollouts = _Rollouts()
+        self.run = _Run()
+
+    def finish(self, tag: str) -> None:
+        self.rollouts.gates.setdefault(tag, asyncio.Event()).set()
 
 
 def _rollout(rollout_id: str, version: int) -> Rollout:
@@ -160,12 +179,14 @@ def test_idle_clock_counts_only_time_with_no_group_running(
 
 
 def test_a_failed_group_surfaces_in_take() -> None:
-    class _Broken(_Context):
-        async def run_tasks(self, batch: Any, **kwargs: Any) -> list[Rollout]:
+    class _Broken(_Rollouts):
+        async def run(self, batch: Any, **kwargs: Any) -> list[Rollout]:
             raise TimeoutError("3 rollouts did not finish")
 
     async def scenario() -> None:
-        pool = _pool(_Broken())
+        context = _Context()
+        context.rollouts = _Broken()
+        pool = _pool(context)
         pool.launch_round(1, version=10, policy=0)
         await _settle()
         with pytest.raises(TimeoutError, match="did not finish"):

@@ -51,18 +51,18 @@ def template(text):
 async def run_pick(config, context):
     history, means = [], []
     for index, text in enumerate(config.candidates):
-        version = await context.publish({"prompt": template(text)})
-        batch = context.task_batch(index, config.tasks)
-        rollouts = await context.run_tasks(
+        version = await context.rollouts.publish({"prompt": template(text)})
+        batch = context.tasks.batch(index, config.tasks)
+        rollouts = await context.rollouts.run(
             batch, mode=Mode.TRAIN, version=version, tag=f"pick{index}"
         )
-        means.append(statistics.fmean(await context.rewards(rollouts)))
+        means.append(statistics.fmean(await context.rollouts.rewards(rollouts)))
         metrics = {"reward/mean": means[-1], "pick/candidate": float(index)}
-        context.log(index + 1, metrics)
-        context.save_progress(index + 1)
+        context.progress.log(index + 1, metrics)
+        context.progress.save(index + 1)
         history.append(metrics)
     best = max(range(len(means)), key=means.__getitem__)
-    await context.publish({"prompt": template(config.candidates[best])})
+    await context.rollouts.publish({"prompt": template(config.candidates[best])})
     return history
 
 

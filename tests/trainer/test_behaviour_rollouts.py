@@ -18,7 +18,7 @@ from fulmen.algorithms.registry import algorithm as registered
 from fulmen.errors import ConfigError
 from fulmen.store import open_store
 from fulmen.trainer.config import load_config
-from fulmen.trainer.context import StageContext
+from fulmen.trainer.stage_rollouts import StageRollouts
 from fulmen.types import LLMResource, Mode
 from tests.trainer.test_config import BASE, write
 
@@ -54,7 +54,7 @@ def test_neutral_and_constraint_free_train_sampling_loads(tmp_path: Path) -> Non
 async def published_llm(
     tmp_path: Path, algorithm: str, *, stage: Any = None, served: str = "policy"
 ) -> LLMResource:
-    """What ``StageContext.publish`` stores as ``llm`` for a stage running ``algorithm``.
+    """What ``StageRollouts.publish`` stores as ``llm`` for a stage running ``algorithm``.
 
     ``stage`` is the stage's config (default: the algorithm's defaults); ``served`` the
     model name the engine serves the policy under.
@@ -72,14 +72,13 @@ async def published_llm(
                     val_sampling={"temperature": 0.0, "top_k": 5},
                 ),
             ),
-            uses_stages=False,
-            state=SimpleNamespace(run_id="run", generation=0, resources={}),
+            state=SimpleNamespace(resources={}),
             stack=SimpleNamespace(engine_url="http://engine/v1", store=store),
-            model_name=served,
-            agent_models=dict,
+            policy=SimpleNamespace(models=SimpleNamespace(model_name=served, routes=dict)),
             recorder=None,
         )
-        version = await StageContext(session, index=0, name=algorithm).publish()
+        rollouts = StageRollouts(session, index=0, name=algorithm, prefix="run-g0")
+        version = await rollouts.publish()
         llm = (await store.get_resources(version)).resources["llm"]
     assert isinstance(llm, LLMResource)
     return llm

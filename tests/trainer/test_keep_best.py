@@ -38,7 +38,7 @@ from fulmen.trainer.metrics import MetricsLogger, read_metrics
 from fulmen.trainer.run_record import RunRecorder
 from fulmen.trainer.session import RunSession
 from fulmen.trainer.stages import last_stage_context
-from fulmen.trainer.state import RunState
+from fulmen.trainer.state import RunState, ServedFiles
 from fulmen.types import LLMResource, PromptTemplate, Run, RunStatus
 from tests.algorithms.sft.test_sft_train import example_imports_restored
 
@@ -235,6 +235,7 @@ async def running_session(tmp_path: Path, *overrides: str) -> AsyncIterator[tupl
     async with open_store("memory://", watchdog_interval=None) as store:
         stack = SimpleNamespace(engine=FakeEngine(), engine_url="http://engine/v1", store=store)
         with MetricsLogger(tmp_path) as metrics:
+            run = Run(run_id="run", name="run", started_at=1.0)
             session = RunSession(
                 config=config,
                 stack=stack,  # type: ignore[arg-type]
@@ -243,11 +244,9 @@ async def running_session(tmp_path: Path, *overrides: str) -> AsyncIterator[tupl
                 model_path=tmp_path / "base-model",
                 train_tasks=[{"id": "t0"}],
                 val_tasks=[{"id": "v0"}, {"id": "v1"}],
-                model_name="tiny",
                 uses_stages=config.stages is not None,
+                recorder=RunRecorder(store, run, flush_s=0.05),
             )
-            run = Run(run_id="run", name="run", started_at=1.0)
-            session.recorder = RunRecorder(store, run, flush_s=0.05)
             await session.recorder.start()
             metrics.add_sink(session.recorder.metrics)
             try:
@@ -267,15 +266,15 @@ def trained(tmp_path: Path, *steps: tuple[int, float]) -> None:
 
 async def serve_final(session: Any, adapter: str, name: str) -> None:
     """Serve ``adapter`` as training leaves it: hot-loaded, named in the state."""
-    await session.serve_adapter(session.config.run_dir / adapter, name)
-    session.state.adapter = adapter
+    await session.policy.models.load_adapter(session.config.run_dir / adapter, name)
+    session.state.served = ServedFiles(adapter=adapter)
 
 
 async def test_an_earlier_adapter_that_scored_higher_is_served_again(tmp_path: Path) -> None:
     async with running_session(tmp_path) as (session, store):
         trained(tmp_path, (1, 0.5), (2, 0.1))
         await serve_final(session, "adapters/step-00002", "policy-2")
-        report = await end_run(session, last_stage_context(session))
+        report = await end_run(session, last_stage_context(session).rollouts)
         await session.recorder.finish(RunStatus.SUCCEEDED)
         engine = session.stack.engine
         assert report is not None and report.kept is not None and report.kept.step == 1
@@ -299,7 +298,7 @@ async def test_an_earlier_adapter_that_scored_higher_is_served_again(tmp_path: P
         (recorded,) = (await store.query_run_metrics("run")).items  # the run's record has it
         assert (recorded.step, recorded.values["end/served_step"]) == (2, 1.0)
         # state.json keeps what training reached: a resumed run trains on from step 2
-        assert session.state.adapter == "adapters/step-00002"
+        assert session.policy.served.adapter == "adapters/step-00002"
     end = read_metrics(tmp_path / "metrics.jsonl")[-1]
     assert (end["step"], end["end/served_step"], end["end/kept_earlier"]) == (2, 1, 1.0)
 
@@ -308,15 +307,15 @@ async def test_the_model_before_training_is_served_again_when_it_was_best(tmp_pa
     async with running_session(tmp_path) as (session, store):
         trained(tmp_path, (1, 0.2), (2, 0.3))  # a tie with the base model: the later wins
         await serve_final(session, "adapters/step-00002", "policy-2")
-        report = await end_run(session, last_stage_context(session))
+        report = await end_run(session, last_stage_context(session).rollouts)
         assert report is not None and report.kept is None and report.best is None
         assert session.stack.engine.adapters == {"policy-2": str(tmp_path / "adapters/step-00002")}
         # step 2 validated again (a restart), worse: the base model (no adapter) comes back
         record_validation(tmp_path, validated(2, 0.0, adapter="adapters/step-00002"))
-        report = await end_run(session, last_stage_context(session))
+        report = await end_run(session, last_stage_context(session).rollouts)
         assert report is not None and report.kept is not None and report.kept.step == 0
         assert session.stack.engine.adapters == {}
-        assert session.model_name == "tiny" and session.policy_version is None
+        assert session.policy.models.model_name == "tiny" and session.policy.version is None
         assert report.notes() == [
             "serving step 0's version (the model before training): its validation 0.300 "
             "beat the final 0.000 (validation.keep_best)"
@@ -331,9 +330,11 @@ async def test_with_keep_best_off_or_files_gone_the_final_version_stays(tmp_path
         await serve_final(session, "adapters/step-00002", "policy-2")
         calls = list(session.stack.engine.calls)
         published = await store.latest_resources()
-        report = await end_run(session, last_stage_context(session))
+        report = await end_run(session, last_stage_context(session).rollouts)
         assert report is not None and report.kept is None and report.best is not None
-        assert session.stack.engine.calls == calls and session.model_name == "policy-2"
+        assert (
+            session.stack.engine.calls == calls and session.policy.models.model_name == "policy-2"
+        )
         assert await store.latest_resources() == published
         assert report.summary()[-1] == (
             "step 1's version had the best validation (0.500 beat the final 0.100); "
@@ -345,7 +346,7 @@ async def test_with_keep_best_off_or_files_gone_the_final_version_stays(tmp_path
             tmp_path / "config.yaml", overrides=[f"run_dir={tmp_path}"]
         )  # keep_best on, but step 1's adapter is gone
         shutil.rmtree(tmp_path / "adapters" / "step-00001")
-        report = await end_run(session, last_stage_context(session))
+        report = await end_run(session, last_stage_context(session).rollouts)
         assert report is not None and report.kept is None and report.missing
         assert session.stack.engine.calls == calls
         assert (
@@ -359,14 +360,14 @@ async def test_full_weights_give_way_to_the_original_ones(tmp_path: Path) -> Non
         record_validation(tmp_path, validated(0, 0.6))
         (tmp_path / "weights" / "step-00002").mkdir(parents=True)
         record_validation(tmp_path, validated(2, 0.2, weights="weights/step-00002"))
-        await session.serve_weights(tmp_path / "weights" / "step-00002", "weights-2")
-        session.state.weights = "weights/step-00002"
-        report = await end_run(session, last_stage_context(session))
+        await session.policy.models.reload_weights(tmp_path / "weights" / "step-00002", "weights-2")
+        session.state.served = ServedFiles(weights="weights/step-00002")
+        report = await end_run(session, last_stage_context(session).rollouts)
         assert report is not None and report.kept is not None and report.kept.step == 0
         engine = session.stack.engine
         assert engine.calls[-1] == ("reload", None) and engine.weights == "original"
-        assert session.model_name == "tiny"
-        assert session.state.weights == "weights/step-00002"  # what training reached
+        assert session.policy.models.model_name == "tiny"
+        assert session.policy.served.weights == "weights/step-00002"  # what training reached
         latest = await store.latest_resources()
         assert latest is not None and latest.metadata["kept_step"] == 0
 
@@ -390,7 +391,7 @@ async def test_stages_pick_once_across_the_run_with_the_kept_prompts(tmp_path: P
         record_validation(tmp_path, validated(5, 0.4, adapter=grpo_adapter, stage=1))
         session.state.stage, session.state.step_offset = 1, 2
         await serve_final(session, grpo_adapter, "policy-5")
-        report = await end_run(session, last_stage_context(session))
+        report = await end_run(session, last_stage_context(session).rollouts)
         assert report is not None and report.kept is not None and report.kept.step == 2
         assert session.stack.engine.adapters == {"policy-2-kept": str(tmp_path / sft_adapter)}
         latest = await store.latest_resources()
@@ -422,7 +423,7 @@ async def test_an_earlier_stages_version_is_served_with_that_stages_routing(
         record_validation(tmp_path, validated(5, 0.4, adapter=grpo_adapter, stage=1))
         session.state.stage, session.state.step_offset = 1, 2
         await serve_final(session, grpo_adapter, "policy-5")
-        report = await end_run(session, last_stage_context(session))
+        report = await end_run(session, last_stage_context(session).rollouts)
         assert report is not None and report.kept is not None and report.kept.step == 2
         latest = await store.latest_resources()
         assert latest is not None and latest.metadata["kept_stage"] == 0

@@ -138,7 +138,7 @@ async def test_the_offline_loop_trains_only_the_behaviour_calls(tmp_path: Path) 
     ) -> Any:
         return await behaviour_calls(source.store, attempts, temperature=temperature)
 
-    context = SimpleNamespace(read_source=read_source, behaviour_calls=drop_off_behaviour, seed=0)
+    context = offline_context(read_source, drop_off_behaviour)
     loop = OfflineGRPOLoop(config, context)  # type: ignore[arg-type]
     batch = await loop._read()
     assert loop._off_behaviour == 5
@@ -179,7 +179,7 @@ async def test_a_dropped_calls_reward_stays_its_own(tmp_path: Path) -> None:
         transitions={"credit": "per_call"},
         grpo={"advantage": "transition"},
     )
-    context = SimpleNamespace(read_source=read_source, behaviour_calls=drop_off_behaviour, seed=0)
+    context = offline_context(read_source, drop_off_behaviour)
     loop = OfflineGRPOLoop(config, context)  # type: ignore[arg-type]
     batch = await loop._read()
     assert loop._off_behaviour == 1
@@ -187,6 +187,12 @@ async def test_a_dropped_calls_reward_stays_its_own(tmp_path: Path) -> None:
         (["s-c0"], 0.25),
         (["s-c2"], 0.5),
     ]
+
+
+def offline_context(read_source: Any, behaviour_calls: Any) -> Any:
+    """Just what the offline loop's read uses: ``rollouts`` reading and filtering, the seed."""
+    rollouts = SimpleNamespace(read_source=read_source, behaviour_calls=behaviour_calls)
+    return SimpleNamespace(rollouts=rollouts, run=SimpleNamespace(seed=0))
 
 
 def reward_span(rollout_id: str, attempt_id: str, n: int, value: float, response_id: str) -> Any:

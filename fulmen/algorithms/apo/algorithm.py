@@ -60,7 +60,7 @@ logger = logging.getLogger("fulmen.train")
 
 async def run_apo(config: APOConfig, context: AlgorithmContext) -> list[dict[str, float]]:
     """Run the optimization (see the module docstring); returns the metrics of each round."""
-    if config.score_tasks is None and not context.val_tasks:
+    if config.score_tasks is None and not context.tasks.val:
         raise ConfigError(
             "algorithm apo with score_tasks: null scores candidates on the validation tasks: "
             "set data.val and validation in the config, or give score_tasks a number"
@@ -78,7 +78,7 @@ def _client(agent: str, endpoint: OptimizerEndpoint, context: AlgorithmContext) 
     """Build the client of ``endpoint``; without a ``base_url`` it is the run's own engine."""
     api_key = None
     if endpoint.api_key_env is not None:
-        api_key = context.variable(endpoint.api_key_env)
+        api_key = context.run.variable(endpoint.api_key_env)
         if not api_key:
             raise ConfigError(
                 f"algorithm apo: {agent} reads its API key from ${endpoint.api_key_env}, "
@@ -87,12 +87,12 @@ def _client(agent: str, endpoint: OptimizerEndpoint, context: AlgorithmContext) 
     own_engine = endpoint.base_url is None
     return OptimizerClient(
         agent,
-        base_url=context.engine_url if own_engine else str(endpoint.base_url),
-        model=(endpoint.model or context.engine_model) if own_engine else str(endpoint.model),
+        base_url=context.run.engine_url if own_engine else str(endpoint.base_url),
+        model=(endpoint.model or context.run.engine_model) if own_engine else str(endpoint.model),
         api_key=api_key,
         sampling=endpoint.sampling,
         timeout_s=endpoint.timeout_s,
-        record=context.record_calls,
+        record=context.rollouts.record_calls,
     )
 
 
@@ -116,11 +116,11 @@ class APOOptimizer:
         self.context = context
         self.critic = critic
         self.editor = editor
-        seed = context.seed if config.seed is None else config.seed
+        seed = context.run.seed if config.seed is None else config.seed
         self.seed = seed
-        train = list(enumerate(context.train_tasks))
+        train = list(enumerate(context.tasks.train))
         if config.score_tasks is None:
-            self.score_batch = list(enumerate(context.val_tasks))
+            self.score_batch = list(enumerate(context.tasks.val))
             self.minibatch_pool = list(range(len(train)))
         else:
             scoring, self.minibatch_pool = split_tasks(
@@ -128,12 +128,14 @@ class APOOptimizer:
             )
             self.score_batch = [train[i] for i in scoring]
         self.train = train
-        self.threshold = context.success_threshold if config.threshold is None else config.threshold
+        self.threshold = (
+            context.run.success_threshold if config.threshold is None else config.threshold
+        )
         self._started = time.monotonic()
 
     async def run(self) -> list[dict[str, float]]:
         """Run the remaining rounds, publish the best prompt; returns each round's metrics."""
-        state = APOState.load(self.context.run_dir) or await self._start()
+        state = APOState.load(self.context.run.run_dir) or await self._start()
         history: list[dict[str, float]] = []
         while state.rounds_done < self.config.rounds:
             if self._is_spent(state):
@@ -149,7 +151,7 @@ class APOOptimizer:
         now = time.monotonic()
         state.elapsed_s += now - self._started
         self._started = now
-        state.save(self.context.run_dir)
+        state.save(self.context.run.run_dir)
 
     def _is_spent(self, state: APOState) -> bool:
         cap, minutes = self.config.max_rollouts, self.config.max_minutes
@@ -166,10 +168,10 @@ class APOOptimizer:
 
     async def _start(self) -> APOState:
         name = self.config.prompt
-        carried = self.context.resources.get(name)
+        carried = self.context.rollouts.resources.get(name)
         prompt = carried if isinstance(carried, PromptTemplate) else self.config.initial_prompt()
         run_id = f"apo-{uuid.uuid4().hex[:8]}"
-        version = await self.context.publish(
+        version = await self.context.rollouts.publish(
             {name: prompt}, metadata={"apo": {"run": run_id, "role": "start"}}
         )
         state = APOState(
@@ -212,7 +214,7 @@ class APOOptimizer:
             "beam": [c.version for c in kept],
             "candidates": [c.version for c in pending.candidates],
         }
-        await self.context.publish(
+        await self.context.rollouts.publish(
             {state.prompt_name: best.prompt},
             metadata={
                 "apo": apo_meta,
@@ -220,9 +222,9 @@ class APOOptimizer:
             },
         )
         self._save(state)
-        self.context.save_progress(index + 1)
+        self.context.progress.save(index + 1)
         metrics = self._metrics(state, pending.candidates, started)
-        self.context.log(index + 1, metrics)
+        self.context.progress.log(index + 1, metrics)
         logger.info(
             "apo round %d: %d candidates, best v%d scores %.3f; beam %s",
             index + 1,
@@ -242,14 +244,14 @@ class APOOptimizer:
         batch: Sequence[tuple[int, Any]],
     ) -> None:
         """Critique one beam prompt on its failures and add the editor's rewrites."""
-        rollouts = await self.context.run_tasks(
+        rollouts = await self.context.rollouts.run(
             batch,
             mode=Mode.TRAIN,
             version=member.version,
             tag=f"apo-r{pending.round}-b{member_index}",
         )
         state.rollouts += len(rollouts)
-        rewards = await self.context.rewards(rollouts)
+        rewards = await self.context.rollouts.rewards(rollouts)
         low = [(r, w) for r, w in zip(rollouts, rewards, strict=True) if w < self.threshold]
         low = low[: self.config.max_examples]
         if low:
@@ -280,7 +282,7 @@ class APOOptimizer:
         self._save(state)
 
     async def _failures(self, low: Sequence[tuple[Rollout, float]]) -> list[Any]:
-        records = await self.context.attempts([r for r, _ in low])
+        records = await self.context.rollouts.attempts([r for r, _ in low])
         by_id = {rec.rollout_id: rec for rec in records}
         return [
             failed_rollout(
@@ -315,14 +317,14 @@ class APOOptimizer:
             details={"branch": branch, "minibatch_reward": statistics.fmean(rewards)},
         )
         prompt = edited.model_copy(update={"lineage": lineage})
-        version = await self.context.publish(
+        version = await self.context.rollouts.publish(
             {state.prompt_name: prompt},
             metadata={"apo": {"run": state.run_id, "round": round_index + 1, "role": "candidate"}},
         )
         return Candidate(version=version, prompt=prompt, round=round_index + 1)
 
     async def _score(self, state: APOState, candidate: Candidate) -> None:
-        rollouts = await self.context.run_tasks(
+        rollouts = await self.context.rollouts.run(
             self.score_batch,
             mode=Mode.VAL,
             version=candidate.version,
@@ -338,9 +340,9 @@ class APOOptimizer:
                 f"{candidate.version} failed (the first: {error}); fix the agent, see "
                 "`fulmen rollouts list --status failed`"
             )
-        rewards = await self.context.rewards(rollouts)
+        rewards = await self.context.rollouts.rewards(rollouts)
         candidate.instances = {
-            self.context.task_id(index, task): reward
+            self.context.tasks.task_id(index, task): reward
             for (index, task), reward in zip(self.score_batch, rewards, strict=True)
         }
         candidate.score = statistics.fmean(rewards) if rewards else 0.0
@@ -379,7 +381,9 @@ class APOOptimizer:
         meta: dict[str, JsonData] = {"apo": {"run": state.run_id, "role": "winner"}}
         if scores:
             meta[PROMPT_SCORES_KEY] = [s.model_dump(mode="json") for s in scores]
-        version = await self.context.publish({state.prompt_name: best.prompt}, metadata=meta)
+        version = await self.context.rollouts.publish(
+            {state.prompt_name: best.prompt}, metadata=meta
+        )
         self._save(state)
         logger.info(
             "apo: best prompt v%d (validation %.3f) published as v%d",

@@ -49,7 +49,7 @@ _READ_CHUNK = 64  # stored rollouts read at a time while the pool is not full
 
 async def run_demos(config: DemosConfig, context: AlgorithmContext) -> list[dict[str, float]]:
     """Run the demonstrations search (see the module docstring); returns per-candidate metrics."""
-    state = SearchState.load(context.run_dir)
+    state = SearchState.load(context.run.run_dir)
     if state is None:
         state = await _start(config, context)
     plan: list[tuple[int, ...]] = [()]
@@ -62,17 +62,19 @@ async def run_demos(config: DemosConfig, context: AlgorithmContext) -> list[dict
             state.collect_rollouts,
         )
     history: list[dict[str, float]] = []
-    search = [(i, context.train_tasks[i]) for i in state.search_tasks]
+    search = [(i, context.tasks.train[i]) for i in state.search_tasks]
     for index in range(len(state.candidates), len(plan)):
         started = time.perf_counter()
         picks = plan[index]
         version = state.parent_version
         if index > 0:
-            version = await context.publish(
+            version = await context.rollouts.publish(
                 {config.prompt: _candidate(state, picks, step=index)},
                 metadata={"demos_candidate": index, **_unrecorded_scores(state)},
             )
-        rollouts = await context.run_tasks(search, mode=Mode.VAL, version=version, tag=f"c{index}")
+        rollouts = await context.rollouts.run(
+            search, mode=Mode.VAL, version=version, tag=f"c{index}"
+        )
         instances = await _instances(context, rollouts)
         scored = ScoredCandidate(
             index=index,
@@ -82,7 +84,7 @@ async def run_demos(config: DemosConfig, context: AlgorithmContext) -> list[dict
             instances=instances,
         )
         state.candidates.append(scored)
-        state.save(context.run_dir)
+        state.save(context.run.run_dir)
         metrics = {
             "demos/candidate": float(index),
             "demos/score": scored.score,
@@ -90,8 +92,8 @@ async def run_demos(config: DemosConfig, context: AlgorithmContext) -> list[dict
             "demos/pool": float(len(state.pool)),
             "time/candidate_s": time.perf_counter() - started,
         }
-        context.log(index + 1, metrics)
-        context.save_progress(index + 1)
+        context.progress.log(index + 1, metrics)
+        context.progress.save(index + 1)
         history.append(metrics)
         logger.info("demos: candidate %d (v%d) scored %.3f", index, version, scored.score)
     await _publish_winner(config, context, state)
@@ -105,9 +107,9 @@ async def _start(config: DemosConfig, context: AlgorithmContext) -> SearchState:
     parent = _parent_prompt(config, context)
     seed = _seed(config, context)
     search_tasks, sources = split_tasks(
-        len(context.train_tasks), search=config.val_tasks, seed=seed
+        len(context.tasks.train), search=config.val_tasks, seed=seed
     )
-    parent_version = await context.publish({config.prompt: parent})
+    parent_version = await context.rollouts.publish({config.prompt: parent})
     state = SearchState(
         run_id=f"demos-v{parent_version}-seed{seed}",
         prompt_name=config.prompt,
@@ -117,8 +119,8 @@ async def _start(config: DemosConfig, context: AlgorithmContext) -> SearchState:
         pool=[],
     )
     await _collect(config, context, state, sources)
-    state.save(context.run_dir)
-    context.log(
+    state.save(context.run.run_dir)
+    context.progress.log(
         0,
         {"demos/pool": float(len(state.pool)), "demos/collect_rollouts": state.collect_rollouts},
     )
@@ -126,13 +128,13 @@ async def _start(config: DemosConfig, context: AlgorithmContext) -> SearchState:
 
 
 def _parent_prompt(config: DemosConfig, context: AlgorithmContext) -> PromptTemplate:
-    carried = context.resources.get(config.prompt)
+    carried = context.rollouts.resources.get(config.prompt)
     if isinstance(carried, PromptTemplate):
         return carried
     if config.initial is None:
         raise ConfigError(
             f"algorithm demos: the run carries no prompt named {config.prompt!r} (carried: "
-            f"{sorted(context.resources)}); set algorithm.initial to the agent's default "
+            f"{sorted(context.rollouts.resources)}); set algorithm.initial to the agent's default "
             "prompt as 'module:attribute'"
         )
     return config.initial_prompt()
@@ -144,17 +146,17 @@ async def _collect(
     """Fill the pool: stored successful rollouts first, then new training rollouts."""
     fields = state.parent.field_names()
     threshold = _threshold(config, context)
-    allowed = {context.task_id(i, context.train_tasks[i]): i for i in sources}
+    allowed = {context.tasks.task_id(i, context.tasks.train[i]): i for i in sources}
     # Search rollouts of training tasks are validation-mode runs: both modes may teach.
     stored = [
-        *await context.succeeded_rollouts(Mode.TRAIN),
-        *await context.succeeded_rollouts(Mode.VAL),
+        *await context.rollouts.succeeded(Mode.TRAIN),
+        *await context.rollouts.succeeded(Mode.VAL),
     ]
     # Same id and same input: a validation task numbered like a training task is not one.
     usable = [
         r
         for r in stored
-        if r.task_id in allowed and r.input == context.train_tasks[allowed[r.task_id]]
+        if r.task_id in allowed and r.input == context.tasks.train[allowed[r.task_id]]
     ]
     tidy = config.tidy_function()
     pool: list[Demonstration] = []
@@ -164,14 +166,14 @@ async def _collect(
         found = await _demonstrations(context, usable[start : start + _READ_CHUNK], fields, tidy)
         pool = unique_by_task([*pool, *(d for d, reward in found if reward >= threshold)])
     done = [d.metadata.get("task_id") for d in pool]
-    pending = [i for i in sources if context.task_id(i, context.train_tasks[i]) not in done]
+    pending = [i for i in sources if context.tasks.task_id(i, context.tasks.train[i]) not in done]
     batch_number = 0
     while len(pool) < config.pool and pending and state.collect_rollouts < config.collect_rollouts:
         room = config.collect_rollouts - state.collect_rollouts
         size = min(config.collect_batch, room)
         batch, pending = pending[:size], pending[size:]
-        rollouts = await context.run_tasks(
-            [(i, context.train_tasks[i]) for i in batch],
+        rollouts = await context.rollouts.run(
+            [(i, context.tasks.train[i]) for i in batch],
             mode=Mode.VAL if config.collect_mode == "val" else Mode.TRAIN,
             version=state.parent_version,
             tag=f"demos-collect{batch_number}",
@@ -192,7 +194,7 @@ async def _demonstrations(
     """Return the demonstration and reward of each succeeded rollout that yields one."""
     inputs = {r.rollout_id: r.input for r in rollouts}
     out: list[tuple[Demonstration, float]] = []
-    for records in await context.attempts(rollouts):
+    for records in await context.rollouts.attempts(rollouts):
         reward = records.final_reward
         if reward is None:
             continue
@@ -225,7 +227,7 @@ def _candidate(state: SearchState, picks: tuple[int, ...], *, step: int) -> Prom
 
 
 async def _instances(context: AlgorithmContext, rollouts: Sequence[Rollout]) -> dict[str, float]:
-    rewards = await context.rewards(rollouts)
+    rewards = await context.rollouts.rewards(rollouts)
     return {r.task_id or r.rollout_id: reward for r, reward in zip(rollouts, rewards, strict=True)}
 
 
@@ -272,13 +274,13 @@ async def _publish_winner(
         details={**(winner.lineage.details if winner.lineage else {}), **details},
     )
     final = winner.model_copy(update={"lineage": lineage})
-    version = await context.publish(
+    version = await context.rollouts.publish(
         {config.prompt: final}, metadata={"demos_winner": best.index, **_unrecorded_scores(state)}
     )
     # The published version shows the winning demonstrations: it carries their measured score.
     own = _score(state, best).model_copy(update={"version": version})
-    await context.publish(metadata={PROMPT_SCORES_KEY: [own.model_dump(mode="json")]})
-    state.save(context.run_dir)
+    await context.rollouts.publish(metadata={PROMPT_SCORES_KEY: [own.model_dump(mode="json")]})
+    state.save(context.run.run_dir)
     logger.info(
         "demos: candidate %d wins with %.3f (the unchanged prompt scored %.3f); published v%d",
         best.index,
@@ -289,11 +291,11 @@ async def _publish_winner(
 
 
 def _threshold(config: DemosConfig, context: AlgorithmContext) -> float:
-    return context.success_threshold if config.threshold is None else config.threshold
+    return context.run.success_threshold if config.threshold is None else config.threshold
 
 
 def _seed(config: DemosConfig, context: AlgorithmContext) -> int:
-    return context.seed if config.seed is None else config.seed
+    return context.run.seed if config.seed is None else config.seed
 
 
 def _draw_args(config: DemosConfig, context: AlgorithmContext) -> dict[str, Any]:

@@ -1,8 +1,8 @@
 """``algorithm: dpo``'s run function: sample groups (or read a store), pair, update, serve.
 
 Each online step publishes a resources version naming the served policy, runs
-``group_size`` rollouts of each of ``tasks_per_step`` tasks (``AlgorithmContext.run_tasks``),
-turns their records into transitions (``AlgorithmContext.trajectories``, the adapter's
+``group_size`` rollouts of each of ``tasks_per_step`` tasks (``context.rollouts.run``),
+turns their records into transitions (``context.rollouts.trajectories``, the adapter's
 options), pairs each group's best rollout against its worst (``pairs``), takes one DPO step
 (``DPOUpdater``), saves the adapter and hot-loads it into the engine (``serve_policy``), and
 checkpoints. With ``source`` the pairs are built once from the store's finished rollouts and
@@ -43,7 +43,7 @@ async def run_dpo(config: DPOAlgorithmConfig, context: AlgorithmContext) -> list
         if config.source is not None:
             offline = offline or await _read_pairs(config, config.source, context)
             pairs, stats, rewards = offline
-            metrics = reward_metrics("reward", rewards, context.success_threshold)
+            metrics = reward_metrics("reward", rewards, context.run.success_threshold)
         else:
             pairs, stats, metrics = await _sample_pairs(config, context, step)
         metrics["task/success"] = metrics.pop("reward/success")
@@ -76,16 +76,16 @@ async def _sample_pairs(
     finished = await run_step_groups(
         context, step, tasks_per_step=config.tasks_per_step, group_size=config.group_size
     )
-    trajectories = await context.trajectories(finished, config.transition_options())
+    trajectories = await context.rollouts.trajectories(finished, config.transition_options())
     pairs, stats = build_pairs(trajectories, min_margin=config.min_margin)
-    return pairs, stats, sampled_metrics(finished, trajectories, context.success_threshold)
+    return pairs, stats, sampled_metrics(finished, trajectories, context.run.success_threshold)
 
 
 async def _read_pairs(
     config: DPOAlgorithmConfig, source: StoreSource, context: AlgorithmContext
 ) -> tuple[list[PreferencePair], PairStats, list[float]]:
     """Pair the rollouts of the source store once (grouped by task)."""
-    attempts = await context.read_source(source)
+    attempts = await context.rollouts.read_source(source)
     options = config.transition_options()
     trajectories = [a.trajectory(options=options) for a in attempts]
     pairs, stats = build_pairs(trajectories, min_margin=config.min_margin)

@@ -87,15 +87,15 @@ class AsyncGRPOLoop(GRPOLoop):
     async def _step(self, step: int) -> dict[str, float]:
         context = self.context
         started = time.perf_counter()
-        version = await context.publish(metadata={"step": step})
+        version = await context.rollouts.publish(metadata={"step": step})
         self._top_up(step, version)
         harvest = await self._harvest(version)
         finished = group_rollouts(harvest.groups)
-        trajectories = await context.trajectories(finished, self.options)
+        trajectories = await context.rollouts.trajectories(finished, self.options)
         await self._note_failures(finished, trajectories)
         self._attribution.check(step + 1, [tr.diagnostics for tr in trajectories])
         transitions = labelled_transitions(harvest.groups, trajectories)
-        dropped = await context.trajectories(group_rollouts(harvest.dropped), self.options)
+        dropped = await context.rollouts.trajectories(group_rollouts(harvest.dropped), self.options)
         rolled = time.perf_counter()
         train_metrics = await self._train(transitions)
         trained = time.perf_counter()
@@ -130,7 +130,7 @@ class AsyncGRPOLoop(GRPOLoop):
             keep_loaded=self.settings.max_staleness + 2,
         )
         self._policy += 1
-        self._trainer.policy_version = self.context.policy_version
+        self._trainer.policy_version = self.context.policy.version
 
     async def _harvest(self, version: int) -> Harvest:
         """Take the step's groups; when drops left too few, sample more with this policy."""

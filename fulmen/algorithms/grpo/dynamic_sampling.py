@@ -94,7 +94,7 @@ async def sample_step(
 ) -> SampledStep:
     """Run ``step``'s groups under ``settings``; see the module docstring."""
     counts = {"skipped_tasks": 0, "extra_rollouts": 0, "redrawn_groups": 0, "draws": 0}
-    first = context.task_batch(step, tasks_per_step)
+    first = context.tasks.batch(step, tasks_per_step)
     drawn = _filtered(context, flat_tasks, step, 0, first, counts)
     groups = await _run(context, drawn, version, f"s{step}", group_size, options)
     all_groups = list(groups)
@@ -104,7 +104,7 @@ async def sample_step(
     while settings.redraw and len(kept) < tasks_per_step and draw < settings.max_redraws:
         draw += 1
         seen = {g.index for g in all_groups}
-        more = context.refill_batch(step, draw, tasks_per_step - len(kept), seen)
+        more = context.tasks.refill(step, draw, tasks_per_step - len(kept), seen)
         more = _filtered(context, flat_tasks, step, draw, more, counts, seen)
         if not more:
             break  # the task list ran out
@@ -142,17 +142,17 @@ def _filtered(
     seen: set[int] | None = None,
 ) -> list[tuple[int, Any]]:
     """Replace the tasks of ``batch`` the difficulty filter skips (when others are left)."""
-    skipped = {i for i, task in batch if flat_tasks.skips(context.task_id(i, task), step)}
+    skipped = {i for i, task in batch if flat_tasks.skips(context.tasks.task_id(i, task), step)}
     if not skipped:
         return batch
     exclude = {i for i, _ in batch} | (seen or set())
     # A draw of its own (numbered past any redraw's) so the replacements never repeat one.
-    spare = iter(context.refill_batch(step, 1000 + draw, 4 * len(batch), exclude))
+    spare = iter(context.tasks.refill(step, 1000 + draw, 4 * len(batch), exclude))
     out: list[tuple[int, Any]] = []
     for pair in batch:
         if pair[0] in skipped:
             replacement = next(
-                (p for p in spare if not flat_tasks.skips(context.task_id(*p), step)), None
+                (p for p in spare if not flat_tasks.skips(context.tasks.task_id(*p), step)), None
             )
             if replacement is not None:
                 counts["skipped_tasks"] += 1
@@ -171,11 +171,11 @@ async def _run(
     options: TransitionOptions,
 ) -> list[_Group]:
     """Run ``group_size`` rollouts of each task of ``batch``; return them as groups."""
-    finished = await context.run_tasks(
+    finished = await context.rollouts.run(
         batch, mode=Mode.TRAIN, version=version, tag=tag, group_size=group_size
     )
-    groups = [_Group(index, task, context.task_id(index, task)) for index, task in batch]
-    _attach(groups, finished, await context.trajectories(finished, options))
+    groups = [_Group(index, task, context.tasks.task_id(index, task)) for index, task in batch]
+    _attach(groups, finished, await context.rollouts.trajectories(finished, options))
     return groups
 
 
@@ -193,7 +193,7 @@ async def _add_samples(
     if not settings.extra_samples or not flat:
         return
     batch = [(g.index, g.task) for g in flat]
-    finished = await context.run_tasks(
+    finished = await context.rollouts.run(
         batch,
         mode=Mode.TRAIN,
         version=version,
@@ -201,7 +201,7 @@ async def _add_samples(
         group_size=settings.extra_samples,
     )
     counts["extra_rollouts"] += len(finished)
-    _attach(flat, finished, await context.trajectories(finished, options))
+    _attach(flat, finished, await context.rollouts.trajectories(finished, options))
 
 
 def _attach(

@@ -1,7 +1,7 @@
 """The rollout groups an asynchronous GRPO loop has running or waiting, with their policies.
 
 A ``GroupPool`` launches GRPO groups (``group_size`` rollouts of one task, one
-``AlgorithmContext.run_tasks`` call each) as asyncio tasks that run while the trainer updates,
+``context.rollouts.run`` call each) as asyncio tasks that run while the trainer updates,
 remembers which policy (update count) sampled each group, hands out finished groups oldest
 first and drops those whose policy is more than ``max_staleness`` updates behind the current
 one. A group still running when a step takes its batch stays in the pool for a later step (it
@@ -49,7 +49,7 @@ class GroupPool:
     """Launches, tracks and hands out GRPO groups for ``AsyncGRPOLoop`` (module docstring).
 
     Args:
-        context: the stage's services (``run_tasks`` starts and waits for rollouts).
+        context: the stage's services (``rollouts.run`` starts and waits for rollouts).
         group_size: rollouts per task.
         max_staleness: finished groups more than this many updates old are dropped.
         first_round: number of the first launch round (a resumed stage starts past the rounds
@@ -84,7 +84,7 @@ class GroupPool:
 
         ``policy`` is the update count of the weights that ``version`` names.
         """
-        batch = self._context.task_batch(self._round, tasks_per_round)
+        batch = self._context.tasks.batch(self._round, tasks_per_round)
         for k, pair in enumerate(batch):
             tag = f"q{self._round}g{k}"
             task = asyncio.create_task(self._run_group(pair, version, policy, tag))
@@ -116,7 +116,7 @@ class GroupPool:
             await asyncio.wait(
                 self._running, timeout=_CHECK_EVERY_S, return_when=asyncio.FIRST_COMPLETED
             )
-            self._context.check_services()
+            self._context.run.check_services()
 
     def idle_seconds(self) -> float:
         """Seconds no group was running since the last call (the engine waited for weights)."""
@@ -158,7 +158,7 @@ class GroupPool:
     async def _run_group(
         self, pair: tuple[int, Any], version: int, policy: int, tag: str
     ) -> FinishedGroup:
-        finished = await self._context.run_tasks(
+        finished = await self._context.rollouts.run(
             [pair], mode=Mode.TRAIN, version=version, tag=tag, group_size=self._group_size
         )
         return FinishedGroup(policy, finished)

@@ -65,13 +65,13 @@ class GRPOLoop:
         the other ranks (``docs/data-parallel.md``); this process still checkpoints and serves.
         """
         await asyncio.to_thread(self._build_trainer)
-        progress = self.context.progress
+        policy = self.context.policy
         async with data_parallel(
             self._trainer,
             self.config.data_parallel,
-            model_path=self.context.model_path,
-            weights=progress.weights,
-            adapter=progress.adapter,
+            model_path=self.context.run.model_path,
+            weights=policy.weights,
+            adapter=policy.adapter,
         ):
             return await self._run_steps()
 
@@ -79,7 +79,7 @@ class GRPOLoop:
         total = self.config.steps
         budget = self.config.max_minutes
         deadline = time.monotonic() + budget * 60 if budget else float("inf")
-        every = self.context.validation_every
+        every = self.context.progress.validation_every
         # The saved progress moves only at checkpoints (a restart resumes from the newest one),
         # so with checkpoint_every > 1 the steps are counted here.
         first = self.context.progress.step
@@ -93,7 +93,7 @@ class GRPOLoop:
                 if step + 1 == total or time.monotonic() >= deadline:
                     break  # the stage runner validates after the stage
                 if every and (step + 1) % every == 0:
-                    await self.context.validate(step + 1)
+                    await self.context.progress.validate(step + 1)
         return self.history
 
     # -- setup ------------------------------------------------------------------------------
@@ -106,10 +106,10 @@ class GRPOLoop:
         from fulmen.algorithms.policy import load_stage_policy
 
         return load_stage_policy(
-            self.context.model_path,
+            self.context.run.model_path,
             dtype=config.dtype,
             finetune=config.finetune,
-            weights=self.context.progress.weights,
+            weights=self.context.policy.weights,
             adapter=adapter,
         )
 
@@ -117,24 +117,24 @@ class GRPOLoop:
         from fulmen.algorithms.grpo.updater import GRPOUpdater
         from fulmen.algorithms.policy import load_adapter_weights
 
-        progress = self.context.progress
-        config = self.config.update_config(seed=self.context.seed)
-        model = self._stage_model(config, adapter=progress.adapter)
+        progress, policy = self.context.progress, self.context.policy
+        config = self.config.update_config(seed=self.context.run.seed)
+        model = self._stage_model(config, adapter=policy.adapter)
         self._trainer = GRPOUpdater(model, config=config)
         if progress.checkpoint is not None:
             logger.info("resuming after step %d from %s", progress.step, progress.checkpoint)
             self._trainer.load_checkpoint(progress.checkpoint)
-        elif progress.adapter is not None and not self._trainer.is_full:
-            logger.info("starting from the adapter %s", progress.adapter)
-            load_adapter_weights(self._trainer.model, progress.adapter)
-        self._trainer.policy_version = self.context.policy_version
+        elif policy.adapter is not None and not self._trainer.is_full:
+            logger.info("starting from the adapter %s", policy.adapter)
+            load_adapter_weights(self._trainer.model, policy.adapter)
+        self._trainer.policy_version = self.context.policy.version
 
     # -- one step ---------------------------------------------------------------------------
 
     async def _step(self, step: int) -> dict[str, float]:
         context = self.context
         started = time.perf_counter()
-        version = await context.publish(metadata={"step": step})
+        version = await context.rollouts.publish(metadata={"step": step})
         sampled = await self._sample(step, version)
         finished, trajectories = sampled.finished, sampled.trajectories
         await self._note_failures(finished, trajectories)
@@ -172,14 +172,14 @@ class GRPOLoop:
                 group_size=config.group_size,
                 options=self.options,
             )
-        finished = await context.run_tasks(
-            context.task_batch(step, config.tasks_per_step),
+        finished = await context.rollouts.run(
+            context.tasks.batch(step, config.tasks_per_step),
             mode=Mode.TRAIN,
             version=version,
             tag=f"s{step}",
             group_size=config.group_size,
         )
-        trajectories = await context.trajectories(finished, self.options)
+        trajectories = await context.rollouts.trajectories(finished, self.options)
         return SampledStep(finished, trajectories, trajectories)
 
     def _log_step(
@@ -188,7 +188,7 @@ class GRPOLoop:
         """Add the step's times to ``metrics``, log them, say why a step made no update."""
         metrics.update(times)
         metrics["time/step_s"] = time.perf_counter() - started
-        self.context.log(step + 1, metrics)
+        self.context.progress.log(step + 1, metrics)
         # One line per step about its failures, never one per rollout.
         finished = int(metrics.get("rollouts/finished", 0.0))
         failed = int(metrics.get("rollouts/failed", 0.0))
@@ -200,9 +200,9 @@ class GRPOLoop:
                     else f"no rollout produced a reward; the first: {self._step_failure}"
                 )
                 reason += f" (`fulmen rollouts show {self._step_example} --store "
-                reason += f"{self.context.store_url}`)"
+                reason += f"{self.context.run.store_url}`)"
             else:
-                reason = no_update_reason(metrics, store_url=self.context.store_url)
+                reason = no_update_reason(metrics, store_url=self.context.run.store_url)
             logger.warning("step %d made no update: %s", step + 1, reason)
         elif failed:
             logger.warning(
@@ -234,21 +234,21 @@ class GRPOLoop:
             return
         if len(failed) < len(finished):
             unrewarded = [r for r in finished if r.status is RolloutStatus.SUCCEEDED]
-            for records in await self.context.attempts(unrewarded[:1]):
+            for records in await self.context.rollouts.attempts(unrewarded[:1]):
                 self._step_failure = no_reward_reason(records.spans, calls=len(records.calls))
                 self._step_example = records.rollout_id
 
     async def _train(self, transitions: Sequence[Any]) -> dict[str, float]:
         """Take the step's policy update; return its metrics."""
         return await asyncio.to_thread(
-            self._trainer.train_step, transitions, policy_version=self.context.policy_version
+            self._trainer.train_step, transitions, policy_version=self.context.policy.version
         )
 
     async def _serve(self, completed: int, train_metrics: Mapping[str, float]) -> None:
         """Make the engine serve the updated policy from step ``completed`` on."""
         name = f"step-{completed:05d}"
         await serve_policy(self._trainer, self.context, name=name, step=completed)
-        self._trainer.policy_version = self.context.policy_version
+        self._trainer.policy_version = self.context.policy.version
 
     def _stop_if_failing(self, completed: int, metrics: Mapping[str, float]) -> None:
         """Raise ``AgentFailed`` once ``max_failed_steps`` steps in a row produced no reward.
@@ -270,7 +270,7 @@ class GRPOLoop:
         limit = self.config.max_failed_steps
         if limit is None or self._failed_steps < limit:
             return
-        store = self.context.store_url
+        store = self.context.run.store_url
         steps = f"the last {self._failed_steps} steps (to step {completed})"
         first = self._first_failure or "none recorded"
         if self._all_failed:
@@ -297,7 +297,7 @@ class GRPOLoop:
     ) -> dict[str, float]:
         rewards = [tr.final_reward for tr in trajectories if tr.final_reward is not None]
         metrics: dict[str, float] = {
-            **reward_metrics("reward", rewards, self.context.success_threshold),
+            **reward_metrics("reward", rewards, self.context.run.success_threshold),
             **named_reward_means("train/reward", [tr.secondary_rewards for tr in trajectories]),
             "rollouts/finished": float(len(finished)),
             "rollouts/failed": float(
@@ -321,13 +321,13 @@ class GRPOLoop:
         budget = self.config.max_minutes
         if completed % every and completed != self.config.steps and budget is None:
             return
-        checkpoints = self.context.run_dir / "checkpoints"
+        checkpoints = self.context.run.run_dir / "checkpoints"
         directory = checkpoints / f"step-{completed:05d}"
         await asyncio.to_thread(self._trainer.save_checkpoint, directory)
-        self.context.save_progress(completed, checkpoint=directory)
+        self.context.progress.save(completed, checkpoint=directory)
         keep_newest(checkpoints, pattern="step-*")
         if self._trainer.is_full:  # a model's size each; LoRA keeps every small adapter
-            keep_newest(self.context.run_dir / "weights", pattern="step-*")
+            keep_newest(self.context.run.run_dir / "weights", pattern="step-*")
 
 
 def _rewarded(metrics: Mapping[str, float]) -> int:

@@ -9,7 +9,7 @@ when it was served, clipped to ``[1 - clip_low, 1 + clip_high]``. Saving, hot-lo
 checkpoints are the on-policy loop's, so a killed run resumes after its last step.
 
 That ratio is right only for tokens sampled from ``softmax(logits / temperature)`` at the
-trainer's temperature. ``AlgorithmContext.behaviour_calls`` finds every token-level call whose
+trainer's temperature. ``context.rollouts.behaviour_calls`` finds every token-level call whose
 request (as the engine got it: the agent's body with its rollout's sampling fields applied,
 ``LLMResource.request_fields``) was sampled otherwise: another temperature, ``top_p`` < 1,
 ``top_k``, penalties, structured output (``fulmen.types.behaviour.off_behaviour_reason``).
@@ -51,9 +51,9 @@ class OfflineGRPOLoop(GRPOLoop):
         source = self.config.source
         if source is None:
             raise ValueError("the offline GRPO loop needs algorithm.source (data.from_store)")
-        attempts = await self.context.read_source(source)
-        temperature = self.config.update_config(seed=self.context.seed).temperature
-        behaviour, reasons = await self.context.behaviour_calls(
+        attempts = await self.context.rollouts.read_source(source)
+        temperature = self.config.update_config(seed=self.context.run.seed).temperature
+        behaviour, reasons = await self.context.rollouts.behaviour_calls(
             source, attempts, temperature=temperature
         )
         self._off_behaviour = sum(reasons.values())
@@ -91,7 +91,7 @@ class OfflineGRPOLoop(GRPOLoop):
         batch = self._batch
         read = time.perf_counter()
         train_metrics = await asyncio.to_thread(
-            self._trainer.train_step, batch.transitions, policy_version=context.policy_version
+            self._trainer.train_step, batch.transitions, policy_version=context.policy.version
         )
         trained = time.perf_counter()
         name = f"step-{step + 1:05d}"
@@ -100,7 +100,7 @@ class OfflineGRPOLoop(GRPOLoop):
         )
         rewards = [t.rollout_reward for t in {t.rollout_id: t for t in batch.transitions}.values()]
         metrics: dict[str, float] = {
-            **reward_metrics("reward", rewards, context.success_threshold),
+            **reward_metrics("reward", rewards, context.run.success_threshold),
             **batch.metrics(),
             "offline/off_behaviour_calls_skipped": float(self._off_behaviour),
             "transitions": float(len(batch.transitions)),
@@ -114,10 +114,10 @@ class OfflineGRPOLoop(GRPOLoop):
             "time/step_s": time.perf_counter() - started,
         }
         metrics["task/success"] = metrics.pop("reward/success")
-        context.log(step + 1, metrics)  # before the checkpoint that marks the step done
+        context.progress.log(step + 1, metrics)  # before the checkpoint that marks the step done
         await self._checkpoint(step + 1)
         if metrics.get("updated") == 0.0:
-            reason = no_update_reason(metrics, store_url=context.store_url)
+            reason = no_update_reason(metrics, store_url=context.run.store_url)
             logger.warning("step %d made no update: %s", step + 1, reason)
         return metrics
 

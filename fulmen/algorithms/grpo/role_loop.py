@@ -45,7 +45,7 @@ class RoleGRPOLoop(GRPOLoop):
     async def run(self) -> list[dict[str, float]]:
         """Train to the configured number of steps; returns the metrics of each step run."""
         adapters = self.config.adapters or {}
-        self.context.route_roles(adapters)
+        self.context.policy.route_roles(adapters)
         await asyncio.to_thread(self._build_trainer)
         return await self._run_steps()
 
@@ -54,16 +54,17 @@ class RoleGRPOLoop(GRPOLoop):
         from fulmen.algorithms.policy import load_adapter_weights
 
         progress = self.context.progress
-        config = self.config.update_config(seed=self.context.seed)
+        config = self.config.update_config(seed=self.context.run.seed)
         model = self._stage_model(config, adapter=None)  # adapters are loaded per role below
         policies = RolePolicies(model, config=config, adapters=self.config.adapters or {})
         if progress.checkpoint is not None:
             logger.info("resuming after step %d from %s", progress.step, progress.checkpoint)
             policies.load_checkpoint(progress.checkpoint)
         else:
-            served = progress.role_adapters
+            policy = self.context.policy
+            served = policy.role_adapters
             for name, engine in policies.engines.items():
-                start = served.get(name, progress.adapter)
+                start = served.get(name, policy.adapter)
                 if start is not None:  # this role's adapter, or the one earlier stages shared
                     logger.info("adapter %s starts from %s", name, start)
                     load_adapter_weights(engine.model, start, adapter_name=name)

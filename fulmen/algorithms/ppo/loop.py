@@ -1,7 +1,7 @@
 """``algorithm: ppo``'s run function: roll out, credit each call, update policy and critic, serve.
 
 Each step publishes a resources version naming the served policy, runs ``group_size``
-rollouts of each of ``tasks_per_step`` tasks (``AlgorithmContext.run_tasks``), reads their
+rollouts of each of ``tasks_per_step`` tasks (``context.rollouts.run``), reads their
 records and builds one transition per call with PPO's step rewards as the credit
 (``rewards.step_rewards``: the adapter's options otherwise apply), takes one PPO update
 (``PPOUpdater``: GAE with the value head, the clipped policy and value losses), saves the
@@ -87,8 +87,9 @@ async def _sample(
     )
     options = config.transition_options()
     trajectories = [
-        a.trajectory(options=options, credit=step_rewards) for a in await context.attempts(finished)
+        a.trajectory(options=options, credit=step_rewards)
+        for a in await context.rollouts.attempts(finished)
     ]
-    metrics = sampled_metrics(finished, trajectories, context.success_threshold)
+    metrics = sampled_metrics(finished, trajectories, context.run.success_threshold)
     metrics["task/success"] = metrics.pop("reward/success")
     return trajectories, metrics

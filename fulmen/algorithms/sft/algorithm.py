@@ -36,13 +36,13 @@ async def run_sft(config: SFTAlgorithmConfig, context: AlgorithmContext) -> list
     Returns the metrics of each round run now.
     """
     engine = await asyncio.to_thread(_build_engine, config, context)
-    progress = context.progress
+    policy = context.policy
     async with data_parallel(  # with algorithm.data_parallel: the steps run on every rank
         engine,
         config.data_parallel,
-        model_path=context.model_path,
-        weights=progress.weights,
-        adapter=progress.adapter,
+        model_path=context.run.model_path,
+        weights=policy.weights,
+        adapter=policy.adapter,
     ):
         return await _rounds(config, context, engine)
 
@@ -52,16 +52,16 @@ async def _rounds(
 ) -> list[dict[str, float]]:
     tokenizer = await asyncio.to_thread(_load_tokenizer, context)
     rounds = 1 if config.source is not None else config.rounds
-    threshold = config.kept_reward(context.success_threshold)
+    threshold = config.kept_reward(context.run.success_threshold)
     history: list[dict[str, float]] = []
     while context.progress.step < rounds:
         index = context.progress.step
         metrics: dict[str, float] = {}
         if config.source is not None:
-            attempts = await context.read_source(config.source)
+            attempts = await context.rollouts.read_source(config.source)
         else:
             attempts, rewards = await _sample(config, context, index)
-            metrics.update(reward_metrics("reward", rewards, context.success_threshold))
+            metrics.update(reward_metrics("reward", rewards, context.run.success_threshold))
             metrics["task/success"] = metrics.pop("reward/success")
         examples, stats = build_dataset(
             attempts,
@@ -81,13 +81,13 @@ async def _rounds(
         metrics.update(await asyncio.to_thread(_fit, engine, examples, index))
         name = f"round-{index + 1:03d}"
         await serve_policy(engine, context, name=name, step=index + 1)
-        directory = context.run_dir / "checkpoints" / name
-        context.log(index + 1, metrics)  # before the checkpoint that marks the round done
+        directory = context.run.run_dir / "checkpoints" / name
+        context.progress.log(index + 1, metrics)  # before the checkpoint that marks the round done
         await asyncio.to_thread(engine.save_checkpoint, directory)
-        context.save_progress(index + 1, checkpoint=directory)
+        context.progress.save(index + 1, checkpoint=directory)
         if engine.is_full:  # a model's size each; LoRA rounds keep every small adapter
-            keep_newest(context.run_dir / "weights", pattern="round-*")
-            keep_newest(context.run_dir / "checkpoints", pattern="round-*")
+            keep_newest(context.run.run_dir / "weights", pattern="round-*")
+            keep_newest(context.run.run_dir / "checkpoints", pattern="round-*")
         history.append(metrics)
     return history
 
@@ -98,48 +98,48 @@ def _build_engine(config: SFTAlgorithmConfig, context: AlgorithmContext) -> Any:
 
     settings = config.sft
     if settings.seed is None:
-        settings = settings.model_copy(update={"seed": context.seed})
-    progress = context.progress
-    if progress.weights is not None:
-        logger.info("sft starts from the full weights %s", progress.weights)
+        settings = settings.model_copy(update={"seed": context.run.seed})
+    progress, policy = context.progress, context.policy
+    if policy.weights is not None:
+        logger.info("sft starts from the full weights %s", policy.weights)
     model = load_stage_policy(
-        context.model_path,
+        context.run.model_path,
         dtype=settings.dtype,
         finetune=settings.finetune,
-        weights=progress.weights,
-        adapter=progress.adapter,
+        weights=policy.weights,
+        adapter=policy.adapter,
     )
     engine = SFTUpdater(model, config=settings)
     if progress.checkpoint is not None:
         logger.info("resuming sft after round %d from %s", progress.step, progress.checkpoint)
         engine.load_checkpoint(progress.checkpoint)
-    elif progress.adapter is not None and settings.finetune == "lora":
-        logger.info("sft starts from the adapter %s", progress.adapter)
-        load_adapter_weights(engine.model, progress.adapter)
+    elif policy.adapter is not None and settings.finetune == "lora":
+        logger.info("sft starts from the adapter %s", policy.adapter)
+        load_adapter_weights(engine.model, policy.adapter)
     return engine
 
 
 def _load_tokenizer(context: AlgorithmContext) -> Any:
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(str(context.model_path), local_files_only=True)
+    return AutoTokenizer.from_pretrained(str(context.run.model_path), local_files_only=True)
 
 
 async def _sample(
     config: SFTAlgorithmConfig, context: AlgorithmContext, index: int
 ) -> tuple[list[AttemptRecords], list[float]]:
     """Run one rejection-sampling round's rollouts with the served policy."""
-    count = config.tasks_per_round or len(context.train_tasks)
-    version = await context.publish(metadata={"round": index})
-    rollouts = await context.run_tasks(
-        context.task_batch(index, count),
+    count = config.tasks_per_round or len(context.tasks.train)
+    version = await context.rollouts.publish(metadata={"round": index})
+    rollouts = await context.rollouts.run(
+        context.tasks.batch(index, count),
         mode=Mode.TRAIN,
         version=version,
         tag=f"r{index}",
         group_size=config.attempts_per_task,
     )
-    rewards = await context.rewards(rollouts)
-    return await context.attempts(rollouts), rewards
+    rewards = await context.rollouts.rewards(rollouts)
+    return await context.rollouts.attempts(rollouts), rewards
 
 
 def _fit(engine: Any, examples: list[SFTExample], index: int) -> dict[str, float]:

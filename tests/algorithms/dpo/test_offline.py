@@ -40,43 +40,58 @@ def _attempt(rid: str, task: str, prompt: list[int], completion: list[int], rewa
 
 
 @dataclass
-class _Progress:
-    step: int = 0
-    checkpoint: Path | None = None
+class _Run:
+    run_dir: Path
+    model_path: Path
+    seed: int = 0
+    success_threshold: float = 1.0
+
+
+@dataclass
+class _Rollouts:
+    source_attempts: list[AttemptRecords]
+    reads: int = 0
+
+    async def read_source(self, source: StoreSource) -> list[AttemptRecords]:
+        self.reads += 1
+        return self.source_attempts
+
+
+@dataclass
+class _Policy:
+    version: str | None = None
     adapter: Path | None = None
     weights: Path | None = None
     role_adapters: dict[str, Path] = field(default_factory=dict)
+    served: list[Path] = field(default_factory=list)
+
+    async def serve_adapter(self, adapter_dir: Path, step: int, *, keep_loaded: int = 1) -> None:
+        self.served.append(adapter_dir)
+        self.version = adapter_dir.name
+
+
+@dataclass
+class _Progress:
+    step: int = 0
+    checkpoint: Path | None = None
+    validation_every: int | None = None
+    logged: list[dict[str, float]] = field(default_factory=list)
+
+    def save(self, step: int, *, checkpoint: Path | None = None) -> None:
+        self.step, self.checkpoint = step, checkpoint
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        self.logged.append(metrics)
 
 
 @dataclass
 class _Context:
     """The few services offline DPO uses (``AlgorithmContext``)."""
 
-    run_dir: Path
-    model_path: Path
-    source_attempts: list[AttemptRecords]
-    seed: int = 0
-    success_threshold: float = 1.0
-    validation_every: int | None = None
-    policy_version: str | None = None
+    run: _Run
+    rollouts: _Rollouts
+    policy: _Policy = field(default_factory=_Policy)
     progress: _Progress = field(default_factory=_Progress)
-    reads: int = 0
-    served: list[Path] = field(default_factory=list)
-    logged: list[dict[str, float]] = field(default_factory=list)
-
-    async def read_source(self, source: StoreSource) -> list[AttemptRecords]:
-        self.reads += 1
-        return self.source_attempts
-
-    async def serve_adapter(self, adapter_dir: Path, step: int, *, keep_loaded: int = 1) -> None:
-        self.served.append(adapter_dir)
-        self.policy_version = adapter_dir.name
-
-    def save_progress(self, step: int, *, checkpoint: Path | None = None) -> None:
-        self.progress = _Progress(step=step, checkpoint=checkpoint)
-
-    def log(self, step: int, metrics: dict[str, float]) -> None:
-        self.logged.append(metrics)
 
 
 def test_offline_dpo_trains_on_the_pairs_of_the_source(tmp_path: Path) -> None:
@@ -87,19 +102,21 @@ def test_offline_dpo_trains_on_the_pairs_of_the_source(tmp_path: Path) -> None:
         _attempt("a2", "A", [1, 10, 11], [20, 21, 22], 0.0),
         _attempt("b1", "B", [1, 12], [7, 7], 1.0),  # alone in its task: no pair
     ]
-    context = _Context(run_dir=tmp_path / "run", model_path=model_dir, source_attempts=attempts)
+    context = _Context(
+        run=_Run(run_dir=tmp_path / "run", model_path=model_dir), rollouts=_Rollouts(attempts)
+    )
     config = DPOAlgorithmConfig(
         steps=3,
         source=StoreSource(store="sqlite:///unused.db"),
         dpo=DPOConfig(learning_rate=1e-2, beta=0.5, lora=LoraSettings(r=4, alpha=8)),
     )
     history = asyncio.run(run_dpo(config, context))  # type: ignore[arg-type]
-    assert context.reads == 1  # read and paired once
+    assert context.rollouts.reads == 1  # read and paired once
     assert len(history) == 3 and context.progress.step == 3
     assert [m["dpo/pairs"] for m in history] == [1.0, 1.0, 1.0]
     assert history[0]["dpo/groups_single"] == 1.0
     assert history[0]["reward/mean"] == pytest.approx(2 / 3)
     assert history[0]["dpo/margin"] == 0.0  # a fresh adapter is its reference
     assert history[-1]["dpo/margin"] > 0 and history[-1]["dpo/accuracy"] == 1.0
-    assert [p.name for p in context.served] == ["step-00001", "step-00002", "step-00003"]
-    assert (context.served[-1] / "adapter_model.safetensors").is_file()
+    assert [p.name for p in context.policy.served] == ["step-00001", "step-00002", "step-00003"]
+    assert (context.policy.served[-1] / "adapter_model.safetensors").is_file()
