@@ -1,11 +1,11 @@
 """Saving and restoring a trained policy: resumable checkpoints, LoRA adapters, full models.
 
 Shared by every weight-training algorithm (``GRPOUpdater``, ``SFTUpdater``): a checkpoint holds
-the trainable parameters, the optimizer and torch RNG state, and a small JSON state the engine
-chooses (its step, its policy version, its config). An adapter or model whose trained weights
-hold a NaN or an infinity is never written for serving (``save_adapter``, ``save_model``): the
-engine would serve garbage under a new version. Torch, safetensors and peft are imported here,
-never by ``import fulmen``.
+the trainable parameters, the optimizer and torch RNG state, and a small JSON state the
+updater chooses (``updater.json``: its step, its policy version, its config). An adapter or
+model whose trained weights hold a NaN or an infinity is never written for serving
+(``save_adapter``, ``save_model``): the engine would serve garbage under a new version.
+Torch, safetensors and peft are imported here, never by ``import fulmen``.
 """
 
 from __future__ import annotations
@@ -44,7 +44,10 @@ __all__ = [
 
 _TRAINABLE_FILE = "trainable.safetensors"
 _OPTIMIZER_FILE = "optimizer.pt"
-_STATE_FILE = "engine.json"
+_STATE_FILE = "updater.json"
+# What checkpoints written before the rename call it (the updater's state, not an engine's):
+# still read, so a run checkpointed by an older fulmen resumes.
+_OLD_STATE_FILE = "engine.json"
 
 
 def check_finite(model: nn.Module) -> None:
@@ -113,7 +116,10 @@ def load_checkpoint(
     from safetensors.torch import load_file
 
     source = Path(directory)
-    if not (source / _STATE_FILE).is_file():
+    state_file = next(
+        (source / n for n in (_STATE_FILE, _OLD_STATE_FILE) if (source / n).is_file()), None
+    )
+    if state_file is None:
         raise ConfigError(f"{source} is not a checkpoint (no {_STATE_FILE})")
     weights = load_file(str(source / _TRAINABLE_FILE))
     params = {n: p for n, p in model.named_parameters() if p.requires_grad}
@@ -130,7 +136,7 @@ def load_checkpoint(
     saved = torch.load(source / _OPTIMIZER_FILE, weights_only=True)
     optimizer.load_state_dict(saved["optimizer"])
     torch.set_rng_state(saved["rng"])
-    return json.loads((source / _STATE_FILE).read_text(encoding="utf-8"))
+    return json.loads(state_file.read_text(encoding="utf-8"))
 
 
 def save_adapter(

@@ -182,7 +182,7 @@ async def test_the_role_loop_counts_the_unnamed_calls_it_leaves_out() -> None:
 
     policies = _policies()
     loop = RoleGRPOLoop(GRPOAlgorithmConfig(adapters=ADAPTERS), None)  # type: ignore[arg-type]
-    loop._trainer = policies
+    loop._updater = policies
     named = _batch(policies, "write_query", seed=8)
     unnamed = [
         t.model_copy(update={"agent_name": None, "rollout_id": f"u{i}"})

@@ -104,6 +104,21 @@ def test_checkpoint_resume_reproduces_the_next_step(tmp_path: Path) -> None:
     assert not (tmp_path / "ckpt.partial").exists()
 
 
+def test_a_checkpoint_written_before_the_state_file_was_renamed_still_resumes(
+    tmp_path: Path,
+) -> None:
+    engine = GRPOUpdater(tiny_llama(), config=GRPOConfig(learning_rate=1e-2))
+    engine.train_step(_batch(engine.model))
+    engine.policy_version = "v1"
+    engine.save_checkpoint(tmp_path / "ckpt")
+    assert (tmp_path / "ckpt" / "updater.json").is_file()
+    (tmp_path / "ckpt" / "updater.json").rename(tmp_path / "ckpt" / "engine.json")
+    resumed = GRPOUpdater(tiny_llama(), config=GRPOConfig(learning_rate=1e-2))
+    resumed.load_checkpoint(tmp_path / "ckpt")
+    assert (resumed.step, resumed.policy_version) == (1, "v1")
+    torch.testing.assert_close(_params(resumed), _params(engine), atol=0, rtol=0)
+
+
 def test_checkpoint_of_another_policy_is_refused(tmp_path: Path) -> None:
     GRPOUpdater(tiny_llama(), config=GRPOConfig(finetune="full")).save_checkpoint(tmp_path / "c")
     with pytest.raises(ConfigError, match="does not fit"):

@@ -117,20 +117,20 @@ class AsyncGRPOLoop(GRPOLoop):
     async def _train(self, transitions: Sequence[Any]) -> dict[str, float]:
         # stale transitions are counted against the update count, not the engine's version
         return await asyncio.to_thread(
-            self._trainer.train_step, transitions, policy_version=policy_label(self._policy)
+            self._updater.train_step, transitions, policy_version=policy_label(self._policy)
         )
 
     async def _serve(self, completed: int, train_metrics: Mapping[str, float]) -> None:
         # older adapters stay loaded for the rollouts of the policies still being harvested
         await serve_policy(
-            self._trainer,
+            self._updater,
             self.context,
             name=f"step-{completed:05d}",
             step=completed,
             keep_loaded=self.settings.max_staleness + 2,
         )
         self._policy += 1
-        self._trainer.policy_version = self.context.policy.version
+        self._updater.policy_version = self.context.policy.version
 
     async def _harvest(self, version: int) -> Harvest:
         """Take the step's groups; when drops left too few, sample more with this policy."""

@@ -48,7 +48,7 @@ class GRPOLoop:
         self.options = config.transition_options()
         self._attribution = AttributionCheck(self.options)
         self.history: list[dict[str, float]] = []
-        self._trainer: Any = None
+        self._updater: Any = None
         self._failed_steps = 0  # steps in a row in which no rollout produced a reward
         self._all_failed = True  # whether every rollout of those steps failed
         self._first_failure: str | None = None
@@ -64,10 +64,10 @@ class GRPOLoop:
         With ``algorithm.data_parallel`` (or under ``torchrun``) every update is shared with
         the other ranks (``docs/data-parallel.md``); this process still checkpoints and serves.
         """
-        await asyncio.to_thread(self._build_trainer)
+        await asyncio.to_thread(self._build_updater)
         policy = self.context.policy
         async with data_parallel(
-            self._trainer,
+            self._updater,
             self.config.data_parallel,
             model_path=self.context.run.model_path,
             weights=policy.weights,
@@ -113,21 +113,21 @@ class GRPOLoop:
             adapter=adapter,
         )
 
-    def _build_trainer(self) -> None:
+    def _build_updater(self) -> None:
         from fulmen.algorithms.grpo.updater import GRPOUpdater
         from fulmen.algorithms.policy import load_adapter_weights
 
         progress, policy = self.context.progress, self.context.policy
         config = self.config.update_config(seed=self.context.run.seed)
         model = self._stage_model(config, adapter=policy.adapter)
-        self._trainer = GRPOUpdater(model, config=config)
+        self._updater = GRPOUpdater(model, config=config)
         if progress.checkpoint is not None:
             logger.info("resuming after step %d from %s", progress.step, progress.checkpoint)
-            self._trainer.load_checkpoint(progress.checkpoint)
-        elif policy.adapter is not None and not self._trainer.is_full:
+            self._updater.load_checkpoint(progress.checkpoint)
+        elif policy.adapter is not None and not self._updater.is_full:
             logger.info("starting from the adapter %s", policy.adapter)
-            load_adapter_weights(self._trainer.model, policy.adapter)
-        self._trainer.policy_version = self.context.policy.version
+            load_adapter_weights(self._updater.model, policy.adapter)
+        self._updater.policy_version = self.context.policy.version
 
     # -- one step ---------------------------------------------------------------------------
 
@@ -241,14 +241,14 @@ class GRPOLoop:
     async def _train(self, transitions: Sequence[Any]) -> dict[str, float]:
         """Take the step's policy update; return its metrics."""
         return await asyncio.to_thread(
-            self._trainer.train_step, transitions, policy_version=self.context.policy.version
+            self._updater.train_step, transitions, policy_version=self.context.policy.version
         )
 
     async def _serve(self, completed: int, train_metrics: Mapping[str, float]) -> None:
         """Make the engine serve the updated policy from step ``completed`` on."""
         name = f"step-{completed:05d}"
-        await serve_policy(self._trainer, self.context, name=name, step=completed)
-        self._trainer.policy_version = self.context.policy.version
+        await serve_policy(self._updater, self.context, name=name, step=completed)
+        self._updater.policy_version = self.context.policy.version
 
     def _stop_if_failing(self, completed: int, metrics: Mapping[str, float]) -> None:
         """Raise ``AgentFailed`` once ``max_failed_steps`` steps in a row produced no reward.
@@ -323,10 +323,10 @@ class GRPOLoop:
             return
         checkpoints = self.context.run.run_dir / "checkpoints"
         directory = checkpoints / f"step-{completed:05d}"
-        await asyncio.to_thread(self._trainer.save_checkpoint, directory)
+        await asyncio.to_thread(self._updater.save_checkpoint, directory)
         self.context.progress.save(completed, checkpoint=directory)
         keep_newest(checkpoints, pattern="step-*")
-        if self._trainer.is_full:  # a model's size each; LoRA keeps every small adapter
+        if self._updater.is_full:  # a model's size each; LoRA keeps every small adapter
             keep_newest(self.context.run.run_dir / "weights", pattern="step-*")
 
 

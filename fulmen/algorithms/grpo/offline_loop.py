@@ -91,12 +91,12 @@ class OfflineGRPOLoop(GRPOLoop):
         batch = self._batch
         read = time.perf_counter()
         train_metrics = await asyncio.to_thread(
-            self._trainer.train_step, batch.transitions, policy_version=context.policy.version
+            self._updater.train_step, batch.transitions, policy_version=context.policy.version
         )
         trained = time.perf_counter()
         name = f"step-{step + 1:05d}"
-        self._trainer.policy_version = await serve_policy(
-            self._trainer, context, name=name, step=step + 1
+        self._updater.policy_version = await serve_policy(
+            self._updater, context, name=name, step=step + 1
         )
         rewards = [t.rollout_reward for t in {t.rollout_id: t for t in batch.transitions}.values()]
         metrics: dict[str, float] = {

@@ -46,10 +46,10 @@ class RoleGRPOLoop(GRPOLoop):
         """Train to the configured number of steps; returns the metrics of each step run."""
         adapters = self.config.adapters or {}
         self.context.policy.route_roles(adapters)
-        await asyncio.to_thread(self._build_trainer)
+        await asyncio.to_thread(self._build_updater)
         return await self._run_steps()
 
-    def _build_trainer(self) -> None:
+    def _build_updater(self) -> None:
         from fulmen.algorithms.grpo.role_policies import RolePolicies
         from fulmen.algorithms.policy import load_adapter_weights
 
@@ -68,11 +68,11 @@ class RoleGRPOLoop(GRPOLoop):
                 if start is not None:  # this role's adapter, or the one earlier stages shared
                     logger.info("adapter %s starts from %s", name, start)
                     load_adapter_weights(engine.model, start, adapter_name=name)
-        self._trainer = policies
+        self._updater = policies
 
     async def _train(self, transitions: Sequence[Any]) -> dict[str, float]:
         per_role: dict[str, dict[str, float]] = await asyncio.to_thread(
-            self._trainer.train_step, transitions
+            self._updater.train_step, transitions
         )
         metrics: dict[str, float] = {
             "updated": max((m.get("updated", 0.0) for m in per_role.values()), default=0.0)
@@ -89,7 +89,7 @@ class RoleGRPOLoop(GRPOLoop):
         return metrics
 
     async def _serve(self, completed: int, train_metrics: Mapping[str, float]) -> None:
-        for role, engine in self._trainer.engines.items():
+        for role, engine in self._updater.engines.items():
             if not train_metrics.get(f"{role}/updated"):
                 continue  # its served adapter is still its newest
             engine.policy_version = await serve_policy(
