@@ -20,6 +20,7 @@ import httpx
 from pydantic import BaseModel
 
 from fulmen.store.base import Capabilities, ReconcileReport, Store
+from fulmen.store.client_ops import given_fields
 from fulmen.store.client_runs import RunsOverHttp
 from fulmen.store.clock import new_id
 from fulmen.store.connection import StoreConnection
@@ -36,7 +37,6 @@ from fulmen.store.wire import (
     WaitRequest,
 )
 from fulmen.types import (
-    UNSET,
     Attempt,
     AttemptStatus,
     Claim,
@@ -155,7 +155,7 @@ class StoreClient(RunsOverHttp, Store):
         self, attempt_id: str, status: AttemptStatus | Unset, error: str | Unset | None
     ) -> Attempt:
         # If the first report was applied, repeating it would record a "late" report.
-        given = _given(status=status, error=error)
+        given = given_fields(status=status, error=error)
         recover = _if_applied(lambda: self._get_attempt(attempt_id), given)
         body = AttemptUpdate.model_construct(**given)
         path = {"attempt_id": attempt_id}
@@ -169,7 +169,7 @@ class StoreClient(RunsOverHttp, Store):
     ) -> Rollout:
         # A cancel that reached the server before the connection broke must not be sent
         # again: a second cancel of a final rollout is an InvalidTransition.
-        given = _given(status=status, metadata=metadata)
+        given = given_fields(status=status, metadata=metadata)
         recover = _if_applied(lambda: self._get_rollout(rollout_id), given)
         body = RolloutUpdate.model_construct(**given)
         path = {"rollout_id": rollout_id}
@@ -275,11 +275,6 @@ def _record_params(attempt_id: str | None, after_sequence: int, limit: int) -> d
     if attempt_id is not None:
         params["attempt_id"] = attempt_id
     return params
-
-
-def _given(**fields: Any) -> dict[str, Any]:
-    """Return the fields of a partial update that were given (not ``UNSET``)."""
-    return {name: value for name, value in fields.items() if value is not UNSET}
 
 
 def _if_applied(

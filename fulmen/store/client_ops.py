@@ -14,8 +14,9 @@ from urllib.parse import quote
 from pydantic import BaseModel, TypeAdapter
 
 from fulmen.store.routes import OPERATIONS, Operation
+from fulmen.types import UNSET
 
-__all__ = ["OperationCalls"]
+__all__ = ["OperationCalls", "given_fields"]
 
 _OPERATIONS: dict[str, Operation] = {op.name: op for op in OPERATIONS}
 _RESPONSES: dict[str, TypeAdapter[Any]] = {
@@ -50,3 +51,8 @@ class OperationCalls:
         raw = await self._send(operation.method, url, body, **args)
         response = _RESPONSES.get(name)
         return None if response is None else response.validate_json(raw)
+
+
+def given_fields(**fields: Any) -> dict[str, Any]:
+    """Return the fields of a partial update that were given (not ``UNSET``)."""
+    return {name: value for name, value in fields.items() if value is not UNSET}

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from fulmen.store.client_ops import OperationCalls
+from fulmen.store.client_ops import OperationCalls, given_fields
 from fulmen.store.wire import RunMetricsRequest, RunUpdate
-from fulmen.types import UNSET, ModelVersion, Page, Run, RunMetrics, RunStatus, Unset
+from fulmen.types import ModelVersion, Page, Run, RunMetrics, RunStatus, Unset
 from fulmen.types.releases import Release, ReleaseCreate, ReleaseDecision
 
 __all__ = ["RunsOverHttp"]
@@ -28,8 +28,7 @@ class RunsOverHttp(OperationCalls):
     async def _update_run(
         self, run_id: str, status: RunStatus | Unset, ended_at: float | Unset | None
     ) -> Run:
-        fields: dict[str, Any] = {"status": status, "ended_at": ended_at}
-        body = RunUpdate.model_construct(**{k: v for k, v in fields.items() if v is not UNSET})
+        body = RunUpdate.model_construct(**given_fields(status=status, ended_at=ended_at))
         return await self._call("update_run", body, path={"run_id": run_id}, partial=True)
 
     async def _add_run_metrics(self, metrics: list[RunMetrics]) -> None:
