@@ -182,15 +182,15 @@ async def test_the_role_loop_counts_the_unnamed_calls_it_leaves_out() -> None:
 
     policies = _policies()
     loop = RoleGRPOLoop(GRPOAlgorithmConfig(adapters=ADAPTERS), None)  # type: ignore[arg-type]
-    loop._updater = policies
+    loop.updater = policies
     named = _batch(policies, "write_query", seed=8)
     unnamed = [
         t.model_copy(update={"agent_name": None, "rollout_id": f"u{i}"})
         for i, t in enumerate(_batch(policies, "write_query", seed=9))
     ]
-    metrics = await loop._train(named + unnamed)
+    metrics = await loop.update(0, named + unnamed)
     assert (metrics["transitions"], metrics["dropped_unrouted"]) == (4.0, 4.0)
     assert metrics["writer/transitions"] == 4.0 and metrics["writer/updated"] == 1.0
-    alone = await loop._train(unnamed)
+    alone = await loop.update(1, unnamed)
     assert (alone["updated"], alone["transitions"], alone["dropped_unrouted"]) == (0.0, 0.0, 4.0)
     assert "4 transitions came from calls that carried no agent name" in no_update_reason(alone)

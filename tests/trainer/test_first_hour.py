@@ -136,7 +136,7 @@ def test_missing_tasks_file_says_where_relative_paths_start(
 
 
 def test_progress_bar_keeps_log_lines_off_the_bar_line(monkeypatch: pytest.MonkeyPatch) -> None:
-    from fulmen.algorithms.update_steps import progress_bar
+    from fulmen.algorithms.step_loop import progress_bar
 
     stream = io.StringIO()
     monkeypatch.setattr(sys, "stderr", stream)  # the bar and the console handler both use it
@@ -263,7 +263,7 @@ def test_import_errors_point_at_the_cause(
 def test_progress_bar_shows_the_time_budget_left_when_there_is_one() -> None:
     import time
 
-    from fulmen.algorithms.update_steps import step_postfix
+    from fulmen.algorithms.step_loop import step_postfix
 
     metrics = {"reward/mean": 0.25, "time/step_s": 31.97}
     assert step_postfix(metrics, float("inf")) == {"reward": "0.250", "step_s": "32.0"}
@@ -280,7 +280,7 @@ class _Terminal(io.StringIO):
 
 
 def _draw(stream: io.StringIO, monkeypatch: pytest.MonkeyPatch, *, budgeted: bool) -> str:
-    from fulmen.algorithms.update_steps import progress_bar
+    from fulmen.algorithms.step_loop import progress_bar
 
     monkeypatch.setattr(sys, "stderr", stream)
     with progress_bar(1000, 0, budgeted=budgeted) as bar:

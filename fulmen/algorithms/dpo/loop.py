@@ -22,10 +22,10 @@ from fulmen.algorithms.dpo.config import DPOAlgorithmConfig
 from fulmen.algorithms.dpo.pairs import PairStats, PreferencePair, build_pairs
 from fulmen.algorithms.rewards import reward_metrics
 from fulmen.algorithms.source import StoreSource
-from fulmen.algorithms.update_steps import run_step_groups, run_update_steps, sampled_metrics
+from fulmen.algorithms.step_loop import Sample, Schedule, StepLoop, run_step_groups, sampled_metrics
 from fulmen.types import Trajectory
 
-__all__ = ["run_dpo"]
+__all__ = ["DPOLoop", "run_dpo"]
 
 logger = logging.getLogger("fulmen.train")
 
@@ -35,31 +35,35 @@ async def run_dpo(config: DPOAlgorithmConfig, context: AlgorithmContext) -> list
 
     Returns the metrics of each step run now.
     """
-    updater = await asyncio.to_thread(_build_updater, config, context)
-    offline: tuple[list[PreferencePair], PairStats, list[float]] | None = None
+    loop = DPOLoop(config, context)
+    loop.updater = await asyncio.to_thread(_build_updater, config, context)
+    return await loop.run_steps()
 
-    async def sample(step: int) -> tuple[list[PreferencePair], dict[str, float]]:
-        nonlocal offline
+
+class DPOLoop(StepLoop):
+    """DPO's steps: each group's best rollout paired against its worst (module docstring)."""
+
+    def __init__(self, config: DPOAlgorithmConfig, context: AlgorithmContext) -> None:
+        super().__init__(
+            context, Schedule(config.steps, config.checkpoint_every, config.max_minutes)
+        )
+        self.config = config
+        self._offline: tuple[list[PreferencePair], PairStats, list[float]] | None = None
+
+    async def sample(self, step: int) -> Sample:
+        """Pair the step's groups, or (with ``source``) the store's rollouts read once."""
+        config, context = self.config, self.context
         if config.source is not None:
-            offline = offline or await _read_pairs(config, config.source, context)
-            pairs, stats, rewards = offline
+            self._offline = self._offline or await _read_pairs(config, config.source, context)
+            pairs, stats, rewards = self._offline
             metrics = reward_metrics("reward", rewards, context.run.success_threshold)
+            metrics["task/success"] = metrics.pop("reward/success")
         else:
             pairs, stats, metrics = await _sample_pairs(config, context, step)
-        metrics["task/success"] = metrics.pop("reward/success")
         metrics.update(stats.as_metrics())
         if not pairs:
             logger.warning("dpo step %d makes no update: %s", step + 1, _no_pair_reason(stats))
-        return pairs, metrics
-
-    return await run_update_steps(
-        context,
-        updater,
-        steps=config.steps,
-        checkpoint_every=config.checkpoint_every,
-        max_minutes=config.max_minutes,
-        sample=sample,
-    )
+        return Sample(pairs, metrics)
 
 
 def _build_updater(config: DPOAlgorithmConfig, context: AlgorithmContext) -> Any:

@@ -22,7 +22,6 @@ per staleness ``0..max_staleness``), ``async/dropped_transitions`` (and ``_rollo
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -31,6 +30,7 @@ from fulmen.algorithms.grpo.config import AsyncSettings, GRPOAlgorithmConfig
 from fulmen.algorithms.grpo.group_pool import FinishedGroup, GroupPool, Harvest, group_rollouts
 from fulmen.algorithms.grpo.loop import GRPOLoop
 from fulmen.algorithms.serving import serve_policy
+from fulmen.algorithms.step_loop import Sample
 from fulmen.types import Transition
 
 __all__ = ["AsyncGRPOLoop", "labelled_transitions", "policy_label", "staleness_metrics"]
@@ -84,9 +84,9 @@ class AsyncGRPOLoop(GRPOLoop):
         finally:
             await self._pool.aclose()
 
-    async def _step(self, step: int) -> dict[str, float]:
+    async def sample(self, step: int) -> Sample:
+        """Keep the pool topped up, then take the step's oldest finished groups."""
         context = self.context
-        started = time.perf_counter()
         version = await context.rollouts.publish(metadata={"step": step})
         self._top_up(step, version)
         harvest = await self._harvest(version)
@@ -96,41 +96,39 @@ class AsyncGRPOLoop(GRPOLoop):
         self._attribution.check(step + 1, [tr.diagnostics for tr in trajectories])
         transitions = labelled_transitions(harvest.groups, trajectories)
         dropped = await context.rollouts.trajectories(group_rollouts(harvest.dropped), self.options)
-        rolled = time.perf_counter()
-        train_metrics = await self._train(transitions)
-        trained = time.perf_counter()
-        await self._serve(step + 1, train_metrics)
-        synced = time.perf_counter()
-        metrics = self._metrics(finished, trajectories, transitions, train_metrics)
-        metrics.update(self._async_metrics(harvest, dropped, transitions))
-        times = {
-            "time/rollout_s": rolled - started,
-            "time/wait_data_s": harvest.waited_s,
-            "time/wait_weights_s": self._pool.idle_seconds(),
-            "time/train_s": trained - rolled,
-            "time/sync_s": synced - trained,
-        }
-        logged = self._log_step(step, metrics, times, started)  # before the checkpoint (loop.py)
-        await self._checkpoint(step + 1)
-        return logged
-
-    async def _train(self, transitions: Sequence[Any]) -> dict[str, float]:
-        # stale transitions are counted against the update count, not the engine's version
-        return await asyncio.to_thread(
-            self._updater.train_step, transitions, policy_version=policy_label(self._policy)
+        metrics = self._metrics(finished, trajectories, transitions)
+        return Sample(
+            transitions,
+            metrics,
+            times={"time/wait_data_s": harvest.waited_s},
+            detail=(harvest, dropped),
         )
 
-    async def _serve(self, completed: int, train_metrics: Mapping[str, float]) -> None:
-        # older adapters stay loaded for the rollouts of the policies still being harvested
+    async def update(self, step: int, batch: Any) -> dict[str, float]:
+        """Take the update; stale transitions count against the update count (module doc)."""
+        return await asyncio.to_thread(
+            self.updater.train_step, batch, policy_version=policy_label(self._policy)
+        )
+
+    async def serve(self, completed: int, updated: Mapping[str, float]) -> None:
+        """Serve the new policy; older adapters stay loaded for the groups still running."""
         await serve_policy(
-            self._updater,
+            self.updater,
             self.context,
-            name=f"step-{completed:05d}",
+            name=self.schedule.name(completed),
             step=completed,
             keep_loaded=self.settings.max_staleness + 2,
         )
         self._policy += 1
-        self._updater.policy_version = self.context.policy.version
+        self.updater.policy_version = self.context.policy.version
+
+    def report(self, sample: Sample, updated: Mapping[str, Any]) -> dict[str, float]:
+        """Return the synchronous loop's metrics, then staleness, drops, carried groups, idle."""
+        metrics = super().report(sample, updated)
+        harvest, dropped = sample.detail
+        metrics.update(self._async_metrics(harvest, dropped, sample.batch))
+        metrics["time/wait_weights_s"] = self._pool.idle_seconds()
+        return metrics
 
     async def _harvest(self, version: int) -> Harvest:
         """Take the step's groups; when drops left too few, sample more with this policy."""

@@ -5,32 +5,29 @@ step publishes a resources version naming the current policy, runs ``group_size`
 each of ``tasks_per_step`` tasks, turns their records into transitions (``fulmen.adapter``),
 takes one policy update (``GRPOUpdater``), saves the LoRA adapter and hot-loads it into the
 engine under a new name (``finetune: full``: saves the model and has the engine reload it as its
-weights), and checkpoints. Validation runs on its schedule between steps (the stage runner
-validates before and after the stage). A stage that already has a checkpoint resumes after its
-last completed step; a stage that starts after another one that published an adapter or full
-weights starts from them.
+weights), and checkpoints. ``GRPOLoop`` writes the step's sampling, update and failure
+tracking; the step loop every weight-updating algorithm shares (``fulmen.algorithms.step_loop``)
+writes the rest: serving, times, log line, checkpoints, validation on its schedule between
+steps (the stage runner validates before and after the stage) and the time budget. A stage
+that already has a checkpoint resumes after its last completed step; a stage that starts after
+another one that published an adapter or full weights starts from them.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from fulmen.adapter.attribution import AttributionCheck
-from fulmen.adapter.named_rewards import named_reward_means
 from fulmen.algorithms.context import AlgorithmContext
 from fulmen.algorithms.grpo.config import GRPOAlgorithmConfig, GRPOConfig
 from fulmen.algorithms.grpo.diagnose import no_update_reason
 from fulmen.algorithms.grpo.dynamic_sampling import FlatTasks, SampledStep, sample_step
 from fulmen.algorithms.parallel.group import data_parallel
-from fulmen.algorithms.rewards import reward_metrics
-from fulmen.algorithms.rollout_concurrency import concurrency_metrics
-from fulmen.algorithms.serving import keep_newest, serve_policy
-from fulmen.algorithms.update_steps import progress_bar, step_postfix
+from fulmen.algorithms.step_loop import Sample, Schedule, StepLoop, sampled_metrics
 from fulmen.errors import AgentFailed, error_summary
 from fulmen.types import Mode, Rollout, RolloutStatus
 
@@ -39,16 +36,15 @@ __all__ = ["GRPOLoop"]
 logger = logging.getLogger("fulmen.train")
 
 
-class GRPOLoop:
-    """Runs the GRPO steps of one stage through an ``AlgorithmContext``."""
+class GRPOLoop(StepLoop):
+    """Runs the GRPO steps of one stage through an ``AlgorithmContext`` (``StepLoop``)."""
 
     def __init__(self, config: GRPOAlgorithmConfig, context: AlgorithmContext) -> None:
+        schedule = Schedule(config.steps, config.checkpoint_every, config.max_minutes)
+        super().__init__(context, schedule)
         self.config = config
-        self.context = context
         self.options = config.transition_options()
         self._attribution = AttributionCheck(self.options)
-        self.history: list[dict[str, float]] = []
-        self._updater: Any = None
         self._failed_steps = 0  # steps in a row in which no rollout produced a reward
         self._all_failed = True  # whether every rollout of those steps failed
         self._first_failure: str | None = None
@@ -67,34 +63,13 @@ class GRPOLoop:
         await asyncio.to_thread(self._build_updater)
         policy = self.context.policy
         async with data_parallel(
-            self._updater,
+            self.updater,
             self.config.data_parallel,
             model_path=self.context.run.model_path,
             weights=policy.weights,
             adapter=policy.adapter,
         ):
-            return await self._run_steps()
-
-    async def _run_steps(self) -> list[dict[str, float]]:
-        total = self.config.steps
-        budget = self.config.max_minutes
-        deadline = time.monotonic() + budget * 60 if budget else float("inf")
-        every = self.context.progress.validation_every
-        # The saved progress moves only at checkpoints (a restart resumes from the newest one),
-        # so with checkpoint_every > 1 the steps are counted here.
-        first = self.context.progress.step
-        with progress_bar(total, first, budgeted=bool(budget)) as progress:
-            for step in range(first, total):
-                metrics = await self._step(step)
-                self.history.append(metrics)
-                self._stop_if_failing(step + 1, metrics)
-                progress.update(1)
-                progress.set_postfix(step_postfix(metrics, deadline))
-                if step + 1 == total or time.monotonic() >= deadline:
-                    break  # the stage runner validates after the stage
-                if every and (step + 1) % every == 0:
-                    await self.context.progress.validate(step + 1)
-        return self.history
+            return await self.run_steps()
 
     # -- setup ------------------------------------------------------------------------------
 
@@ -120,43 +95,29 @@ class GRPOLoop:
         progress, policy = self.context.progress, self.context.policy
         config = self.config.update_config(seed=self.context.run.seed)
         model = self._stage_model(config, adapter=policy.adapter)
-        self._updater = GRPOUpdater(model, config=config)
+        self.updater = GRPOUpdater(model, config=config)
         if progress.checkpoint is not None:
             logger.info("resuming after step %d from %s", progress.step, progress.checkpoint)
-            self._updater.load_checkpoint(progress.checkpoint)
-        elif policy.adapter is not None and not self._updater.is_full:
+            self.updater.load_checkpoint(progress.checkpoint)
+        elif policy.adapter is not None and not self.updater.is_full:
             logger.info("starting from the adapter %s", policy.adapter)
-            load_adapter_weights(self._updater.model, policy.adapter)
-        self._updater.policy_version = self.context.policy.version
+            load_adapter_weights(self.updater.model, policy.adapter)
+        self.updater.policy_version = self.context.policy.version
 
     # -- one step ---------------------------------------------------------------------------
 
-    async def _step(self, step: int) -> dict[str, float]:
+    async def sample(self, step: int) -> Sample:
+        """Publish the served policy and run the step's rollouts; build their transitions."""
         context = self.context
-        started = time.perf_counter()
         version = await context.rollouts.publish(metadata={"step": step})
         sampled = await self._sample(step, version)
         finished, trajectories = sampled.finished, sampled.trajectories
         await self._note_failures(finished, trajectories)
         self._attribution.check(step + 1, [tr.diagnostics for tr in trajectories])
-        rolled = time.perf_counter()
         transitions = [t for tr in sampled.trained for t in tr.transitions]
-        train_metrics = await self._train(transitions)
-        trained = time.perf_counter()
-        await self._serve(step + 1, train_metrics)
-        synced = time.perf_counter()
-        metrics = self._metrics(finished, trajectories, transitions, train_metrics)
+        metrics = self._metrics(finished, trajectories, transitions)
         metrics.update(sampled.metrics)
-        times = {
-            "time/rollout_s": rolled - started,
-            "time/train_s": trained - rolled,
-            "time/sync_s": synced - trained,
-        }
-        # The step's metrics first, then the checkpoint that marks it done: a run killed in
-        # between runs the step again on resume (twice in the metrics), never loses its line.
-        logged = self._log_step(step, metrics, times, started)
-        await self._checkpoint(step + 1)
-        return logged
+        return Sample(transitions, metrics)
 
     async def _sample(self, step: int, version: int) -> SampledStep:
         """Run the step's rollouts: its task draw, or dynamic sampling's groups with signal."""
@@ -182,14 +143,24 @@ class GRPOLoop:
         trajectories = await context.rollouts.trajectories(finished, self.options)
         return SampledStep(finished, trajectories, trajectories)
 
-    def _log_step(
-        self, step: int, metrics: dict[str, float], times: Mapping[str, float], started: float
-    ) -> dict[str, float]:
-        """Add the step's times to ``metrics``, log them, say why a step made no update."""
-        metrics.update(times)
-        metrics["time/step_s"] = time.perf_counter() - started
-        self.context.progress.log(step + 1, metrics)
-        # One line per step about its failures, never one per rollout.
+    async def update(self, step: int, batch: Any) -> dict[str, float]:
+        """Take the step's policy update on its transitions; return its metrics."""
+        return await asyncio.to_thread(
+            self.updater.train_step, batch, policy_version=self.context.policy.version
+        )
+
+    async def serve(self, completed: int, updated: Mapping[str, float]) -> None:
+        """Make the engine serve the updated policy from step ``completed`` on."""
+        await super().serve(completed, updated)
+        self.updater.policy_version = self.context.policy.version
+
+    def after_step(self, completed: int, sample: Sample, metrics: Mapping[str, float]) -> None:
+        """Say why the step made no update or which rollouts failed; stop a failing run."""
+        self._warn(completed, metrics)
+        self._stop_if_failing(completed, metrics)
+
+    def _warn(self, completed: int, metrics: Mapping[str, float]) -> None:
+        """One line per step about its failures, never one per rollout."""
         finished = int(metrics.get("rollouts/finished", 0.0))
         failed = int(metrics.get("rollouts/failed", 0.0))
         if metrics.get("updated") == 0.0:
@@ -203,16 +174,15 @@ class GRPOLoop:
                 reason += f"{self.context.run.store_url}`)"
             else:
                 reason = no_update_reason(metrics, store_url=self.context.run.store_url)
-            logger.warning("step %d made no update: %s", step + 1, reason)
+            logger.warning("step %d made no update: %s", completed, reason)
         elif failed:
             logger.warning(
                 "step %d: %d of %d rollouts failed; the first: %s",
-                step + 1,
+                completed,
                 failed,
                 finished,
                 self._step_failure or "no error recorded",
             )
-        return metrics
 
     async def _note_failures(
         self, finished: Sequence[Rollout], trajectories: Sequence[Any]
@@ -237,18 +207,6 @@ class GRPOLoop:
             for records in await self.context.rollouts.attempts(unrewarded[:1]):
                 self._step_failure = no_reward_reason(records.spans, calls=len(records.calls))
                 self._step_example = records.rollout_id
-
-    async def _train(self, transitions: Sequence[Any]) -> dict[str, float]:
-        """Take the step's policy update; return its metrics."""
-        return await asyncio.to_thread(
-            self._updater.train_step, transitions, policy_version=self.context.policy.version
-        )
-
-    async def _serve(self, completed: int, train_metrics: Mapping[str, float]) -> None:
-        """Make the engine serve the updated policy from step ``completed`` on."""
-        name = f"step-{completed:05d}"
-        await serve_policy(self._updater, self.context, name=name, step=completed)
-        self._updater.policy_version = self.context.policy.version
 
     def _stop_if_failing(self, completed: int, metrics: Mapping[str, float]) -> None:
         """Raise ``AgentFailed`` once ``max_failed_steps`` steps in a row produced no reward.
@@ -293,41 +251,12 @@ class GRPOLoop:
         finished: Sequence[Rollout],
         trajectories: Sequence[Any],
         transitions: Sequence[Any],
-        train_metrics: dict[str, Any],
     ) -> dict[str, float]:
-        rewards = [tr.final_reward for tr in trajectories if tr.final_reward is not None]
-        metrics: dict[str, float] = {
-            **reward_metrics("reward", rewards, self.context.run.success_threshold),
-            **named_reward_means("train/reward", [tr.secondary_rewards for tr in trajectories]),
-            "rollouts/finished": float(len(finished)),
-            "rollouts/failed": float(
-                sum(r.status is not RolloutStatus.SUCCEEDED for r in finished)
-            ),
-            "rollouts/rewarded": float(len(rewards)),
-            **concurrency_metrics(finished),
-            "transitions": float(len(transitions)),
-            **_diagnostics(trajectories),
-            **{
-                f"train/{k}" if k in ("step", "time") else k: float(v)
-                for k, v in train_metrics.items()
-                if isinstance(v, int | float)
-            },
-        }
-        metrics["task/success"] = metrics.pop("reward/success")
+        """Return the step's rollout metrics, its trained transitions, the adapter's counts."""
+        metrics = sampled_metrics(finished, trajectories, self.context.run.success_threshold)
+        metrics["transitions"] = float(len(transitions))
+        metrics.update(_diagnostics(trajectories))
         return metrics
-
-    async def _checkpoint(self, completed: int) -> None:
-        every = self.config.checkpoint_every
-        budget = self.config.max_minutes
-        if completed % every and completed != self.config.steps and budget is None:
-            return
-        checkpoints = self.context.run.run_dir / "checkpoints"
-        directory = checkpoints / f"step-{completed:05d}"
-        await asyncio.to_thread(self._updater.save_checkpoint, directory)
-        self.context.progress.save(completed, checkpoint=directory)
-        keep_newest(checkpoints, pattern="step-*")
-        if self._updater.is_full:  # a model's size each; LoRA keeps every small adapter
-            keep_newest(self.context.run.run_dir / "weights", pattern="step-*")
 
 
 def _rewarded(metrics: Mapping[str, float]) -> int:

@@ -22,16 +22,15 @@ call's tokens become part of the next call's observation, masked out like a tool
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import time
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from fulmen.algorithms.grpo.diagnose import no_update_reason
 from fulmen.algorithms.grpo.loop import GRPOLoop
 from fulmen.algorithms.grpo.offline import OfflineBatch, offline_batch
 from fulmen.algorithms.rewards import reward_metrics
-from fulmen.algorithms.serving import serve_policy
+from fulmen.algorithms.step_loop import Sample
 
 if TYPE_CHECKING:
     from fulmen.adapter.transitions import AttemptRecords
@@ -46,6 +45,7 @@ class OfflineGRPOLoop(GRPOLoop):
 
     _batch: OfflineBatch | None = None
     _off_behaviour = 0
+    sample_time = "time/read_s"  # there are no rollouts: the first step reads the store
 
     async def _read(self) -> OfflineBatch:
         source = self.config.source
@@ -83,43 +83,27 @@ class OfflineGRPOLoop(GRPOLoop):
         )
         return batch
 
-    async def _step(self, step: int) -> dict[str, float]:
-        context = self.context
-        started = time.perf_counter()
+    async def sample(self, step: int) -> Sample:
+        """Read the source once; every step trains on all of its transitions."""
         if self._batch is None:
             self._batch = await self._read()
         batch = self._batch
-        read = time.perf_counter()
-        train_metrics = await asyncio.to_thread(
-            self._updater.train_step, batch.transitions, policy_version=context.policy.version
-        )
-        trained = time.perf_counter()
-        name = f"step-{step + 1:05d}"
-        self._updater.policy_version = await serve_policy(
-            self._updater, context, name=name, step=step + 1
-        )
-        rewards = [t.rollout_reward for t in {t.rollout_id: t for t in batch.transitions}.values()]
+        transitions = batch.transitions
+        rewards = [t.rollout_reward for t in {t.rollout_id: t for t in transitions}.values()]
         metrics: dict[str, float] = {
-            **reward_metrics("reward", rewards, context.run.success_threshold),
+            **reward_metrics("reward", rewards, self.context.run.success_threshold),
             **batch.metrics(),
             "offline/off_behaviour_calls_skipped": float(self._off_behaviour),
-            "transitions": float(len(batch.transitions)),
-            **{
-                f"train/{k}" if k in ("step", "time") else k: float(v)
-                for k, v in train_metrics.items()
-                if isinstance(v, int | float)
-            },
-            "time/read_s": read - started,
-            "time/train_s": trained - read,
-            "time/step_s": time.perf_counter() - started,
+            "transitions": float(len(transitions)),
         }
         metrics["task/success"] = metrics.pop("reward/success")
-        context.progress.log(step + 1, metrics)  # before the checkpoint that marks the step done
-        await self._checkpoint(step + 1)
+        return Sample(transitions, metrics)
+
+    def after_step(self, completed: int, sample: Sample, metrics: Mapping[str, float]) -> None:
+        """Say why the step made no update (there are no rollouts to track failures of)."""
         if metrics.get("updated") == 0.0:
-            reason = no_update_reason(metrics, store_url=context.run.store_url)
-            logger.warning("step %d made no update: %s", step + 1, reason)
-        return metrics
+            reason = no_update_reason(metrics, store_url=self.context.run.store_url)
+            logger.warning("step %d made no update: %s", completed, reason)
 
 
 def _dropped(attempt: AttemptRecords, kept: AttemptRecords) -> set[str]:

@@ -47,7 +47,7 @@ class RoleGRPOLoop(GRPOLoop):
         adapters = self.config.adapters or {}
         self.context.policy.route_roles(adapters)
         await asyncio.to_thread(self._build_updater)
-        return await self._run_steps()
+        return await self.run_steps()
 
     def _build_updater(self) -> None:
         from fulmen.algorithms.grpo.role_policies import RolePolicies
@@ -68,11 +68,13 @@ class RoleGRPOLoop(GRPOLoop):
                 if start is not None:  # this role's adapter, or the one earlier stages shared
                     logger.info("adapter %s starts from %s", name, start)
                     load_adapter_weights(engine.model, start, adapter_name=name)
-        self._updater = policies
+        self.updater = policies
 
-    async def _train(self, transitions: Sequence[Any]) -> dict[str, float]:
+    async def update(self, step: int, batch: Any) -> dict[str, float]:
+        """One update per adapter on its role's transitions; metrics per role and summed."""
+        transitions: Sequence[Any] = batch
         per_role: dict[str, dict[str, float]] = await asyncio.to_thread(
-            self._updater.train_step, transitions
+            self.updater.train_step, transitions
         )
         metrics: dict[str, float] = {
             "updated": max((m.get("updated", 0.0) for m in per_role.values()), default=0.0)
@@ -88,10 +90,12 @@ class RoleGRPOLoop(GRPOLoop):
         metrics["dropped_unrouted"] = float(len(transitions)) - routed
         return metrics
 
-    async def _serve(self, completed: int, train_metrics: Mapping[str, float]) -> None:
-        for role, engine in self._updater.engines.items():
-            if not train_metrics.get(f"{role}/updated"):
+    async def serve(self, completed: int, updated: Mapping[str, float]) -> None:
+        """Serve each updated adapter for its role's calls."""
+        name = self.schedule.name(completed)
+        for role, engine in self.updater.engines.items():
+            if not updated.get(f"{role}/updated"):
                 continue  # its served adapter is still its newest
             engine.policy_version = await serve_policy(
-                engine, self.context, name=f"step-{completed:05d}", step=completed, role=role
+                engine, self.context, name=name, step=completed, role=role
             )

@@ -15,17 +15,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 from fulmen.algorithms.context import AlgorithmContext
 from fulmen.algorithms.parallel.config import torchrun_rank
 from fulmen.algorithms.ppo.config import PPOAlgorithmConfig
 from fulmen.algorithms.ppo.rewards import step_rewards
-from fulmen.algorithms.update_steps import run_step_groups, run_update_steps, sampled_metrics
+from fulmen.algorithms.step_loop import Sample, Schedule, StepLoop, run_step_groups, sampled_metrics
 from fulmen.errors import ConfigError
-from fulmen.types import Trajectory
 
-__all__ = ["run_ppo"]
+__all__ = ["PPOLoop", "run_ppo"]
 
 logger = logging.getLogger("fulmen.train")
 
@@ -44,31 +44,43 @@ async def run_ppo(config: PPOAlgorithmConfig, context: AlgorithmContext) -> list
             "algorithm ppo updates in one process for now; run it without torchrun "
             "(grpo and sft train data-parallel: docs/data-parallel.md)"
         )
-    updater = await asyncio.to_thread(_build_updater, config, context)
-
-    async def sample(step: int) -> tuple[list[Any], dict[str, float]]:
-        trajectories, metrics = await _sample(config, context, step)
-        return [t for tr in trajectories for t in tr.transitions], metrics
-
-    return await run_update_steps(
-        context,
-        updater,
-        steps=config.steps,
-        checkpoint_every=config.checkpoint_every,
-        max_minutes=config.max_minutes,
-        sample=sample,
-        warn_if_idle=lambda step, _batch, metrics: _warn_if_idle(config, step, metrics),
-    )
+    loop = PPOLoop(config, context)
+    loop.updater = await asyncio.to_thread(_build_updater, config, context)
+    return await loop.run_steps()
 
 
-def _warn_if_idle(config: PPOAlgorithmConfig, step: int, metrics: dict[str, float]) -> None:
-    if metrics.get("updated") == 0.0:
-        logger.warning(
-            "ppo step %d made no update: no rollout had a reward and a token-level call "
-            "that fits algorithm.ppo.max_seq_len (%d rollouts finished)",
-            step,
-            int(metrics["rollouts/finished"]),
+class PPOLoop(StepLoop):
+    """PPO's steps: its calls' transitions with step rewards as the credit (module docstring)."""
+
+    def __init__(self, config: PPOAlgorithmConfig, context: AlgorithmContext) -> None:
+        super().__init__(
+            context, Schedule(config.steps, config.checkpoint_every, config.max_minutes)
         )
+        self.config = config
+
+    async def sample(self, step: int) -> Sample:
+        """Run one step's rollouts with the served policy and build their calls' transitions."""
+        config, context = self.config, self.context
+        finished = await run_step_groups(
+            context, step, tasks_per_step=config.tasks_per_step, group_size=config.group_size
+        )
+        options = config.transition_options()
+        trajectories = [
+            a.trajectory(options=options, credit=step_rewards)
+            for a in await context.rollouts.attempts(finished)
+        ]
+        metrics = sampled_metrics(finished, trajectories, context.run.success_threshold)
+        return Sample([t for tr in trajectories for t in tr.transitions], metrics)
+
+    def after_step(self, completed: int, sample: Sample, metrics: Mapping[str, float]) -> None:
+        """Say why the step made no update."""
+        if metrics.get("updated") == 0.0:
+            logger.warning(
+                "ppo step %d made no update: no rollout had a reward and a token-level call "
+                "that fits algorithm.ppo.max_seq_len (%d rollouts finished)",
+                completed,
+                int(metrics["rollouts/finished"]),
+            )
 
 
 def _build_updater(config: PPOAlgorithmConfig, context: AlgorithmContext) -> Any:
@@ -76,20 +88,3 @@ def _build_updater(config: PPOAlgorithmConfig, context: AlgorithmContext) -> Any
     from fulmen.algorithms.ppo.updater import PPOUpdater
 
     return lora_updater_for_stage(PPOUpdater, config, context, name="ppo")
-
-
-async def _sample(
-    config: PPOAlgorithmConfig, context: AlgorithmContext, step: int
-) -> tuple[list[Trajectory], dict[str, float]]:
-    """Run one step's rollouts with the served policy and build their calls' transitions."""
-    finished = await run_step_groups(
-        context, step, tasks_per_step=config.tasks_per_step, group_size=config.group_size
-    )
-    options = config.transition_options()
-    trajectories = [
-        a.trajectory(options=options, credit=step_rewards)
-        for a in await context.rollouts.attempts(finished)
-    ]
-    metrics = sampled_metrics(finished, trajectories, context.run.success_threshold)
-    metrics["task/success"] = metrics.pop("reward/success")
-    return trajectories, metrics

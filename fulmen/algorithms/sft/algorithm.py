@@ -5,7 +5,9 @@ keeps those whose reward reaches the threshold, builds the examples (``dataset``
 mean logprob of the kept completions, fine-tunes (``SFTUpdater``), measures it again, publishes
 the new policy — a LoRA adapter hot-loaded into the engine, or with ``finetune: full`` the whole
 model, which the engine reloads as its weights — and checkpoints, then logs the round's
-metrics: kept fraction, loss, logprob before/after, retokenized examples. A killed run resumes
+metrics: kept fraction, loss, logprob before/after, retokenized examples. The rounds are the
+steps of the loop every weight-updating algorithm shares (``fulmen.algorithms.step_loop``:
+serving, log line, checkpoint, validation on ``validation.every``). A killed run resumes
 after its last finished round; a stage that follows another starts from the weights and
 adapter that one published.
 """
@@ -20,12 +22,12 @@ from fulmen.adapter.transitions import AttemptRecords
 from fulmen.algorithms.context import AlgorithmContext
 from fulmen.algorithms.parallel.group import data_parallel
 from fulmen.algorithms.rewards import reward_metrics
-from fulmen.algorithms.serving import keep_newest, serve_policy
 from fulmen.algorithms.sft.config import SFTAlgorithmConfig
 from fulmen.algorithms.sft.dataset import SFTExample, build_dataset
+from fulmen.algorithms.step_loop import Sample, Schedule, StepLoop
 from fulmen.types import Mode
 
-__all__ = ["run_sft"]
+__all__ = ["SFTRounds", "run_sft"]
 
 logger = logging.getLogger("fulmen.train")
 
@@ -44,52 +46,51 @@ async def run_sft(config: SFTAlgorithmConfig, context: AlgorithmContext) -> list
         weights=policy.weights,
         adapter=policy.adapter,
     ):
-        return await _rounds(config, context, engine)
+        loop = SFTRounds(config, context)
+        loop.updater = engine
+        loop.tokenizer = await asyncio.to_thread(_load_tokenizer, context)
+        return await loop.run_steps()
 
 
-async def _rounds(
-    config: SFTAlgorithmConfig, context: AlgorithmContext, engine: Any
-) -> list[dict[str, float]]:
-    tokenizer = await asyncio.to_thread(_load_tokenizer, context)
-    rounds = 1 if config.source is not None else config.rounds
-    threshold = config.kept_reward(context.run.success_threshold)
-    history: list[dict[str, float]] = []
-    while context.progress.step < rounds:
-        index = context.progress.step
+class SFTRounds(StepLoop):
+    """SFT's rounds as the shared loop's steps: each one's kept attempts are its batch."""
+
+    def __init__(self, config: SFTAlgorithmConfig, context: AlgorithmContext) -> None:
+        rounds, _ = config.planned()
+        super().__init__(context, Schedule(rounds, unit="round", digits=3))
+        self.config = config
+        self.tokenizer: Any = None
+
+    async def sample(self, step: int) -> Sample:
+        """Get the round's attempts (sampled now, or the store's) and keep the good ones."""
+        config, context = self.config, self.context
         metrics: dict[str, float] = {}
         if config.source is not None:
             attempts = await context.rollouts.read_source(config.source)
         else:
-            attempts, rewards = await _sample(config, context, index)
+            attempts, rewards = await _sample(config, context, step)
             metrics.update(reward_metrics("reward", rewards, context.run.success_threshold))
             metrics["task/success"] = metrics.pop("reward/success")
         examples, stats = build_dataset(
             attempts,
             options=config.transition_options(),
-            min_reward=threshold,
-            max_seq_len=engine.max_seq_len,
-            tokenizer=tokenizer,
+            min_reward=config.kept_reward(context.run.success_threshold),
+            max_seq_len=self.updater.max_seq_len,
+            tokenizer=self.tokenizer,
         )
         metrics.update(stats.as_metrics())
         if stats.retokenized:
             logger.info(
                 "sft round %d: %d of %d examples were tokenized from text (a teacher's calls)",
-                index + 1,
+                step + 1,
                 stats.retokenized,
                 stats.examples,
             )
-        metrics.update(await asyncio.to_thread(_fit, engine, examples, index))
-        name = f"round-{index + 1:03d}"
-        await serve_policy(engine, context, name=name, step=index + 1)
-        directory = context.run.run_dir / "checkpoints" / name
-        context.progress.log(index + 1, metrics)  # before the checkpoint that marks the round done
-        await asyncio.to_thread(engine.save_checkpoint, directory)
-        context.progress.save(index + 1, checkpoint=directory)
-        if engine.is_full:  # a model's size each; LoRA rounds keep every small adapter
-            keep_newest(context.run.run_dir / "weights", pattern="round-*")
-            keep_newest(context.run.run_dir / "checkpoints", pattern="round-*")
-        history.append(metrics)
-    return history
+        return Sample(examples, metrics)
+
+    async def update(self, step: int, batch: Any) -> dict[str, float]:
+        """Fine-tune on the round's examples (with their mean logprob before and after)."""
+        return await asyncio.to_thread(_fit, self.updater, batch, step)
 
 
 def _build_engine(config: SFTAlgorithmConfig, context: AlgorithmContext) -> Any:

@@ -1,7 +1,8 @@
-"""The step loop PPO and DPO share (``fulmen.algorithms.update_steps``): the wall-time budget.
+"""The step loop the weight-updating algorithms share (``fulmen.algorithms.step_loop``).
 
-A budget far below one step's time stops the loop after its first step; that step is
-checkpointed (a resumed run starts after it) and validated as the stage's last.
+The wall-time budget: a budget far below one step's time stops the loop after its first
+step; that step is checkpointed (a resumed run starts after it) and validated as the
+stage's last.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ pytest.importorskip("openai")
 
 TOY = Path(__file__).resolve().parents[2] / "examples" / "toy"
 ALGORITHMS = {
+    "grpo": "{name: grpo, steps: 50, tasks_per_step: 2, max_minutes: 0.001}",
     "ppo": "{name: ppo, steps: 50, tasks_per_step: 4, max_minutes: 0.001, ppo: {lora: {r: 4}}}",
     "dpo": "{name: dpo, steps: 50, tasks_per_step: 2, max_minutes: 0.001, dpo: {lora: {r: 4}}}",
 }
