@@ -21,7 +21,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 from fulmen.adapter.named_rewards import named_reward_means
 from fulmen.algorithms.context import AlgorithmContext
@@ -33,6 +33,7 @@ from fulmen.types import Mode, Rollout, RolloutStatus, Trajectory
 __all__ = [
     "Sample",
     "Schedule",
+    "ScheduledSection",
     "StepLoop",
     "StepUpdater",
     "progress_bar",
@@ -51,6 +52,28 @@ class StepUpdater(PolicyWriter, Protocol):
         ...
 
 
+class ScheduledSection(Protocol):
+    """The fields of an algorithm's config that say how long its stage runs and saves."""
+
+    @property
+    def steps(self) -> int:
+        """Steps the stage runs."""
+        ...
+
+    @property
+    def checkpoint_every(self) -> int:
+        """Steps between checkpoints (the last step is always saved)."""
+        ...
+
+    @property
+    def max_minutes(self) -> float | None:
+        """Wall-time budget of the stage, or ``None``."""
+        ...
+
+
+_Section = TypeVar("_Section")
+
+
 @dataclass(frozen=True)
 class Schedule:
     """How many steps a stage runs, when it checkpoints, its time budget, its steps' names.
@@ -64,6 +87,11 @@ class Schedule:
     max_minutes: float | None = None
     unit: str = "step"
     digits: int = 5
+
+    @classmethod
+    def of(cls, section: ScheduledSection) -> Schedule:
+        """Return the schedule an algorithm's config sets (``steps``, ``checkpoint_every``...)."""
+        return cls(section.steps, section.checkpoint_every, section.max_minutes)
 
     def name(self, completed: int) -> str:
         """Return the name of the policy and checkpoint after ``completed`` steps."""
@@ -84,19 +112,29 @@ class Sample:
     detail: Any = None
 
 
-class StepLoop(ABC):
+class StepLoop(ABC, Generic[_Section]):
     """Runs one stage's steps for a weight-updating algorithm (module docstring).
 
-    A subclass builds ``self.updater`` before ``run_steps`` and writes ``sample``.
+    ``config`` is the algorithm's section (``Schedule.of(config)`` reads its schedule where it
+    has ``steps``). A subclass writes ``sample``; the ``updater`` is given here or set before
+    ``run_steps``.
     """
 
     #: the metric the time of ``sample`` is logged under
     sample_time = "time/rollout_s"
 
-    def __init__(self, context: AlgorithmContext, schedule: Schedule) -> None:
+    def __init__(
+        self,
+        config: _Section,
+        context: AlgorithmContext,
+        *,
+        schedule: Schedule,
+        updater: Any = None,
+    ) -> None:
+        self.config = config
         self.context = context
         self.schedule = schedule
-        self.updater: Any = None
+        self.updater = updater
         self.history: list[dict[str, float]] = []
 
     @abstractmethod

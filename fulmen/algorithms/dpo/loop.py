@@ -35,20 +35,15 @@ async def run_dpo(config: DPOAlgorithmConfig, context: AlgorithmContext) -> list
 
     Returns the metrics of each step run now.
     """
-    loop = DPOLoop(config, context)
-    loop.updater = await asyncio.to_thread(_build_updater, config, context)
+    updater = await asyncio.to_thread(_build_updater, config, context)
+    loop = DPOLoop(config, context, schedule=Schedule.of(config), updater=updater)
     return await loop.run_steps()
 
 
-class DPOLoop(StepLoop):
+class DPOLoop(StepLoop[DPOAlgorithmConfig]):
     """DPO's steps: each group's best rollout paired against its worst (module docstring)."""
 
-    def __init__(self, config: DPOAlgorithmConfig, context: AlgorithmContext) -> None:
-        super().__init__(
-            context, Schedule(config.steps, config.checkpoint_every, config.max_minutes)
-        )
-        self.config = config
-        self._offline: tuple[list[PreferencePair], PairStats, list[float]] | None = None
+    _offline: tuple[list[PreferencePair], PairStats, list[float]] | None = None  # read once
 
     async def sample(self, step: int) -> Sample:
         """Pair the step's groups, or (with ``source``) the store's rollouts read once."""

@@ -36,13 +36,11 @@ __all__ = ["GRPOLoop"]
 logger = logging.getLogger("fulmen.train")
 
 
-class GRPOLoop(StepLoop):
+class GRPOLoop(StepLoop[GRPOAlgorithmConfig]):
     """Runs the GRPO steps of one stage through an ``AlgorithmContext`` (``StepLoop``)."""
 
     def __init__(self, config: GRPOAlgorithmConfig, context: AlgorithmContext) -> None:
-        schedule = Schedule(config.steps, config.checkpoint_every, config.max_minutes)
-        super().__init__(context, schedule)
-        self.config = config
+        super().__init__(config, context, schedule=Schedule.of(config))
         self.options = config.transition_options()
         self._attribution = AttributionCheck(self.options)
         self._failed_steps = 0  # steps in a row in which no rollout produced a reward

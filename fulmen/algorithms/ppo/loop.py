@@ -44,19 +44,13 @@ async def run_ppo(config: PPOAlgorithmConfig, context: AlgorithmContext) -> list
             "algorithm ppo updates in one process for now; run it without torchrun "
             "(grpo and sft train data-parallel: docs/data-parallel.md)"
         )
-    loop = PPOLoop(config, context)
-    loop.updater = await asyncio.to_thread(_build_updater, config, context)
+    updater = await asyncio.to_thread(_build_updater, config, context)
+    loop = PPOLoop(config, context, schedule=Schedule.of(config), updater=updater)
     return await loop.run_steps()
 
 
-class PPOLoop(StepLoop):
+class PPOLoop(StepLoop[PPOAlgorithmConfig]):
     """PPO's steps: its calls' transitions with step rewards as the credit (module docstring)."""
-
-    def __init__(self, config: PPOAlgorithmConfig, context: AlgorithmContext) -> None:
-        super().__init__(
-            context, Schedule(config.steps, config.checkpoint_every, config.max_minutes)
-        )
-        self.config = config
 
     async def sample(self, step: int) -> Sample:
         """Run one step's rollouts with the served policy and build their calls' transitions."""

@@ -46,20 +46,20 @@ async def run_sft(config: SFTAlgorithmConfig, context: AlgorithmContext) -> list
         weights=policy.weights,
         adapter=policy.adapter,
     ):
-        loop = SFTRounds(config, context)
-        loop.updater = engine
-        loop.tokenizer = await asyncio.to_thread(_load_tokenizer, context)
-        return await loop.run_steps()
+        tokenizer = await asyncio.to_thread(_load_tokenizer, context)
+        return await SFTRounds(config, context, engine, tokenizer).run_steps()
 
 
-class SFTRounds(StepLoop):
+class SFTRounds(StepLoop[SFTAlgorithmConfig]):
     """SFT's rounds as the shared loop's steps: each one's kept attempts are its batch."""
 
-    def __init__(self, config: SFTAlgorithmConfig, context: AlgorithmContext) -> None:
+    def __init__(
+        self, config: SFTAlgorithmConfig, context: AlgorithmContext, engine: Any, tokenizer: Any
+    ) -> None:
         rounds, _ = config.planned()
-        super().__init__(context, Schedule(rounds, unit="round", digits=3))
-        self.config = config
-        self.tokenizer: Any = None
+        schedule = Schedule(rounds, unit="round", digits=3)
+        super().__init__(config, context, updater=engine, schedule=schedule)
+        self.tokenizer = tokenizer
 
     async def sample(self, step: int) -> Sample:
         """Get the round's attempts (sampled now, or the store's) and keep the good ones."""
