@@ -50,7 +50,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from fulmen.types import Resource
 
 if TYPE_CHECKING:
-    from fulmen.trainer.session import RunSession
+    from fulmen.trainer.training_run import TrainingRun
     from fulmen.types.limits import JsonData
 
 __all__ = [
@@ -422,17 +422,17 @@ class Publisher(Protocol):
         ...
 
 
-async def end_run(session: RunSession, publisher: Publisher) -> EndOfRun | None:
+async def end_run(training: TrainingRun, publisher: Publisher) -> EndOfRun | None:
     """Decide, at the end of the whole run, which validated version it ends serving.
 
     ``publisher`` is the last stage's rollouts: a version served again is published through
     them. Returns ``None`` when the run did not validate. See the module docstring.
     """
-    config = session.config
+    config = training.config
     validation = config.validation
-    if validation is None or not session.val_tasks:
+    if validation is None or not training.val_tasks:
         return None
-    validated = read_validations(config.run_dir, session.state.run_id)
+    validated = read_validations(config.run_dir, training.state.run_id)
     if not validated:
         return None
     final = validated[-1]
@@ -450,20 +450,20 @@ async def end_run(session: RunSession, publisher: Publisher) -> EndOfRun | None:
                 path for path in best.model_files() if not (config.run_dir / path).exists()
             )
             if not report.missing:
-                await _serve_again(session, best, publisher)
+                await _serve_again(training, best, publisher)
                 report.kept = best
-    _report(session, report)
+    _report(training, report)
     return report
 
 
-async def _serve_again(session: RunSession, kept: Validated, publisher: Publisher) -> None:
+async def _serve_again(training: TrainingRun, kept: Validated, publisher: Publisher) -> None:
     """Make the engine serve ``kept`` instead of what it serves now, and publish it.
 
     Through the policy's ``ServedModels``: the files the ``PolicyServer`` records (what
     training reached) are not changed.
     """
-    run_dir = session.config.run_dir
-    models, reached = session.policy.models, session.policy.served
+    run_dir = training.config.run_dir
+    models, reached = training.policy.models, training.policy.served
     reloaded = kept.weights != reached.weights
     if reloaded:
         weights = None if kept.weights is None else run_dir / kept.weights
@@ -480,12 +480,12 @@ async def _serve_again(session: RunSession, kept: Validated, publisher: Publishe
             await models.load_role_adapter(role, run_dir / path, name)
     # The kept version's prompts are published; state.json keeps what training reached (the
     # weights and adapter it names are not changed either), so a resumed run trains on from it.
-    state = session.state
+    state = training.state
     reached_resources = state.resources
     state.resources = dict(kept.resources)
     try:
         # routed as its own stage did: an agent it served from the base model stays there
-        stage = min(kept.stage, len(session.config.plan()) - 1)
+        stage = min(kept.stage, len(training.config.plan()) - 1)
         await publisher.publish(
             metadata={"keep_best": True, "kept_step": kept.step, "kept_stage": kept.stage},
             route_as=stage,
@@ -494,14 +494,14 @@ async def _serve_again(session: RunSession, kept: Validated, publisher: Publishe
         state.resources = reached_resources
 
 
-def _report(session: RunSession, report: EndOfRun) -> None:
+def _report(training: TrainingRun, report: EndOfRun) -> None:
     """Log the decision's metrics and lines (warnings as warnings)."""
-    plan = session.config.plan()
-    index = min(session.state.stage, len(plan) - 1)
+    plan = training.config.plan()
+    index = min(training.state.stage, len(plan) - 1)
     labels: dict[str, str | int] = (
-        {"stage": index, "algorithm": plan[index].name} if session.uses_stages else {}
+        {"stage": index, "algorithm": plan[index].name} if training.uses_stages else {}
     )
-    session.metrics.log(report.final.step, report.metrics(), labels=labels, echo=False)
+    training.metrics.log(report.final.step, report.metrics(), labels=labels, echo=False)
     for line in report.warnings():
         logger.warning("%s", line)
     for line in report.notes():
@@ -509,7 +509,7 @@ def _report(session: RunSession, report: EndOfRun) -> None:
 
 
 def served_now(
-    session: RunSession,
+    training: TrainingRun,
     *,
     step: int,
     stage: int,
@@ -517,8 +517,8 @@ def served_now(
     scores: Mapping[str, float],
     rewards: Sequence[float | None],
 ) -> Validated:
-    """Describe what ``session`` serves now, validated at the run's ``step`` with ``scores``."""
-    state, served = session.state, session.policy.served
+    """Describe what ``training`` serves now, validated at the run's ``step`` with ``scores``."""
+    state, served = training.state, training.policy.served
     return Validated(
         run_id=state.run_id,
         step=step,

@@ -1,7 +1,7 @@
 """``StageContext``: the trainer's ``fulmen.algorithms.context.AlgorithmContext`` for one stage.
 
-A ``StageContext`` is what one algorithm gets of the run's ``RunSession``
-(``fulmen.trainer.session``) for one stage: five capability objects, each in its own module.
+A ``StageContext`` is what one algorithm gets of the run's ``TrainingRun``
+(``fulmen.trainer.training_run``) for one stage: five capability objects, each in its own module.
 The stage's identity is decided here: its directory (``RUN_DIR/stages/<index>-<name>`` in a run
 with ``stages:``) and the start of its rollout ids (``rollout_prefix``).
 """
@@ -11,9 +11,9 @@ from __future__ import annotations
 from fulmen.trainer.policy_server import PolicyServer
 from fulmen.trainer.run_facts import StageRun
 from fulmen.trainer.run_tasks import RunTasks
-from fulmen.trainer.session import RunSession
 from fulmen.trainer.stage_progress import StageProgress
 from fulmen.trainer.stage_rollouts import StageRollouts
+from fulmen.trainer.training_run import TrainingRun
 
 __all__ = ["StageContext", "rollout_prefix"]
 
@@ -25,20 +25,20 @@ class StageContext:
     ``rollouts`` and ``progress`` are the stage's.
 
     Args:
-        session: the run's shared services and state.
+        training: the run's shared services and state.
         index: the stage's position in the config's plan.
         name: the stage's algorithm name (labels its metrics).
     """
 
-    def __init__(self, session: RunSession, *, index: int, name: str) -> None:
-        base = session.config.run_dir
-        run_dir = base / "stages" / f"{index}-{name}" if session.uses_stages else base
-        state = session.state
+    def __init__(self, training: TrainingRun, *, index: int, name: str) -> None:
+        base = training.config.run_dir
+        run_dir = base / "stages" / f"{index}-{name}" if training.uses_stages else base
+        state = training.state
         prefix = rollout_prefix(state.run_id, state.generation, index)
-        self._run = StageRun(session, run_dir)
-        self._rollouts = StageRollouts(session, index=index, name=name, prefix=prefix)
-        self._progress = StageProgress(session, self._rollouts, index=index, name=name)
-        self._session = session
+        self._run = StageRun(training, run_dir)
+        self._rollouts = StageRollouts(training, index=index, name=name, prefix=prefix)
+        self._progress = StageProgress(training, self._rollouts, index=index, name=name)
+        self._training = training
 
     @property
     def run(self) -> StageRun:
@@ -48,7 +48,7 @@ class StageContext:
     @property
     def tasks(self) -> RunTasks:
         """The run's tasks and the seeded draw of each step."""
-        return self._session.tasks
+        return self._training.tasks
 
     @property
     def rollouts(self) -> StageRollouts:
@@ -58,7 +58,7 @@ class StageContext:
     @property
     def policy(self) -> PolicyServer:
         """What the engine serves, and serving a new policy."""
-        return self._session.policy
+        return self._training.policy
 
     @property
     def progress(self) -> StageProgress:

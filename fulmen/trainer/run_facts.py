@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fulmen.trainer.session import RunSession
+from fulmen.trainer.training_run import TrainingRun
 
 __all__ = ["StageRun"]
 
@@ -18,12 +18,12 @@ class StageRun:
     """The facts of the run as stage ``run_dir`` sees them.
 
     Args:
-        session: the run's shared services and state.
+        training: the run's shared services and state.
         run_dir: the stage's directory (created if missing).
     """
 
-    def __init__(self, session: RunSession, run_dir: Path) -> None:
-        self._session = session
+    def __init__(self, training: TrainingRun, run_dir: Path) -> None:
+        self._training = training
         self._run_dir = run_dir
         run_dir.mkdir(parents=True, exist_ok=True)
 
@@ -35,37 +35,37 @@ class StageRun:
     @property
     def model_path(self) -> Path:
         """The base model's local directory."""
-        return self._session.model_path
+        return self._training.model_path
 
     @property
     def seed(self) -> int:
         """The run's seed."""
-        return self._session.config.seed
+        return self._training.config.seed
 
     @property
     def success_threshold(self) -> float:
         """The reward that counts as a task success."""
-        return self._session.config.success_threshold
+        return self._training.config.success_threshold
 
     @property
     def engine_url(self) -> str:
         """The engine's ``.../v1`` URL."""
-        return self._session.stack.engine_url
+        return self._training.stack.engine_url
 
     @property
     def engine_model(self) -> str:
         """The model name the engine serves the policy under now."""
-        return self._session.policy.models.model_name
+        return self._training.policy.models.model_name
 
     @property
     def store_url(self) -> str:
         """The run's store, as ``fulmen rollouts --store`` takes it."""
-        return self._session.stack.store_url
+        return self._training.stack.store_url
 
     def variable(self, name: str) -> str | None:
         """Return the environment variable ``name`` as the run's settings read it."""
-        return self._session.settings.variable(name)
+        return self._training.settings.variable(name)
 
     def check_services(self) -> None:
         """Raise if the runner stopped on its own."""
-        self._session.stack.check_runner()
+        self._training.stack.check_runner()

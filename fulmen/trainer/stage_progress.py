@@ -12,8 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from fulmen.trainer.memory import release_freed_memory
-from fulmen.trainer.session import RunSession
 from fulmen.trainer.stage_rollouts import StageRollouts
+from fulmen.trainer.training_run import TrainingRun
 from fulmen.trainer.validation import validate
 
 __all__ = ["StageProgress"]
@@ -23,16 +23,16 @@ class StageProgress:
     """Where stage ``index`` (named ``name``) stands, and what it records.
 
     Args:
-        session: the run's shared services and state.
+        training: the run's shared services and state.
         rollouts: the stage's rollouts (validation runs through them).
         index: the stage's position in the config's plan.
         name: the stage's algorithm name (labels its metrics).
     """
 
     def __init__(
-        self, session: RunSession, rollouts: StageRollouts, *, index: int, name: str
+        self, training: TrainingRun, rollouts: StageRollouts, *, index: int, name: str
     ) -> None:
-        self._session = session
+        self._training = training
         self._rollouts = rollouts
         self._index = index
         self._name = name
@@ -40,28 +40,28 @@ class StageProgress:
     @property
     def step(self) -> int:
         """Steps of the current stage completed and checkpointed."""
-        return self._session.state.step
+        return self._training.state.step
 
     @property
     def checkpoint(self) -> Path | None:
         """The stage's last checkpoint directory."""
-        state = self._session.state
+        state = self._training.state
         return None if state.checkpoint is None else state.run_dir / state.checkpoint
 
     @property
     def validation_every(self) -> int | None:
         """Validate between steps every this many steps (``None``: no validation)."""
-        validation = self._session.config.validation
-        if validation is None or not self._session.tasks.val:
+        validation = self._training.config.validation
+        if validation is None or not self._training.tasks.val:
             return None
         return validation.every
 
     def save(self, step: int, *, checkpoint: Path | None = None) -> None:
         """Record ``step`` steps of this stage as done (and the served weights and adapter)."""
-        state = self._session.state
+        state = self._training.state
         state.step = step
         if checkpoint is not None:
-            state.checkpoint = str(checkpoint.relative_to(self._session.config.run_dir))
+            state.checkpoint = str(checkpoint.relative_to(self._training.config.run_dir))
         state.save()
 
     async def validate(self, step: int) -> dict[str, float] | None:
@@ -71,7 +71,7 @@ class StageProgress:
         (``fulmen.trainer.validation``).
         """
         return await validate(
-            self._session,
+            self._training,
             self._rollouts,
             step=step,
             stage=self._index,
@@ -86,7 +86,7 @@ class StageProgress:
         freed goes back to the system here (``release_freed_memory``), and the trainer's
         resident memory joins the step's metrics (``memory/rss_gb``, ``memory/released_gb``).
         """
-        session = self._session
+        training = self._training
         metrics = {**metrics, **release_freed_memory()}
-        labels = {"stage": self._index, "algorithm": self._name} if session.uses_stages else {}
-        session.metrics.log(session.state.run_step(step), metrics, labels=labels)
+        labels = {"stage": self._index, "algorithm": self._name} if training.uses_stages else {}
+        training.metrics.log(training.state.run_step(step), metrics, labels=labels)

@@ -15,7 +15,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from fulmen.trainer.session import RunSession
+from fulmen.trainer.training_run import TrainingRun
 from fulmen.types import (
     LLMResource,
     Mode,
@@ -43,14 +43,14 @@ class StageRollouts:
     """The rollouts of stage ``index`` (named ``name``) of a run.
 
     Args:
-        session: the run's shared services and state.
+        training: the run's shared services and state.
         index: the stage's position in the config's plan.
         name: the stage's algorithm name (in each published version's metadata).
         prefix: the start of the stage's rollout ids (``fulmen.trainer.context.rollout_prefix``).
     """
 
-    def __init__(self, session: RunSession, *, index: int, name: str, prefix: str) -> None:
-        self._session = session
+    def __init__(self, training: TrainingRun, *, index: int, name: str, prefix: str) -> None:
+        self._training = training
         self._index = index
         self._name = name
         self._prefix = prefix
@@ -58,7 +58,7 @@ class StageRollouts:
     @property
     def resources(self) -> Mapping[str, Resource]:
         """The carried resources other than ``llm``."""
-        return dict(self._session.state.resources)
+        return dict(self._training.state.resources)
 
     async def publish(
         self,
@@ -77,11 +77,11 @@ class StageRollouts:
         trained and the end of the run serves again (``fulmen.trainer.best``). Returns the new
         version.
         """
-        session = self._session
-        settings = session.config.rollouts
+        training = self._training
+        settings = training.config.rollouts
         model, routes = self._served_models(self._index if route_as is None else route_as)
         llm = LLMResource(
-            base_url=session.stack.engine_url,
+            base_url=training.stack.engine_url,
             model=model,
             agent_models=routes,
             sampling={
@@ -91,16 +91,16 @@ class StageRollouts:
             },
             behaviour_modes=(Mode.TRAIN,) if self._samples_behaviour() else (),
         )
-        state = session.state
+        state = training.state
         if resources:
             state.resources = {**state.resources, **resources}
         carried: dict[str, Resource] = {**state.resources, "llm": llm}
         info: dict[str, JsonData] = {"stage": self._index, "algorithm": self._name}
-        created = await session.stack.store.add_resources(
+        created = await training.stack.store.add_resources(
             ResourcesCreate(resources=carried, metadata={**info, **(metadata or {})})
         )
-        if session.recorder is not None:
-            session.recorder.resources_published(created)
+        if training.recorder is not None:
+            training.recorder.resources_published(created)
         return created.version
 
     async def run(
@@ -120,13 +120,13 @@ class StageRollouts:
         judged once its rollouts finished and the scores are posted as their rewards
         (``fulmen.trainer.judging``) before they are returned.
         """
-        session = self._session
-        seed = session.config.seed
+        training = self._training
+        seed = training.config.seed
         creates = [
             self._rollout_create(
                 task,
                 mode,
-                task_id=session.tasks.task_id(index, task),
+                task_id=training.tasks.task_id(index, task),
                 rollout_id=(
                     f"{self._prefix}-{tag}-t{k}-r{j}"
                     if mode is Mode.TRAIN
@@ -139,12 +139,12 @@ class StageRollouts:
             for j in range(group_size)
         ]
         finished = await self._wait(creates)
-        if session.scorer is not None:
+        if training.scorer is not None:
             size = group_size
             groups = [
                 [c.rollout_id for c in creates[k : k + size]] for k in range(0, len(creates), size)
             ]
-            await session.scorer.score(finished, groups)
+            await training.scorer.score(finished, groups)
         return finished
 
     async def trajectories(
@@ -157,7 +157,7 @@ class StageRollouts:
         """Read the records of each succeeded rollout's latest attempt."""
         from fulmen.adapter.transitions import load_attempt
 
-        store = self._session.stack.store
+        store = self._training.stack.store
         return [
             await load_attempt(store, r.rollout_id)
             for r in rollouts
@@ -173,7 +173,7 @@ class StageRollouts:
             reward = None
             if rollout.status is RolloutStatus.SUCCEEDED:
                 reward = (
-                    await load_attempt(self._session.stack.store, rollout.rollout_id)
+                    await load_attempt(self._training.stack.store, rollout.rollout_id)
                 ).final_reward
             out.append(reward)
         return out
@@ -188,7 +188,7 @@ class StageRollouts:
         from fulmen.types import RolloutQuery
 
         query = RolloutQuery(statuses=[RolloutStatus.SUCCEEDED], mode=mode, limit=1000)
-        return [r async for r in iter_rollouts(self._session.stack.store, query)]
+        return [r async for r in iter_rollouts(self._training.stack.store, query)]
 
     async def read_source(self, source: StoreSource) -> list[AttemptRecords]:
         """Read the latest attempt of each rollout of another store that ``source`` keeps."""
@@ -206,13 +206,13 @@ class StageRollouts:
 
     async def record_calls(self, calls: Sequence[LLMCallCreate]) -> None:
         """Store call records that belong to no rollout."""
-        await self._session.stack.store.add_llm_calls(calls)
+        await self._training.stack.store.add_llm_calls(calls)
 
     # -- plumbing ---------------------------------------------------------------------------
 
     def _samples_behaviour(self) -> bool:
         """Whether this stage's update assumes its rollouts sampled one known distribution."""
-        stage = self._session.config.plan()[self._index]
+        stage = self._training.config.plan()[self._index]
         return type(stage).behaviour_temperature is not None
 
     def _served_models(self, index: int) -> tuple[str, dict[str, str]]:
@@ -225,12 +225,12 @@ class StageRollouts:
         the end of the run (``fulmen.trainer.best``) routes a version it serves again as the
         stage that trained it did.
         """
-        session = self._session
-        models = session.policy.models
-        agents = session.config.plan()[index].policy_agents()
+        training = self._training
+        models = training.policy.models
+        agents = training.config.plan()[index].policy_agents()
         if agents is None:
             return models.model_name, models.routes()
-        base = session.config.model
+        base = training.config.model
         if models.model_name == base:
             return base, {}
         return base, {pattern: models.model_name for pattern in agents}
@@ -239,7 +239,7 @@ class StageRollouts:
         self, task: Any, mode: Mode, *, task_id: str, rollout_id: str, version: int, seed: int
     ) -> RolloutCreate:
         """Build one rollout to enqueue, with the run's rollout settings and its sampling seed."""
-        settings = self._session.config.rollouts
+        settings = self._training.config.rollouts
         return RolloutCreate(
             input=task,
             mode=mode,
@@ -256,17 +256,17 @@ class StageRollouts:
 
     async def _wait(self, creates: list[RolloutCreate]) -> list[Rollout]:
         """Enqueue ``creates`` and wait for every one to end (checking the services meanwhile)."""
-        store = self._session.stack.store
+        store = self._training.stack.store
         await store.enqueue(creates)
         ids = [c.rollout_id for c in creates if c.rollout_id is not None]
-        settings = self._session.config.rollouts
+        settings = self._training.config.rollouts
         limit = settings.timeout_s * settings.max_attempts + 120
         deadline = time.monotonic() + limit
         while True:
             done = await store.wait_for_rollouts(ids, timeout=5.0)
             if len(done) == len(ids):
                 break
-            self._session.stack.check_runner()
+            self._training.stack.check_runner()
             if time.monotonic() > deadline:
                 raise TimeoutError(
                     f"{len(ids) - len(done)} rollouts did not finish in {limit:.0f} s"

@@ -16,7 +16,7 @@ import logging
 
 from fulmen.algorithms.registry import algorithm
 from fulmen.trainer.context import StageContext
-from fulmen.trainer.session import RunSession
+from fulmen.trainer.training_run import TrainingRun
 from fulmen.types import RolloutQuery, RolloutStatus
 
 __all__ = ["last_stage_context", "run_stages"]
@@ -24,24 +24,24 @@ __all__ = ["last_stage_context", "run_stages"]
 logger = logging.getLogger("fulmen.train")
 
 
-async def run_stages(session: RunSession) -> list[dict[str, float]]:
+async def run_stages(training: TrainingRun) -> list[dict[str, float]]:
     """Run the config's plan from the saved state; returns the metrics of every step run now."""
-    plan = session.config.plan()
-    state = session.state
+    plan = training.config.plan()
+    state = training.state
     if state.stage > len(plan) - 1:
         state.stage = len(plan) - 1  # a finished plan: its last stage has nothing left
     state.generation += 1
-    await session.policy.restore()
-    await _cancel_leftovers(session)
+    await training.policy.restore()
+    await _cancel_leftovers(training)
     state.save()
     history: list[dict[str, float]] = []
     for index in range(state.stage, len(plan)):
         config = plan[index]
-        context = StageContext(session, index=index, name=config.name)
+        context = StageContext(training, index=index, name=config.name)
         is_fresh = state.step == 0
         if is_fresh and index == 0:
             await context.progress.validate(0)
-        if session.uses_stages:
+        if training.uses_stages:
             logger.info("stage %d/%d: %s", index + 1, len(plan), config.name)
         steps = await algorithm(config.name).run_function()(config, context)
         history.extend(steps)
@@ -55,14 +55,14 @@ async def run_stages(session: RunSession) -> list[dict[str, float]]:
     return history
 
 
-def last_stage_context(session: RunSession) -> StageContext:
+def last_stage_context(training: TrainingRun) -> StageContext:
     """Return the context of the stage the run stopped in (its last one when it finished)."""
-    plan = session.config.plan()
-    index = min(session.state.stage, len(plan) - 1)
-    return StageContext(session, index=index, name=plan[index].name)
+    plan = training.config.plan()
+    index = min(training.state.stage, len(plan) - 1)
+    return StageContext(training, index=index, name=plan[index].name)
 
 
-async def _cancel_leftovers(session: RunSession) -> None:
+async def _cancel_leftovers(training: TrainingRun) -> None:
     """Cancel rollouts an earlier start of this run left unfinished: their step is run again.
 
     Only this run's (their ids start with its id): another run sharing the store keeps its own.
@@ -70,8 +70,8 @@ async def _cancel_leftovers(session: RunSession) -> None:
     from fulmen.store.reading import iter_rollouts
 
     unfinished = RolloutQuery(statuses=[RolloutStatus.QUEUING, RolloutStatus.RUNNING])
-    store = session.stack.store
-    mine = f"{session.state.run_id}-"
+    store = training.stack.store
+    mine = f"{training.state.run_id}-"
     # Collected first: cancelling while paging would shift the pages under the cursor.
     leftovers = [
         r.rollout_id

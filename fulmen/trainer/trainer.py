@@ -102,8 +102,8 @@ class Trainer:
         from fulmen.trainer import best
         from fulmen.trainer.identity import record_start
         from fulmen.trainer.run_record import RunRecorder, new_run
-        from fulmen.trainer.session import RunSession
         from fulmen.trainer.stages import last_stage_context, run_stages
+        from fulmen.trainer.training_run import TrainingRun
         from fulmen.types import RunStatus
 
         config = self.config
@@ -185,7 +185,7 @@ class Trainer:
                     # step it holds and what it changed.
                     values, labels = config_version_record(change)
                     metrics.log(change.step, values, labels=labels, echo=False)
-                session = RunSession(
+                training = TrainingRun(
                     config=config,
                     stack=stack,
                     metrics=metrics,
@@ -199,9 +199,9 @@ class Trainer:
                 )
                 status = RunStatus.FAILED
                 try:
-                    history = await run_stages(session)
+                    history = await run_stages(training)
                     self.end_of_run = await best.end_run(
-                        session, last_stage_context(session).rollouts
+                        training, last_stage_context(training).rollouts
                     )
                     self.diagnosis = await _diagnose(config, stack)
                     for finding in self.diagnosis:

@@ -16,8 +16,8 @@ import time
 from collections.abc import Callable, Sequence
 
 from fulmen.algorithms.rewards import reward_metrics
-from fulmen.trainer.session import RunSession
 from fulmen.trainer.stage_rollouts import StageRollouts
+from fulmen.trainer.training_run import TrainingRun
 from fulmen.types import Mode, Rollout, RolloutStatus
 
 __all__ = ["validate"]
@@ -26,7 +26,7 @@ _log = logging.getLogger("fulmen.train")
 
 
 async def validate(
-    session: RunSession,
+    training: TrainingRun,
     rollouts: StageRollouts,
     *,
     step: int,
@@ -34,14 +34,14 @@ async def validate(
     algorithm: str,
     log: Callable[[int, dict[str, float]], None],
 ) -> dict[str, float] | None:
-    """Validate what ``session`` serves at stage ``stage``'s ``step``; ``log`` the metrics.
+    """Validate what ``training`` serves at stage ``stage``'s ``step``; ``log`` the metrics.
 
     Returns the metrics, or ``None`` when the run does not validate.
     """
     from fulmen.trainer.best import record_validation, served_now
 
-    val_tasks = session.tasks.val
-    if not val_tasks or session.config.validation is None:
+    val_tasks = training.tasks.val
+    if not val_tasks or training.config.validation is None:
         return None
     started = time.perf_counter()
     version = await rollouts.publish(metadata={"step": step})
@@ -51,7 +51,7 @@ async def validate(
     # In task order (the store answers in it); None: the rollout failed or gave no reward.
     rewards = await rollouts.scored(finished)
     scored = [r for r in rewards if r is not None]
-    metrics = reward_metrics("val/reward", scored, session.config.success_threshold)
+    metrics = reward_metrics("val/reward", scored, training.config.success_threshold)
     metrics["val/success"] = metrics.pop("val/reward/success")
     metrics["val/reward_mean"] = metrics.pop("val/reward/mean")
     metrics["val/failed"] = float(len(rewards) - len(scored))
@@ -60,16 +60,16 @@ async def validate(
     log(step, metrics)
     if len(scored) < len(rewards):
         failed = len(rewards) - len(scored)
-        _warn_failed_validation(step, finished, failed, session.stack.store_url)
+        _warn_failed_validation(step, finished, failed, training.stack.store_url)
     validated = served_now(
-        session,
-        step=session.state.run_step(step),
+        training,
+        step=training.state.run_step(step),
         stage=stage,
         algorithm=algorithm,
         scores=metrics,
         rewards=rewards,
     )
-    record_validation(session.config.run_dir, validated)
+    record_validation(training.config.run_dir, validated)
     return metrics
 
 

@@ -36,9 +36,9 @@ from fulmen.trainer.best import (
 from fulmen.trainer.config import load_config
 from fulmen.trainer.metrics import MetricsLogger, read_metrics
 from fulmen.trainer.run_record import RunRecorder
-from fulmen.trainer.session import RunSession
 from fulmen.trainer.stages import last_stage_context
 from fulmen.trainer.state import RunState, ServedFiles
+from fulmen.trainer.training_run import TrainingRun
 from fulmen.types import LLMResource, PromptTemplate, Run, RunStatus
 from tests.algorithms.sft.test_sft_train import example_imports_restored
 
@@ -226,8 +226,8 @@ validation: {every: 1}
 
 
 @contextlib.asynccontextmanager
-async def running_session(tmp_path: Path, *overrides: str) -> AsyncIterator[tuple[Any, Any]]:
-    """A ``RunSession`` of the config above on a stand-in engine, a memory store and a record."""
+async def running_training(tmp_path: Path, *overrides: str) -> AsyncIterator[tuple[Any, Any]]:
+    """A ``TrainingRun`` of the config above on a stand-in engine, a memory store and a record."""
     (tmp_path / "config.yaml").write_text(CONFIG, encoding="utf-8")
     config = load_config(tmp_path / "config.yaml", overrides=[f"run_dir={tmp_path}", *overrides])
     state = RunState(tmp_path)
@@ -236,7 +236,7 @@ async def running_session(tmp_path: Path, *overrides: str) -> AsyncIterator[tupl
         stack = SimpleNamespace(engine=FakeEngine(), engine_url="http://engine/v1", store=store)
         with MetricsLogger(tmp_path) as metrics:
             run = Run(run_id="run", name="run", started_at=1.0)
-            session = RunSession(
+            training = TrainingRun(
                 config=config,
                 stack=stack,  # type: ignore[arg-type]
                 metrics=metrics,
@@ -247,12 +247,12 @@ async def running_session(tmp_path: Path, *overrides: str) -> AsyncIterator[tupl
                 uses_stages=config.stages is not None,
                 recorder=RunRecorder(store, run, flush_s=0.05),
             )
-            await session.recorder.start()
-            metrics.add_sink(session.recorder.metrics)
+            await training.recorder.start()
+            metrics.add_sink(training.recorder.metrics)
             try:
-                yield session, store
+                yield training, store
             finally:
-                await session.recorder.finish(RunStatus.SUCCEEDED)
+                await training.recorder.finish(RunStatus.SUCCEEDED)
 
 
 def trained(tmp_path: Path, *steps: tuple[int, float]) -> None:
@@ -264,19 +264,19 @@ def trained(tmp_path: Path, *steps: tuple[int, float]) -> None:
         record_validation(tmp_path, validated(step, score, adapter=adapter))
 
 
-async def serve_final(session: Any, adapter: str, name: str) -> None:
+async def serve_final(training: Any, adapter: str, name: str) -> None:
     """Serve ``adapter`` as training leaves it: hot-loaded, named in the state."""
-    await session.policy.models.load_adapter(session.config.run_dir / adapter, name)
-    session.state.served = ServedFiles(adapter=adapter)
+    await training.policy.models.load_adapter(training.config.run_dir / adapter, name)
+    training.state.served = ServedFiles(adapter=adapter)
 
 
 async def test_an_earlier_adapter_that_scored_higher_is_served_again(tmp_path: Path) -> None:
-    async with running_session(tmp_path) as (session, store):
+    async with running_training(tmp_path) as (training, store):
         trained(tmp_path, (1, 0.5), (2, 0.1))
-        await serve_final(session, "adapters/step-00002", "policy-2")
-        report = await end_run(session, last_stage_context(session).rollouts)
-        await session.recorder.finish(RunStatus.SUCCEEDED)
-        engine = session.stack.engine
+        await serve_final(training, "adapters/step-00002", "policy-2")
+        report = await end_run(training, last_stage_context(training).rollouts)
+        await training.recorder.finish(RunStatus.SUCCEEDED)
+        engine = training.stack.engine
         assert report is not None and report.kept is not None and report.kept.step == 1
         assert engine.adapters == {"policy-1-kept": str(tmp_path / "adapters" / "step-00001")}
         latest = await store.latest_resources()
@@ -298,24 +298,24 @@ async def test_an_earlier_adapter_that_scored_higher_is_served_again(tmp_path: P
         (recorded,) = (await store.query_run_metrics("run")).items  # the run's record has it
         assert (recorded.step, recorded.values["end/served_step"]) == (2, 1.0)
         # state.json keeps what training reached: a resumed run trains on from step 2
-        assert session.policy.served.adapter == "adapters/step-00002"
+        assert training.policy.served.adapter == "adapters/step-00002"
     end = read_metrics(tmp_path / "metrics.jsonl")[-1]
     assert (end["step"], end["end/served_step"], end["end/kept_earlier"]) == (2, 1, 1.0)
 
 
 async def test_the_model_before_training_is_served_again_when_it_was_best(tmp_path: Path) -> None:
-    async with running_session(tmp_path) as (session, store):
+    async with running_training(tmp_path) as (training, store):
         trained(tmp_path, (1, 0.2), (2, 0.3))  # a tie with the base model: the later wins
-        await serve_final(session, "adapters/step-00002", "policy-2")
-        report = await end_run(session, last_stage_context(session).rollouts)
+        await serve_final(training, "adapters/step-00002", "policy-2")
+        report = await end_run(training, last_stage_context(training).rollouts)
         assert report is not None and report.kept is None and report.best is None
-        assert session.stack.engine.adapters == {"policy-2": str(tmp_path / "adapters/step-00002")}
+        assert training.stack.engine.adapters == {"policy-2": str(tmp_path / "adapters/step-00002")}
         # step 2 validated again (a restart), worse: the base model (no adapter) comes back
         record_validation(tmp_path, validated(2, 0.0, adapter="adapters/step-00002"))
-        report = await end_run(session, last_stage_context(session).rollouts)
+        report = await end_run(training, last_stage_context(training).rollouts)
         assert report is not None and report.kept is not None and report.kept.step == 0
-        assert session.stack.engine.adapters == {}
-        assert session.policy.models.model_name == "tiny" and session.policy.version is None
+        assert training.stack.engine.adapters == {}
+        assert training.policy.models.model_name == "tiny" and training.policy.version is None
         assert report.notes() == [
             "serving step 0's version (the model before training): its validation 0.300 "
             "beat the final 0.000 (validation.keep_best)"
@@ -325,15 +325,15 @@ async def test_the_model_before_training_is_served_again_when_it_was_best(tmp_pa
 
 
 async def test_with_keep_best_off_or_files_gone_the_final_version_stays(tmp_path: Path) -> None:
-    async with running_session(tmp_path, "validation.keep_best=false") as (session, store):
+    async with running_training(tmp_path, "validation.keep_best=false") as (training, store):
         trained(tmp_path, (1, 0.5), (2, 0.1))
-        await serve_final(session, "adapters/step-00002", "policy-2")
-        calls = list(session.stack.engine.calls)
+        await serve_final(training, "adapters/step-00002", "policy-2")
+        calls = list(training.stack.engine.calls)
         published = await store.latest_resources()
-        report = await end_run(session, last_stage_context(session).rollouts)
+        report = await end_run(training, last_stage_context(training).rollouts)
         assert report is not None and report.kept is None and report.best is not None
         assert (
-            session.stack.engine.calls == calls and session.policy.models.model_name == "policy-2"
+            training.stack.engine.calls == calls and training.policy.models.model_name == "policy-2"
         )
         assert await store.latest_resources() == published
         assert report.summary()[-1] == (
@@ -342,13 +342,13 @@ async def test_with_keep_best_off_or_files_gone_the_final_version_stays(tmp_path
         )
         assert "WARNING: validation FELL" in report.summary()[0]  # whatever keep_best says
 
-        session.config = load_config(
+        training.config = load_config(
             tmp_path / "config.yaml", overrides=[f"run_dir={tmp_path}"]
         )  # keep_best on, but step 1's adapter is gone
         shutil.rmtree(tmp_path / "adapters" / "step-00001")
-        report = await end_run(session, last_stage_context(session).rollouts)
+        report = await end_run(training, last_stage_context(training).rollouts)
         assert report is not None and report.kept is None and report.missing
-        assert session.stack.engine.calls == calls
+        assert training.stack.engine.calls == calls
         assert (
             "its files are gone (adapters/step-00001): serving the final version"
             in (report.notes()[0])
@@ -356,26 +356,27 @@ async def test_with_keep_best_off_or_files_gone_the_final_version_stays(tmp_path
 
 
 async def test_full_weights_give_way_to_the_original_ones(tmp_path: Path) -> None:
-    async with running_session(tmp_path) as (session, store):
+    async with running_training(tmp_path) as (training, store):
         record_validation(tmp_path, validated(0, 0.6))
         (tmp_path / "weights" / "step-00002").mkdir(parents=True)
         record_validation(tmp_path, validated(2, 0.2, weights="weights/step-00002"))
-        await session.policy.models.reload_weights(tmp_path / "weights" / "step-00002", "weights-2")
-        session.state.served = ServedFiles(weights="weights/step-00002")
-        report = await end_run(session, last_stage_context(session).rollouts)
+        weights = tmp_path / "weights" / "step-00002"
+        await training.policy.models.reload_weights(weights, "weights-2")
+        training.state.served = ServedFiles(weights="weights/step-00002")
+        report = await end_run(training, last_stage_context(training).rollouts)
         assert report is not None and report.kept is not None and report.kept.step == 0
-        engine = session.stack.engine
+        engine = training.stack.engine
         assert engine.calls[-1] == ("reload", None) and engine.weights == "original"
-        assert session.policy.models.model_name == "tiny"
-        assert session.policy.served.weights == "weights/step-00002"  # what training reached
+        assert training.policy.models.model_name == "tiny"
+        assert training.policy.served.weights == "weights/step-00002"  # what training reached
         latest = await store.latest_resources()
         assert latest is not None and latest.metadata["kept_step"] == 0
 
 
 async def test_stages_pick_once_across_the_run_with_the_kept_prompts(tmp_path: Path) -> None:
     """An earlier stage's version (its adapter and the prompt it carried) beats the last."""
-    async with running_session(tmp_path, "algorithm=null", "stages=[sft, grpo]") as (
-        session,
+    async with running_training(tmp_path, "algorithm=null", "stages=[sft, grpo]") as (
+        training,
         store,
     ):
         prompt = PromptTemplate(template="Say {prompt}")
@@ -389,15 +390,15 @@ async def test_stages_pick_once_across_the_run_with_the_kept_prompts(tmp_path: P
         grpo_adapter = "stages/1-grpo/adapters/step-00003"
         (tmp_path / grpo_adapter).mkdir(parents=True)
         record_validation(tmp_path, validated(5, 0.4, adapter=grpo_adapter, stage=1))
-        session.state.stage, session.state.step_offset = 1, 2
-        await serve_final(session, grpo_adapter, "policy-5")
-        report = await end_run(session, last_stage_context(session).rollouts)
+        training.state.stage, training.state.step_offset = 1, 2
+        await serve_final(training, grpo_adapter, "policy-5")
+        report = await end_run(training, last_stage_context(training).rollouts)
         assert report is not None and report.kept is not None and report.kept.step == 2
-        assert session.stack.engine.adapters == {"policy-2-kept": str(tmp_path / sft_adapter)}
+        assert training.stack.engine.adapters == {"policy-2-kept": str(tmp_path / sft_adapter)}
         latest = await store.latest_resources()
         assert latest is not None and latest.resources["prompt"] == prompt
         assert latest.metadata["algorithm"] == "grpo" and latest.metadata["stage"] == 1
-        assert session.state.resources == {}  # state.json keeps what training reached
+        assert training.state.resources == {}  # state.json keeps what training reached
     end = read_metrics(tmp_path / "metrics.jsonl")[-1]
     assert (end["stage"], end["algorithm"], end["end/served_step"]) == (1, "grpo", 2)
 
@@ -410,8 +411,8 @@ async def test_an_earlier_stages_version_is_served_with_that_stages_routing(
     its adapter. Stage 0's version, kept at the end, was published with the last stage's
     routing: the checker it was validated on the base model with ended on the adapter."""
     ppo = "{name: ppo, untrained_agents: base, transitions: {agents: [solver]}}"
-    async with running_session(tmp_path, "algorithm=null", f"stages=[{ppo}, grpo]") as (
-        session,
+    async with running_training(tmp_path, "algorithm=null", f"stages=[{ppo}, grpo]") as (
+        training,
         store,
     ):
         record_validation(tmp_path, validated(0, 0.1))
@@ -421,9 +422,9 @@ async def test_an_earlier_stages_version_is_served_with_that_stages_routing(
         grpo_adapter = "stages/1-grpo/adapters/step-00003"
         (tmp_path / grpo_adapter).mkdir(parents=True)
         record_validation(tmp_path, validated(5, 0.4, adapter=grpo_adapter, stage=1))
-        session.state.stage, session.state.step_offset = 1, 2
-        await serve_final(session, grpo_adapter, "policy-5")
-        report = await end_run(session, last_stage_context(session).rollouts)
+        training.state.stage, training.state.step_offset = 1, 2
+        await serve_final(training, grpo_adapter, "policy-5")
+        report = await end_run(training, last_stage_context(training).rollouts)
         assert report is not None and report.kept is not None and report.kept.step == 2
         latest = await store.latest_resources()
         assert latest is not None and latest.metadata["kept_stage"] == 0
@@ -468,12 +469,12 @@ def served(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     seen: dict[str, Any] = {}
     real = best.end_run
 
-    async def end_and_look(session: Any, publisher: Any) -> Any:
-        report = await real(session, publisher)
+    async def end_and_look(training: Any, publisher: Any) -> Any:
+        report = await real(training, publisher)
         async with httpx.AsyncClient() as client:
-            response = await client.get(f"{session.stack.engine_url}/models")
+            response = await client.get(f"{training.stack.engine_url}/models")
         seen["engine"] = {m["id"]: m["root"] for m in response.json()["data"]}
-        latest = await session.stack.store.latest_resources()
+        latest = await training.stack.store.latest_resources()
         seen["model"] = latest.resources["llm"].model
         seen["metadata"] = latest.metadata
         return report

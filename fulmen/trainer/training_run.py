@@ -1,8 +1,8 @@
-"""``RunSession``: what every stage of one training run shares.
+"""``TrainingRun``: what every stage of one training run shares.
 
-A session holds what lives as long as the run: the started stack, the metrics logger, the saved
-``RunState``, the run's record in the store, the tasks and their draws (``RunTasks``), the
-policy the engine serves (``PolicyServer``, which also puts it back when a killed run restarts)
+A ``TrainingRun`` holds what lives as long as the run: the started stack, the metrics logger,
+the saved ``RunState``, the run's record in the store, the tasks and their draws (``RunTasks``),
+the policy the engine serves (``PolicyServer``, which also puts it back when a killed run restarts)
 and, with ``reward:``, the judge that scores every stage's rollouts (``RolloutScorer``). Each
 stage sees it through its ``StageContext`` (``fulmen.trainer.context``).
 """
@@ -27,11 +27,11 @@ if TYPE_CHECKING:
     from fulmen.trainer.config import TrainConfig
     from fulmen.trainer.run_record import RunRecorder
 
-__all__ = ["RunSession"]
+__all__ = ["TrainingRun"]
 
 
 @dataclass
-class RunSession:
+class TrainingRun:
     """What every stage of one run shares (see the module docstring).
 
     Attributes:
