@@ -19,16 +19,25 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import torch
-from pydantic import BaseModel
 from torch import nn
 
-from fulmen.algorithms.policy import causal_lm_of, load_adapter_weights, load_stage_policy
+from fulmen.algorithms.lora import LoraUpdateSettings
+from fulmen.algorithms.optimizer import build_optimizer
+from fulmen.algorithms.policy import (
+    causal_lm_of,
+    load_adapter_weights,
+    load_stage_policy,
+    pad_token_of,
+    policy_device,
+    prepare_seeded_policy,
+)
+from fulmen.algorithms.sequence_lengths import resolve_max_seq_len
 from fulmen.errors import ConfigError, FulmenError
 
 if TYPE_CHECKING:
     from fulmen.algorithms.context import AlgorithmContext
 
-_C = TypeVar("_C", bound=BaseModel)
+_C = TypeVar("_C", bound=LoraUpdateSettings)
 _U = TypeVar("_U", bound="LoraUpdaterFiles[Any]")
 _log = logging.getLogger("fulmen.train")
 
@@ -186,6 +195,23 @@ class LoraUpdaterFiles(Generic[_C]):
     optimizer: torch.optim.Optimizer
     config: _C
     step: int
+
+    def _hold_policy(self, model: nn.Module, config: _C) -> None:
+        """Set what every LoRA updater holds, from ``model`` and ``config``.
+
+        ``config``, the adapter on ``model`` (seeded with ``config.seed``), the device, the
+        optimizer, the pad token, the length limit (the configured one, else the model's
+        context), the step and the skipped-step count.
+        """
+        self.config = config
+        self.model = prepare_seeded_policy(model, config, seed=config.seed or 0)
+        self.device = policy_device(config)
+        self.optimizer = build_optimizer(self.model, config)
+        self.pad_token_id = pad_token_of(self.model)
+        self.max_seq_len = resolve_max_seq_len(config.max_seq_len, self.model)
+        self.step = 0
+        #: Optimizer steps skipped because the gradient norm was not finite.
+        self.skipped_nonfinite = 0
 
     def _checkpointed(self) -> nn.Module:
         return self.model

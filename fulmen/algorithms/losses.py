@@ -23,6 +23,7 @@ __all__ = [
     "LOSS_NORMALIZERS",
     "POLICY_LOSSES",
     "PolicyLossTerms",
+    "RatioTotals",
     "StaleCorrection",
     "check_loss_names",
     "clipped_policy_loss",
@@ -46,6 +47,48 @@ class PolicyLossTerms:
     ratio: Tensor
     is_clipped_low: Tensor
     is_clipped_high: Tensor
+
+
+@dataclass
+class RatioTotals:
+    """Sums of a ratio-based update's terms over a step's trained tokens (GRPO, PPO).
+
+    ``loss`` and ``policy_loss`` are summed per optimizer step (already normalized over the
+    step), the rest per token; :meth:`ratio_metrics` turns them into the step's means. Each
+    algorithm's own totals extend this with what only it measures.
+    """
+
+    loss: float = 0.0
+    policy_loss: float = 0.0
+    kl: float = 0.0
+    entropy: float = 0.0
+    clipped_low: int = 0
+    clipped_high: int = 0
+    ratio: float = 0.0
+    tokens: int = 0
+
+    def add_terms(self, terms: PolicyLossTerms, *, entropy: Tensor | None, tokens: int) -> None:
+        """Add one micro-batch's policy-loss terms, its entropies and its trained-token count."""
+        if entropy is not None:
+            self.entropy += float(entropy.sum())
+        self.clipped_low += int(terms.is_clipped_low.sum())
+        self.clipped_high += int(terms.is_clipped_high.sum())
+        self.ratio += float(terms.ratio.sum())
+        self.tokens += tokens
+
+    def ratio_metrics(self, epochs: int) -> dict[str, float]:
+        """Return the step's losses (mean over epochs) and the per-token means of the rest."""
+        n = max(self.tokens, 1)
+        return {
+            "loss": self.loss / epochs,
+            "policy_loss": self.policy_loss / epochs,
+            "kl": self.kl / n,
+            "entropy": self.entropy / n,
+            "clip_fraction": (self.clipped_low + self.clipped_high) / n,
+            "clip_fraction_low": self.clipped_low / n,
+            "clip_fraction_high": self.clipped_high / n,
+            "ratio_mean": self.ratio / n,
+        }
 
 
 def _check_same_shape(**tensors: Tensor) -> None:

@@ -12,6 +12,9 @@ from typing import TYPE_CHECKING, Literal
 from fulmen.adapter.transitions import TransitionOptions
 from fulmen.algorithms.section import AlgorithmSection
 
+if TYPE_CHECKING:
+    from fulmen.algorithms.lora import LoraUpdateSettings
+
 __all__ = ["PolicyRoutedSection", "check_transitions", "check_untrained_on_base", "served_by_name"]
 
 
@@ -22,10 +25,14 @@ class PolicyRoutedSection(AlgorithmSection):
     its docs and option order put them); this base answers the trainer's questions from them.
     """
 
-    if TYPE_CHECKING:  # the subclass's fields
+    if TYPE_CHECKING:  # the subclass's fields, and its updater settings for a run
         steps: int
         transitions: TransitionOptions
         untrained_agents: Literal["policy", "base"]
+
+        def update_config(self, *, seed: int) -> LoraUpdateSettings:
+            """Return its updater settings with the run's ``seed`` unless they set one."""
+            ...
 
     def planned(self) -> tuple[int, str]:
         """Return how many steps the stage runs, and the option that sets it."""
@@ -48,6 +55,10 @@ class PolicyRoutedSection(AlgorithmSection):
         agents' calls to the base model when it publishes the policy.
         """
         return self.transitions.agents if self.untrained_agents == "base" else None
+
+    def max_seq_len_settings(self) -> tuple[str, int | None]:
+        """Return ``<name>.max_seq_len`` of its updater settings (the run's seed leaves it)."""
+        return f"{self.name}.max_seq_len", self.update_config(seed=0).max_seq_len
 
 
 def check_transitions(options: TransitionOptions) -> None:

@@ -117,7 +117,3 @@ class DPOAlgorithmConfig(PolicyRoutedSection):
     def update_config(self, *, seed: int) -> DPOConfig:
         """Return ``dpo`` with the run's ``seed`` unless ``dpo.seed`` is set."""
         return self.dpo.for_run(seed)
-
-    def max_seq_len_settings(self) -> tuple[str, int | None]:
-        """Return ``dpo.max_seq_len``."""
-        return "dpo.max_seq_len", self.dpo.max_seq_len

@@ -27,17 +27,13 @@ from fulmen.algorithms.batching import MicroBatch, TokenSample, collate, plan_mi
 from fulmen.algorithms.dpo.config import DPOConfig
 from fulmen.algorithms.dpo.loss import DPOTerms, dpo_loss
 from fulmen.algorithms.dpo.pairs import PreferencePair
-from fulmen.algorithms.optimizer import apply_gradients, build_optimizer
+from fulmen.algorithms.optimizer import apply_gradients
 from fulmen.algorithms.policy import (
     ReferencePolicy,
     autocast_context,
-    pad_token_of,
-    policy_device,
-    prepare_seeded_policy,
     token_logprobs,
     update_mode,
 )
-from fulmen.algorithms.sequence_lengths import resolve_max_seq_len
 
 __all__ = ["DPOUpdater"]
 
@@ -87,17 +83,8 @@ class DPOUpdater(checkpoint.LoraUpdaterFiles[DPOConfig]):
     """
 
     def __init__(self, model: nn.Module, *, config: DPOConfig) -> None:
-        self.config = config
-        self.model = prepare_seeded_policy(model, config, seed=config.seed or 0)
-        self.device = policy_device(config)
+        self._hold_policy(model, config)
         self.reference = ReferencePolicy(self.model, finetune="lora")
-        self.optimizer = build_optimizer(self.model, config)
-        self.pad_token_id = pad_token_of(self.model)
-        #: The length limit: the configured one, else the model's context.
-        self.max_seq_len = resolve_max_seq_len(config.max_seq_len, self.model)
-        self.step = 0
-        #: Optimizer steps skipped because the gradient norm was not finite.
-        self.skipped_nonfinite = 0
 
     def train_step(self, pairs: Sequence[PreferencePair]) -> dict[str, float]:
         """Take one optimizer step on the mean DPO loss of ``pairs``; return its metrics.

@@ -35,7 +35,12 @@ from fulmen.algorithms import checkpoint
 from fulmen.algorithms.batching import MicroBatch, TokenSample, collate, plan_micro_batches
 from fulmen.algorithms.grpo.config import GRPOConfig
 from fulmen.algorithms.grpo.samples import build_samples
-from fulmen.algorithms.losses import KL_ESTIMATORS, POLICY_LOSSES, correct_stale_tokens
+from fulmen.algorithms.losses import (
+    KL_ESTIMATORS,
+    POLICY_LOSSES,
+    RatioTotals,
+    correct_stale_tokens,
+)
 from fulmen.algorithms.optimizer import apply_gradients, build_optimizer
 from fulmen.algorithms.parallel.collective import Collective, split_samples
 from fulmen.algorithms.policy import (
@@ -66,18 +71,10 @@ logger = logging.getLogger(__name__)
 
 
 @dataclass
-class _Totals:
-    """Sums over the micro-batches of one step, turned into means at the end."""
+class _Totals(RatioTotals):
+    """The policy's sums over the micro-batches of one step, and GRPO's own."""
 
-    loss: float = 0.0
-    policy_loss: float = 0.0
-    kl: float = 0.0
-    entropy: float = 0.0
-    clipped_low: int = 0
-    clipped_high: int = 0
-    ratio: float = 0.0
     logprob_gap: float = 0.0
-    tokens: int = 0
     input_tokens: int = 0
     micro_batches: int = 0
     stale_tokens: int = 0  # is_weight / is_truncated: over these (``is_cap`` only)
@@ -93,14 +90,7 @@ class _Totals:
     def metrics(self, epochs: int) -> dict[str, float]:
         n = max(self.tokens, 1)
         return {
-            "loss": self.loss / epochs,
-            "policy_loss": self.policy_loss / epochs,
-            "kl": self.kl / n,
-            "entropy": self.entropy / n,
-            "clip_fraction": (self.clipped_low + self.clipped_high) / n,
-            "clip_fraction_low": self.clipped_low / n,
-            "clip_fraction_high": self.clipped_high / n,
-            "ratio_mean": self.ratio / n,
+            **self.ratio_metrics(epochs),
             "logprob_gap": self.logprob_gap / n,
             "micro_batches": float(self.micro_batches),
             **self._stale_metrics(),
@@ -377,13 +367,8 @@ class GRPOUpdater:
         loss.backward()
         totals.loss += float(loss.detach())
         totals.policy_loss += float((batch.norm * policy.detach()).sum())
-        if entropy is not None:
-            totals.entropy += float(entropy.sum())
-        totals.clipped_low += int(terms.is_clipped_low.sum())
-        totals.clipped_high += int(terms.is_clipped_high.sum())
-        totals.ratio += float(terms.ratio.sum())
+        totals.add_terms(terms, entropy=entropy, tokens=batch.num_tokens)
         totals.logprob_gap += float((logprobs.detach() - batch.old_logprobs).abs().sum())
-        totals.tokens += batch.num_tokens
         totals.input_tokens += int(batch.attention_mask.sum())
         totals.micro_batches += 1
 

@@ -171,7 +171,3 @@ class PPOAlgorithmConfig(PolicyRoutedSection):
     def update_config(self, *, seed: int) -> PPOConfig:
         """Return ``ppo`` with the run's ``seed`` unless ``ppo.seed`` is set."""
         return self.ppo.for_run(seed)
-
-    def max_seq_len_settings(self) -> tuple[str, int | None]:
-        """Return ``ppo.max_seq_len``."""
-        return "ppo.max_seq_len", self.ppo.max_seq_len

@@ -31,16 +31,18 @@ from torch import Tensor, nn
 
 from fulmen.algorithms import checkpoint
 from fulmen.algorithms.batching import plan_micro_batches
-from fulmen.algorithms.losses import KL_ESTIMATORS, LOSS_NORMALIZERS, POLICY_LOSSES
-from fulmen.algorithms.optimizer import apply_gradients, build_optimizer
+from fulmen.algorithms.losses import (
+    KL_ESTIMATORS,
+    LOSS_NORMALIZERS,
+    POLICY_LOSSES,
+    RatioTotals,
+)
+from fulmen.algorithms.optimizer import apply_gradients
 from fulmen.algorithms.policy import (
     ReferencePolicy,
     autocast_context,
     causal_lm_of,
     hidden_states,
-    pad_token_of,
-    policy_device,
-    prepare_seeded_policy,
     token_logprobs,
     update_mode,
 )
@@ -54,40 +56,24 @@ from fulmen.algorithms.ppo.calls import (
 from fulmen.algorithms.ppo.config import PPOConfig
 from fulmen.algorithms.ppo.gae import clipped_value_loss, explained_variance, gae
 from fulmen.algorithms.ppo.value_head import ValueHead
-from fulmen.algorithms.sequence_lengths import resolve_max_seq_len
 from fulmen.types.transitions import Transition
 
 __all__ = ["PPOUpdater"]
 
 
 @dataclass
-class _Totals:
-    """Sums over the micro-batches of a step's epochs, turned into means at the end."""
+class _Totals(RatioTotals):
+    """The policy's sums, and the value head's over the calls of a step's epochs."""
 
-    loss: float = 0.0
-    policy_loss: float = 0.0
     value_loss: float = 0.0
-    kl: float = 0.0
-    entropy: float = 0.0
-    clipped_low: int = 0
-    clipped_high: int = 0
     value_clipped: int = 0
-    ratio: float = 0.0
-    tokens: int = 0
     calls: int = 0
 
     def metrics(self, epochs: int) -> dict[str, float]:
-        n, c = max(self.tokens, 1), max(self.calls, 1)
+        c = max(self.calls, 1)
         return {
-            "loss": self.loss / epochs,
-            "policy_loss": self.policy_loss / epochs,
+            **self.ratio_metrics(epochs),
             "ppo/value_loss": self.value_loss / c,
-            "kl": self.kl / n,
-            "entropy": self.entropy / n,
-            "clip_fraction": (self.clipped_low + self.clipped_high) / n,
-            "clip_fraction_low": self.clipped_low / n,
-            "clip_fraction_high": self.clipped_high / n,
-            "ratio_mean": self.ratio / n,
             "ppo/value_clip_fraction": self.value_clipped / c,
         }
 
@@ -110,15 +96,12 @@ class PPOUpdater(checkpoint.LoraUpdaterFiles[PPOConfig]):
     """
 
     def __init__(self, model: nn.Module, *, config: PPOConfig) -> None:
-        self.config = config
-        self.model = prepare_seeded_policy(model, config, seed=config.seed or 0)
-        self.device = policy_device(config)
+        self._hold_policy(model, config)
         width = int(causal_lm_of(self.model).get_input_embeddings().embedding_dim)
         self.value_head = ValueHead(width).to(self.device)
         self.reference = (
             ReferencePolicy(self.model, finetune="lora") if config.kl_coef > 0 else None
         )
-        self.optimizer = build_optimizer(self.model, config)
         self.optimizer.add_param_group(
             {
                 "params": list(self.value_head.parameters()),
@@ -127,12 +110,6 @@ class PPOUpdater(checkpoint.LoraUpdaterFiles[PPOConfig]):
         )
         # What a checkpoint holds: the adapter's and the value head's trained parameters.
         self._trained = nn.ModuleDict({"policy": self.model, "value_head": self.value_head})
-        self.pad_token_id = pad_token_of(self.model)
-        #: The length limit: the configured one, else the model's context.
-        self.max_seq_len = resolve_max_seq_len(config.max_seq_len, self.model)
-        self.step = 0
-        #: Optimizer steps skipped because the gradient norm was not finite.
-        self.skipped_nonfinite = 0
 
     def train_step(self, transitions: Sequence[Transition]) -> dict[str, float]:
         """Take the step's ``epochs`` optimizer steps on ``transitions``; return its metrics.
@@ -320,12 +297,7 @@ class PPOUpdater(checkpoint.LoraUpdaterFiles[PPOConfig]):
         totals.policy_loss += float((tokens.norm * terms.loss.detach()).sum())
         totals.value_loss += float(value_terms.loss.detach().sum())
         totals.value_clipped += int(value_terms.is_clipped.sum())
-        if entropy is not None:
-            totals.entropy += float(entropy.sum())
-        totals.clipped_low += int(terms.is_clipped_low.sum())
-        totals.clipped_high += int(terms.is_clipped_high.sum())
-        totals.ratio += float(terms.ratio.sum())
-        totals.tokens += tokens.num_tokens
+        totals.add_terms(terms, entropy=entropy, tokens=tokens.num_tokens)
         totals.calls += int(batch.indices.shape[0])
 
     def _checkpointed(self) -> nn.Module:
