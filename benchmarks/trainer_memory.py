@@ -1,10 +1,10 @@
 """The trainer's resident memory step by step, with freed memory handed back and without.
 
 Runs ``fulmen train`` on one example config twice, one after the other, each in a process of its
-own: as shipped (``release_freed_memory`` trims glibc's arenas once per step) and the baseline
+own: as shipped (``trim_freed_memory`` trims glibc's arenas once per step) and the baseline
 with the trim replaced by a plain reading of resident memory. Prints each step's resident GiB
 (``memory/rss_gb`` from ``metrics.jsonl``) for both, each process's peak (``ru_maxrss``), the
-mean update time and the trim's own mean time (``memory/release_s``), then one JSON line.
+mean update time and the trim's own mean time (``memory/trim_s``), then one JSON line.
 Needs ``.venvs/learn`` for the framework examples (``agl_sql``).
 
     python benchmarks/trainer_memory.py --steps 10
@@ -29,7 +29,7 @@ _BASELINE = """
 import sys
 import fulmen.trainer.stage_progress as stage_progress
 from fulmen.trainer.memory import resident_bytes
-stage_progress.release_freed_memory = lambda: {"memory/rss_gb": (resident_bytes() or 0) / 2**30}
+stage_progress.trim_freed_memory = lambda: {"memory/rss_gb": (resident_bytes() or 0) / 2**30}
 from fulmen.cli.main import main
 sys.exit(main(sys.argv[1:]))
 """
@@ -46,19 +46,19 @@ def _run(code: str, config: Path, run_dir: Path, overrides: list[str]) -> dict[s
         raise SystemExit(f"training failed ({os.waitstatus_to_exitcode(status)}): {args}")
     steps: dict[int, float] = {}
     train_s: list[float] = []
-    release_s: list[float] = []
+    trim_s: list[float] = []
     with (run_dir / "metrics.jsonl").open(encoding="utf-8") as lines:
         for line in lines:
             record = json.loads(line)
             if "memory/rss_gb" in record:
                 steps[int(record["step"])] = round(float(record["memory/rss_gb"]), 2)
                 train_s.append(float(record.get("time/train_s", 0.0)))
-                release_s.append(float(record.get("memory/release_s", 0.0)))
+                trim_s.append(float(record.get("memory/trim_s", 0.0)))
     return {
         "rss_gb_by_step": steps,
         "peak_gb": round(usage.ru_maxrss / 2**20, 2),
         "train_s_mean": round(sum(train_s) / max(1, len(train_s)), 2),
-        "release_s_mean": round(sum(release_s) / max(1, len(release_s)), 4),
+        "trim_s_mean": round(sum(trim_s) / max(1, len(trim_s)), 4),
     }
 
 

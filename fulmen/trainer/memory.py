@@ -7,7 +7,7 @@ large block is freed) come from those arenas, and each update runs on a worker t
 reuse. Measured on ``examples/agl_sql`` (Gemma 3 270M, float32, 2-core CPU): the trainer's
 resident memory rose 11.9 → 17.5 → 20.0 GB over its first nine steps, a run was killed by the
 kernel at its 31st step at 23 GB, and one ``malloc_trim(0)`` in such a process took it from 22.0
-to 5.2 GB. ``release_freed_memory`` runs that trim once per step.
+to 5.2 GB. ``trim_freed_memory`` runs that trim once per step.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import os
 import sys
 import time
 
-__all__ = ["release_freed_memory", "resident_bytes"]
+__all__ = ["trim_freed_memory", "resident_bytes"]
 
 _GIB = float(1 << 30)
 
@@ -45,11 +45,11 @@ def _malloc_trim() -> bool:
     return True
 
 
-def release_freed_memory() -> dict[str, float]:
+def trim_freed_memory() -> dict[str, float]:
     """Return freed heap memory to the system and report the trainer's resident memory.
 
     Returns the step's metrics ``memory/rss_gb`` (resident GiB after the trim),
-    ``memory/released_gb`` (what the trim gave back) and ``memory/release_s`` (how long it
+    ``memory/trimmed_gb`` (what the trim gave back) and ``memory/trim_s`` (how long it
     took); only ``memory/rss_gb`` without glibc, nothing without ``/proc``.
     """
     before = resident_bytes()
@@ -60,6 +60,6 @@ def release_freed_memory() -> dict[str, float]:
     after = resident_bytes() or before
     return {
         "memory/rss_gb": after / _GIB,
-        "memory/released_gb": max(0, before - after) / _GIB,
-        "memory/release_s": took,
+        "memory/trimmed_gb": max(0, before - after) / _GIB,
+        "memory/trim_s": took,
     }

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fulmen.trainer.memory import release_freed_memory
+from fulmen.trainer.memory import trim_freed_memory
 from fulmen.trainer.stage_rollouts import StageRollouts
 from fulmen.trainer.training_run import TrainingRun
 from fulmen.trainer.validation import validate
@@ -83,10 +83,10 @@ class StageProgress:
         """Record ``metrics`` at this stage's ``step`` in the run's metrics stream.
 
         Every algorithm's loop calls this once per step, after its update: the memory the step
-        freed goes back to the system here (``release_freed_memory``), and the trainer's
-        resident memory joins the step's metrics (``memory/rss_gb``, ``memory/released_gb``).
+        freed goes back to the system here (``trim_freed_memory``), and the trainer's
+        resident memory joins the step's metrics (``memory/rss_gb``, ``memory/trimmed_gb``).
         """
         training = self._training
-        metrics = {**metrics, **release_freed_memory()}
+        metrics = {**metrics, **trim_freed_memory()}
         labels = {"stage": self._index, "algorithm": self._name} if training.uses_stages else {}
         training.metrics.log(training.state.run_step(step), metrics, labels=labels)

@@ -2,7 +2,7 @@
 
 The pattern is the trainer's: a worker thread allocates blocks under glibc's mmap threshold
 (64 KB, under even its lowest default, so they come from the thread's arena), keeps small ones
-between them alive, and frees the big ones. glibc keeps those pages; ``release_freed_memory``
+between them alive, and frees the big ones. glibc keeps those pages; ``trim_freed_memory``
 must hand them back and say how much it did.
 
 The measurement runs in a fresh interpreter: in a test process that already ran other tests,
@@ -26,7 +26,7 @@ MB = 1 << 20
 
 _MEASURE = """
 import ctypes, json, threading
-from fulmen.trainer.memory import release_freed_memory, resident_bytes
+from fulmen.trainer.memory import trim_freed_memory, resident_bytes
 
 libc = ctypes.CDLL(None)
 libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
@@ -48,7 +48,7 @@ thread = threading.Thread(target=work)
 thread.start()
 thread.join()
 held = resident_bytes()
-metrics = release_freed_memory()
+metrics = trim_freed_memory()
 print(json.dumps({"before": before, "held": held, "after": resident_bytes(), **metrics}))
 """
 
@@ -59,7 +59,7 @@ def test_memory_a_thread_freed_is_given_back_and_reported() -> None:
     )
     seen = json.loads(done.stdout)
     assert seen["held"] - seen["before"] > 300 * MB, f"glibc returned the blocks itself: {seen}"
-    assert seen["memory/released_gb"] * (1 << 30) > 300 * MB, seen
+    assert seen["memory/trimmed_gb"] * (1 << 30) > 300 * MB, seen
     assert seen["memory/rss_gb"] * (1 << 30) < seen["held"] - 300 * MB, seen
-    assert 0 <= seen["memory/release_s"] < 5, seen
+    assert 0 <= seen["memory/trim_s"] < 5, seen
     assert seen["after"] < seen["held"] - 300 * MB, seen

@@ -61,7 +61,7 @@ def test_second_stage_starts_from_the_adapter_the_first_published(tmp_path: Path
     # Every step of either algorithm hands freed memory back and reports what the trainer holds.
     trained = [r for r in records[:-1] if r["step"] > 0 and "val/reward_mean" not in r]
     assert len(trained) == 3 and all(r["memory/rss_gb"] > 0.1 for r in trained)
-    assert all(r["memory/released_gb"] >= 0 for r in trained)
+    assert all(r["memory/trimmed_gb"] >= 0 for r in trained)
     assert (run_dir / "stages" / "0-sft" / "adapters" / "round-001").is_dir()
     assert (run_dir / "stages" / "1-grpo" / "adapters" / "step-00002").is_dir()
     # GRPO's first rollouts were sampled from the sft adapter ...
