@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import json
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,23 @@ from fulmen.errors import ConfigError
 
 
 def _digest(directory: Path) -> dict[str, str]:
-    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(directory.iterdir())}
+    """Hash each file; JSON files without ``transformers_version``.
+
+    transformers stamps its own version into config.json and generation_config.json. A cache
+    built under one release is reused under the next (the cache key is the recipe version),
+    so that stamp is provenance, not content: CI failed when a new transformers release met a
+    model cached by the previous one.
+    """
+    digests: dict[str, str] = {}
+    for path in sorted(directory.iterdir()):
+        data = path.read_bytes()
+        if path.suffix == ".json":
+            document = json.loads(data)
+            if isinstance(document, dict):
+                document.pop("transformers_version", None)
+            data = json.dumps(document, sort_keys=True).encode()
+        digests[path.name] = hashlib.sha256(data).hexdigest()
+    return digests
 
 
 def test_tiny_builds_deterministically_and_is_cached(tiny_dir: Path, tmp_path: Path) -> None:
