@@ -111,9 +111,9 @@ async def _validation_rewards(db: Path) -> dict[str, dict[str, float]]:
 
     A failed rollout or one without a reward scores 0, as in the run's own validation.
     """
-    from fulmen.adapter.transitions import load_attempt
     from fulmen.store import open_store
     from fulmen.store.reading import iter_rollouts
+    from fulmen.transitions.trajectory import load_attempt
     from fulmen.types import Mode, RolloutQuery, RolloutStatus
 
     out: dict[str, dict[str, float]] = {}

@@ -120,7 +120,7 @@ _UPDATER = (
     _COMMON
     + r"""
 import torch
-from fulmen.adapter import Transition
+from fulmen.transitions import Transition
 from fulmen.algorithms.grpo.config import GRPOConfig
 from fulmen.algorithms.grpo.updater import GRPOUpdater
 from fulmen.engines.models import resolve_model

@@ -125,7 +125,7 @@ _CHILD = r"""
 import asyncio, json, socket, sys, urllib.request
 from pathlib import Path
 import uvicorn
-from fulmen.adapter.transitions import load_attempt
+from fulmen.transitions.trajectory import load_attempt
 from fulmen.agent.command import CommandAgent, CommandAgentConfig
 from fulmen.agent.runner import Runner
 from fulmen.gateway import GatewayConfig, create_app

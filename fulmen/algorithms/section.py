@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from pydantic import BaseModel, ConfigDict
 
 if TYPE_CHECKING:
-    from fulmen.adapter.transitions import TransitionOptions
     from fulmen.algorithms.parallel.config import DataParallelConfig
+    from fulmen.transitions.trajectory import TransitionOptions
 
 __all__ = ["AlgorithmSection"]
 

@@ -23,11 +23,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
 
-from fulmen.adapter.named_rewards import named_reward_means
 from fulmen.algorithms.context import AlgorithmContext
 from fulmen.algorithms.rewards import reward_metrics
 from fulmen.algorithms.rollout_concurrency import concurrency_metrics
 from fulmen.algorithms.serving import PolicyWriter, keep_newest, serve_policy
+from fulmen.transitions.named_rewards import named_reward_means
 from fulmen.types import Mode, Rollout, RolloutStatus, Trajectory
 
 __all__ = [

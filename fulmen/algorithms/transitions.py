@@ -1,6 +1,6 @@
 """The ``transitions:`` section every weight-training algorithm shares.
 
-Agent selection, merging and credit, validated once, with the rules the adapter's own model
+Agent selection, merging and credit, validated once, with the rules ``TransitionOptions`` itself
 cannot check, including those of ``untrained_agents: base`` (PPO's and DPO's policy serves only
 the agents it trains).
 """
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Literal
 
-from fulmen.adapter.transitions import TransitionOptions
 from fulmen.algorithms.section import AlgorithmSection
+from fulmen.transitions.trajectory import TransitionOptions
 
 if TYPE_CHECKING:
     from fulmen.algorithms.lora import LoraUpdateSettings
@@ -39,7 +39,7 @@ class PolicyRoutedSection(AlgorithmSection):
         return self.steps, "steps"
 
     def transition_options(self) -> TransitionOptions:
-        """Return the adapter's ``TransitionOptions`` (``transitions``).
+        """Return the ``TransitionOptions`` (``transitions``).
 
         With ``untrained_agents: base`` agent names come from each call's header
         (``names: call``): the name the gateway routed it by.

@@ -77,10 +77,10 @@ def _export(args: argparse.Namespace) -> int:
 
 
 async def _run(args: argparse.Namespace) -> tuple[int, Counter[str]]:
-    from fulmen.adapter.export import preference_rows, sft_rows, transition_rows, write_rows
-    from fulmen.adapter.transitions import AttemptRecords, TransitionOptions, load_attempt
     from fulmen.cli.rollouts import run_rollout_pattern
     from fulmen.store.reading import iter_rollouts
+    from fulmen.transitions.export import preference_rows, sft_rows, transition_rows, write_rows
+    from fulmen.transitions.trajectory import AttemptRecords, TransitionOptions, load_attempt
     from fulmen.types import Mode, RolloutQuery, RolloutStatus
 
     options = TransitionOptions(agents=tuple(args.agents), merge=args.merge, credit=args.credit)

@@ -129,5 +129,5 @@ def register(subparsers: Any) -> None:
             help="a key of your choice: a repeated post with it is stored once",
         ),
         help="post a reward by rollout, response or session id",
-        description="Post a reward; the adapter and exports use a rollout's latest reward.",
+        description="Post a reward; transitions and exports use a rollout's latest reward.",
     )

@@ -199,10 +199,10 @@ async def _latest_reward(store: Store, rollout: Rollout) -> float | None:
     """Return the primary reward of the rollout's latest attempt (``None``: none or not run).
 
     Reward spans and posted rewards (a ``reward:`` judge, ``POST /rewards``) both count, as
-    they do for training (``fulmen.adapter.signals.latest_reward``).
+    they do for training (``fulmen.transitions.signals.latest_reward``).
     """
-    from fulmen.adapter.signals import latest_reward
     from fulmen.store.reading import read_spans
+    from fulmen.transitions.signals import latest_reward
 
     if rollout.attempt_count == 0:
         return None

@@ -58,7 +58,9 @@ _GROUPS: dict[str, str] = {
     "time": "step time (time/)",
     "rollouts": "rollouts (rollouts/)",
     "sampling": "dynamic sampling (sampling/): groups run, flat, redrawn, the cost",
-    "adapter": "calls turned into transitions (adapter/)",
+    "transitions": "calls turned into transitions (transitions/)",
+    # Runs recorded before the trace adapter's package was named transitions.
+    "adapter": "calls turned into transitions (adapter/, older runs)",
     "memory": "memory (memory/)",
 }
 _OTHER = "other"
@@ -235,8 +237,8 @@ async def validation_rewards(
     Only validations of a run without stages are matched (a stage's ids count its own steps);
     when a restart repeated a validation, the latest one counts.
     """
-    from fulmen.adapter.transitions import load_attempt
     from fulmen.store.reading import iter_rollouts
+    from fulmen.transitions.trajectory import load_attempt
     from fulmen.types import Mode, RolloutQuery, RolloutStatus
 
     pattern = re.compile(re.escape(run_id) + _VALIDATION_ID)

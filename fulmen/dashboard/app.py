@@ -45,7 +45,6 @@ from starlette.responses import FileResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from fulmen.adapter.transitions import TransitionOptions
 from fulmen.dashboard.bodies import json_body, validated
 from fulmen.dashboard.debug_api import DebugActions, DebugTools
 from fulmen.dashboard.gate import SecurityHeaders, TokenGate
@@ -61,6 +60,7 @@ from fulmen.dashboard.run_health import run_health
 from fulmen.dashboard.runs_view import RunVersions, list_runs, run_metrics
 from fulmen.engines.link import EngineLink
 from fulmen.errors import ConfigError, FulmenError, InvalidRequest, NotFound
+from fulmen.transitions.trajectory import TransitionOptions
 from fulmen.types import LLMResource, Mode, RolloutStatus
 from fulmen.types.limits import Id
 from fulmen.version import __version__

@@ -1,6 +1,6 @@
 """One rollout as the dashboard shows it: attempts, spans, calls, tokens, rewards, transitions.
 
-Everything comes from the store through the adapter's own reader (``load_attempt``) and
+Everything comes from the store through transition building's own reader (``load_attempt``) and
 transition builder (``AttemptRecords.trajectory``), so the tokens marked *trained* here are
 exactly the tokens the trainer's loss sees with the same ``TransitionOptions``: a call's
 completion tokens are trained when the call went into a transition, and in merged mode the
@@ -13,11 +13,11 @@ import asyncio
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from fulmen.adapter.air import call_signals
-from fulmen.adapter.signals import read_signals
-from fulmen.adapter.transitions import AttemptRecords, TransitionOptions, load_attempt
 from fulmen.errors import NotFound
 from fulmen.tracing import semconv
+from fulmen.transitions.air import call_signals
+from fulmen.transitions.signals import read_signals
+from fulmen.transitions.trajectory import AttemptRecords, TransitionOptions, load_attempt
 
 if TYPE_CHECKING:
     from fulmen.store.base import Store

@@ -24,9 +24,9 @@ from fulmen.store.urls import sqlite_file
 if TYPE_CHECKING:
     from starlette.applications import Starlette
 
-    from fulmen.adapter.transitions import TransitionOptions
     from fulmen.dashboard.debug_api import DebugTools
     from fulmen.store.base import Store
+    from fulmen.transitions.trajectory import TransitionOptions
 
 __all__ = ["DashboardServer", "run_dashboard", "serve_dashboard_while"]
 

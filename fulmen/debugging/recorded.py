@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from fulmen.adapter.transitions import AttemptRecords
+    from fulmen.transitions.trajectory import AttemptRecords
     from fulmen.types import LLMCall, Rollout
 
 __all__ = ["RecordedCall", "RecordedRollout", "recorded_call", "recorded_rollout"]

@@ -119,8 +119,8 @@ async def replay_rollout(
     Raises ``ConfigError`` when the attempt recorded no calls, or a call of an endpoint the
     replay cannot serve (the Responses API).
     """
-    from fulmen.adapter.signals import latest_reward
-    from fulmen.adapter.transitions import load_attempt
+    from fulmen.transitions.signals import latest_reward
+    from fulmen.transitions.trajectory import load_attempt
 
     records = await load_attempt(store, rollout_id, attempt_id=attempt_id)
     rollout = await store.get_rollout(rollout_id)
@@ -187,9 +187,9 @@ async def _run_replay(
     rollouts: RolloutSettings,
 ) -> tuple[float | None, str, str | None]:
     """Run the rollout once on a private stack; return its reward, status and error."""
-    from fulmen.adapter.transitions import load_attempt
     from fulmen.engines.config import EngineConfig
     from fulmen.trainer.stack import TrainingStack
+    from fulmen.transitions.trajectory import load_attempt
     from fulmen.types import ResourcesCreate, RolloutConfig, RolloutCreate
 
     async with _serving(create_replay_app(replies)) as upstream_url:

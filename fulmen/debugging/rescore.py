@@ -29,8 +29,8 @@ from fulmen.importing import import_object
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from fulmen.adapter.transitions import AttemptRecords
     from fulmen.store.base import Store
+    from fulmen.transitions.trajectory import AttemptRecords
     from fulmen.types import Mode, Rollout
 
 __all__ = [
@@ -75,7 +75,7 @@ class RescoredRollout:
     """One rollout's old and new reward (``new`` is ``None`` when the function raised).
 
     ``air`` counts the calls on which each automatic intermediate reward fired
-    (``fulmen.adapter.air``), shown beside the rewards. ``scores`` holds each criterion's
+    (``fulmen.transitions.air``), shown beside the rewards. ``scores`` holds each criterion's
     score when a judge re-scored it (``new`` is their weighted mean).
     """
 
@@ -171,7 +171,7 @@ async def rescore(
     An exception or a bad return value is kept as that rollout's ``error``, and the others
     are still scored.
     """
-    from fulmen.adapter.transitions import load_attempt
+    from fulmen.transitions.trajectory import load_attempt
 
     selection = selection or RescoreFilter()
     items: list[RescoredRollout] = []
@@ -204,7 +204,7 @@ async def _call(reward: RewardFunction, rollout: RecordedRollout) -> float:
 
 def signal_counts(records: AttemptRecords) -> dict[str, int]:
     """Count the calls of ``records`` on which each automatic intermediate reward fired."""
-    from fulmen.adapter.air import call_signals
+    from fulmen.transitions.air import call_signals
 
     counts: dict[str, int] = {}
     for fired in call_signals(records.calls, records.spans):

@@ -97,9 +97,9 @@ async def rescore_with_judge(
     cache hits and retries and the rewards posted (``None`` on a dry run, which posts
     nothing).
     """
-    from fulmen.adapter.transitions import load_attempt
     from fulmen.rewards.content import judged_rollout
     from fulmen.rewards.posting import post_judgements
+    from fulmen.transitions.trajectory import load_attempt
 
     selection = selection or RescoreFilter()
     items: dict[str, RescoredRollout] = {}

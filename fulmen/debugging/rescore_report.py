@@ -147,7 +147,7 @@ def format_rescore(result: RescoreResult, *, top: int = 10) -> str:
             f"{name} {v['calls']} calls in {v['rollouts']} rollouts"
             for name, v in summary["air"].items()
         )
-        lines.append(f"  automatic signals (fulmen.adapter.air): {fired}")
+        lines.append(f"  automatic signals (fulmen.transitions.air): {fired}")
     rows = summary["histogram"]
     if rows:
         most = max(max(r["old"], r["new"]) for r in rows) or 1

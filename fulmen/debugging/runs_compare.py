@@ -190,8 +190,8 @@ async def _summary(store: Store, run_id: str) -> RunSummary:
 
 async def _final_validation(store: Store, run_id: str) -> dict[str, float]:
     """Return the last validation's reward per task id (the validation enqueued last)."""
-    from fulmen.adapter.transitions import load_attempt
     from fulmen.store.reading import iter_rollouts
+    from fulmen.transitions.trajectory import load_attempt
 
     latest: dict[str, list[Any]] = {}
     last_position = -1

@@ -213,7 +213,7 @@ def _rewards_operation() -> dict[str, Any]:
             "The body of the store's `POST /v1/rewards`. A reward that names a `response_id` "
             "first waits until the call records answered so far are stored, so a reward sent "
             "right after the response finds its call. Posting the same `key` again returns the "
-            "stored reward; the adapter uses the latest reward by store sequence."
+            "stored reward; transitions and exports use the latest reward by store sequence."
         ),
         "requestBody": {"required": True, "content": _json(_ref("RewardCreate"))},
         "responses": responses,

@@ -5,7 +5,7 @@ user hook (``module:function``, text in, text out) to every string of the record
 response, choices and error, tool-call arguments included (they are strings of JSON). Ids,
 model names, roles and other protocol fields are left alone. A record in which anything was
 redacted loses its token ids and logprobs and is marked not token-level: the ids are those of
-the text the model really saw, which is no longer stored, so the adapter skips the call for
+the text the model really saw, which is no longer stored, so transition building skips the call for
 token-level training (text-level uses such as SFT exports still see the redacted text).
 """
 

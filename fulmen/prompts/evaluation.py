@@ -49,7 +49,7 @@ async def run_tasks(
     ``on_wait`` runs every few seconds while waiting (to check that a runner is alive, say);
     ``TimeoutError`` names how many rollouts were unfinished after ``timeout_s``.
     """
-    from fulmen.adapter.transitions import load_attempt
+    from fulmen.transitions.trajectory import load_attempt
 
     creates = [
         RolloutCreate(

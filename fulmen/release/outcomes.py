@@ -6,7 +6,7 @@ through the production rollouts it has not seen yet (a cursor, so each is listed
 keeps the ones of its release; then it reads every one's rewards again, because a reward may
 arrive hours after its session (one request per session per read: a window every few minutes
 over thousands of sessions is a few thousand small reads). A session's reward is its latest
-primary reward (``fulmen.adapter.signals.latest_reward``); a session without one counts as a
+primary reward (``fulmen.transitions.signals.latest_reward``); a session without one counts as a
 session, not as a reward.
 
 Sessions that capture's sampling did not keep are not in the store, so they are not counted:
@@ -18,9 +18,9 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping
 
-from fulmen.adapter.signals import latest_reward
 from fulmen.store.base import Store
 from fulmen.store.reading import iter_rollouts
+from fulmen.transitions.signals import latest_reward
 from fulmen.types import Mode, RolloutQuery
 from fulmen.types.releases import ReleaseArm
 

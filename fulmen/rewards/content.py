@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
-    from fulmen.adapter.transitions import AttemptRecords
+    from fulmen.transitions.trajectory import AttemptRecords
     from fulmen.types import LLMCall, Rollout
 
 __all__ = ["JudgedReply", "JudgedRollout", "judged_rollout", "render_content", "render_task"]

@@ -62,7 +62,7 @@ async def judge_rollouts(
     Failed rollouts are left out (of their group's ranking too). Returns the judgements in
     group order.
     """
-    from fulmen.adapter.transitions import load_attempt
+    from fulmen.transitions.trajectory import load_attempt
 
     views: list[list[JudgedRollout]] = []
     for group in groups:

@@ -14,7 +14,7 @@ and the agent classes of AutoGen and CrewAI when the agent has imported them, on
 see each other's names, a request outside any rollout or to another host is
 left alone, and a header the agent set itself wins. Its limit: a call made from a thread or task
 that did not inherit the rollout's context (a thread pool without ``contextvars.copy_context``)
-is not named; ``fulmen.adapter.attribution`` warns when calls cannot be attributed.
+is not named; ``fulmen.transitions.attribution`` warns when calls cannot be attributed.
 """
 
 from __future__ import annotations

@@ -101,7 +101,7 @@ def emit_reward(
         value: the reward, or several named rewards (e.g. ``{"correct": 1, "format": 0.5}``).
         primary: which named reward the trainer optimises; see ``normalize_rewards``.
         response_id: the ``id`` of the LLM response this reward is for (a per-call reward);
-            the adapter joins it to the gateway's record of that call.
+            transition building joins it to the gateway's record of that call.
         attributes: extra span attributes.
         source: who emitted it; the runner passes ``"return"`` for a function's return value.
     """

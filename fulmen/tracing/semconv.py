@@ -1,9 +1,10 @@
 """Span and attribute names fulmen emits, and readers that get rewards and agent names back.
 
-This module is the single place that defines them: the emitters write these names and the
-adapter reads rewards and agent attribution through the functions below, never by spelling the
-names itself. ``gen_ai.*`` names follow the OpenTelemetry GenAI semantic conventions where they
-cover the meaning; ``fulmen.*`` names cover the rest (rewards, rollout ids, observations).
+This module is the single place that defines them: the emitters write these names and
+``fulmen.transitions`` reads rewards and agent attribution through the functions below, never
+by spelling the names itself. ``gen_ai.*`` names follow the OpenTelemetry GenAI semantic
+conventions where they cover the meaning; ``fulmen.*`` names cover the rest (rewards, rollout
+ids, observations).
 
 A reward span (name ``fulmen.reward``) carries two parallel lists, ``fulmen.reward.names`` and
 ``fulmen.reward.values``, plus ``fulmen.reward.primary``: OTel attributes are flat, and lists keep

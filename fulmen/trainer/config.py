@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias, cast
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from fulmen.adapter.transitions import TransitionOptions
 from fulmen.agent.kinds import DEFAULT_KIND, agent_kinds, spec_union
 from fulmen.agent.rollouts import RolloutSettings
 from fulmen.agent.spec import AgentSpec
@@ -40,6 +39,7 @@ from fulmen.errors import ConfigError
 from fulmen.rewards.config import RewardConfig
 from fulmen.store.urls import is_service_url
 from fulmen.trainer.sinks.config import MetricsConfig, require_sink
+from fulmen.transitions.trajectory import TransitionOptions
 
 __all__ = [
     "AlgorithmConfig",
@@ -338,9 +338,9 @@ class TrainConfig(_Strict):
         return list(self.stages) if self.stages is not None else [self.algorithm]
 
     def transition_options(self) -> TransitionOptions:
-        """Build the adapter's ``TransitionOptions`` of the first stage that has them.
+        """Build the ``TransitionOptions`` of the first stage that has them.
 
-        A plan without a ``transitions`` section gets the adapter's defaults.
+        A plan without a ``transitions`` section gets the defaults.
         """
         for stage in self.plan():
             options = stage.transition_options()

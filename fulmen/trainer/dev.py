@@ -2,7 +2,7 @@
 
 For each rollout: its status and reward, every LLM call (agent, prompt tail, completion, token
 counts, whether it is usable for token-level RL), the tool results the agent sent with the call
-and the tool calls the model made in it, and the transitions the adapter builds. Tool calls and
+and the tool calls the model made in it, and the transitions built from them. Tool calls and
 results are read from the recorded request and response, in the Chat Completions shape
 (``tool_calls`` / ``role: tool`` messages) or the Responses shape (``function_call`` /
 ``function_call_output`` items). Transitions longer than GRPO's ``max_seq_len`` (the one set,
@@ -128,7 +128,7 @@ async def run_dev(
     (``max_seq_len_option`` names it); else the engine's context (``/v1/models``) is the
     limit transitions are checked against.
     """
-    from fulmen.adapter.transitions import load_attempt
+    from fulmen.transitions.trajectory import load_attempt
 
     store = stack.store
     llm = LLMResource(

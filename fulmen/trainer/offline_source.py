@@ -22,8 +22,8 @@ from fulmen.types import LLMCall, Mode, Resources
 from fulmen.types.behaviour import off_behaviour_reason
 
 if TYPE_CHECKING:
-    from fulmen.adapter.transitions import AttemptRecords
     from fulmen.algorithms.source import StoreSource
+    from fulmen.transitions.trajectory import AttemptRecords
 
 __all__ = ["behaviour_calls", "read_source"]
 
@@ -34,11 +34,11 @@ async def read_source(source: StoreSource) -> list[AttemptRecords]:
     Its filter picks succeeded rollouts by mode, task, version, end time, agent and reward,
     at most ``max_rollouts`` of them, in enqueue order.
     """
-    from fulmen.adapter.signals import read_signals
-    from fulmen.adapter.transitions import load_attempt
     from fulmen.algorithms.source import keeps
     from fulmen.store import open_store
     from fulmen.store.reading import iter_rollouts
+    from fulmen.transitions.signals import read_signals
+    from fulmen.transitions.trajectory import load_attempt
 
     wanted = source.filter
     attempts: list[AttemptRecords] = []

@@ -31,8 +31,8 @@ from fulmen.types.sampling_seed import SAMPLING_SEED_KEY, rollout_seed
 if TYPE_CHECKING:
     from collections import Counter
 
-    from fulmen.adapter.transitions import AttemptRecords, TransitionOptions
     from fulmen.algorithms.source import StoreSource
+    from fulmen.transitions.trajectory import AttemptRecords, TransitionOptions
     from fulmen.types import LLMCallCreate, Trajectory
     from fulmen.types.limits import JsonData
 
@@ -155,7 +155,7 @@ class StageRollouts:
 
     async def attempts(self, rollouts: Sequence[Rollout]) -> list[AttemptRecords]:
         """Read the records of each succeeded rollout's latest attempt."""
-        from fulmen.adapter.transitions import load_attempt
+        from fulmen.transitions.trajectory import load_attempt
 
         store = self._training.stack.store
         return [
@@ -166,7 +166,7 @@ class StageRollouts:
 
     async def scored(self, rollouts: Sequence[Rollout]) -> list[float | None]:
         """Each rollout's final reward; ``None`` for one that failed or emitted none."""
-        from fulmen.adapter.transitions import load_attempt
+        from fulmen.transitions.trajectory import load_attempt
 
         out: list[float | None] = []
         for rollout in rollouts:

@@ -80,7 +80,7 @@ async def _named_reward_means(
 
     The summary's own keys (``val/reward/std``) win over a reward with such a name.
     """
-    from fulmen.adapter.named_rewards import named_reward_means, secondary_rewards
+    from fulmen.transitions.named_rewards import named_reward_means, secondary_rewards
 
     attempts = await rollouts.attempts(finished)
     values = [secondary_rewards(a.spans, a.rewards) for a in attempts]

@@ -39,12 +39,12 @@ from fulmen.types.rollout import (
 )
 from fulmen.types.runs import ModelKind, ModelVersion, Run, RunMetrics, RunStatus
 from fulmen.types.sessions import SessionCreate
-from fulmen.types.transitions import AdapterDiagnostics, Trajectory, Transition
+from fulmen.types.transitions import Trajectory, Transition, TransitionDiagnostics
 
 __all__ = [
     "PROMPT_SCORES_KEY",
     "UNSET",
-    "AdapterDiagnostics",
+    "TransitionDiagnostics",
     "Attempt",
     "AttemptStatus",
     "Claim",

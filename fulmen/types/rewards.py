@@ -42,7 +42,7 @@ MAX_REWARD_VALUES: Final = 64
 SCORING_ERROR_KEY: Final = "scoring_error"
 """A posted reward whose ``metadata`` has this key (a string saying why the rollout could not
 be scored, e.g. its judge failed) withdraws the rollout's reward: the rollout has no primary
-reward until a later reward names one (``fulmen.adapter.signals.latest_reward``)."""
+reward until a later reward names one (``fulmen.transitions.signals.latest_reward``)."""
 SESSION_ROLLOUT_PREFIX: Final = "session-"
 
 RewardName: TypeAlias = Annotated[

@@ -1,4 +1,4 @@
-"""Transitions and trajectories: what the adapter produces and the algorithms consume.
+"""Transitions and trajectories: what ``fulmen.transitions`` produces and the algorithms consume.
 
 A ``Transition`` is one training sequence: a prompt and a completion, the behaviour logprobs the
 gateway recorded for the completion, which completion tokens the policy generated
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-__all__ = ["AdapterDiagnostics", "Trajectory", "Transition"]
+__all__ = ["TransitionDiagnostics", "Trajectory", "Transition"]
 
 
 class Transition(BaseModel):
@@ -79,8 +79,8 @@ class Transition(BaseModel):
         return sum(self.loss_mask)
 
 
-class AdapterDiagnostics(BaseModel):
-    """Counts of what the adapter kept, skipped and split; add two with ``+``.
+class TransitionDiagnostics(BaseModel):
+    """Counts of what transition building kept, skipped and split; add two with ``+``.
 
     Attributes:
         calls: LLM calls read.
@@ -101,7 +101,7 @@ class AdapterDiagnostics(BaseModel):
         skipped_selection: calls the ``transitions.calls`` rules left out (model name,
             session headers, tools).
         truncated: calls trained whose reply was cut by ``max_tokens``.
-        air_*: calls on which each automatic intermediate reward fired (``fulmen.adapter.air``:
+        air_*: calls on which each automatic intermediate reward fired (``fulmen.transitions.air``:
             tool_error, malformed_tool, truncated, repeated, model_error), trained or not.
         rollouts: attempts read; rollouts_without_reward: of those, attempts with no reward.
     """
@@ -129,9 +129,9 @@ class AdapterDiagnostics(BaseModel):
     rollouts: int = 0
     rollouts_without_reward: int = 0
 
-    def __add__(self, other: AdapterDiagnostics) -> AdapterDiagnostics:
+    def __add__(self, other: TransitionDiagnostics) -> TransitionDiagnostics:
         names = type(self).model_fields
-        return AdapterDiagnostics(
+        return TransitionDiagnostics(
             **{name: getattr(self, name) + getattr(other, name) for name in names}
         )
 
@@ -140,7 +140,7 @@ class Trajectory(BaseModel):
     """The transitions of one finished attempt, with its final reward and diagnostics.
 
     ``secondary_rewards`` are the attempt's named reward values other than the primary one
-    (``fulmen.adapter.named_rewards``), averaged by name into the step's metrics.
+    (``fulmen.transitions.named_rewards``), averaged by name into the step's metrics.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -150,5 +150,5 @@ class Trajectory(BaseModel):
     task_id: str | None = None
     final_reward: float | None
     transitions: list[Transition] = Field(default_factory=list)
-    diagnostics: AdapterDiagnostics = Field(default_factory=AdapterDiagnostics)
+    diagnostics: TransitionDiagnostics = Field(default_factory=TransitionDiagnostics)
     secondary_rewards: dict[str, float] = Field(default_factory=dict)

@@ -1,4 +1,4 @@
-"""Wire APIs: the model-call APIs agents speak, one home each, below the gateway and the adapter.
+"""Wire APIs: the model-call APIs agents speak, one home each, below gateway and transitions.
 
 ``fulmen.wire.api.WireApi`` declares what differs between APIs (paths, key header, error shape,
 translation to an engine's chat path, the SFT export's reading, the OpenAPI route);

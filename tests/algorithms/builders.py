@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from fulmen.adapter import Transition
 from fulmen.algorithms.policy import token_logprobs
+from fulmen.transitions import Transition
 
 
 def model_logprobs(model: nn.Module, prompt: list[int], completion: list[int]) -> list[float]:

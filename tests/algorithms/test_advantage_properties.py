@@ -17,8 +17,6 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fulmen.adapter import TransitionOptions, build_trajectory
-from fulmen.adapter.credit import CreditInput, assign_credit, resolve_credit
 from fulmen.algorithms.grpo import GRPOConfig
 from fulmen.algorithms.grpo.advantages import (
     group_advantages,
@@ -31,9 +29,11 @@ from fulmen.algorithms.grpo.offline import BATCH_GROUP, offline_batch
 from fulmen.algorithms.grpo.roles import role_of, split_by_role
 from fulmen.algorithms.grpo.samples import build_samples
 from fulmen.errors import ConfigError
+from fulmen.transitions import TransitionOptions, build_trajectory
+from fulmen.transitions.credit import CreditInput, assign_credit, resolve_credit
 from fulmen.types import LLMCall, Span
 from fulmen.types.transitions import Trajectory, Transition
-from tests.adapter.factories import call, reward_span
+from tests.transitions.factories import call, reward_span
 
 from .builders import transition
 
@@ -421,7 +421,7 @@ def test_estimators_are_finite_for_finite_rewards(
 # Rollouts are recorded as the gateway and the emitters write them: token-level calls, each
 # made by an agent (or by none: no header), a reward emitted after some calls (named by the
 # call's response id or left to follow it in store order), the final reward; offline, some
-# calls were not sampled from the behaviour policy and are excluded. The adapter builds the
+# calls were not sampled from the behaviour policy and are excluded. Transition building builds the
 # transitions; per-role batches are split by ``split_by_role``, offline ones regrouped by
 # ``offline_batch``; then ``build_samples``.
 

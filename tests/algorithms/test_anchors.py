@@ -126,7 +126,7 @@ def test_the_offline_batch_group_never_anchors_calls_of_different_tasks() -> Non
     credit compared them as one step group and added +-0.866 to each call; now the batch
     group is a baseline only, and each call keeps its rollout-level advantage, +-0.866."""
     from fulmen.algorithms.grpo.offline import BATCH_GROUP, offline_batch
-    from fulmen.types.transitions import AdapterDiagnostics, Trajectory
+    from fulmen.types.transitions import Trajectory, TransitionDiagnostics
 
     trajectories = [
         Trajectory(
@@ -138,7 +138,7 @@ def test_the_offline_batch_group_never_anchors_calls_of_different_tasks() -> Non
                     None, f"s{i}", [1, 2, i], [5], reward, task=f"ticket-{i}", state_key="plan"
                 )
             ],
-            diagnostics=AdapterDiagnostics(calls=1, calls_used=1, rollouts=1),
+            diagnostics=TransitionDiagnostics(calls=1, calls_used=1, rollouts=1),
         )
         for i, reward in enumerate((1.0, 1.0, 0.0, 0.0))
     ]

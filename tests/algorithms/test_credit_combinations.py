@@ -11,13 +11,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fulmen.adapter import TransitionOptions, build_trajectory
 from fulmen.algorithms.grpo import GRPOConfig
 from fulmen.algorithms.grpo.samples import build_samples
 from fulmen.algorithms.grpo.updater import GRPOUpdater
 from fulmen.algorithms.policy import token_logprobs
+from fulmen.transitions import TransitionOptions, build_trajectory
 from fulmen.types.transitions import Transition
-from tests.adapter.factories import call, reward_span
+from tests.transitions.factories import call, reward_span
 
 from .builders import gradient, model_logprobs
 from .models import tiny_llama

@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from fulmen.adapter.transitions import TransitionOptions
 from fulmen.algorithms.grpo.config import DynamicSampling, GRPOAlgorithmConfig
 from fulmen.algorithms.grpo.dynamic_sampling import FlatTasks, has_signal, sample_step
 from fulmen.trainer.data import TaskSampler
+from fulmen.transitions.trajectory import TransitionOptions
 from fulmen.types import Mode, Rollout, RolloutStatus, Trajectory
 from fulmen.types.rollout import RolloutConfig
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fulmen.adapter import TransitionOptions, build_trajectory
 from fulmen.algorithms.grpo import GRPOConfig
 from fulmen.algorithms.grpo.updater import GRPOUpdater
-from tests.adapter.factories import call, reward_span
+from fulmen.transitions import TransitionOptions, build_trajectory
+from tests.transitions.factories import call, reward_span
 
 from .builders import gradient, model_logprobs, transition
 from .models import tiny_llama

@@ -2,7 +2,7 @@
 
 A bandit-like task on a tiny random model: the reward of a completion is the fraction of its
 tokens equal to a target token id. The model samples its own completions (HF ``generate`` with
-the logits recorded, as the gateway records logprobs), the adapter turns the call records and
+the logits recorded, as the gateway records logprobs), fulmen.transitions turns the call records and
 reward spans into transitions, and the engine trains a LoRA adapter. A wrong sign or a
 misaligned logprob would make the reward fall or stay flat; here it must rise from its starting
 level (about 1/vocab) to most of its maximum within a few steps.
@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import torch
 
-from fulmen.adapter import TransitionOptions, build_trajectory
 from fulmen.algorithms.grpo import GRPOConfig, LoraSettings
 from fulmen.algorithms.grpo.updater import GRPOUpdater
+from fulmen.transitions import TransitionOptions, build_trajectory
 from fulmen.types import LLMCall, LLMChoice
-from tests.adapter.factories import reward_span
+from tests.transitions.factories import reward_span
 
 from .models import tiny_llama
 

@@ -1,7 +1,7 @@
 """A step without an update says whether its calls failed or the engine gave no token ids.
 
 The call records are built by the gateway's own record builder from what the engine answered:
-a 400 (a prompt over the context) or a text-only reply. The adapter counts the failed calls,
+a 400 (a prompt over the context) or a text-only reply. Transition building counts the failed calls,
 and the step's reason names them instead of blaming the engine.
 """
 
@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from fulmen.adapter import TransitionOptions, build_trajectory
 from fulmen.algorithms.grpo.diagnose import no_update_reason
 from fulmen.gateway.capture import Exchange, build_call
+from fulmen.transitions import TransitionOptions, build_trajectory
 from fulmen.types import LLMCall
-from tests.adapter.factories import reward_span
+from tests.transitions.factories import reward_span
 
 REQUEST = {"model": "gemma-3-270m", "messages": [{"role": "user", "content": "long..."}]}
 TOO_LONG = {
@@ -51,7 +51,7 @@ def record(
 
 
 def step_metrics(calls: list[LLMCall]) -> dict[str, float]:
-    """The counts a GRPO step logs for these calls (``adapter/*``, no transition built)."""
+    """The counts a GRPO step logs for these calls (``transitions/*``, no transition built)."""
     trajectory = build_trajectory(
         rollout_id="r1",
         attempt_id="r1-a1",
@@ -65,13 +65,13 @@ def step_metrics(calls: list[LLMCall]) -> dict[str, float]:
     return {
         "rollouts/finished": 1.0,
         "transitions": 0.0,
-        **{f"adapter/{k}": float(v) for k, v in counts.items()},
+        **{f"transitions/{k}": float(v) for k, v in counts.items()},
     }
 
 
 def test_every_call_a_400_says_the_calls_failed_not_the_engine() -> None:
     metrics = step_metrics([record(i, error=TOO_LONG, response=None) for i in (1, 2, 3)])
-    assert metrics["adapter/failed_calls"] == 3.0
+    assert metrics["transitions/failed_calls"] == 3.0
     reason = no_update_reason(metrics, store_url="sqlite:///run/store.db")
     assert reason.startswith("every one of the 3 calls failed: the engine answered with an error")
     assert "fulmen rollouts show ROLLOUT_ID --store sqlite:///run/store.db" in reason
@@ -80,7 +80,7 @@ def test_every_call_a_400_says_the_calls_failed_not_the_engine() -> None:
 
 def test_text_only_replies_blame_the_engine_and_failures_are_named_beside_them() -> None:
     text_only = step_metrics([record(1, error=None, response=TEXT_ONLY)])
-    assert text_only["adapter/failed_calls"] == 0.0
+    assert text_only["transitions/failed_calls"] == 0.0
     assert no_update_reason(text_only) == "1 of 1 calls had no token ids (not a token-level engine)"
     mixed = step_metrics(
         [record(1, error=None, response=TEXT_ONLY), record(2, error=TOO_LONG, response=None)]
@@ -101,7 +101,7 @@ def test_rollouts_without_calls_or_reward_point_at_a_crash_not_only_the_url() ->
         "rollouts/failed": 0.0,
         "transitions": 0.0,
         "updated": 0.0,
-        **{f"adapter/{k}": 2.0 * v for k, v in trajectory.diagnostics.model_dump().items()},
+        **{f"transitions/{k}": 2.0 * v for k, v in trajectory.diagnostics.model_dump().items()},
     }
     assert no_update_reason(metrics) == (
         "none of the 2 rollouts produced a reward or called the model: a command agent that "

@@ -20,13 +20,13 @@ from typing import Any
 import pytest
 import yaml
 
-from fulmen.adapter.transitions import load_attempt
 from fulmen.agent.command import CommandAgent, CommandAgentConfig
 from fulmen.agent.command.sandbox import interpreter_for
 from fulmen.agent.runner import Runner
 from fulmen.gateway import GatewayConfig, create_app
 from fulmen.store import Store
 from fulmen.tracing import rewards_from_spans
+from fulmen.transitions.trajectory import load_attempt
 from fulmen.types import RolloutCreate
 from tests.agent.conftest import FAST
 from tests.gateway.scripted_upstream import Reply, Script, create_upstream_app, serve_app

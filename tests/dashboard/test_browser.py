@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from fulmen.adapter.transitions import load_attempt
 from fulmen.store import open_store
 from fulmen.store.reading import iter_rollouts, read_llm_calls
 from fulmen.tracing import semconv
+from fulmen.transitions.trajectory import load_attempt
 from fulmen.types import Mode, RolloutQuery
 from tests.dashboard.conftest import TOKEN, run_coroutine
 from tests.dashboard.finished import finish_rollout
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.slow
 
 
 def rewards_in(url: str) -> dict[str, tuple[Mode, float | None]]:
-    """Every rollout's mode and reward, as the adapter reads them (not the dashboard)."""
+    """Every rollout's mode and reward, as fulmen.transitions reads them (not the dashboard)."""
 
     async def read() -> dict[str, tuple[Mode, float | None]]:
         async with open_store(url, watchdog_interval=None) as store:

@@ -96,7 +96,7 @@ async def test_a_web_page_cannot_name_files_modules_or_too_many_tasks(tmp_path: 
 
 
 async def test_rescore_reports_the_changed_count_and_one_job_runs_at_a_time() -> None:
-    from fulmen.adapter.transitions import load_attempt
+    from fulmen.transitions.trajectory import load_attempt
 
     release = asyncio.Event()
 
@@ -124,7 +124,7 @@ async def test_rescore_reports_the_changed_count_and_one_job_runs_at_a_time() ->
 @pytest.mark.slow
 @pytest.mark.usefixtures("toy_imports")
 async def test_a_recorded_toy_rollout_replays_to_its_reward(toy_store: Any, tmp_path: Path) -> None:
-    from fulmen.adapter.transitions import load_attempt
+    from fulmen.transitions.trajectory import load_attempt
     from fulmen.types import Mode, RolloutQuery
 
     async with open_store(toy_store.url, watchdog_interval=None) as store:

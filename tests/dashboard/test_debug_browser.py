@@ -12,12 +12,12 @@ from typing import Any
 
 import pytest
 
-from fulmen.adapter.transitions import load_attempt
 from fulmen.dashboard.debug_api import DebugTools
 from fulmen.debugging import RecordedRollout
 from fulmen.store import open_store
 from fulmen.store.reading import iter_rollouts
 from fulmen.trainer.config import load_config
+from fulmen.transitions.trajectory import load_attempt
 from fulmen.types import Mode, RolloutQuery, RolloutStatus
 from tests.dashboard.conftest import TOKEN, ServedDashboard, run_coroutine
 from tests.dashboard.toy_store import TOY
@@ -77,7 +77,7 @@ def debug_page(browser: Any) -> Iterator[Any]:
 
 
 def train_rewards(url: str) -> dict[str, float | None]:
-    """Each succeeded train rollout's reward, as the adapter reads it."""
+    """Each succeeded train rollout's reward, as fulmen.transitions reads it."""
 
     async def read() -> dict[str, float | None]:
         async with open_store(url, watchdog_interval=None) as store:

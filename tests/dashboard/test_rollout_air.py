@@ -1,4 +1,4 @@
-"""The rollout view lists the automatic intermediate rewards of each call (fulmen.adapter.air)."""
+"""The rollout view lists each call's automatic intermediate rewards (fulmen.transitions.air)."""
 
 from __future__ import annotations
 

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from fulmen.adapter.transitions import load_attempt
 from fulmen.cli.main import main
 from fulmen.store import open_store
+from fulmen.transitions.trajectory import load_attempt
 from tests.debugging.conftest import run_rollouts
 
 pytestmark = pytest.mark.usefixtures("toy_imports")

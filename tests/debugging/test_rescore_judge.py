@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
-from fulmen.adapter.transitions import load_attempt
 from fulmen.cli.main import main
 from fulmen.store import open_store
+from fulmen.transitions.trajectory import load_attempt
 from fulmen.types import AttemptStatus, LLMCallCreate, RewardCreate, RolloutCreate
 from tests.gateway.scripted_upstream import serve_app
 from tests.rewards.status_judge import Answer, StatusJudge, create_status_app

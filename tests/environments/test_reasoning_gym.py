@@ -104,12 +104,12 @@ def test_reward_is_the_datasets_own_score_of_the_extracted_answer() -> None:
 @pytest.mark.slow
 def test_example_trains_on_the_tiny_model_with_the_datasets_scorer(tmp_path: Path) -> None:
     pytest.importorskip("torch")
-    from fulmen.adapter.transitions import load_attempt
     from fulmen.store import open_store
     from fulmen.store.reading import iter_rollouts
     from fulmen.trainer.config import load_config
     from fulmen.trainer.metrics import read_metrics
     from fulmen.trainer.trainer import Trainer
+    from fulmen.transitions.trajectory import load_attempt
     from fulmen.types import Mode, RolloutQuery, RolloutStatus
 
     overrides = [

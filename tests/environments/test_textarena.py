@@ -134,12 +134,12 @@ def _replay(task: dict[str, Any], actions: list[str]) -> float:
 @pytest.mark.slow
 def test_example_trains_on_the_tiny_model_turn_by_turn(tmp_path: Path) -> None:
     pytest.importorskip("torch")
-    from fulmen.adapter.transitions import load_attempt
     from fulmen.store import open_store
     from fulmen.store.reading import iter_rollouts
     from fulmen.trainer.config import load_config
     from fulmen.trainer.metrics import read_metrics
     from fulmen.trainer.trainer import Trainer
+    from fulmen.transitions.trajectory import load_attempt
     from fulmen.types import RolloutQuery, RolloutStatus
 
     overrides = [

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from fulmen.adapter.transitions import load_trajectory
 from fulmen.store import open_store
+from fulmen.transitions.trajectory import load_trajectory
 from fulmen.types import Mode, RolloutQuery, RolloutStatus
 from fulmen.types.rewards import session_rollout_id
 

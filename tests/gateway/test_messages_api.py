@@ -16,9 +16,9 @@ import httpx
 import orjson
 import pytest
 
-from fulmen.adapter.export import sft_rows
-from fulmen.adapter.transitions import AttemptRecords
 from fulmen.gateway import GatewayConfig, create_app
+from fulmen.transitions.export import sft_rows
+from fulmen.transitions.trajectory import AttemptRecords
 from tests.gateway.conftest import Running, SpyStore, new_attempt
 from tests.gateway.scripted_upstream import (
     Reply,

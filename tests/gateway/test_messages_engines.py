@@ -2,7 +2,7 @@
 
 The Anthropic client's call reaches the engine as a chat completion and is recorded at token
 level, whole and streamed: the prompt the engine saw is token for token the one the equivalent
-chat call renders, and the adapter turns the records into transitions.
+chat call renders, and fulmen.transitions turns the records into transitions.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ import pytest
 
 pytest.importorskip("torch")
 
-from fulmen.adapter.transitions import TransitionOptions, build_trajectory
 from fulmen.engines.launcher import EngineProcess
 from fulmen.gateway import GatewayConfig, create_app
+from fulmen.transitions.trajectory import TransitionOptions, build_trajectory
 from fulmen.types import Mode
 from tests.gateway.conftest import Running, SpyStore, add_sampling, new_attempt
 from tests.gateway.scripted_upstream import Script, serve_app

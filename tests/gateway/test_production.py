@@ -16,7 +16,6 @@ from typing import Any
 import httpx
 import pytest
 
-from fulmen.adapter.transitions import load_attempt
 from fulmen.errors import NotFound
 from fulmen.gateway import GatewayConfig, create_app
 from fulmen.gateway.capture import Exchange
@@ -25,6 +24,7 @@ from fulmen.gateway.recorder import CallRecorder
 from fulmen.gateway.sampling import is_sampled
 from fulmen.gateway.sessions import SessionCapture
 from fulmen.store import open_store
+from fulmen.transitions.trajectory import load_attempt
 from fulmen.types import Mode, RewardCreate, RolloutQuery, RolloutStatus
 from tests.gateway.conftest import Running
 from tests.gateway.scripted_upstream import Script, create_upstream_app, serve_app

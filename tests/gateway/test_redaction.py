@@ -10,12 +10,12 @@ import httpx
 import orjson
 import pytest
 
-from fulmen.adapter.transitions import TransitionOptions, load_trajectory
 from fulmen.errors import ConfigError
 from fulmen.gateway import GatewayConfig, create_app
 from fulmen.gateway.capture_config import RedactionConfig
 from fulmen.gateway.redaction import Redactor, is_luhn_valid
 from fulmen.store import open_store
+from fulmen.transitions.trajectory import TransitionOptions, load_trajectory
 from tests.gateway.conftest import Running, new_attempt
 from tests.gateway.scripted_upstream import Reply, Script, create_upstream_app, serve_app
 
@@ -98,7 +98,7 @@ async def test_every_stored_field_is_redacted_and_token_ids_are_dropped(gw: Runn
         assert all(c.token_ids is None and c.logprobs is None for c in call.choices)
     assert "[PHONE]" in calls[0].model_dump_json()
     assert calls[2].is_token_level and calls[2].prompt_token_ids is not None
-    # The adapter trains on token ids only: the redacted calls give no transitions.
+    # Transitions need token ids: the redacted calls give no transitions.
     trajectory = await load_trajectory(gw.store, rid, options=TransitionOptions(missing_reward=0.0))
     assert [t.call_ids for t in trajectory.transitions] == [[calls[2].call_id]]
     async with httpx.AsyncClient(timeout=60) as client:

@@ -13,9 +13,9 @@ from typing import Any
 import openai
 import pytest
 
-from fulmen.adapter.export import sft_rows
-from fulmen.adapter.transitions import AttemptRecords
 from fulmen.gateway import GatewayConfig
+from fulmen.transitions.export import sft_rows
+from fulmen.transitions.trajectory import AttemptRecords
 from tests.gateway.conftest import Running, SpyStore, gateway_over, new_attempt
 from tests.gateway.scripted_upstream import Reply, Script, encode, logprob_of, render_chat
 

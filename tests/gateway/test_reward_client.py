@@ -9,13 +9,13 @@ from typing import Any
 import httpx
 import pytest
 
-from fulmen.adapter.transitions import load_trajectory
 from fulmen.cli.main import main
 from fulmen.errors import Conflict, NotFound, StoreUnavailable
 from fulmen.gateway import GatewayConfig, create_app
 from fulmen.gateway.capture_config import CaptureConfig, SessionKeyConfig
 from fulmen.gateway.reward_client import post_reward
 from fulmen.gateway.sessions import HeldReward
+from fulmen.transitions.trajectory import load_trajectory
 from fulmen.types import Reward, RewardCreate
 from tests.gateway.conftest import Running, new_attempt
 from tests.gateway.scripted_upstream import serve_app

@@ -8,9 +8,9 @@ from typing import Any
 import httpx
 import pytest
 
-from fulmen.adapter.transitions import load_trajectory
 from fulmen.gateway import GatewayConfig, create_app
 from fulmen.store import rewards as rewards_module
+from fulmen.transitions.trajectory import load_trajectory
 from fulmen.types import AttemptStatus, Mode, Reward, RolloutCreate
 from fulmen.types.rewards import session_rollout_id
 from tests.gateway.conftest import Running, new_attempt

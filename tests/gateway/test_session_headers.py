@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import httpx
 
-from fulmen.adapter import TransitionOptions
-from fulmen.adapter.transitions import load_trajectory
+from fulmen.transitions import TransitionOptions
+from fulmen.transitions.trajectory import load_trajectory
 from fulmen.types import RewardCreate
 
 from .conftest import Running, new_attempt

@@ -20,7 +20,7 @@ pytest.importorskip("langgraph")
 pytest.importorskip("langchain_openai")
 pytest.importorskip("autogen_agentchat")
 
-from fulmen.adapter.transitions import TransitionOptions
+from fulmen.transitions.trajectory import TransitionOptions
 from tests.examples.loading import example_modules
 from tests.gateway.conftest import Running
 from tests.gateway.scripted_upstream import Reply

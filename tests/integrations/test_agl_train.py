@@ -29,14 +29,14 @@ pytest.importorskip("langgraph")
 pytest.importorskip("langchain_openai")
 pytest.importorskip("autogen_agentchat")
 
-from fulmen.adapter.signals import read_signals
-from fulmen.adapter.transitions import load_attempt
 from fulmen.algorithms.grpo.diagnose import no_update_reason
 from fulmen.store import open_store
 from fulmen.store.reading import iter_rollouts
 from fulmen.trainer.config import load_config
 from fulmen.trainer.metrics import read_metrics
 from fulmen.trainer.trainer import Trainer
+from fulmen.transitions.signals import read_signals
+from fulmen.transitions.trajectory import load_attempt
 from fulmen.types import Mode, RolloutQuery, RolloutStatus
 from tests.examples.loading import EXAMPLES, example_modules
 
@@ -79,10 +79,10 @@ def _assert_trained(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for record in steps:
         assert record["rollouts/finished"] == TASKS_PER_STEP * GROUP
         assert record["rollouts/failed"] == 0
-        assert record["adapter/rollouts"] == TASKS_PER_STEP * GROUP
-        assert record["adapter/rollouts_without_reward"] == 0  # every reward reached the store
+        assert record["transitions/rollouts"] == TASKS_PER_STEP * GROUP
+        assert record["transitions/rollouts_without_reward"] == 0  # every reward reached the store
         assert math.isfinite(record["reward/mean"])
-        assert record["adapter/calls"] > 0 and record["transitions"] > 0
+        assert record["transitions/calls"] > 0 and record["transitions"] > 0
         # A step that made no update may only be one where the groups had nothing to learn from:
         # a failure anywhere earlier (no calls, no transitions, all dropped) reads differently.
         if record["updated"] != 1.0:
@@ -116,11 +116,11 @@ def test_sql_litagent_trains_its_writing_nodes(tmp_path: Path) -> None:
     assert names["write_query"] == STEPS * TASKS_PER_STEP * GROUP and names["check_query"] > 0
     writing = sum(n for name, n in names.items() if fnmatch(str(name), "*write*"))
     # Exactly the writing nodes' calls became transitions; the checker's were skipped by name.
-    calls_used = sum(r["adapter/calls_used"] for r in steps)
-    empty = sum(r["adapter/skipped_empty"] for r in steps)
+    calls_used = sum(r["transitions/calls_used"] for r in steps)
+    empty = sum(r["transitions/skipped_empty"] for r in steps)
     assert calls_used + empty == writing and calls_used > 0
-    assert sum(r["adapter/skipped_agent"] for r in steps) == names["check_query"]
-    assert sum(r["adapter/calls"] for r in steps) == sum(names.values())
+    assert sum(r["transitions/skipped_agent"] for r in steps) == names["check_query"]
+    assert sum(r["transitions/calls"] for r in steps) == sum(names.values())
 
 
 @pytest.mark.slow
@@ -130,9 +130,9 @@ def test_calc_autogen_agent_trains(tmp_path: Path) -> None:
     rollouts = _rollouts_by_mode(tmp_path)
     _assert_rewarded(rollouts)
     # No agent selection: every call the assistant made is trained (or empty, so skipped).
-    used = sum(r["adapter/calls_used"] + r["adapter/skipped_empty"] for r in steps)
-    assert used == sum(r["adapter/calls"] for r in steps)
-    assert sum(r["adapter/skipped_agent"] for r in steps) == 0
+    used = sum(r["transitions/calls_used"] + r["transitions/skipped_empty"] for r in steps)
+    assert used == sum(r["transitions/calls"] for r in steps)
+    assert sum(r["transitions/skipped_agent"] for r in steps) == 0
 
 
 def test_sql_tasks_hold_out_values_never_trained_on() -> None:

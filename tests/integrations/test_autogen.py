@@ -13,9 +13,9 @@ from autogen_agentchat.agents import AssistantAgent
 from autogen_agentchat.teams import RoundRobinGroupChat
 from autogen_ext.models.openai import OpenAIChatCompletionClient
 
-from fulmen.adapter.transitions import TransitionOptions
 from fulmen.agent.api import rollout
 from fulmen.agent.context import LLM
+from fulmen.transitions.trajectory import TransitionOptions
 from tests.gateway.conftest import Running, new_attempt
 from tests.gateway.scripted_upstream import Reply, encode
 from tests.integrations.through_runner import (

@@ -19,9 +19,9 @@ pytest.importorskip("crewai")
 from crewai import LLM, Agent, Crew, Task
 from crewai.tools import tool
 
-from fulmen.adapter.transitions import TransitionOptions
 from fulmen.agent.api import rollout
 from fulmen.agent.context import LLM as FulmenLLM
+from fulmen.transitions.trajectory import TransitionOptions
 from tests.gateway.conftest import Running, new_attempt
 from tests.gateway.scripted_upstream import Reply, encode
 from tests.integrations.through_runner import (

@@ -19,7 +19,7 @@ import pytest
 pytest.importorskip("autogen_agentchat")
 pytest.importorskip("autogen_ext.models.openai")
 
-from fulmen.adapter.transitions import TransitionOptions
+from fulmen.transitions.trajectory import TransitionOptions
 from tests.examples.loading import example_modules
 from tests.gateway.conftest import Running
 from tests.gateway.scripted_upstream import Reply, encode

@@ -19,7 +19,7 @@ import pytest
 
 pytest.importorskip("agents")
 
-from fulmen.adapter.transitions import TransitionOptions
+from fulmen.transitions.trajectory import TransitionOptions
 from tests.examples.loading import example_modules
 from tests.gateway.conftest import Running
 from tests.gateway.scripted_upstream import Reply

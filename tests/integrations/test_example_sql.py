@@ -18,7 +18,7 @@ import pytest
 pytest.importorskip("langgraph")
 pytest.importorskip("langchain_openai")
 
-from fulmen.adapter.transitions import AttemptRecords, TransitionOptions
+from fulmen.transitions.trajectory import AttemptRecords, TransitionOptions
 from tests.examples.loading import example_modules
 from tests.gateway.conftest import Running
 from tests.gateway.scripted_upstream import Reply, encode

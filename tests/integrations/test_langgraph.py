@@ -15,9 +15,9 @@ from langchain_openai import ChatOpenAI
 from langgraph.graph import END, START, StateGraph
 from pydantic import SecretStr
 
-from fulmen.adapter.transitions import AttemptRecords, TransitionOptions
 from fulmen.agent.api import rollout
 from fulmen.agent.context import LLM
+from fulmen.transitions.trajectory import AttemptRecords, TransitionOptions
 from fulmen.types import Span
 from tests.gateway.conftest import Running, new_attempt
 from tests.gateway.scripted_upstream import Reply, encode

@@ -19,9 +19,9 @@ from agents import (
 )
 from openai import AsyncOpenAI
 
-from fulmen.adapter.transitions import TransitionOptions
 from fulmen.agent.api import rollout
 from fulmen.agent.context import LLM
+from fulmen.transitions.trajectory import TransitionOptions
 from tests.gateway.conftest import Running, new_attempt
 from tests.gateway.scripted_upstream import Reply
 from tests.integrations.through_runner import (

@@ -12,9 +12,9 @@ import pytest
 from openai import AsyncOpenAI, OpenAI
 
 from fulmen import as_agent
-from fulmen.adapter.transitions import TransitionOptions
 from fulmen.agent.api import rollout
 from fulmen.agent.context import LLM
+from fulmen.transitions.trajectory import TransitionOptions
 from tests.gateway.conftest import Running
 from tests.gateway.scripted_upstream import Reply, encode
 from tests.integrations.through_runner import assert_reward, assert_token_level, run_one

@@ -12,12 +12,12 @@ from typing import Any
 
 import pytest
 
-from fulmen.adapter.signals import read_signals
-from fulmen.adapter.transitions import AttemptRecords, load_attempt
 from fulmen.agent.config import RunnerConfig
 from fulmen.agent.runner import Runner
 from fulmen.tracing import rewards_from_spans
 from fulmen.tracing.instrumentation import FRAMEWORKS
+from fulmen.transitions.signals import read_signals
+from fulmen.transitions.trajectory import AttemptRecords, load_attempt
 from fulmen.types import LLMResource, ResourcesCreate, RolloutCreate
 from tests.gateway.conftest import Running
 
@@ -93,5 +93,5 @@ def assert_reward(records: AttemptRecords, reward: float) -> None:
 
 
 def agent_names(records: AttemptRecords) -> list[str | None]:
-    """The agent each call (store order) is attributed to, as the adapter reads it."""
+    """The agent each call (store order) is attributed to, as fulmen.transitions reads it."""
     return list(read_signals(records.calls, records.spans).agent_names)

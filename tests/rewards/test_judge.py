@@ -10,13 +10,13 @@ from typing import Any
 
 import pytest
 
-from fulmen.adapter.transitions import load_attempt
 from fulmen.rewards import RewardConfig
 from fulmen.rewards.cache import JudgeCache
 from fulmen.rewards.content import JudgedReply, JudgedRollout
 from fulmen.rewards.posting import judge_rollouts
 from fulmen.rewards.scoring import RewardJudge
 from fulmen.store import open_store
+from fulmen.transitions.trajectory import load_attempt
 from fulmen.types import (
     AttemptStatus,
     LLMCallCreate,

@@ -1,8 +1,8 @@
-"""A reward posted long after a rollout finished reaches the adapter's transitions and exports.
+"""A reward posted long after a rollout finished reaches the transitions and exports.
 
 Runs on every backend (``conftest.py``). The store's clock is moved an hour ahead for the
-reward's post only: the adapter must pick the posted reward by its sequence number, not by any
-timestamp.
+reward's post only: transition building must pick the posted reward by its sequence number,
+not by any timestamp.
 """
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from fulmen.adapter.export import sft_rows
-from fulmen.adapter.signals import latest_reward
-from fulmen.adapter.transitions import load_attempt, load_trajectory
 from fulmen.store import Store
 from fulmen.store import rewards as store_rewards
 from fulmen.tracing import semconv
+from fulmen.transitions.export import sft_rows
+from fulmen.transitions.signals import latest_reward
+from fulmen.transitions.trajectory import load_attempt, load_trajectory
 from fulmen.types import (
     AttemptStatus,
     LLMCallCreate,

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-from fulmen.adapter.transitions import load_attempt
 from fulmen.errors import Conflict
 from fulmen.store import Store
+from fulmen.transitions.trajectory import load_attempt
 from fulmen.types import (
     AttemptStatus,
     LLMCallCreate,

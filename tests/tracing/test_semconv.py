@@ -1,4 +1,4 @@
-"""Reading rewards and agent names back from stored spans (the adapter's entry points)."""
+"""Reading rewards and agent names back from stored spans (fulmen.transitions' entry points)."""
 
 from __future__ import annotations
 

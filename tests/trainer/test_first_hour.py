@@ -168,7 +168,12 @@ def test_no_update_reasons_name_the_cause() -> None:
     failed = no_update_reason({"rollouts/finished": 4, "rollouts/failed": 4, "transitions": 0})
     assert failed.startswith("all 4 rollouts failed")
     unselected = no_update_reason(
-        {"rollouts/finished": 2, "transitions": 0, "adapter/calls": 4, "adapter/skipped_agent": 4}
+        {
+            "rollouts/finished": 2,
+            "transitions": 0,
+            "transitions/calls": 4,
+            "transitions/skipped_agent": 4,
+        }
     )
     assert "algorithm.transitions.agents" in unselected
     dropped = no_update_reason(

@@ -106,8 +106,8 @@ def test_two_call_agent_trains_only_the_selected_agent(tmp_path: Path) -> None:
     _check_on_policy(history)
     for step in history:
         assert step["transitions"] == 8  # 8 rollouts, one actor call each
-        assert step["adapter/calls"] == 16  # planner + actor
-        assert step["adapter/skipped_agent"] == 8  # every planner call left out
+        assert step["transitions/calls"] == 16  # planner + actor
+        assert step["transitions/skipped_agent"] == 8  # every planner call left out
         assert step["updated"] in (0.0, 1.0)
     _check_agent_attribution(config.run_dir / "store.db")
     # The run folder and its store are its owner's only (docs/security.md); the calls above
@@ -136,8 +136,8 @@ def _check_on_policy(history: list[dict[str, Any]]) -> None:
 def _check_agent_attribution(db: Path) -> None:
     import asyncio
 
-    from fulmen.adapter.transitions import TransitionOptions, load_trajectory
     from fulmen.store import open_store
+    from fulmen.transitions.trajectory import TransitionOptions, load_trajectory
     from fulmen.types import Mode, RolloutQuery, RolloutStatus
 
     async def check() -> None:

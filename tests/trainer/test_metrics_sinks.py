@@ -17,8 +17,6 @@ from typing import Any
 import pytest
 import yaml
 
-from fulmen.adapter import build_trajectory
-from fulmen.adapter.named_rewards import named_reward_means, secondary_rewards
 from fulmen.errors import ConfigError
 from fulmen.tracing import semconv
 from fulmen.trainer.config import load_config
@@ -26,8 +24,10 @@ from fulmen.trainer.metrics import MetricsLogger, read_metrics
 from fulmen.trainer.sinks import open_sinks
 from fulmen.trainer.sinks.config import MetricsConfig, MlflowSettings, WandbSettings
 from fulmen.trainer.sinks.mlflow_sink import RUN_ID_TAG, mlflow_key
+from fulmen.transitions import build_trajectory
+from fulmen.transitions.named_rewards import named_reward_means, secondary_rewards
 from fulmen.types import Reward, Span
-from tests.adapter.factories import call
+from tests.transitions.factories import call
 
 RUN_CONFIG = {"model": "tiny", "algorithm": {"name": "grpo", "lr": 1e-5}, "data": {"val": None}}
 

@@ -14,12 +14,12 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from fulmen.adapter.transitions import AttemptRecords, load_attempt
 from fulmen.algorithms.grpo.config import GRPOAlgorithmConfig
 from fulmen.algorithms.grpo.offline_loop import OfflineGRPOLoop
 from fulmen.algorithms.source import StoreSource
 from fulmen.store import open_store
 from fulmen.trainer.offline_source import behaviour_calls
+from fulmen.transitions.trajectory import AttemptRecords, load_attempt
 from fulmen.types import (
     AttemptStatus,
     LLMCallCreate,

@@ -76,9 +76,9 @@ def _train(tmp_path: Path, *overrides: str) -> subprocess.CompletedProcess[str]:
 
 async def _calls_by_step(db: Path) -> dict[str, list[tuple[str | None, str | None]]]:
     """(agent, model that answered) of every call, by the rollout's step tag (``s0``, ...)."""
-    from fulmen.adapter.transitions import load_attempt
     from fulmen.store import open_store
     from fulmen.store.reading import iter_rollouts
+    from fulmen.transitions.trajectory import load_attempt
     from fulmen.types import RolloutQuery
 
     out: dict[str, list[tuple[str | None, str | None]]] = {}

@@ -124,7 +124,7 @@ import asyncio, json
 
 import httpx
 
-from fulmen.adapter.export import call_conversation
+from fulmen.transitions.export import call_conversation
 from fulmen.gateway import GatewayConfig, create_app
 from fulmen.gateway.openapi import build_gateway_openapi
 from fulmen.store import open_store

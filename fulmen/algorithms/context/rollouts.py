@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from collections import Counter
 
-    from fulmen.adapter.transitions import AttemptRecords, TransitionOptions
     from fulmen.algorithms.source import StoreSource
+    from fulmen.transitions.trajectory import AttemptRecords, TransitionOptions
     from fulmen.types import LLMCallCreate, Mode, Resource, Rollout, Trajectory
     from fulmen.types.limits import JsonData
 

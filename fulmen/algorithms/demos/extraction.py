@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from fulmen.adapter.export import call_conversation
-from fulmen.adapter.transitions import AttemptRecords
+from fulmen.transitions.export import call_conversation
+from fulmen.transitions.trajectory import AttemptRecords
 from fulmen.types.prompt import Demonstration, PromptMessage
 
 __all__ = ["demonstration_from", "exchange_after_prompt", "unique_by_task"]

@@ -10,7 +10,6 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from fulmen.adapter.transitions import TransitionOptions
 from fulmen.algorithms.lora import LoraUpdateSettings
 from fulmen.algorithms.source import StoreSource
 from fulmen.algorithms.transitions import (
@@ -18,6 +17,7 @@ from fulmen.algorithms.transitions import (
     check_transitions,
     check_untrained_on_base,
 )
+from fulmen.transitions.trajectory import TransitionOptions
 
 __all__ = ["DPOAlgorithmConfig", "DPOConfig"]
 
@@ -73,7 +73,7 @@ class DPOAlgorithmConfig(PolicyRoutedSection):
         group_size: rollouts per task; a pair needs two of them.
         min_margin: a group gives pairs only when its best and worst rewards differ by at
             least this (0.5 suits 0/1 rewards; lower it for graded ones).
-        transitions: how call records become the pairs' sequences (``fulmen.adapter``'s
+        transitions: how call records become the pairs' sequences (``fulmen.transitions``'s
             options; ``agents`` selects whose calls are trained; ``merge`` chains
             token-exact calls into one sequence).
         dpo: the update's settings (``DPOConfig``).

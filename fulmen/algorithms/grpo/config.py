@@ -9,7 +9,6 @@ from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from fulmen.adapter.transitions import TransitionOptions
 from fulmen.algorithms.compute import ComputeSettings
 from fulmen.algorithms.lora import LoraSettings
 from fulmen.algorithms.losses import check_loss_names
@@ -17,6 +16,7 @@ from fulmen.algorithms.parallel.config import DataParallelConfig
 from fulmen.algorithms.section import AlgorithmSection
 from fulmen.algorithms.source import StoreSource
 from fulmen.algorithms.transitions import check_transitions
+from fulmen.transitions.trajectory import TransitionOptions
 
 __all__ = [
     "AsyncSettings",
@@ -208,7 +208,7 @@ class GRPOAlgorithmConfig(AlgorithmSection):
         steps: policy updates to run.
         tasks_per_step: distinct tasks sampled for each step.
         group_size: rollouts per task (the GRPO group).
-        transitions: how call records become transitions (``fulmen.adapter``'s options:
+        transitions: how call records become transitions (``fulmen.transitions``'s options:
             ``merge``, ``agents``, ``credit``, ``gamma``, ``missing_reward``).
         grpo: the updater's settings (``GRPOConfig``).
         checkpoint_every: save a resumable checkpoint every this many steps (and at the end).
@@ -375,7 +375,7 @@ class GRPOAlgorithmConfig(AlgorithmSection):
             raise ValueError("algorithm.adapters needs grpo.finetune 'lora'")
 
     def transition_options(self) -> TransitionOptions:
-        """Build the adapter's ``TransitionOptions`` from ``transitions``.
+        """Build the ``TransitionOptions`` from ``transitions``.
 
         With ``adapters`` the trained agents are those some adapter names, by the name each
         call carried to the gateway (``names: call``): that name routed it to its adapter.

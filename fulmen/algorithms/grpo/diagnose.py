@@ -24,7 +24,7 @@ def no_update_reason(metrics: Mapping[str, float], *, store_url: str = "STORE_UR
 
     A step skipped for a non-finite gradient says so first. Then the causes are checked from
     the earliest stage of the pipeline to the last: failed
-    rollouts, calls the adapter could not use, transitions GRPO dropped, then groups whose
+    rollouts, calls no transition could be built from, transitions GRPO dropped, then groups whose
     rollouts all scored the same (every advantage zero), the most common cause.
     """
     if _count(metrics, "skipped_nonfinite"):
@@ -51,11 +51,11 @@ def no_update_reason(metrics: Mapping[str, float], *, store_url: str = "STORE_UR
                 "(x-fulmen-agent), which the base model served and no adapter of "
                 "algorithm.adapters trains; check the names with `fulmen dev`"
             )
-        calls = _count(metrics, "adapter/calls")
-        not_token = _count(metrics, "adapter/skipped_not_token_level")
-        other_agent = _count(metrics, "adapter/skipped_agent")
-        no_reward = _count(metrics, "adapter/rollouts_without_reward")
-        rollouts = _count(metrics, "adapter/rollouts")
+        calls = _count(metrics, "transitions/calls")
+        not_token = _count(metrics, "transitions/skipped_not_token_level")
+        other_agent = _count(metrics, "transitions/skipped_agent")
+        no_reward = _count(metrics, "transitions/rollouts_without_reward")
+        rollouts = _count(metrics, "transitions/rollouts")
         if calls == 0 and no_reward and no_reward == rollouts:
             # A crash before the first call, not a wrong URL, is the usual cause of both.
             return (
@@ -80,9 +80,9 @@ def no_update_reason(metrics: Mapping[str, float], *, store_url: str = "STORE_UR
             )
         if not_token:
             return _untrainable_calls(
-                calls, not_token, _count(metrics, "adapter/failed_calls"), store_url
+                calls, not_token, _count(metrics, "transitions/failed_calls"), store_url
             )
-        return f"the adapter built no transitions from {calls} calls"
+        return f"no transitions were built from {calls} calls"
     longest = _count(metrics, "dropped_overlong_longest")
     overlong = "longer than grpo.max_seq_len" + (f" (up to {longest} tokens)" if longest else "")
     dropped = {

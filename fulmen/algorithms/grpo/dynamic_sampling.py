@@ -17,9 +17,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from fulmen.adapter.transitions import TransitionOptions
 from fulmen.algorithms.context import AlgorithmContext
 from fulmen.algorithms.grpo.config import DynamicSampling
+from fulmen.transitions.trajectory import TransitionOptions
 from fulmen.types import Mode, Rollout, Trajectory
 
 __all__ = ["FlatTasks", "SampledStep", "has_signal", "sample_step"]

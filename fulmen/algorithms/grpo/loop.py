@@ -2,7 +2,7 @@
 
 ``GRPOLoop`` is the loop ``run_grpo`` (``fulmen.algorithms.grpo.run``) runs by default. Each
 step publishes a resources version naming the current policy, runs ``group_size`` rollouts for
-each of ``tasks_per_step`` tasks, turns their records into transitions (``fulmen.adapter``),
+each of ``tasks_per_step`` tasks, turns their records into transitions (``fulmen.transitions``),
 takes one policy update (``GRPOUpdater``), saves the LoRA adapter and hot-loads it into the
 engine under a new name (``finetune: full``: saves the model and has the engine reload it as its
 weights), and checkpoints. ``GRPOLoop`` writes the step's sampling, update and failure
@@ -21,7 +21,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from fulmen.adapter.attribution import AttributionCheck
 from fulmen.algorithms.context import AlgorithmContext
 from fulmen.algorithms.grpo.config import GRPOAlgorithmConfig, GRPOConfig
 from fulmen.algorithms.grpo.diagnose import no_update_reason
@@ -29,6 +28,7 @@ from fulmen.algorithms.grpo.dynamic_sampling import FlatTasks, SampledStep, samp
 from fulmen.algorithms.parallel.group import data_parallel
 from fulmen.algorithms.step_loop import Sample, Schedule, StepLoop, sampled_metrics
 from fulmen.errors import AgentFailed, error_summary
+from fulmen.transitions.attribution import AttributionCheck
 from fulmen.types import Mode, Rollout, RolloutStatus
 
 __all__ = ["GRPOLoop"]
@@ -250,7 +250,7 @@ class GRPOLoop(StepLoop[GRPOAlgorithmConfig]):
         trajectories: Sequence[Any],
         transitions: Sequence[Any],
     ) -> dict[str, float]:
-        """Return the step's rollout metrics, its trained transitions, the adapter's counts."""
+        """Return the step's rollout metrics, its trained transitions, the transition counts."""
         metrics = sampled_metrics(finished, trajectories, self.context.run.success_threshold)
         metrics["transitions"] = float(len(transitions))
         metrics.update(_diagnostics(trajectories))
@@ -267,5 +267,5 @@ def _diagnostics(trajectories: Sequence[Any]) -> dict[str, float]:
     totals: dict[str, float] = {}
     for trajectory in trajectories:
         for key, value in trajectory.diagnostics.model_dump().items():
-            totals[f"adapter/{key}"] = totals.get(f"adapter/{key}", 0.0) + float(value)
+            totals[f"transitions/{key}"] = totals.get(f"transitions/{key}", 0.0) + float(value)
     return totals

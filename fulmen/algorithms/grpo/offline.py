@@ -64,7 +64,7 @@ class OfflineBatch:
 def offline_batch(trajectories: Sequence[Trajectory]) -> OfflineBatch:
     """Regroup the transitions of recorded rollouts for GRPO and count their calls.
 
-    A rollout without a reward contributes nothing (the adapter builds no transitions for it).
+    A rollout without a reward contributes nothing (no transitions are built for it).
     """
     rewarded = [tr for tr in trajectories if tr.final_reward is not None]
     # Only rollouts with transitions (a token-level call) form groups: text only trains nothing.

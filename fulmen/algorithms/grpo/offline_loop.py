@@ -1,8 +1,9 @@
 """Off-policy GRPO on recorded traffic: ``algorithm: grpo`` with a source store and no agent.
 
 ``OfflineGRPOLoop`` is ``GRPOLoop`` with its rollouts replaced by a store's finished ones
-(``source``, filled from ``data.from_store``): they are read once, turned into transitions by
-the adapter (latest reward, credit, merging) and regrouped (``fulmen.algorithms.grpo.offline``);
+(``source``, filled from ``data.from_store``): they are read once, turned into transitions
+(``fulmen.transitions``: latest reward, credit, merging) and regrouped
+(``fulmen.algorithms.grpo.offline``);
 each step is one ``GRPOUpdater.train_step`` over all of them, whose importance ratio divides the
 policy's probability of each recorded token by the behaviour probability the gateway recorded
 when it was served, clipped to ``[1 - clip_low, 1 + clip_high]``. Saving, hot-loading and
@@ -14,7 +15,7 @@ request (as the engine got it: the agent's body with its rollout's sampling fiel
 ``LLMResource.request_fields``) was sampled otherwise: another temperature, ``top_p`` < 1,
 ``top_k``, penalties, structured output (``fulmen.types.behaviour.off_behaviour_reason``).
 Such calls are not trained: they are counted as ``offline/off_behaviour_calls_skipped``, their
-reasons logged, and the adapter is told to leave them out (``build_trajectory``'s
+reasons logged, and transition building is told to leave them out (``build_trajectory``'s
 ``exclude``), so they keep their place among the rollout's calls and a reward emitted for one
 of them stays its own instead of landing on the call before it. In a merged chain a dropped
 call's tokens become part of the next call's observation, masked out like a tool result.
@@ -33,7 +34,7 @@ from fulmen.algorithms.rewards import reward_metrics
 from fulmen.algorithms.step_loop import Sample
 
 if TYPE_CHECKING:
-    from fulmen.adapter.transitions import AttemptRecords
+    from fulmen.transitions.trajectory import AttemptRecords
 
 __all__ = ["OfflineGRPOLoop"]
 

@@ -10,7 +10,6 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
-from fulmen.adapter.transitions import TransitionOptions
 from fulmen.algorithms.lora import LoraUpdateSettings
 from fulmen.algorithms.losses import check_loss_names
 from fulmen.algorithms.transitions import (
@@ -18,6 +17,7 @@ from fulmen.algorithms.transitions import (
     check_transitions,
     check_untrained_on_base,
 )
+from fulmen.transitions.trajectory import TransitionOptions
 
 __all__ = ["PPOAlgorithmConfig", "PPOConfig"]
 
@@ -109,7 +109,7 @@ class PPOAlgorithmConfig(PolicyRoutedSection):
         steps: updates to run.
         tasks_per_step: distinct tasks sampled for each step.
         group_size: rollouts per task (1: each rollout's baseline is the value head's).
-        transitions: how call records become calls (``fulmen.adapter``'s options:
+        transitions: how call records become calls (``fulmen.transitions``'s options:
             ``agents`` selects whose calls are the episode's steps, ``calls`` and ``air``
             apply); PPO credits calls itself, so ``credit``, ``gamma`` and ``gamma_role`` are
             refused, and so is ``merge`` (each call is one step of GAE).

@@ -3,7 +3,7 @@
 Each step publishes a resources version naming the served policy, runs ``group_size``
 rollouts of each of ``tasks_per_step`` tasks (``context.rollouts.run``), reads their
 records and builds one transition per call with PPO's step rewards as the credit
-(``rewards.step_rewards``: the adapter's options otherwise apply), takes one PPO update
+(``rewards.step_rewards``: the ``transitions`` options otherwise apply), takes one PPO update
 (``PPOUpdater``: GAE with the value head, the clipped policy and value losses), saves the
 adapter and hot-loads it into the engine (``serve_policy``), and checkpoints (the value head
 with the adapter). A killed run resumes after its last checkpointed step; a stage that follows

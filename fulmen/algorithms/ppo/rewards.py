@@ -1,7 +1,8 @@
 """PPO's step rewards: what each call of a rollout earned, and the rollouts as episodes.
 
-``step_rewards`` is a credit function (``fulmen.adapter.credit``'s extension point) that the
-loop hands the adapter in place of ``transitions.credit``: call ``k`` of ``n`` gets the reward
+``step_rewards`` is a credit function (``fulmen.transitions.credit``'s extension point) that the
+loop hands ``build_trajectory`` in place of ``transitions.credit``: call ``k`` of ``n`` gets
+the reward
 the agent emitted for it while running (``emit_reward`` joined to that call; 0 when none),
 and the last call gets the rollout's final reward instead of its own emitted one. The last
 call's emitted reward is not added to the final reward because an agent that reports its
@@ -9,7 +10,7 @@ outcome with ``emit_reward`` (rather than returning it) emits it for its last ca
 count twice. GAE then carries every reward back to the calls before it; the credit weights are
 all 1 and unused (GAE is the credit).
 
->>> from fulmen.adapter.credit import CreditInput
+>>> from fulmen.transitions.credit import CreditInput
 >>> [c.reward for c in step_rewards(CreditInput(1.0, (None, 0.25, None)))]
 [0.0, 0.25, 1.0]
 """
@@ -19,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from fulmen.adapter.credit import CallCredit, CreditInput
+from fulmen.transitions.credit import CallCredit, CreditInput
 from fulmen.types.transitions import Transition
 
 __all__ = ["Episode", "episodes", "step_rewards"]

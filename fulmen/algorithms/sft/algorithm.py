@@ -18,13 +18,13 @@ import asyncio
 import logging
 from typing import Any
 
-from fulmen.adapter.transitions import AttemptRecords
 from fulmen.algorithms.context import AlgorithmContext
 from fulmen.algorithms.parallel.group import data_parallel
 from fulmen.algorithms.rewards import reward_metrics
 from fulmen.algorithms.sft.config import SFTAlgorithmConfig
 from fulmen.algorithms.sft.dataset import SFTExample, build_dataset
 from fulmen.algorithms.step_loop import Sample, Schedule, StepLoop
+from fulmen.transitions.trajectory import AttemptRecords
 from fulmen.types import Mode
 
 __all__ = ["SFTRounds", "run_sft"]

@@ -10,13 +10,13 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from fulmen.adapter.transitions import TransitionOptions
 from fulmen.algorithms.compute import ComputeSettings
 from fulmen.algorithms.lora import LoraSettings
 from fulmen.algorithms.parallel.config import DataParallelConfig
 from fulmen.algorithms.section import AlgorithmSection
 from fulmen.algorithms.source import StoreFilter, StoreSource
 from fulmen.algorithms.transitions import check_transitions
+from fulmen.transitions.trajectory import TransitionOptions
 
 __all__ = ["SFTAlgorithmConfig", "SFTConfig", "StoreFilter", "StoreSource"]
 
@@ -98,7 +98,7 @@ class SFTAlgorithmConfig(AlgorithmSection):
             source filter's ``min_reward`` when it has one, else the run's
             ``success_threshold``).
         source: train on a store's finished rollouts instead of sampling.
-        transitions: how call records become examples (``fulmen.adapter``'s options; ``agents``
+        transitions: how call records become examples (``fulmen.transitions``'s options; ``agents``
             selects whose calls are trained; ``merge`` chains token-exact calls).
         sft: the fine-tuning settings (``SFTConfig``).
         data_parallel: take each optimizer step on ``world_size`` processes, each on some of
@@ -146,7 +146,7 @@ class SFTAlgorithmConfig(AlgorithmSection):
         return (1, "source") if self.source is not None else (self.rounds, "rounds")
 
     def transition_options(self) -> TransitionOptions:
-        """Return the adapter's ``TransitionOptions`` (``transitions``)."""
+        """Return the ``TransitionOptions`` (``transitions``)."""
         return self.transitions
 
     def trains_full_weights(self) -> bool:

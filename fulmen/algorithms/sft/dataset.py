@@ -1,7 +1,7 @@
 """From kept attempts to SFT examples: the recorded token ids of the selected completions.
 
-A call the gateway recorded with token ids becomes an example through the adapter's
-transitions (``fulmen.adapter``), so the ids are exactly what the model saw and produced, never
+A call the gateway recorded with token ids becomes an example through its
+transition (``fulmen.transitions``), so the ids are exactly what the model saw and produced, never
 re-tokenized text; agent selection and token-exact merging apply as in GRPO. A call recorded
 without token ids (a hosted teacher's reply: distillation) has only text; it is tokenized once
 here with the student's chat template — the prompt rendered with the generation prompt, the
@@ -15,9 +15,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from fulmen.adapter.export import call_conversation
-from fulmen.adapter.signals import read_signals
-from fulmen.adapter.transitions import AttemptRecords, TransitionOptions
+from fulmen.transitions.export import call_conversation
+from fulmen.transitions.signals import read_signals
+from fulmen.transitions.trajectory import AttemptRecords, TransitionOptions
 from fulmen.types import LLMCall
 from fulmen.types.transitions import Transition
 
@@ -75,7 +75,7 @@ def build_dataset(
 
     Args:
         attempts: finished attempts (calls and spans).
-        options: the adapter's options (agent selection, merging).
+        options: the transition options (agent selection, merging).
         min_reward: attempts below it, or without a reward, are not kept.
         max_seq_len: longer examples are dropped and counted.
         tokenizer: the student's tokenizer, to tokenize text-only calls; ``None`` skips them
@@ -121,7 +121,7 @@ def _from_transition(t: Transition) -> SFTExample:
 
 
 def _text_only_calls(attempt: AttemptRecords, options: TransitionOptions) -> list[LLMCall]:
-    """List the selected calls without token ids (the adapter makes no transitions of them)."""
+    """List the selected calls without token ids (no transitions are built from them)."""
     ordered = sorted(attempt.calls, key=lambda c: c.sequence)
     agents = read_signals(ordered, attempt.spans).agent_names
     return [

@@ -1,7 +1,7 @@
 """0.x's trace adapters as what they configured in fulmen.
 
 0.x turned spans into training data with an adapter object; fulmen builds transitions from the
-gateway's call records (``fulmen.adapter``), configured by ``algorithm.transitions``. The
+gateway's call records (``fulmen.transitions``), configured by ``algorithm.transitions``. The
 adapters 0.x training scripts pass to ``Trainer(adapter=...)`` are accepted for what they
 select: ``TracerTraceToTriplet(agent_match=...)`` and ``LlmProxyTraceToTriplet`` the calls to
 train on, ``TraceToMessages`` the conversations APO's critic reads (fulmen's ``apo`` reads
@@ -11,7 +11,7 @@ the gateway's records).
 gateway's record of each model call as a span (``fulmen.compat.agentlightning.spans``), and
 each chat call becomes one ``OpenAIMessages``: the messages sent and the reply, with the tools
 offered. The triplet adapters' ``adapt`` is refused: fulmen's training data are transitions
-(``fulmen.adapter.load_trajectory``).
+(``fulmen.transitions.load_trajectory``).
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ class TraceAdapter:
         raise NotSupported(
             f"{type(self).__name__}.adapt",
             why="fulmen builds transitions from the gateway's call records, not from spans",
-            instead="fulmen.adapter.load_trajectory(store, rollout_id) or "
+            instead="fulmen.transitions.load_trajectory(store, rollout_id) or "
             "LightningStore.query_spans",
         )
 

@@ -110,7 +110,7 @@ _TRIPLETS = (
     "fulmen builds training data (transitions) from the gateway's call records, not from "
     "spans, so a trace adapter of your own has nothing to adapt",
     "algorithm.transitions (agents, merge, credit) in the fulmen config; "
-    "fulmen.adapter.load_trajectory(store, rollout_id) to read transitions",
+    "fulmen.transitions.load_trajectory(store, rollout_id) to read transitions",
 )
 _ENV = (
     "0.x's AGL_* variables configure 0.x's own machinery",

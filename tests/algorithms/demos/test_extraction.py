@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 
-from fulmen.adapter.transitions import AttemptRecords
 from fulmen.algorithms.demos.extraction import demonstration_from, exchange_after_prompt
 from fulmen.algorithms.demos.search import draw_candidates, split_tasks
 from fulmen.errors import ConfigError
+from fulmen.transitions.trajectory import AttemptRecords
 from fulmen.types import LLMCall, LLMChoice
 
 PROMPT = [

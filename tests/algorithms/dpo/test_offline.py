@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from fulmen.adapter.transitions import AttemptRecords
 from fulmen.algorithms.dpo import DPOAlgorithmConfig, DPOConfig
 from fulmen.algorithms.dpo.loop import run_dpo
 from fulmen.algorithms.lora import LoraSettings
 from fulmen.algorithms.source import StoreSource
+from fulmen.transitions.trajectory import AttemptRecords
 from fulmen.types import LLMCall, LLMChoice
-from tests.adapter.factories import reward_span
+from tests.transitions.factories import reward_span
 
 from ..models import tiny_llama
 

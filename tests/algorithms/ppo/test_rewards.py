@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from fulmen.adapter import TransitionOptions, build_trajectory
-from fulmen.adapter.credit import CreditInput
 from fulmen.algorithms.ppo.rewards import episodes, step_rewards
-from tests.adapter.factories import call, reward_span
+from fulmen.transitions import TransitionOptions, build_trajectory
+from fulmen.transitions.credit import CreditInput
+from tests.transitions.factories import call, reward_span
 
 from ..builders import transition
 

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from fulmen.adapter.transitions import AttemptRecords, TransitionOptions
 from fulmen.algorithms.sft.dataset import build_dataset, retokenize
-from tests.adapter.factories import agent_span, call, reward_span
+from fulmen.transitions.trajectory import AttemptRecords, TransitionOptions
+from tests.transitions.factories import agent_span, call, reward_span
 
 pytest.importorskip("transformers")
 

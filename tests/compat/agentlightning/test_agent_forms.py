@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 
 import fulmen.compat.agentlightning as agl
-from fulmen.adapter.transitions import AttemptRecords, load_attempt
 from fulmen.agent.config import RunnerConfig
 from fulmen.agent.runner import Runner
 from fulmen.tracing import rewards_from_spans
+from fulmen.transitions.trajectory import AttemptRecords, load_attempt
 from fulmen.types import LLMResource, Mode, ResourcesCreate, RolloutCreate
 from tests.compat.agentlightning import toy_agents
 from tests.gateway.conftest import Running

@@ -95,12 +95,12 @@ def guess_server() -> Iterator[str]:
 def test_grpo_on_the_tiny_model_with_the_environments_step_rewards(
     tmp_path: Path, guess_server: str
 ) -> None:
-    from fulmen.adapter.transitions import load_attempt
     from fulmen.store import open_store
     from fulmen.store.reading import iter_rollouts
     from fulmen.trainer.config import load_config
     from fulmen.trainer.metrics import read_metrics
     from fulmen.trainer.trainer import Trainer
+    from fulmen.transitions.trajectory import load_attempt
     from fulmen.types import RolloutQuery, RolloutStatus
 
     example = ROOT / "examples" / "openenv" / "config.yaml"
@@ -135,7 +135,7 @@ def test_grpo_on_the_tiny_model_with_the_environments_step_rewards(
                 assert 1 <= len(replies) <= MAX_STEPS
                 assert all(c.is_token_level and c.choices[0].token_ids for c in records.calls)
                 expected = [step_reward(r, target) for r in replies]
-                signals = __import__("fulmen.adapter.signals", fromlist=["x"]).read_signals(
+                signals = __import__("fulmen.transitions.signals", fromlist=["x"]).read_signals(
                     records.calls, records.spans
                 )
                 assert list(signals.call_rewards) == pytest.approx(expected)

@@ -108,12 +108,12 @@ def test_rubric_functions_are_named_rewards_and_their_weighted_sum_the_primary()
 def test_grpo_on_the_tiny_model_with_the_envs_own_multi_turn_loop(tmp_path: Path) -> None:
     from vf_turns import brief_score, repeated_score
 
-    from fulmen.adapter.transitions import load_attempt
     from fulmen.store import open_store
     from fulmen.store.reading import iter_rollouts
     from fulmen.trainer.config import load_config
     from fulmen.trainer.metrics import read_metrics
     from fulmen.trainer.trainer import Trainer
+    from fulmen.transitions.trajectory import load_attempt
     from fulmen.types import RolloutQuery, RolloutStatus
 
     overrides = [

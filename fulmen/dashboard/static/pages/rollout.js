@@ -114,7 +114,7 @@ function rewardsView(rewards) {
         el("td", {}, Object.entries(e.values).map(([k, v]) => `${k}=${fmt(v, 4)}`).join("  ")),
         el("td", {}, e.primary || "–"), el("td", {}, e.agent || "–")))))
       : el("p", { class: "muted" }, "no reward emitted or posted"),
-    // Automatic intermediate rewards: signals read from the records (fulmen.adapter.air).
+    // Automatic intermediate rewards: signals read from the records (fulmen.transitions.air).
     (rewards.air || []).length ? el("table", { class: "rewards air" },
       el("thead", {}, el("tr", {}, ["call", "automatic signals"].map((h) => el("th", {}, h)))),
       el("tbody", {}, rewards.air.map((a) => el("tr", { "data-call": a.call_index },
