@@ -1,7 +1,7 @@
 """The reward of a rollout as the dashboard shows it, read through the ``Store`` interface.
 
 A rollout's reward is the primary reward of its latest attempt, span or posted, exactly as the
-adapter computes it (``fulmen.transitions.signals.latest_reward``). Reading it costs two store
+training computes it (``fulmen.transitions.signals.latest_reward``). Reading it costs two store
 queries (spans, posted rewards), three for a retried rollout (its attempts first), so the
 rewards of final rollouts are kept for a short time: a reward posted to a finished rollout
 shows up within ``ttl_s``.

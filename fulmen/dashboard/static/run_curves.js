@@ -63,7 +63,9 @@ export const UPDATE_CHARTS = [
 ];
 
 // Prefixes of metrics that are not a role's update (`val/loss` is a validation figure).
-const NOT_ROLES = new Set(["adapter", "end", "memory", "reward", "rollouts", "task", "time", "train", "val"]);
+const NOT_ROLES = new Set([
+  "adapter", "end", "memory", "reward", "rollouts", "task", "time", "train", "transitions", "val",
+]);
 
 /** One series per role (or one for the run) of update metric `key` of one run, by step. */
 export function updateSeries(records, runId, key) {

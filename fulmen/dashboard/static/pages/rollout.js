@@ -1,5 +1,5 @@
 // One rollout: attempts timeline, span tree, calls with messages and tool calls, token view,
-// reward breakdown and the transitions the adapter builds from it.
+// reward breakdown and the transitions built from it.
 import { get, query } from "../api.js";
 import { debugCapabilities, replayReport, runJob } from "../debug.js";
 import { append, clear, el, fmt, jsonBlock, seconds, svg, when } from "../dom.js";
