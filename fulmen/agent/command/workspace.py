@@ -16,6 +16,7 @@ import shutil
 import tempfile
 import threading
 import uuid
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,10 +60,18 @@ class Workspace:
 
 
 class Workspaces:
-    """Makes and removes rollout directories under ``base`` (a new temporary folder if ``None``)."""
+    """Makes and removes rollout directories under ``base`` (a new temporary folder if ``None``).
+
+    A temporary base is removed when this object is collected or the process exits, unless it
+    still holds a directory kept by ``keep_workdir`` (then it stays, for the user to read).
+    """
 
     def __init__(self, base: Path | None, *, uid_base: int | None) -> None:
-        self.base = base if base is not None else Path(tempfile.mkdtemp(prefix="fulmen-command-"))
+        if base is None:
+            base = Path(tempfile.mkdtemp(prefix="fulmen-command-"))
+            # One runner's base per agent setup: left behind, every run adds a folder to /tmp.
+            weakref.finalize(self, _remove_temporary_base, base)
+        self.base = base
         self.base.mkdir(parents=True, exist_ok=True)
         os.chmod(self.base, 0o711)  # others may pass through to their own directory only
         self._uid_base = uid_base
@@ -158,3 +167,12 @@ class Workspaces:
                 handle = self._slots.pop(uid - self._uid_base, None)
             if handle is not None:
                 handle.close()  # releases the lock
+
+
+def _remove_temporary_base(base: Path) -> None:
+    """Remove a temporary base and the sandbox's helper scripts in it, keeping kept rollouts."""
+    try:
+        shutil.rmtree(base / "bin", ignore_errors=True)
+        base.rmdir()
+    except OSError:
+        pass  # a rollout directory kept on purpose (keep_workdir), or already gone
