@@ -25,6 +25,15 @@ from fulmen.types import (
 from tests.store.http_server import ServerProcess
 
 
+@pytest.fixture(autouse=True)
+def wide_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tables fit their columns to the terminal (``COLUMNS``); these tests read whole cells.
+
+    Without it they passed only where nothing set ``COLUMNS`` (pytest-xdist's workers set 80).
+    """
+    monkeypatch.setenv("COLUMNS", "200")
+
+
 def populate(url: str, token: str | None = None) -> str:
     """Three rollouts; the first ran: a root span, a child with tokens, a reward, an LLM call."""
 
