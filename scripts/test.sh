@@ -278,12 +278,8 @@ echo "== the test suite, at ${SECONDS} s"
 status=0
 if [ "$#" = 0 ]; then
   # tests/environments/side runs in the second lane, in the environment libraries' venvs.
-  # Two workers (pytest-xdist): one spent much of its time waiting on the engines and agents
-  # it starts, so this suite used about one core. On 2026-12-04, on a 2-core machine, alone:
-  # 1,443 s on one worker, 817 s on two (1,214 CPU-seconds). Tests of the session's shared
-  # engines stay on one worker (tests/conftest.py), so vLLM starts once.
-  .venv/bin/python -m pytest -q -p no:cacheprovider -n 2 --dist loadgroup \
-    "${beside[@]/#/--ignore=}" --ignore=tests/environments/side || status=$?
+  .venv/bin/python -m pytest -q -p no:cacheprovider "${beside[@]/#/--ignore=}" \
+    --ignore=tests/environments/side || status=$?
 else
   .venv/bin/python -m pytest -q -p no:cacheprovider "$@" || status=$?
 fi

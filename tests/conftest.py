@@ -81,14 +81,3 @@ def engine(
         raise
     yield launcher
     launcher.stop()
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Under pytest-xdist, keep every test of the shared engines on one worker.
-
-    Each worker would otherwise start its own vLLM engine (about 50 s of CPU) for a share of
-    the tests that use it. Without xdist the mark does nothing.
-    """
-    for item in items:
-        if "engine" in getattr(item, "fixturenames", ()):
-            item.add_marker(pytest.mark.xdist_group("shared-engines"))
