@@ -144,7 +144,7 @@ async def test_the_network_leads_to_the_gateway_only(store: Store) -> None:
 
 @needs_bwrap
 async def test_the_file_system_is_read_only_outside_the_rollouts_own_directory(
-    store: Store, tmp_path: Path
+    store: Store, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     outside = tmp_path / "made-by-agent"
     agent = CommandAgent(CommandAgentConfig(command="true"))
@@ -153,6 +153,8 @@ async def test_the_file_system_is_read_only_outside_the_rollouts_own_directory(
     neighbour = agent._spaces.base / "neighbour"  # another rollout's directory
     neighbour.mkdir()
     (neighbour / "secret").write_text("theirs")
+    # A base holding a foreign directory outlives its runner: this test removes its own.
+    request.addfinalizer(lambda: shutil.rmtree(neighbour.parent, ignore_errors=True))
     tasks = [
         {"what": "read", "arg": str(neighbour / "secret"), "arg2": "-"},
         {"what": "write", "arg": str(outside), "arg2": "-"},
