@@ -29,7 +29,7 @@ from tests.store.http_server import ServerProcess
 def wide_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
     """The tables fit their columns to the terminal (``COLUMNS``); these tests read whole cells.
 
-    Without it they failed wherever ``COLUMNS`` was 80 (pytest-xdist sets a width for its workers).
+    Without it they failed wherever ``COLUMNS`` was 80 (seen under pytest-xdist workers).
     """
     monkeypatch.setenv("COLUMNS", "200")
 
