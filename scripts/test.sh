@@ -197,22 +197,10 @@ in_background gemma build_gemma
 await_install "$system_packages" .ci-logs/system-packages.log "the Debian packages"
 
 # The second lane, beside lint and the main suite: it waits for the framework environments,
-# then runs the framework suites (scripted upstreams, mostly waiting) and, on a whole run, the
-# multi-host and Ray fault tests (hosts of their own, most of their time spent waiting for a
-# cut-off host or a killed runner to be found lost: about half a core), and toy learning tests
-# that fit in its room, with the store and gateway contract fuzzing and two end-to-end example
-# runs (the main suite is the long one: it leaves the second core half idle; on 2026-11-28 it
-# took 1,046 s of a 1,245 s run and ended last, and those three took about 175 s of it; on
-# 2026-11-29 it still ended 116-136 s after this lane, so the per-role run and the same-seed
-# run, about 50 s of it, moved here too; on 2026-12-02, with the environment libraries' side
-# suites ahead of it, this lane ended last, so the environments and the TRL race went back).
-# Its output, each part's start in seconds since the run began, is shown once it is done.
-beside=(tests/multihost tests/cluster tests/algorithms/dpo/test_toy_learning.py
-  tests/algorithms/ppo/test_toy_learning.py tests/trainer/test_learning.py
-  tests/trainer/test_async_grpo.py tests/compat tests/algorithms/test_data_parallel.py
-  tests/trainer/test_resume.py tests/trainer/test_stages.py tests/contract
-  tests/examples/test_support.py tests/docs/test_first_agent.py tests/trainer/test_roles_run.py
-  tests/trainer/test_reproducible.py)
+# then runs the suites that need environments of their own (the framework agents against
+# scripted upstreams, the environment libraries: mostly waiting) and, on a whole run, the command
+# agents from a temporary checkout. Its output, each part's start in seconds since the run
+# began, is shown once it is done.
 # Users clone into temporary folders (mktemp -d, CI systems, notebooks): the sandbox must show a
 # command agent what it needs wherever the checkout and its virtual environment lie. This runs
 # tests again from a copy of the checkout under $TMPDIR (made as `git clone` makes a folder),
@@ -247,8 +235,6 @@ second_lane() {
     tests/environments/side/test_verifiers.py
   .venvs/openenv/bin/python -m pytest -q -p no:cacheprovider tests/environments/side/test_openenv.py
   if [ "$#" = 0 ]; then
-    echo "== multi-host, Ray, contracts and long runs, at ${SECONDS} s"
-    .venv/bin/python -m pytest -q -p no:cacheprovider "${beside[@]}"
     echo "== command agents from a checkout under the temporary folder, at ${SECONDS} s"
     from_temporary_checkout tests/agent/command/test_command_agent.py \
       tests/agent/command/test_sandbox.py
@@ -276,9 +262,15 @@ fi
 
 echo "== the test suite, at ${SECONDS} s"
 status=0
+# The .venv suites run on pytest-xdist workers, every file on one worker and the shared engines on
+# one (tests/conftest.py). Most tests are whole runs that wait on the engines, agents and stores
+# they start, so one pytest process used about one core of two; the multi-host and Ray tests,
+# the long learning runs and the contract fuzzing, which ran as a lane of their own beside it,
+# are in the same pool. FULMEN_TEST_WORKERS sets the number of workers.
+workers=${FULMEN_TEST_WORKERS:-3}
 if [ "$#" = 0 ]; then
   # tests/environments/side runs in the second lane, in the environment libraries' venvs.
-  .venv/bin/python -m pytest -q -p no:cacheprovider "${beside[@]/#/--ignore=}" \
+  .venv/bin/python -m pytest -q -p no:cacheprovider -n "$workers" --dist loadgroup \
     --ignore=tests/environments/side || status=$?
 else
   .venv/bin/python -m pytest -q -p no:cacheprovider "$@" || status=$?

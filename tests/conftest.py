@@ -81,3 +81,31 @@ def engine(
         raise
     yield launcher
     launcher.stop()
+
+
+# Under pytest-xdist (scripts/test.sh), the files that start the most processes and run longest go
+# first, so that no worker is handed an hour's tail at the end.
+_FIRST = ("tests/cluster/", "tests/multihost/", "tests/benchmarks/", "tests/trainer/")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (``--dist loadgroup``), keep each file on one worker, the shared engines
+    on one worker, and start the long files first.
+
+    A file's module fixtures (a served store, a trained run several tests read) would otherwise be
+    set up again on every worker that gets one of its tests, and each worker would start its own
+    vLLM engine (about 50 s of CPU) for a share of the tests that use the session's engines.
+    Without xdist the marks do nothing and the order stays pytest's.
+    """
+    for item in items:
+        uses_engines = "engine" in getattr(item, "fixturenames", ())
+        group = "shared-engines" if uses_engines else item.nodeid.split("::", 1)[0]
+        item.add_marker(pytest.mark.xdist_group(group))
+    if hasattr(config, "workerinput"):  # an xdist worker: every worker sorts alike
+        items.sort(key=_start_rank)
+
+
+def _start_rank(item: pytest.Item) -> int:
+    if "engine" in getattr(item, "fixturenames", ()):
+        return 0  # vLLM's start is the longest setup of the suite
+    return 1 if item.nodeid.startswith(_FIRST) else 2
