@@ -270,7 +270,7 @@ status=0
 workers=${FULMEN_TEST_WORKERS:-3}
 if [ "$#" = 0 ]; then
   # tests/environments/side runs in the second lane, in the environment libraries' venvs.
-  .venv/bin/python -m pytest -q -p no:cacheprovider -n "$workers" --dist loadgroup \
+  .venv/bin/python -m pytest -q -p no:cacheprovider -n "$workers" --dist loadfile \
     --ignore=tests/environments/side || status=$?
 else
   .venv/bin/python -m pytest -q -p no:cacheprovider "$@" || status=$?

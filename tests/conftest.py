@@ -9,9 +9,10 @@ collect the same tree without torch.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -41,6 +42,34 @@ def perturbed_dir(tiny_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> P
     from tests.engines.adapters import perturbed_copy
 
     return perturbed_copy(tiny_dir, tmp_path_factory.mktemp("perturbed"))
+
+
+# Where the modules that stay imported between tests live: the interpreter's and the installed
+# packages (a virtual environment's, or those a .pth file adds), fulmen and the test suite. An
+# agent's own module (an example's ``agent.py``, a file a test wrote) is imported by its
+# top-level name, and a later test whose agent has the same name must import its own file, not
+# find the earlier one in ``sys.modules``.
+_KEPT_ROOTS = tuple(
+    str(Path(p).resolve()) + os.sep
+    for p in {
+        sys.prefix,
+        sys.base_prefix,
+        *(p for p in sys.path if p.endswith(("site-packages", "dist-packages"))),
+        Path(__file__).parent,
+        Path(__file__).parents[1] / "fulmen",
+    }
+)
+
+
+@pytest.fixture(autouse=True)
+def _forget_agent_modules() -> Iterator[None]:
+    """After each test, forget the modules it imported from outside the kept roots above."""
+    before = set(sys.modules)
+    yield
+    for name in set(sys.modules) - before:
+        file = getattr(sys.modules.get(name), "__file__", None)
+        if file and not str(Path(file).resolve()).startswith(_KEPT_ROOTS):
+            del sys.modules[name]
 
 
 # One engine of each kind for the whole session (each module used to start its own: vLLM's
@@ -83,25 +112,20 @@ def engine(
     launcher.stop()
 
 
-# Under pytest-xdist (scripts/test.sh), the files that start the most processes and run longest go
-# first, so that no worker is handed an hour's tail at the end.
+# Under pytest-xdist (scripts/test.sh runs `-n 3 --dist loadfile`), the files that start the most
+# processes and run longest go first, so that no worker is handed a long file at the very end.
 _FIRST = ("tests/cluster/", "tests/multihost/", "tests/benchmarks/", "tests/trainer/")
+# The parametrize ids of the session's shared engines (the ``engine`` fixture above).
+_ENGINE_IDS = frozenset({"builtin", "vllm"})
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under pytest-xdist (``--dist loadgroup``), keep each file on one worker, the shared engines
-    on one worker, and start the long files first.
+    """On an xdist worker, put the tests of the shared engines first, then the long files.
 
-    A file's module fixtures (a served store, a trained run several tests read) would otherwise be
-    set up again on every worker that gets one of its tests, and each worker would start its own
-    vLLM engine (about 50 s of CPU) for a share of the tests that use the session's engines.
-    Without xdist the marks do nothing and the order stays pytest's.
+    Every worker collects and sorts alike (xdist checks that they agree); the scheduler below
+    keeps this order. Without xdist nothing changes.
     """
-    for item in items:
-        uses_engines = "engine" in getattr(item, "fixturenames", ())
-        group = "shared-engines" if uses_engines else item.nodeid.split("::", 1)[0]
-        item.add_marker(pytest.mark.xdist_group(group))
-    if hasattr(config, "workerinput"):  # an xdist worker: every worker sorts alike
+    if hasattr(config, "workerinput"):
         items.sort(key=_start_rank)
 
 
@@ -109,3 +133,44 @@ def _start_rank(item: pytest.Item) -> int:
     if "engine" in getattr(item, "fixturenames", ()):
         return 0  # vLLM's start is the longest setup of the suite
     return 1 if item.nodeid.startswith(_FIRST) else 2
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadfile``, with every file that uses the shared engines on one worker.
+
+    Each worker would otherwise start its own vLLM engine (about 50 s of CPU) for its share of
+    those files. xdist's own ``loadgroup`` would do this with marks, but with pytest 9.2 it
+    silently stops grouping (pytest-xdist issue 1386), so the files are found from the test ids.
+    Scopes keep the collection order above instead of xdist's order by size.
+    """
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SharedEngineFiles(LoadScopeScheduling):
+        engine_files: frozenset[str] = frozenset()
+
+        def schedule(self) -> None:
+            if self.collection is None and self.collection_is_completed:
+                ids = next(iter(self.registered_collections.values()), [])
+                self.engine_files = frozenset(
+                    _file_of(nodeid) for nodeid in ids if _uses_shared_engines(nodeid)
+                )
+            super().schedule()
+
+        def _split_scope(self, nodeid: str) -> str:
+            file = _file_of(nodeid)
+            return "shared-engines" if file in self.engine_files else file
+
+    config.option.loadscopereorder = False
+    return SharedEngineFiles(config, log)
+
+
+def _file_of(nodeid: str) -> str:
+    return nodeid.split("::", 1)[0]
+
+
+def _uses_shared_engines(nodeid: str) -> bool:
+    params = nodeid.rpartition("[")[2].rstrip("]") if nodeid.endswith("]") else ""
+    return bool(_ENGINE_IDS.intersection(params.split("-")))

@@ -189,7 +189,15 @@ async def test_a_cancelled_run_resumes_without_repeating_finished_rounds(
         # Round 2 starts with its critique: cancel the run while the critic is answering.
         while len(model.critiques) < 2:
             model.critic_called.clear()
-            await asyncio.wait_for(model.critic_called.wait(), timeout=60)
+            called = asyncio.ensure_future(model.critic_called.wait())
+            done, _ = await asyncio.wait(
+                {called, run}, timeout=60, return_when=asyncio.FIRST_COMPLETED
+            )
+            called.cancel()
+            if run in done:  # a run that failed early says why, instead of a timeout here
+                run.result()
+                pytest.fail("the run ended before its second round's critique")
+            assert done, "no critique within 60 s"
         run.cancel()
         with pytest.raises(asyncio.CancelledError):
             await run
