@@ -42,6 +42,13 @@ if [ "${CI:-}" = true ]; then
   fi
 fi
 
+# The main suite's pytest-xdist workers (below, where it runs).
+workers=${FULMEN_TEST_WORKERS:-3}
+if ! [[ "$workers" =~ ^[1-9][0-9]?$ ]]; then
+  echo "FULMEN_TEST_WORKERS must be a whole number from 1 to 99, got '$workers'" >&2
+  exit 2
+fi
+
 PYTHON=${PYTHON:-python3.11}
 command -v "$PYTHON" >/dev/null || PYTHON=python3
 
@@ -266,8 +273,7 @@ status=0
 # one (tests/conftest.py). Most tests are whole runs that wait on the engines, agents and stores
 # they start, so one pytest process used about one core of two; the multi-host and Ray tests,
 # the long learning runs and the contract fuzzing, which ran as a lane of their own beside it,
-# are in the same pool. FULMEN_TEST_WORKERS sets the number of workers.
-workers=${FULMEN_TEST_WORKERS:-3}
+# are in the same pool (FULMEN_TEST_WORKERS, checked at the top, sets the number of workers).
 if [ "$#" = 0 ]; then
   # tests/environments/side runs in the second lane, in the environment libraries' venvs.
   .venv/bin/python -m pytest -q -p no:cacheprovider -n "$workers" --dist loadfile \
