@@ -130,7 +130,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def _start_rank(item: pytest.Item) -> int:
-    if "engine" in getattr(item, "fixturenames", ()):
+    if _uses_shared_engines(item.nodeid):  # the scheduler's test, so sort and scopes agree
         return 0  # vLLM's start is the longest setup of the suite
     return 1 if item.nodeid.startswith(_FIRST) else 2
 
