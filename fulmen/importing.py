@@ -7,13 +7,15 @@ name that cannot be imported should fail the same way, as a ``ConfigError`` that
 from __future__ import annotations
 
 import importlib
+import sys
 import traceback
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, TypeVar
 
 from fulmen.errors import ConfigError
 
-__all__ = ["import_object", "installed_entries", "user_frame"]
+__all__ = ["import_object", "installed_entries", "put_first_on_sys_path", "user_frame"]
 
 T = TypeVar("T")
 
@@ -39,6 +41,17 @@ def import_object(spec: str, *, what: str) -> Any:
             f"{user_frame(exc)}"
         ) from exc
     return value
+
+
+def put_first_on_sys_path(paths: Iterable[Path | str]) -> None:
+    """Put ``paths`` at the front of ``sys.path``, in their order, moving any already there.
+
+    A config's ``python_path`` must win over whatever an earlier run in the same process left on
+    ``sys.path``: an entry merely kept where it was could sit behind an older folder holding a
+    module of the same name (``agent.py``), and the older module would be imported instead.
+    """
+    first = list(dict.fromkeys(str(p) for p in paths))
+    sys.path[:] = [*first, *(entry for entry in sys.path if entry not in first)]
 
 
 def user_frame(exc: BaseException) -> str:

@@ -48,7 +48,8 @@ def perturbed_dir(tiny_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> P
 # packages (a virtual environment's, or those a .pth file adds), fulmen and the test suite. An
 # agent's own module (an example's ``agent.py``, a file a test wrote) is imported by its
 # top-level name, and a later test whose agent has the same name must import its own file, not
-# find the earlier one in ``sys.modules``.
+# find the earlier one in ``sys.modules`` or through a folder the earlier test left on
+# ``sys.path`` (the commands put a config's ``python_path`` there for the life of the process).
 _KEPT_ROOTS = tuple(
     str(Path(p).resolve()) + os.sep
     for p in {
@@ -63,9 +64,13 @@ _KEPT_ROOTS = tuple(
 
 @pytest.fixture(autouse=True)
 def _forget_agent_modules() -> Iterator[None]:
-    """After each test, forget the modules it imported from outside the kept roots above."""
-    before = set(sys.modules)
+    """After each test, forget the modules it imported from outside the kept roots above.
+
+    ``sys.path`` goes back to what it was before the test, too.
+    """
+    before, path = set(sys.modules), list(sys.path)
     yield
+    sys.path[:] = path
     for name in set(sys.modules) - before:
         file = getattr(sys.modules.get(name), "__file__", None)
         if file and not str(Path(file).resolve()).startswith(_KEPT_ROOTS):

@@ -1,9 +1,10 @@
+import sys
 from pathlib import Path
 
 import pytest
 
 from fulmen.errors import ConfigError
-from fulmen.importing import import_object
+from fulmen.importing import import_object, put_first_on_sys_path
 
 
 def test_a_dotted_attribute_path_is_followed() -> None:
@@ -52,3 +53,20 @@ def test_a_module_that_does_not_exist_names_no_line_of_importlib() -> None:
     assert raised.value.message == (
         "cannot import agent 'no_such_module_xyz:run': No module named 'no_such_module_xyz'"
     )
+
+
+def test_a_python_path_entry_moves_ahead_of_an_older_folder_with_a_module_of_the_same_name(
+    tmp_path: Path,
+) -> None:
+    # CI once imported another test's ``agent.py`` this way: an in-process run's folder stayed
+    # on sys.path ahead of the toy example's, which was already there and so was not moved.
+    old, new = tmp_path / "old", tmp_path / "new"
+    for folder in (old, new):
+        folder.mkdir()
+        (folder / "agent_shadow_probe.py").write_text(f"WHERE = {folder.name!r}\n")
+    put_first_on_sys_path([new])
+    put_first_on_sys_path([old])
+    put_first_on_sys_path([new, tmp_path])
+    assert import_object("agent_shadow_probe:WHERE", what="agent") == "new"
+    assert sys.path[:2] == [str(new), str(tmp_path)]
+    assert sys.path.count(str(new)) == 1

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from dataclasses import asdict
 from typing import Any
 
@@ -23,6 +22,7 @@ __all__ = ["register"]
 def _ab(args: argparse.Namespace) -> int:
     from fulmen.debugging.ab import ab_from_config, format_ab, is_store_ref, resolve_prompt
     from fulmen.errors import ConfigError
+    from fulmen.importing import put_first_on_sys_path
     from fulmen.prompts import PromptVersion, load_prompt_versions
     from fulmen.trainer.config import load_config
 
@@ -31,9 +31,7 @@ def _ab(args: argparse.Namespace) -> int:
     if args.n < 2:
         raise ConfigError(f"-n must be at least 2, got {args.n}")
     config = load_config(args.config, overrides=args.set)
-    for entry in config.python_path:  # a module:attribute prompt may live beside the agent
-        if str(entry) not in sys.path:
-            sys.path.insert(0, str(entry))
+    put_first_on_sys_path(config.python_path)  # a module:attribute prompt may live beside the agent
 
     async def main() -> Any:
         versions: list[PromptVersion] = []

@@ -40,20 +40,19 @@ def _dashboard(args: argparse.Namespace) -> int:
 
 def _debug_tools(args: argparse.Namespace) -> DebugTools:
     """Load ``--config`` and ``--reward`` now: a bad one stops the command before it serves."""
-    import sys
     from pathlib import Path
 
     from fulmen.dashboard.debug_api import DebugTools
     from fulmen.debugging.rescore import load_reward_function
+    from fulmen.importing import put_first_on_sys_path
     from fulmen.trainer.config import load_config
     from fulmen.trainer.preflight import check_before_start
 
     config = load_config(args.config) if args.config else None
     python_path = [*(config.python_path if config else []), Path(".")]
     if config is not None:
-        for entry in python_path:  # the agent and its tasks import from here in replay and A/B
-            if str(entry) not in sys.path:
-                sys.path.insert(0, str(entry))
+        # the agent and its tasks import from here in replay and A/B
+        put_first_on_sys_path(python_path)
         check_before_start(config.agent, python_path)
     reward = load_reward_function(args.reward, python_path=python_path) if args.reward else None
     return DebugTools(config=config, reward=reward, reward_spec=args.reward)

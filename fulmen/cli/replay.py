@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ def _replay(args: argparse.Namespace) -> int:
     from fulmen.agent.rollouts import RolloutSettings
     from fulmen.debugging.replay import format_replay, replay_rollout
     from fulmen.errors import ConfigError
+    from fulmen.importing import put_first_on_sys_path
     from fulmen.trainer.config import load_config
     from fulmen.trainer.preflight import check_before_start
 
@@ -33,9 +33,7 @@ def _replay(args: argparse.Namespace) -> int:
     if agent is None:
         raise ConfigError("fulmen replay needs the agent: pass --config CONFIG or --agent SPEC")
     python_path = [*(config.python_path if config else []), *args.python_path, Path(".")]
-    for entry in python_path:
-        if str(entry) not in sys.path:
-            sys.path.insert(0, str(entry))
+    put_first_on_sys_path(python_path)
     check_before_start(agent, python_path)
     rollouts = config.rollouts if config else RolloutSettings()
     if args.timeout is not None:

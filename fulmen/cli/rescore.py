@@ -91,13 +91,10 @@ def _rescore(args: argparse.Namespace) -> int:
 
 
 def _rescore_with_judge(args: argparse.Namespace) -> int:
-    from fulmen.debugging.rescore_judge import (
-        add_python_path,
-        load_reward_config,
-        rescore_with_judge,
-    )
+    from fulmen.debugging.rescore_judge import load_reward_config, rescore_with_judge
     from fulmen.debugging.rescore_report import format_rescore, rescore_summary
     from fulmen.errors import ConfigError
+    from fulmen.importing import put_first_on_sys_path
     from fulmen.rewards.cache import JudgeCache
     from fulmen.rewards.scoring import RewardJudge
     from fulmen.settings import Settings
@@ -108,7 +105,7 @@ def _rescore_with_judge(args: argparse.Namespace) -> int:
             "(each criterion and the primary) unless --dry-run"
         )
     config, python_path = load_reward_config(args.judge)
-    add_python_path([Path("."), *args.python_path, *python_path])
+    put_first_on_sys_path([Path("."), *args.python_path, *python_path])
     api_key = None
     if config.judge is not None and config.judge.api_key_env is not None:
         api_key = Settings.from_env().variable(config.judge.api_key_env)

@@ -225,15 +225,12 @@ def config_stack(
     config: TrainConfig, *, n: int, split: str, log_dir: str
 ) -> tuple[TrainingStack, list[tuple[str, Any]]]:
     """Return a stack for ``config``'s agent (not started) and the first ``n`` ``split`` tasks."""
-    import sys
-
+    from fulmen.importing import put_first_on_sys_path
     from fulmen.trainer.data import config_tasks, task_id_of
     from fulmen.trainer.preflight import check_before_start
     from fulmen.trainer.stack import TrainingStack
 
-    for entry in config.python_path:
-        if str(entry) not in sys.path:
-            sys.path.insert(0, str(entry))
+    put_first_on_sys_path(config.python_path)
     check_before_start(config.agent, config.python_path)
     val, train = config.data.val, config.data.train
     which: Literal["train", "val"] = "val" if split == "val" and val is not None else "train"

@@ -16,7 +16,6 @@ import dataclasses
 import hashlib
 import inspect
 import math
-import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -24,7 +23,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias, cast
 
 from fulmen.debugging.recorded import RecordedRollout, recorded_rollout
 from fulmen.errors import ConfigError
-from fulmen.importing import import_object
+from fulmen.importing import import_object, put_first_on_sys_path
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -153,9 +152,7 @@ def load_reward_function(spec: str, *, python_path: Sequence[Path] = ()) -> Rewa
     ``python_path`` directories go on ``sys.path`` first. Raises ``ConfigError`` naming
     ``spec`` when it cannot be imported or is not callable.
     """
-    for entry in python_path:
-        if str(entry) not in sys.path:
-            sys.path.insert(0, str(entry))
+    put_first_on_sys_path(python_path)
     value = import_object(spec, what="reward function")
     if not callable(value):
         raise ConfigError(f"reward function {spec!r} is a {type(value).__name__}, not callable")

@@ -14,8 +14,6 @@ could not score keeps its reward and is listed with why.
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -37,7 +35,7 @@ if TYPE_CHECKING:
     from fulmen.store.base import Store
     from fulmen.types import Rollout
 
-__all__ = ["add_python_path", "load_reward_config", "rescore_with_judge"]
+__all__ = ["load_reward_config", "rescore_with_judge"]
 
 
 def load_reward_config(path: Path) -> tuple[RewardConfig, list[Path]]:
@@ -74,13 +72,6 @@ def load_reward_config(path: Path) -> tuple[RewardConfig, list[Path]]:
     listed = raw.get("python_path") if isinstance(raw, dict) else None
     paths = [base / str(p) for p in listed] if isinstance(listed, list) else []
     return config, [*paths, base]
-
-
-def add_python_path(paths: Sequence[Path]) -> None:
-    """Put ``paths`` on ``sys.path`` (first, in order), where they are not yet."""
-    for entry in reversed(paths):
-        if str(entry) not in sys.path:
-            sys.path.insert(0, str(entry))
 
 
 async def rescore_with_judge(

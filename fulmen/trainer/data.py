@@ -5,12 +5,12 @@ from __future__ import annotations
 import importlib
 import json
 import random
-import sys
 from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from fulmen.errors import ConfigError
+from fulmen.importing import put_first_on_sys_path
 from fulmen.trainer.preflight import PYTHON_PATH_HINT
 
 if TYPE_CHECKING:
@@ -48,9 +48,7 @@ def load_tasks(source: str | Sequence[Any], *, python_path: Sequence[Path] = ())
     elif source.endswith(".jsonl"):
         tasks = _read_jsonl(source)
     elif ":" in source:
-        for entry in python_path:
-            if str(entry) not in sys.path:
-                sys.path.insert(0, str(entry))
+        put_first_on_sys_path(python_path)
         module_name, _, attr = source.partition(":")
         try:
             factory = getattr(importlib.import_module(module_name), attr)

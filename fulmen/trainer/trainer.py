@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal, TextIO
 
 from fulmen.engines.config import EngineConfig
 from fulmen.errors import ConfigError
+from fulmen.importing import put_first_on_sys_path
 from fulmen.settings import Settings
 from fulmen.trainer.config import TrainConfig
 from fulmen.trainer.data import config_tasks, task_id_of
@@ -69,9 +70,7 @@ class Trainer:
         #: what the end of the last ``fit`` decided (``None``: it did not validate)
         self.end_of_run: EndOfRun | None = None
         self.diagnosis: list[Finding] = []  # where the time went, what held it back
-        for entry in config.python_path:
-            if str(entry) not in sys.path:
-                sys.path.insert(0, str(entry))
+        put_first_on_sys_path(config.python_path)
 
     def fit(
         self,
