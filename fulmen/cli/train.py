@@ -157,7 +157,7 @@ def _train(args: argparse.Namespace) -> int:
     # to one file (CI, nohup) held every diagnosis line twice.
     print(f"metrics: {config.run_dir / 'metrics.jsonl'}")
     run_id = state.run_id
-    store = config.store_url or f"sqlite:///{config.run_dir / 'store.db'}"
+    store = config.run_store_url()
     print(f"run: {run_id} in the store (fulmen runs show {run_id} --store {store})")
     return 0
 
@@ -196,8 +196,7 @@ def _with_dashboard(
     from fulmen.dashboard.debug_api import DebugTools
     from fulmen.dashboard.server import serve_dashboard_while
 
-    # The run's store: the same default as the trainer's (RUN_DIR/store.db).
-    url = config.store_url or f"sqlite:///{config.run_dir / 'store.db'}"
+    url = config.run_store_url()  # the trainer's own
     return serve_dashboard_while(
         work,
         store_url=url,

@@ -44,10 +44,14 @@ from fulmen.transitions.trajectory import TransitionOptions
 __all__ = [
     "AlgorithmConfig",
     "DataConfig",
+    "RUN_STORE_FILE",
     "TrainConfig",
     "ValidationConfig",
     "load_config",
 ]
+
+#: the file in ``run_dir`` a run records in when no ``store_url`` is set
+RUN_STORE_FILE = "store.db"
 
 
 class _Strict(BaseModel):
@@ -332,6 +336,10 @@ class TrainConfig(_Strict):
                 "store's recorded rollouts and runs no agent (evaluate it afterwards)"
             )
         return self
+
+    def run_store_url(self) -> str:
+        """Return the store this run records in: ``store_url``, else ``RUN_DIR/store.db``."""
+        return self.store_url or f"sqlite:///{self.run_dir / RUN_STORE_FILE}"
 
     def plan(self) -> list[AlgorithmConfig]:
         """List the algorithms this run executes, in order: ``stages``, or ``[algorithm]``."""

@@ -146,7 +146,7 @@ class Trainer:
         else:
             model_path = await asyncio.to_thread(resolve_model, config.model)
         stack = TrainingStack(
-            store_url=config.store_url or f"sqlite:///{run_dir / 'store.db'}",
+            store_url=config.run_store_url(),
             store_token=self.store_token,
             agent=_hide_run(agent or config.agent, run_dir) if runs_agent else None,
             model=config.model,

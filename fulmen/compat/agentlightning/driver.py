@@ -135,7 +135,7 @@ async def drive(
     run_dir = config.run_dir
     run_dir.mkdir(parents=True, exist_ok=True)
     stack = TrainingStack(
-        store_url=config.store_url or f"sqlite:///{run_dir / 'store.db'}",
+        store_url=config.run_store_url(),
         agent=agent,
         model=config.model,
         engine=config.engine,
