@@ -197,8 +197,8 @@ class TrainConfig(_Strict):
         cluster: run the store service, runners and engine replicas as actors on a Ray
             cluster (``fulmen.cluster.config.ClusterConfig``, ``docs/cluster.md``); left out,
             everything runs on this machine.
-        python_path: directories put on ``sys.path`` before importing the agent and data
-            (relative to the config file).
+        python_path: directories put at the front of ``sys.path``, in their order (the first
+            listed wins), before importing the agent and data (relative to the config file).
         environment: tasks, held-out split, agent and reward from an environment library
             (Reasoning Gym, verifiers, OpenEnv, TextArena; ``docs/environments.md``): sets
             ``data`` and, unless given, ``agent``.
