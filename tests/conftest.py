@@ -8,8 +8,11 @@ collect the same tree without torch.
 
 from __future__ import annotations
 
+import json
 import os
+import resource
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -179,3 +182,45 @@ def _file_of(nodeid: str) -> str:
 def _uses_shared_engines(nodeid: str) -> bool:
     params = nodeid.rpartition("[")[2].rstrip("]") if nodeid.endswith("]") else ""
     return bool(_ENGINE_IDS.intersection(params.split("-")))
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--cpu-report",
+        metavar="FILE",
+        default=None,
+        help="append each test's CPU seconds (its process and the child processes it waited "
+        "for) and wall seconds to FILE as JSON lines; `python -m tests.cpu_report FILE` sums "
+        "them by file",
+    )
+
+
+def _cpu_seconds() -> float:
+    own, children = (
+        resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
+    )
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """With ``--cpu-report FILE``, record what each test (setup and teardown included) cost.
+
+    CI time is CPU-bound on two cores, and wall times under xdist mostly say what ran beside a
+    test; CPU seconds say what the test itself costs. A child process counts once it has been
+    waited for, so a shared engine counts for the test whose teardown stopped it.
+    """
+    report = item.config.getoption("cpu_report")
+    if not report:
+        yield
+        return
+    cpu, wall = _cpu_seconds(), time.monotonic()
+    yield
+    record = {
+        "id": item.nodeid,
+        "cpu_s": round(_cpu_seconds() - cpu, 2),
+        "wall_s": round(time.monotonic() - wall, 2),
+        "worker": os.environ.get("PYTEST_XDIST_WORKER", ""),
+    }
+    with open(report, "a", encoding="utf-8") as f:  # one short line per write: atomic
+        f.write(json.dumps(record) + "\n")

@@ -1,0 +1,50 @@
+"""``--cpu-report FILE`` records what each test costs; ``tests.cpu_report`` sums it by file."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.cpu_report import main
+
+ROOT = Path(__file__).resolve().parents[1]
+
+PROBE = """
+import subprocess
+import sys
+
+
+def test_busy_child() -> None:  # a child process that burns about half a CPU-second
+    subprocess.run([sys.executable, "-c", "sum(i * i for i in range(4_000_000))"], check=True)
+
+
+def test_idle() -> None:
+    pass
+"""
+
+
+def test_a_test_that_waits_for_a_busy_child_is_charged_its_cpu(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "test_probe.py").write_text(PROBE)
+    report = tmp_path / "cpu.jsonl"
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "tests.conftest",
+         str(tmp_path / "test_probe.py"), "--cpu-report", str(report)],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = report.read_text().splitlines()
+    records = {r["id"].rpartition("::")[2]: r for r in map(json.loads, lines)}
+    assert set(records) == {"test_busy_child", "test_idle"}
+    busy, idle = records["test_busy_child"], records["test_idle"]
+    assert busy["cpu_s"] > 0.2 > idle["cpu_s"]
+
+    assert main([str(report)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("2 tests, ")
+    assert out.splitlines()[2].endswith("  test_probe.py")  # the one file, with both tests
