@@ -191,7 +191,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=None,
         help="append each test's CPU seconds (its process and the child processes it waited "
         "for) and wall seconds to FILE as JSON lines; `python -m tests.cpu_report FILE` sums "
-        "them by file",
+        "them by file (write --cpu-report=FILE: with a space and no test paths, pytest takes "
+        "FILE for a test path before it knows this option)",
     )
 
 
