@@ -16,6 +16,8 @@ embedding program can hand any component its own settings. Variables:
 ``FULMEN_SPILL_DIR``        where runners and gateways spill records while the store is away
                             (default ``~/.cache/fulmen/spill``)
 ``FULMEN_VLLM_PYTHON``      the interpreter that has vLLM installed
+``FULMEN_PYTHON``           the Python a training run starts its built-in engine and
+                            data-parallel ranks with (default: the one running fulmen)
 ==========================  =====================================================================
 
 Empty values count as unset.
@@ -74,6 +76,7 @@ class Settings:
         cache_dir: ``$FULMEN_CACHE_DIR``, else ``~/.cache/fulmen/models``.
         spill_dir: ``$FULMEN_SPILL_DIR``, else ``~/.cache/fulmen/spill``.
         vllm_python: ``$FULMEN_VLLM_PYTHON``.
+        python: ``$FULMEN_PYTHON``.
         environ: a read-only copy of the environment taken with the rest, for variables the
             user names on the command line (``--upstream-api-key-env VAR``).
     """
@@ -86,6 +89,7 @@ class Settings:
     cache_dir: Path = field(default_factory=lambda: _default_cache_root() / "models")
     spill_dir: Path = field(default_factory=lambda: _default_cache_root() / "spill")
     vllm_python: str | None = None
+    python: str | None = None
     environ: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}), repr=False)
 
     @classmethod
@@ -103,6 +107,7 @@ class Settings:
             cache_dir=Path(cache).expanduser() if cache else _default_cache_root() / "models",
             spill_dir=Path(spill).expanduser() if spill else _default_cache_root() / "spill",
             vllm_python=_get(env, "FULMEN_VLLM_PYTHON"),
+            python=_get(env, "FULMEN_PYTHON"),
             environ=MappingProxyType(env),
         )
 

@@ -24,6 +24,7 @@ def test_every_variable_is_read() -> None:
             "FULMEN_CACHE_DIR": "/tmp/models",
             "FULMEN_SPILL_DIR": "/tmp/spill",
             "FULMEN_VLLM_PYTHON": "/opt/vllm/bin/python",
+            "FULMEN_PYTHON": "/opt/wrapped/python",
             "MY_KEY": "k",
         }
     )
@@ -35,6 +36,7 @@ def test_every_variable_is_read() -> None:
     assert settings.gateway_token == "gw"
     assert (settings.cache_dir, settings.spill_dir) == (Path("/tmp/models"), Path("/tmp/spill"))
     assert settings.vllm_python == "/opt/vllm/bin/python"
+    assert settings.python == "/opt/wrapped/python"
     assert settings.variable("MY_KEY") == "k" and settings.variable("NOT_SET") is None
 
 

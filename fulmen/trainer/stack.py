@@ -52,6 +52,8 @@ class TrainingStack:
         python_path: directories runner actors put on ``sys.path`` (the agent's code).
         weights_roots: the only folders the engine may load adapters and weights from (the
             run folder); ``None``: anywhere.
+        python: the interpreter the built-in engine runs on (``$FULMEN_PYTHON``; ``None``: this
+            one).
 
     The gateway and the engine get tokens of their own, made for this stack
     (``gateway_token``, ``engine_token``): the runner mints each attempt's key from the first
@@ -72,8 +74,10 @@ class TrainingStack:
         cluster: ClusterConfig | None = None,
         python_path: Sequence[Path] = (),
         weights_roots: Sequence[Path] | None = None,
+        python: str | None = None,
     ) -> None:
         self._store_url = store_url
+        self._python = python
         self.gateway_token = secrets.token_urlsafe(32)
         self.engine_token = secrets.token_urlsafe(32)
         self._weights_roots = list(weights_roots) if weights_roots is not None else None
@@ -148,6 +152,7 @@ class TrainingStack:
                 max_batch=config.max_batch,
                 max_lora_rank=config.max_lora_rank,
                 threads=config.threads,
+                python=self._python,
                 log_path=log_path,
                 extra_args=config.builtin_serve_flags(),
                 token=self.engine_token,

@@ -156,6 +156,7 @@ class Trainer:
             cluster=config.cluster,
             python_path=config.python_path,
             weights_roots=[run_dir],
+            python=self.settings.python,
         )
         validation = config.validation
         if validation is None or not val_tasks:
@@ -310,6 +311,7 @@ class Trainer:
             engine=engine,
             rollouts=config.rollouts,
             log_dir=Path(config.run_dir) / "dev",
+            python=self.settings.python,
         )
         async with stack:
             ids = [task_id_of(t, i, config.data.task_id_key) for i, t in enumerate(chosen)]

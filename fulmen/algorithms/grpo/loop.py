@@ -66,6 +66,7 @@ class GRPOLoop(StepLoop[GRPOAlgorithmConfig]):
             model_path=self.context.run.model_path,
             weights=policy.weights,
             adapter=policy.adapter,
+            python=self.context.run.variable("FULMEN_PYTHON"),
         ):
             return await self.run_steps()
 

@@ -28,6 +28,7 @@ async def data_parallel(
     model_path: Path,
     weights: Path | None = None,
     adapter: Path | None = None,
+    python: str | None = None,
 ) -> AsyncIterator[UpdateWorkers | None]:
     """Run the body with ``engine``'s updates spread over the data-parallel ranks.
 
@@ -38,7 +39,8 @@ async def data_parallel(
     other ranks (spawned now, or ``torchrun``'s) build the same engine from ``model_path``,
     ``weights`` and ``adapter`` (what the stage starts from), take ``engine``'s current state,
     and share each of its steps; on exit they are released (``torchrun``) or stopped, and
-    killed if the body failed.
+    killed if the body failed. Spawned ranks run on ``python`` (``$FULMEN_PYTHON``; ``None``:
+    this interpreter).
     """
     if config is None and torchrun_rank() is None:
         yield None
@@ -46,7 +48,7 @@ async def data_parallel(
     from fulmen.algorithms.parallel.workers import UpdaterSpec, open_update_workers
 
     spec = UpdaterSpec.of(engine, model_path, weights=weights, adapter=adapter)
-    workers = await asyncio.to_thread(open_update_workers, config)
+    workers = await asyncio.to_thread(open_update_workers, config, python=python)
     if workers is None:
         yield None
         return

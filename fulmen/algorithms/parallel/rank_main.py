@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import select
 import threading
 import time
 
@@ -17,11 +18,25 @@ __all__ = ["main"]
 
 
 def _exit_with_parent(parent: int) -> None:
-    """End this process once ``parent`` is gone (re-parented), checked every second."""
+    """End this process once the trainer ``parent`` has ended.
+
+    The trainer need not be this process's parent: with ``$FULMEN_PYTHON`` a wrapper may start
+    the rank for it. Where the platform has no process descriptors, the parent is checked every
+    second instead.
+    """
+    try:
+        handle = os.pidfd_open(parent)
+    except ProcessLookupError:
+        os._exit(1)
+    except (AttributeError, OSError):  # no pidfd here: watch for re-parenting
+        handle = None
 
     def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(1.0)
+        if handle is not None:
+            select.select([handle], [], [])  # readable once the process has ended
+        else:
+            while os.getppid() == parent:
+                time.sleep(1.0)
         os._exit(1)  # the trainer died: nothing will ever be sent to this rank
 
     threading.Thread(target=watch, name="fulmen-dp-parent", daemon=True).start()

@@ -29,9 +29,9 @@ logger = logging.getLogger("fulmen.train")
 
 
 def spawn_local_ranks(
-    config: DataParallelConfig,
+    config: DataParallelConfig, *, python: str | None = None
 ) -> tuple[Collective, list[subprocess.Popen[bytes]], Path]:
-    """Start ranks ``1..world_size-1`` here and join them as rank 0.
+    """Start ranks ``1..world_size-1`` here (on ``python``, default this interpreter), join as 0.
 
     Returns rank 0's collective, the child processes and the scratch directory (the caller
     removes it when the group is closed).
@@ -49,7 +49,7 @@ def spawn_local_ranks(
     spawned = [
         subprocess.Popen(
             [
-                sys.executable,
+                python or sys.executable,
                 "-m",
                 "fulmen.algorithms.parallel.rank_main",
                 f"--rank={rank}",

@@ -306,12 +306,14 @@ class UpdateWorkers:
 _torchrun_leader: UpdateWorkers | None = None
 
 
-def open_update_workers(config: DataParallelConfig | None) -> UpdateWorkers | None:
+def open_update_workers(
+    config: DataParallelConfig | None, *, python: str | None = None
+) -> UpdateWorkers | None:
     """Rank 0's ``UpdateWorkers``, or ``None`` when the update runs in this process alone.
 
     Under ``torchrun`` (``WORLD_SIZE`` > 1) the group is the torchrun ranks, joined once per
     process; otherwise ``config`` (``algorithm.data_parallel``) makes this process spawn the
-    other ranks on this machine.
+    other ranks on this machine, on ``python`` (``None``: this interpreter).
 
     Raises:
         ConfigError: ``config.world_size`` differs from ``torchrun``'s, or this is not rank 0.
@@ -336,7 +338,7 @@ def open_update_workers(config: DataParallelConfig | None) -> UpdateWorkers | No
         return None
     from fulmen.algorithms.parallel.spawn import spawn_local_ranks
 
-    collective, spawned, scratch = spawn_local_ranks(config)
+    collective, spawned, scratch = spawn_local_ranks(config, python=python)
     return UpdateWorkers(collective, spawned=spawned, scratch=scratch)
 
 

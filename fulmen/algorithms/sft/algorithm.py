@@ -45,6 +45,7 @@ async def run_sft(config: SFTAlgorithmConfig, context: AlgorithmContext) -> list
         model_path=context.run.model_path,
         weights=policy.weights,
         adapter=policy.adapter,
+        python=context.run.variable("FULMEN_PYTHON"),
     ):
         tokenizer = await asyncio.to_thread(_load_tokenizer, context)
         return await SFTRounds(config, context, engine, tokenizer).run_steps()
