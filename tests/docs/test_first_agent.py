@@ -11,10 +11,11 @@ import os
 import re
 import shlex
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.prefork import python
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "first-agent.md"
 _BLOCK = re.compile(r"^```(?P<lang>\w*)\n(?P<body>.*?)^```", re.M | re.S)
@@ -52,7 +53,7 @@ def test_the_walkthrough_runs_as_written(tmp_path: Path) -> None:
     outputs = []
     for command in commands:
         done = subprocess.run(
-            [sys.executable, "-m", *command],
+            [python(), "-m", *command],
             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600,
         )  # fmt: skip
         assert done.returncode == 0, f"{command}: {done.stdout[-2000:]}{done.stderr[-3000:]}"

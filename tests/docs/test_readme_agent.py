@@ -13,10 +13,11 @@ import json
 import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.prefork import python
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 _BLOCK = re.compile(r"^```(?P<lang>\w*)\n(?P<body>.*?)^```", re.M | re.S)
@@ -59,7 +60,7 @@ def test_the_readme_agent_trains_as_written_without_a_traceback(tmp_path: Path) 
     env = {**os.environ, "PYTHONPATH": str(README.parent)}
     for command in (["dev", "config.yaml", "-n", "2"], ["train", "config.yaml"]):
         done = subprocess.run(
-            [sys.executable, "-m", "fulmen", *command, *overrides],
+            [python(), "-m", "fulmen", *command, *overrides],
             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600,
         )  # fmt: skip
         output = done.stdout + done.stderr

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+
+from tests.prefork import python
 
 AGENT = '''
 from typing import Any
@@ -72,7 +73,7 @@ def test_train_warns_about_unnamed_calls_once_and_empty_selection_each_step(
     )
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     trained = subprocess.run(
-        [sys.executable, "-m", "fulmen", "train", str(config)],
+        [python(), "-m", "fulmen", "train", str(config)],
         env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert trained.returncode == 0, trained.stderr[-3000:]

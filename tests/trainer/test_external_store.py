@@ -8,7 +8,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 from pathlib import Path
 from typing import IO
 
@@ -19,6 +18,7 @@ from fulmen.store import open_store
 from fulmen.store.reading import read_llm_calls
 from fulmen.trainer.metrics import read_metrics
 from fulmen.types import RolloutQuery, RolloutStatus, RunStatus
+from tests.prefork import python
 
 pytest.importorskip("torch")
 pytest.importorskip("openai")
@@ -37,7 +37,7 @@ async def test_train_with_a_token_protected_store(tmp_path: Path) -> None:
         env = {k: v for k, v in os.environ.items() if not k.startswith("FULMEN_")}
         env["FULMEN_STORE_TOKEN"] = TOKEN  # the token from the environment; the URL by flag
         result = subprocess.run(
-            [sys.executable, "-m", "fulmen", "train", str(REPO / "examples/toy/config.yaml"),
+            [python(), "-m", "fulmen", "train", str(REPO / "examples/toy/config.yaml"),
              "--store", url, "--set", f"run_dir={tmp_path / 'run'}",
              "--set", "algorithm.steps=2", "--set", "algorithm.tasks_per_step=2",
              "--set", "algorithm.group_size=2", "--set", "validation=null",
@@ -71,7 +71,7 @@ async def test_train_with_a_token_protected_store(tmp_path: Path) -> None:
 def _serve(db: Path, err: IO[bytes]) -> subprocess.Popen[bytes]:
     """Start ``fulmen store serve --token`` on a free port, its log into ``err``."""
     return subprocess.Popen(
-        [sys.executable, "-m", "fulmen", "store", "serve", "--db", str(db), "--port", "0",
+        [python(), "-m", "fulmen", "store", "serve", "--db", str(db), "--port", "0",
          "--token", TOKEN],
         env={k: v for k, v in os.environ.items() if not k.startswith("FULMEN_")},
         stdout=subprocess.DEVNULL, stderr=err,

@@ -17,6 +17,7 @@ import pytest
 
 from fulmen.algorithms.grpo.diagnose import no_update_reason
 from fulmen.cli.main import main
+from tests.prefork import python
 
 AGENT = '''
 from typing import Any
@@ -197,7 +198,7 @@ def test_train_says_why_a_step_made_no_update_and_dev_numbers_calls_from_one(
 
     def fulmen(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "fulmen", *args],
+            [python(), "-m", "fulmen", *args],
             env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300,
         )  # fmt: skip
 

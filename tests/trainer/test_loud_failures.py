@@ -10,11 +10,12 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+
+from tests.prefork import python
 
 pytest.importorskip("torch")
 pytest.importorskip("openai")
@@ -69,7 +70,7 @@ def project(tmp_path: Path) -> Path:
 def fulmen(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     return subprocess.run(
-        [sys.executable, "-m", "fulmen", *args],
+        [python(), "-m", "fulmen", *args],
         env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
 

@@ -27,6 +27,7 @@ from fulmen.trainer.sinks.mlflow_sink import RUN_ID_TAG, mlflow_key
 from fulmen.transitions import build_trajectory
 from fulmen.transitions.named_rewards import named_reward_means, secondary_rewards
 from fulmen.types import Reward, Span
+from tests.prefork import python
 from tests.transitions.factories import call
 
 RUN_CONFIG = {"model": "tiny", "algorithm": {"name": "grpo", "lr": 1e-5}, "data": {"val": None}}
@@ -508,7 +509,7 @@ def test_train_logs_to_mlflow_under_the_run_id_with_named_reward_means(
         "MLFLOW_ALLOW_FILE_STORE": "true",
     }
     trained = subprocess.run(
-        [sys.executable, "-m", "fulmen", "train", str(config), "--no-dashboard"],
+        [python(), "-m", "fulmen", "train", str(config), "--no-dashboard"],
         env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert trained.returncode == 0, trained.stderr[-3000:]

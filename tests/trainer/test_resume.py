@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from fulmen.trainer.metrics import read_metrics
+from tests.prefork import python
 
 pytest.importorskip("torch")
 pytest.importorskip("openai")
@@ -21,9 +22,13 @@ pytest.importorskip("openai")
 TOY = Path(__file__).resolve().parents[2] / "examples" / "toy" / "config.yaml"
 
 
-def _train(run_dir: Path, steps: int, log: Path) -> subprocess.Popen[bytes]:
+def _train(run_dir: Path, steps: int, log: Path, *, fresh: bool = False) -> subprocess.Popen[bytes]:
+    """Start ``fulmen train``; ``fresh``: on a fresh interpreter, its engine too (no prefork)."""
+    env = dict(os.environ)
+    if fresh:  # the process tree a user has: the engine is the trainer's own child
+        env.pop("FULMEN_PYTHON", None)
     command = [
-        sys.executable,
+        sys.executable if fresh else python(),
         "-m",
         "fulmen",
         "train",
@@ -40,7 +45,7 @@ def _train(run_dir: Path, steps: int, log: Path) -> subprocess.Popen[bytes]:
         "data.val=null",
     ]
     with log.open("wb") as out:  # a file, not a pipe: nobody reads while it trains
-        return subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+        return subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
 
 
 def _state_step(run_dir: Path) -> int:
@@ -67,7 +72,7 @@ def _engines() -> dict[int, int]:
 def test_killed_training_resumes_from_last_checkpoint(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     first_log, second_log = tmp_path / "first.log", tmp_path / "second.log"
-    first = _train(run_dir, steps=5, log=first_log)
+    first = _train(run_dir, steps=5, log=first_log, fresh=True)
     deadline = time.monotonic() + 300
     while _state_step(run_dir) < 2:
         assert first.poll() is None, first_log.read_text()
@@ -104,7 +109,7 @@ def test_a_run_killed_during_its_closing_validation_validates_on_restart(tmp_pat
     """The state after the last checkpoint does not yet say the closing validation finished."""
     run_dir = tmp_path / "run"
     command = [
-        sys.executable, "-m", "fulmen", "train", str(TOY), "--no-dashboard",
+        python(), "-m", "fulmen", "train", str(TOY), "--no-dashboard",
         "--set", f"run_dir={run_dir}", "--set", "algorithm.steps=1",
         "--set", "algorithm.group_size=2", "--set", "algorithm.tasks_per_step=2",
         "--set", "validation.max_tasks=4",

@@ -13,11 +13,12 @@ import asyncio
 import json
 import os
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+
+from tests.prefork import python
 
 AGENT = '''
 from typing import Any
@@ -69,7 +70,7 @@ def _train(tmp_path: Path, *overrides: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     sets = [arg for o in overrides for arg in ("--set", o)]
     return subprocess.run(
-        [sys.executable, "-m", "fulmen", "train", "config.yaml", *sets],
+        [python(), "-m", "fulmen", "train", "config.yaml", *sets],
         env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
 

@@ -8,7 +8,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from fulmen.trainer.config import load_config
 from fulmen.trainer.metrics import read_metrics
 from fulmen.trainer.trainer import Trainer
 from tests.algorithms.sft.test_sft_train import example_imports_restored, models_of
+from tests.prefork import python
 
 pytest.importorskip("torch")
 pytest.importorskip("openai")
@@ -78,7 +78,7 @@ def test_second_stage_starts_from_the_adapter_the_first_published(tmp_path: Path
 
 
 def _train(run_dir: Path, log: Path) -> subprocess.Popen[bytes]:
-    command = [sys.executable, "-m", "fulmen", "train", str(TOY)]
+    command = [python(), "-m", "fulmen", "train", str(TOY)]
     for override in (f"run_dir={run_dir}", "algorithm=null", stages(2, 3), "validation=null"):
         command += ["--set", override]
     command += ["--set", "data.val=null"]

@@ -17,7 +17,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import textwrap
 import time
 from pathlib import Path
@@ -26,6 +25,7 @@ import pytest
 
 from fulmen.store import open_store
 from fulmen.trainer.metrics import read_metrics
+from tests.prefork import python
 
 pytest.importorskip("torch")
 pytest.importorskip("openai")
@@ -85,7 +85,7 @@ TOY = Path(__file__).resolve().parents[2] / "examples" / "toy" / "config.yaml"
 
 
 def _command(config: Path) -> list[str]:
-    return [sys.executable, "-m", "fulmen", "train", str(config), "--no-dashboard"]
+    return [python(), "-m", "fulmen", "train", str(config), "--no-dashboard"]
 
 
 def _wait_for(log: Path, text: str, process: subprocess.Popen[bytes], limit_s: float) -> None:
@@ -147,7 +147,7 @@ def test_ctrl_c_prints_only_the_resume_line_and_a_changed_setting_is_a_new_versi
 ) -> None:
     run_dir = tmp_path / "run"
     command = [
-        sys.executable, "-m", "fulmen", "train", str(TOY), "--no-dashboard",
+        python(), "-m", "fulmen", "train", str(TOY), "--no-dashboard",
         "--set", f"run_dir={run_dir}", "--set", "algorithm.group_size=4",
         "--set", "validation=null", "--set", "data.val=null",
     ]  # fmt: skip

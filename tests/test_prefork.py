@@ -1,0 +1,151 @@
+"""``tests/prefork.py``: a forked process behaves for its caller as ``python -m`` would.
+
+A real server (preloading only ``json``, forking only ``tests.prefork_probe``) and real askers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests import prefork
+
+REPO = Path(__file__).resolve().parents[1]
+PROBE = ["-m", "tests.prefork_probe"]
+SMALL = ["json", "tests.prefork_probe"]  # what the server preloads, and what it forks
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """A server; yields the environment its askers need."""
+    folder = tmp_path_factory.mktemp("prefork")
+    socket_path = folder / "s.sock"
+    process = subprocess.Popen(
+        [sys.executable, prefork.__file__, "serve", str(socket_path), str(os.getpid()), *SMALL],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 30
+    while not socket_path.exists():
+        assert process.poll() is None and time.monotonic() < deadline, "the server did not bind"
+        time.sleep(0.01)
+    yield {**os.environ, prefork.SOCKET_VARIABLE: str(socket_path), "PROBE": "seen"}
+    process.terminate()
+    process.wait(10)
+
+
+def _ask(*args: str) -> list[str]:
+    return [sys.executable, "-I", "-S", prefork.__file__, *args]
+
+
+def _gone(pid: int, within_s: float = 10) -> bool:
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_a_forked_child_gets_the_askers_arguments_streams_directory_and_exit_status(
+    server: dict[str, str],
+) -> None:
+    asker = subprocess.Popen(
+        _ask(*PROBE, "report", "5"),
+        cwd=REPO,
+        env=server,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    out, err = asker.communicate("hello", timeout=30)
+    assert asker.returncode == 5, err
+    seen = json.loads(out)
+    assert seen["argv"] == ["report", "5"]
+    assert seen["cwd"] == str(REPO) == seen["path0"]
+    assert seen["probe"] == "seen"
+    assert seen["stdin"] == "hello"
+    assert seen["name"] == "__main__"
+    assert "to stderr" in err
+    assert seen["pid"] != asker.pid and seen["ppid"] != asker.pid  # forked by the server
+
+
+@pytest.mark.parametrize(
+    ("args", "change"),
+    [
+        (["-c", "import os, json; print(json.dumps({'pid': os.getpid()}))"], {}),
+        ([*PROBE, "report", "0"], {"HF_HOME": "/nonexistent/elsewhere"}),
+    ],
+    ids=["not-python-m", "import-time-variable"],
+)
+def test_what_a_fresh_interpreter_would_see_differently_runs_on_one(
+    server: dict[str, str], args: list[str], change: dict[str, str]
+) -> None:
+    asker = subprocess.Popen(
+        _ask(*args),
+        cwd=REPO,
+        env={**server, **change},
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    out, err = asker.communicate(timeout=60)
+    assert asker.returncode == 0, err
+    # The asker became the real interpreter (exec): the same process.
+    assert json.loads(out)["pid"] == asker.pid
+
+
+def test_signals_to_the_asker_reach_the_child_and_its_end_is_the_askers(
+    server: dict[str, str],
+) -> None:
+    for signum, code in ((signal.SIGTERM, 3), (signal.SIGINT, -signal.SIGINT)):
+        asker = subprocess.Popen(
+            _ask(*PROBE, "wait"), cwd=REPO, env=server, stdout=subprocess.PIPE, text=True
+        )
+        assert asker.stdout is not None
+        child = int(asker.stdout.readline())
+        assert child != asker.pid
+        asker.send_signal(signum)
+        assert asker.wait(30) == code
+        asker.stdout.close()
+        assert _gone(child)
+
+
+def test_a_killed_asker_takes_its_child_and_an_orphaned_one_stops_it(
+    server: dict[str, str],
+) -> None:
+    asker = subprocess.Popen(
+        _ask(*PROBE, "wait"), cwd=REPO, env=server, stdout=subprocess.PIPE, text=True
+    )
+    assert asker.stdout is not None
+    child = int(asker.stdout.readline())
+    asker.kill()
+    asker.wait(10)
+    asker.stdout.close()
+    assert _gone(child), "the child outlived its killed asker"
+
+    # The asker's parent (a shell) exits at once: the asker is orphaned and stops its child,
+    # as fulmen's engine stops itself when its launcher dies.
+    command = " ".join(f"'{arg}'" for arg in _ask(*PROBE, "wait"))
+    shell = subprocess.run(
+        ["sh", "-c", f"{command} & sleep 0.5"],
+        cwd=REPO,
+        env=server,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    child = int(shell.stdout.split()[0])
+    assert _gone(child), "the child outlived its orphaned asker"
