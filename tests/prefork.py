@@ -127,6 +127,32 @@ def write_message(sock: socket.socket, message: dict[str, Any], *, fds: Sequence
     sock.sendall(body)
 
 
+def process_context() -> dict[str, Any]:
+    """What a child inherits from its process besides the environment: a fork gets the server's.
+
+    Namespaces (a network namespace of its own, a sandbox's mounts), user and groups, resource
+    limits, control group, umask and the CPUs it may run on.
+    """
+    import resource
+
+    context: dict[str, Any] = {
+        "ids": [os.getuid(), os.geteuid(), os.getgid(), os.getegid(), sorted(os.getgroups())],
+        "cpus": sorted(os.sched_getaffinity(0)),
+    }
+    for name in ("net", "mnt", "pid", "uts", "ipc", "user", "cgroup"):
+        with contextlib.suppress(OSError):
+            context[f"ns/{name}"] = os.readlink(f"/proc/self/ns/{name}")
+    with contextlib.suppress(OSError), open("/proc/self/cgroup") as cgroup:
+        context["cgroup"] = cgroup.read()
+    mask = os.umask(0)
+    os.umask(mask)
+    context["umask"] = mask
+    for name in dir(resource):
+        if name.startswith("RLIMIT_"):
+            context[name] = list(resource.getrlimit(getattr(resource, name)))
+    return context
+
+
 def _import_time_environment(env: dict[str, str]) -> dict[str, str]:
     return {
         key: value
@@ -201,6 +227,11 @@ class Server:
             args[1] in self.modules or args[1].startswith(tuple(m + "." for m in self.modules))
         ):
             return f"{args[1]} is not fulmen's"
+        here = process_context()
+        other = request.get("context", {})
+        unlike = sorted(k for k in here.keys() | other.keys() if here.get(k) != other.get(k))
+        if unlike:  # a sandbox, another network namespace, other limits: not what a fork gets
+            return f"the asker's process differs: {', '.join(unlike)}"
         asked = _import_time_environment(request["env"])
         differ = sorted(
             k
@@ -422,9 +453,13 @@ def ask(args: list[str]) -> NoReturn:
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.connect(address)
-        write_message(
-            sock, {"args": args, "cwd": os.getcwd(), "env": dict(os.environ)}, fds=[0, 1, 2]
-        )
+        request = {
+            "args": args,
+            "cwd": os.getcwd(),
+            "env": dict(os.environ),
+            "context": process_context(),
+        }
+        write_message(sock, request, fds=[0, 1, 2])
         for signum in _FORWARDED:
             signal.signal(signum, forward)
         reply, _ = read_message(sock)

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -81,16 +82,24 @@ def test_a_forked_child_gets_the_askers_arguments_streams_directory_and_exit_sta
     assert seen["pid"] != asker.pid and seen["ppid"] != asker.pid  # forked by the server
 
 
+def _fewer_files() -> None:
+    resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))
+
+
 @pytest.mark.parametrize(
-    ("args", "change"),
+    ("args", "change", "limit"),
     [
-        (["-c", "import os, json; print(json.dumps({'pid': os.getpid()}))"], {}),
-        ([*PROBE, "report", "0"], {"HF_HOME": "/nonexistent/elsewhere"}),
+        (["-c", "import os, json; print(json.dumps({'pid': os.getpid()}))"], {}, None),
+        ([*PROBE, "report", "0"], {"HF_HOME": "/nonexistent/elsewhere"}, None),
+        ([*PROBE, "report", "0"], {}, _fewer_files),
     ],
-    ids=["not-python-m", "import-time-variable"],
+    ids=["not-python-m", "import-time-variable", "resource-limit"],
 )
 def test_what_a_fresh_interpreter_would_see_differently_runs_on_one(
-    server: dict[str, str], args: list[str], change: dict[str, str]
+    server: dict[str, str],
+    args: list[str],
+    change: dict[str, str],
+    limit: Callable[[], None] | None,
 ) -> None:
     asker = subprocess.Popen(
         _ask(*args),
@@ -100,6 +109,7 @@ def test_what_a_fresh_interpreter_would_see_differently_runs_on_one(
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=limit,
     )
     out, err = asker.communicate(timeout=60)
     assert asker.returncode == 0, err
