@@ -133,7 +133,8 @@ def _prefork() -> Iterator[None]:
             server.kill()
             server.wait()
         if os.environ.get("FULMEN_TEST_PREFORK_LOG"):  # what it forked and what it refused
-            shutil.copy(folder / "server.log", os.environ["FULMEN_TEST_PREFORK_LOG"])
+            with open(os.environ["FULMEN_TEST_PREFORK_LOG"], "ab") as kept:
+                kept.write((folder / "server.log").read_bytes())
         shutil.rmtree(folder, ignore_errors=True)
 
 
@@ -146,6 +147,7 @@ def engine(
     """The tiny model served by the built-in engine, then by vLLM (served name ``tiny``)."""
     from fulmen.engines.launcher import BuiltinLauncher
     from fulmen.engines.vllm import VLLMLauncher, find_vllm_python
+    from tests.prefork import python as prefork_python
 
     log = tmp_path_factory.mktemp("engine-log") / f"{request.param}.log"
     launcher: EngineProcess
@@ -167,6 +169,7 @@ def engine(
             max_lora_rank=16,
             log_path=log,
             extra_args=["--served-model-name", "tiny"],
+            python=prefork_python(),
         )
     try:
         launcher.start()

@@ -275,6 +275,7 @@ class Server:
 
     def _accept(self) -> Job | None:
         conn, _ = self.listener.accept()
+        conn.settimeout(10)  # an asker that stalls must not hold up the others
         try:
             request, fds = read_message(conn, fds=3)
         except (EOFError, OSError, ValueError):
@@ -429,6 +430,13 @@ def run_child(job: Job, sys_path: list[str]) -> None:
 def python() -> str:
     """The interpreter a test starts a ``fulmen`` command with: the asker when the server runs."""
     return os.environ.get("FULMEN_PYTHON") or sys.executable
+
+
+def environment() -> dict[str, str]:
+    """The variables that lead to the server, for a child given a cleaned environment."""
+    return {
+        name: os.environ[name] for name in ("FULMEN_PYTHON", SOCKET_VARIABLE) if name in os.environ
+    }
 
 
 def ask(args: list[str]) -> NoReturn:

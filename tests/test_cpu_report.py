@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -36,6 +37,8 @@ def test_a_test_that_waits_for_a_busy_child_is_charged_its_cpu(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "tests.conftest",
          f"--rootdir={tmp_path}", str(tmp_path / "test_probe.py"), f"--cpu-report={report}"],
         cwd=ROOT, capture_output=True, text=True, timeout=120,
+        # No prefork server: its start-up would be charged to whichever test set it up.
+        env={**os.environ, "FULMEN_TEST_PREFORK": "0"},
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     lines = report.read_text().splitlines()

@@ -13,6 +13,7 @@ from fulmen.cli.main import main
 from fulmen.store import open_store
 from fulmen.types import ModelKind, ModelVersion, Run
 from tests.cli.run_folders import KEPT, record_run
+from tests.prefork import python
 
 
 def record(url: str, weights: Path) -> None:
@@ -88,7 +89,7 @@ def test_serve_reloads_a_versions_weights_into_a_running_engine(
 
     url = f"sqlite:///{tmp_path / 'store.db'}"
     record(url, resolve_model("tiny"))
-    engine = BuiltinLauncher("tiny", log_path=tmp_path / "engine.log")
+    engine = BuiltinLauncher("tiny", log_path=tmp_path / "engine.log", python=python())
     engine.start()
     try:
         args = ["models", "serve", "r1", "2", "--store", url, "--engine", f"{engine.root_url}/v1"]

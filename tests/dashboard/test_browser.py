@@ -18,6 +18,7 @@ from fulmen.types import Mode, RolloutQuery
 from tests.dashboard.conftest import TOKEN, run_coroutine
 from tests.dashboard.finished import finish_rollout
 from tests.dashboard.toy_store import HOSTILE_COMMAND, HOSTILE_ID, HOSTILE_REPLY, HOSTILE_TASK
+from tests.prefork import python
 
 pytestmark = pytest.mark.slow
 
@@ -253,7 +254,7 @@ def test_serve_this_version_loads_it_into_the_engine(
             return (await store.list_model_versions())[0]
 
     version = run_coroutine(first_version)
-    engine = BuiltinLauncher("tiny", log_path=tmp_path / "engine.log")
+    engine = BuiltinLauncher("tiny", log_path=tmp_path / "engine.log", python=python())
     engine.start()
     try:
         with ServedDashboard(toy_store.url, token=None, engine_url=engine.root_url) as served:

@@ -20,6 +20,7 @@ from fulmen.agent.rollouts import RolloutSettings
 from fulmen.engines.config import EngineConfig
 from fulmen.trainer.stack import TrainingStack
 from fulmen.types import LLMResource, Mode, ResourcesCreate, RolloutConfig, RolloutCreate
+from tests.prefork import python
 
 TOY_DIR = Path(__file__).resolve().parents[2] / "examples" / "toy"
 SAMPLING = {"default": {"temperature": 0.0, "max_tokens": 8},
@@ -41,6 +42,7 @@ def engine_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         max_lora_rank=8,
         log_path=log,
         extra_args=["--served-model-name", "tiny"],
+        python=python(),
     )
     launcher.start()
     try:

@@ -19,6 +19,7 @@ from fulmen.gateway import GatewayConfig, create_app
 from fulmen.types import LLMCall, LLMResource, Mode, ResourcesCreate
 from tests.gateway.conftest import Running, SpyStore, add_sampling, new_attempt
 from tests.gateway.scripted_upstream import Script, serve_app
+from tests.prefork import python
 
 pytest.importorskip("torch")
 launcher = pytest.importorskip("fulmen.engines.launcher")
@@ -29,7 +30,7 @@ MESSAGES = [{"role": "user", "content": "Count: one two three"}]
 
 @pytest.fixture(scope="module")
 def engine() -> Iterator[Any]:
-    process = launcher.BuiltinLauncher("tiny", threads=1)
+    process = launcher.BuiltinLauncher("tiny", threads=1, python=python())
     process.start()
     try:
         yield process

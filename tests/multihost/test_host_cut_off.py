@@ -35,6 +35,9 @@ TOY = REPO / "examples" / "toy"
 TOKEN, GATEWAY_TOKEN = "multihost-store-secret", "multihost-gateway-secret"
 STORE_PORT, GATEWAY_PORT, PG_PORT = 4747, 8100, 5432
 TASKS, GROUP = 4, 8
+# r1 is cut off while an attempt of its runs: its agent takes two seconds more
+# (tests/multihost/slow_agent.py).
+AGENTS = {"r1": "tests.multihost.slow_agent:slow_toy_agent", "r2": "agent:toy_agent"}
 HEARTBEAT_TIMEOUT_S = 12.0  # rollouts.heartbeat_timeout_s: runners here beat every second
 
 
@@ -139,7 +142,7 @@ def _train(fabric: Fabric, tmp_path: Path, database: str, *, steps: int) -> dict
                     "--store",
                     store_url,
                     "--agent",
-                    "agent:toy_agent",
+                    AGENTS[host],
                     "--gateway",
                     gateway_url,
                     "--gateway-api-key",

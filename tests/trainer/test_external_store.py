@@ -18,6 +18,7 @@ from fulmen.store import open_store
 from fulmen.store.reading import read_llm_calls
 from fulmen.trainer.metrics import read_metrics
 from fulmen.types import RolloutQuery, RolloutStatus, RunStatus
+from tests import prefork
 from tests.prefork import python
 
 pytest.importorskip("torch")
@@ -35,6 +36,7 @@ async def test_train_with_a_token_protected_store(tmp_path: Path) -> None:
     try:
         url = await _served_url(log, server)
         env = {k: v for k, v in os.environ.items() if not k.startswith("FULMEN_")}
+        env.update(prefork.environment())
         env["FULMEN_STORE_TOKEN"] = TOKEN  # the token from the environment; the URL by flag
         result = subprocess.run(
             [python(), "-m", "fulmen", "train", str(REPO / "examples/toy/config.yaml"),
@@ -73,7 +75,8 @@ def _serve(db: Path, err: IO[bytes]) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [python(), "-m", "fulmen", "store", "serve", "--db", str(db), "--port", "0",
          "--token", TOKEN],
-        env={k: v for k, v in os.environ.items() if not k.startswith("FULMEN_")},
+        env={k: v for k, v in os.environ.items() if not k.startswith("FULMEN_")}
+        | prefork.environment(),
         stdout=subprocess.DEVNULL, stderr=err,
     )  # fmt: skip
 

@@ -19,6 +19,7 @@ from tests.gateway.conftest import (
     upstream_client,
     upstream_url,
 )
+from tests.prefork import python
 
 if TYPE_CHECKING:
     from fulmen.engines.launcher import BuiltinLauncher
@@ -46,7 +47,11 @@ def tiny_engine(
 
     log = tmp_path_factory.mktemp("agl-engine") / "engine.log"
     launcher = BuiltinLauncher(
-        str(tiny_dir), max_batch=8, log_path=log, extra_args=["--served-model-name", "tiny"]
+        str(tiny_dir),
+        max_batch=8,
+        log_path=log,
+        extra_args=["--served-model-name", "tiny"],
+        python=python(),
     )
     launcher.start()
     yield launcher
