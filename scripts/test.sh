@@ -230,6 +230,9 @@ from_temporary_checkout() {
 }
 second_lane() {
   echo "== the second lane, at ${SECONDS} s"
+  # No prefork server (tests/prefork.py) in these short sessions: each starts at most two fulmen
+  # processes, fewer CPU-s than the server's own imports.
+  export FULMEN_TEST_PREFORK=0
   await_background framework-envs "installing the framework environments" || return 1
   echo "== framework integrations (openai >= 3), at ${SECONDS} s"
   .venvs/integrations/bin/python -m pytest -q -p no:cacheprovider tests/integrations \

@@ -80,64 +80,6 @@ def _forget_agent_modules() -> Iterator[None]:
             del sys.modules[name]
 
 
-@pytest.fixture(scope="session", autouse=True)
-def _prefork() -> Iterator[None]:
-    """A pre-imported Python forks this process's fulmen children (``tests/prefork.py``).
-
-    fulmen starts its engines and data-parallel ranks with ``$FULMEN_PYTHON``, set here to an
-    executable that asks the server; tests start their ``fulmen`` commands with
-    ``tests.prefork.python()``. ``FULMEN_TEST_PREFORK=0`` (or a session without torch) turns it
-    off.
-    """
-    import importlib.util
-    import shutil
-    import subprocess
-    import tempfile
-
-    from tests import prefork
-
-    if os.environ.get("FULMEN_TEST_PREFORK", "1") == "0" or not importlib.util.find_spec("torch"):
-        yield
-        return
-    folder = Path(tempfile.mkdtemp(prefix="fulmen-prefork-"))
-    socket_path = folder / "server.sock"
-    wrapper = folder / "python"
-    wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" -I -S "{prefork.__file__}" "$@"\n')
-    wrapper.chmod(0o755)
-    with open(folder / "server.log", "ab") as log:
-        server = subprocess.Popen(
-            [sys.executable, prefork.__file__, "serve", str(socket_path), str(os.getpid())],
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-    # The server binds before it imports: askers wait in its backlog, not for a file.
-    deadline = time.monotonic() + 30
-    while not socket_path.exists() and server.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.01)
-    saved = {name: os.environ.get(name) for name in ("FULMEN_PYTHON", prefork.SOCKET_VARIABLE)}
-    os.environ["FULMEN_PYTHON"] = str(wrapper)
-    os.environ[prefork.SOCKET_VARIABLE] = str(socket_path)
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-        server.terminate()
-        try:
-            server.wait(10)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
-        if os.environ.get("FULMEN_TEST_PREFORK_LOG"):  # what it forked and what it refused
-            with open(os.environ["FULMEN_TEST_PREFORK_LOG"], "ab") as kept:
-                kept.write((folder / "server.log").read_bytes())
-        shutil.rmtree(folder, ignore_errors=True)
-
-
 # One engine of each kind for the whole session (each module used to start its own: vLLM's
 # start-up alone took 20-30 s a module). Tests that load adapters or weights put them back.
 @pytest.fixture(scope="session", params=["builtin", "vllm"])
@@ -242,6 +184,34 @@ def _file_of(nodeid: str) -> str:
 def _uses_shared_engines(nodeid: str) -> bool:
     params = nodeid.rpartition("[")[2].rstrip("]") if nodeid.endswith("]") else ""
     return bool(_ENGINE_IDS.intersection(params.split("-")))
+
+
+_PREFORK = pytest.StashKey[Any]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Start the prefork server (``tests/prefork.py``) the session's fulmen processes fork from.
+
+    One for the whole run: under xdist the controller starts it before its workers, which
+    inherit its variables. ``FULMEN_TEST_PREFORK=0`` (or an environment without torch) runs
+    without one.
+    """
+    import importlib.util
+
+    from tests.prefork import Launched
+
+    if hasattr(config, "workerinput"):  # the controller's server serves this worker
+        return
+    if os.environ.get("FULMEN_TEST_PREFORK", "1") == "0" or not importlib.util.find_spec("torch"):
+        return
+    config.stash[_PREFORK] = Launched.start(log_copy=os.environ.get("FULMEN_TEST_PREFORK_LOG"))
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Stop the prefork server this process started."""
+    launched = config.stash.get(_PREFORK, None)
+    if launched is not None:
+        launched.stop()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

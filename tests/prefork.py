@@ -17,8 +17,8 @@ interpreter gets ``fallback`` and the asker runs the real interpreter: anything 
 time (``HF_HOME``, ``TORCH_HOME``, ...), or a ``PYTHONPATH`` under which a preloaded package would
 import from another file.
 
-``tests/conftest.py`` starts the server once per pytest process
-(``python tests/prefork.py serve SOCKET PARENT``); it stops with that parent.
+``tests/conftest.py`` starts one server for a test run (``Launched``; under pytest-xdist the
+controller does, before its workers, which inherit its variables); it stops with that process.
 ``FULMEN_TEST_PREFORK=0`` turns it off.
 """
 
@@ -31,14 +31,18 @@ import os
 import runpy
 import select
 import selectors
+import shutil
 import signal
 import socket
 import struct
+import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, NoReturn
 
 # What a fresh trainer (``python -m fulmen train``) and a fresh built-in engine
@@ -79,8 +83,11 @@ _IMPORT_TIME = (
     "XDG_CACHE_HOME",
     "HOME",
 )
-# Python reads these at start too, but a child can apply them itself.
-_APPLIED = frozenset({"PYTHONUNBUFFERED", "PYTHONPATH"})
+# Python reads these at start too, but a child can apply them itself; torch reads its compile
+# caches' folders when it uses them (and sets them to their defaults in a process that does).
+_APPLIED = frozenset(
+    {"PYTHONUNBUFFERED", "PYTHONPATH", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"}
+)
 # Only fulmen's own processes are forked; anything else runs on the real interpreter.
 MODULES = ("fulmen",)
 _HEADER = struct.Struct("!I")
@@ -430,6 +437,63 @@ def run_child(job: Job, sys_path: list[str]) -> None:
 def python() -> str:
     """The interpreter a test starts a ``fulmen`` command with: the asker when the server runs."""
     return os.environ.get("FULMEN_PYTHON") or sys.executable
+
+
+@dataclass
+class Launched:
+    """A server started for a test session, with the variables that lead fulmen to it set."""
+
+    process: subprocess.Popen[bytes]
+    folder: Path
+    saved: dict[str, str | None]
+    log_copy: str | None = None
+
+    @classmethod
+    def start(cls, *, log_copy: str | None = None) -> Launched:
+        """Start a server (its imports go on in the background) and point ``$FULMEN_PYTHON`` at it.
+
+        ``$FULMEN_PYTHON`` becomes a small executable that runs this file as an asker.
+        ``log_copy``: a file the server's log (each request: forked, or why not) is appended to
+        when it stops.
+        """
+        folder = Path(tempfile.mkdtemp(prefix="fulmen-prefork-"))
+        socket_path = folder / "server.sock"
+        wrapper = folder / "python"
+        wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" -I -S "{__file__}" "$@"\n')
+        wrapper.chmod(0o755)
+        with open(folder / "server.log", "ab") as log:
+            process = subprocess.Popen(
+                [sys.executable, __file__, "serve", str(socket_path), str(os.getpid())],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        # It binds before it imports: askers then wait in its backlog, not for a file.
+        deadline = time.monotonic() + 30
+        while not socket_path.exists() and process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        saved = {name: os.environ.get(name) for name in ("FULMEN_PYTHON", SOCKET_VARIABLE)}
+        os.environ["FULMEN_PYTHON"] = str(wrapper)
+        os.environ[SOCKET_VARIABLE] = str(socket_path)
+        return cls(process, folder, saved, log_copy)
+
+    def stop(self) -> None:
+        """Stop the server (and the children it still has); put the variables back."""
+        for name, value in self.saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        self.process.terminate()
+        try:
+            self.process.wait(10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        if self.log_copy:
+            with open(self.log_copy, "ab") as kept:
+                kept.write((self.folder / "server.log").read_bytes())
+        shutil.rmtree(self.folder, ignore_errors=True)
 
 
 def environment() -> dict[str, str]:
