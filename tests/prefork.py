@@ -512,6 +512,7 @@ def ask(args: list[str]) -> NoReturn:
     does itself when its launcher dies). Killed (SIGKILL), this process takes the child with it.
     """
     address = os.environ.get(SOCKET_VARIABLE, "")
+    parent = os.getppid()  # before anything else: it may end while the server is asked
     pending: list[int] = []
     child: list[int] = []
 
@@ -522,6 +523,8 @@ def ask(args: list[str]) -> NoReturn:
         else:
             pending.append(signum)
 
+    for signum in _FORWARDED:  # from the start: a signal before the child exists waits for it
+        signal.signal(signum, forward)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.connect(address)
@@ -532,13 +535,15 @@ def ask(args: list[str]) -> NoReturn:
             "context": process_context(),
         }
         write_message(sock, request, fds=[0, 1, 2])
-        for signum in _FORWARDED:
-            signal.signal(signum, forward)
         reply, _ = read_message(sock)
     except (OSError, EOFError, ValueError):
         reply = {"fallback": "no server"}
     if "pid" not in reply:
         sock.close()
+        for signum in _FORWARDED:
+            signal.signal(signum, signal.SIG_DFL)
+        for signum in pending:  # what the real interpreter would have got at its start
+            os.kill(os.getpid(), signum)
         os.execv(sys.executable, [sys.executable, *args])
     child.append(int(reply["pid"]))
     for signum in pending:
@@ -546,7 +551,7 @@ def ask(args: list[str]) -> NoReturn:
     null = os.open(os.devnull, os.O_RDONLY)  # the child alone holds the reading end of stdin
     os.dup2(null, 0)
     os.close(null)
-    parent, orphaned = os.getppid(), False
+    orphaned = False
     while True:
         ready, _, _ = select.select([sock], [], [], 0.5)
         if ready:

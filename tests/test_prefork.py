@@ -150,7 +150,7 @@ def test_a_killed_asker_takes_its_child_and_an_orphaned_one_stops_it(
     # as fulmen's engine stops itself when its launcher dies.
     command = " ".join(f"'{arg}'" for arg in _ask(*PROBE, "wait"))
     shell = subprocess.run(
-        ["sh", "-c", f"{command} & sleep 0.5"],
+        ["sh", "-c", f"{command} & sleep 2"],
         cwd=REPO,
         env=server,
         capture_output=True,
