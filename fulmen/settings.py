@@ -31,7 +31,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 
-__all__ = ["Settings", "inherited_environment", "launcher_variable"]
+__all__ = ["PYTHON_VARIABLE", "Settings", "inherited_environment", "launcher_variable"]
+
+#: The variable naming the Python a run starts its engine and data-parallel ranks with; the
+#: algorithms read it from the run's settings by this name.
+PYTHON_VARIABLE = "FULMEN_PYTHON"
 
 
 def _get(environ: Mapping[str, str], name: str) -> str | None:
@@ -107,7 +111,7 @@ class Settings:
             cache_dir=Path(cache).expanduser() if cache else _default_cache_root() / "models",
             spill_dir=Path(spill).expanduser() if spill else _default_cache_root() / "spill",
             vllm_python=_get(env, "FULMEN_VLLM_PYTHON"),
-            python=_get(env, "FULMEN_PYTHON"),
+            python=_get(env, PYTHON_VARIABLE),
             environ=MappingProxyType(env),
         )
 

@@ -28,6 +28,7 @@ from fulmen.algorithms.grpo.dynamic_sampling import FlatTasks, SampledStep, samp
 from fulmen.algorithms.parallel.group import data_parallel
 from fulmen.algorithms.step_loop import Sample, Schedule, StepLoop, sampled_metrics
 from fulmen.errors import AgentFailed, error_summary
+from fulmen.settings import PYTHON_VARIABLE
 from fulmen.transitions.attribution import AttributionCheck
 from fulmen.types import Mode, Rollout, RolloutStatus
 
@@ -66,7 +67,7 @@ class GRPOLoop(StepLoop[GRPOAlgorithmConfig]):
             model_path=self.context.run.model_path,
             weights=policy.weights,
             adapter=policy.adapter,
-            python=self.context.run.variable("FULMEN_PYTHON"),
+            python=self.context.run.variable(PYTHON_VARIABLE),
         ):
             return await self.run_steps()
 

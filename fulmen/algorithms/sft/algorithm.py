@@ -24,6 +24,7 @@ from fulmen.algorithms.rewards import reward_metrics
 from fulmen.algorithms.sft.config import SFTAlgorithmConfig
 from fulmen.algorithms.sft.dataset import SFTExample, build_dataset
 from fulmen.algorithms.step_loop import Sample, Schedule, StepLoop
+from fulmen.settings import PYTHON_VARIABLE
 from fulmen.transitions.trajectory import AttemptRecords
 from fulmen.types import Mode
 
@@ -45,7 +46,7 @@ async def run_sft(config: SFTAlgorithmConfig, context: AlgorithmContext) -> list
         model_path=context.run.model_path,
         weights=policy.weights,
         adapter=policy.adapter,
-        python=context.run.variable("FULMEN_PYTHON"),
+        python=context.run.variable(PYTHON_VARIABLE),
     ):
         tokenizer = await asyncio.to_thread(_load_tokenizer, context)
         return await SFTRounds(config, context, engine, tokenizer).run_steps()
