@@ -1,6 +1,7 @@
 """Prefix-cache hit rate of real command agents, before and after stable sandbox paths.
 
-Claude Code and the Codex CLI run their recipes from ``docs/command-agents.md`` unchanged, as
+Claude Code, the Codex CLI and OpenCode (``--agents``; OpenCode from ``PATH``, not from
+``tests/command_agents``) run their recipes from ``docs/command-agents.md`` unchanged, as
 command agents in the bubblewrap sandbox (``backend: bwrap``, a user of its own per rollout),
 through fulmen's runner and gateway in front of the built-in engine serving ``tiny-long`` (64k
 positions: the hit rate depends on the prompts the agents send, not on the weights). Each
@@ -29,6 +30,7 @@ engine's log and the rollouts' first requests there.
 
     git -C . archive 43928d5^ | (mkdir -p /tmp/pc-before && tar -x -C /tmp/pc-before)
     python benchmarks/prefix_cache_paths.py --before /tmp/pc-before --rollouts 4
+    python benchmarks/prefix_cache_paths.py --before /tmp/pc-before --agents opencode
 """
 
 from __future__ import annotations
@@ -114,10 +116,29 @@ def recipe(agent: str, bin_dir: Path) -> dict[str, Any]:
             "env": {"CODEX_HOME": "${home}/.codex"},
             "files": {"~/.codex/config.toml": CODEX_CONFIG},
         }
-    raise ValueError(f"unknown agent {agent!r}: claude-code or codex")
+    if agent == "opencode":
+        return {
+            "command": [
+                str(bin_dir / "opencode"),
+                "run",
+                "--model",
+                "fulmen/${model}",
+                "--auto",
+                "${task.prompt}",
+            ],
+            "env": {"OPENCODE_CONFIG_CONTENT": OPENCODE_CONFIG},
+        }
+    raise ValueError(f"unknown agent {agent!r}: claude-code, codex or opencode")
 
 
-BINARIES = {"claude-code": "claude", "codex": "codex"}
+BINARIES = {"claude-code": "claude", "codex": "codex", "opencode": "opencode"}
+# OpenCode is not among tests/command_agents' packages: it is taken from PATH
+# (`npm install -g opencode-ai@1.18.33`) unless --opencode-dir names its folder.
+OPENCODE_CONFIG = (
+    '{"autoupdate": false, "share": "disabled", "provider": {"fulmen": {"npm": '
+    '"@ai-sdk/openai-compatible", "name": "fulmen", "options": {"baseURL": "${openai_base_url}", '
+    '"apiKey": "{env:OPENAI_API_KEY}"}, "models": {"${model}": {"name": "${model}"}}}}}'
+)
 
 # Runs in a child process with PYTHONPATH at one checkout: that checkout's store, gateway,
 # runner and sandbox drive the agent against the engine at argv[1]'s engine_url.
@@ -297,6 +318,14 @@ def _rate(cached: float, total: float) -> float | None:
     return round(cached / total, 4) if total else None
 
 
+def _bin_dir(agent: str, args: argparse.Namespace) -> Path:
+    """The folder holding ``agent``'s executable."""
+    if agent == "opencode":
+        found = shutil.which("opencode")
+        return args.opencode_dir or (Path(found).parent if found else Path("/usr/local/bin"))
+    return args.node_modules / ".bin"
+
+
 def measure(
     agent: str, tree: Path, label: str, args: argparse.Namespace, out: Path
 ) -> dict[str, Any]:
@@ -313,7 +342,7 @@ def measure(
             "task": TASK,
             "rollouts": args.rollouts,
             "timeout_s": args.timeout_s,
-            "agent": recipe(agent, args.node_modules / ".bin"),
+            "agent": recipe(agent, _bin_dir(agent, args)),
         }
         started = time.monotonic()
         child = subprocess.run(
@@ -382,6 +411,12 @@ def main(argv: list[str] | None = None) -> None:
         default=NODE_MODULES,
         help="where `npm ci` in tests/command_agents installed the agents (.bin/claude, codex)",
     )
+    parser.add_argument(
+        "--opencode-dir",
+        type=Path,
+        default=None,
+        help="the folder of the `opencode` executable (default: found on PATH)",
+    )
     parser.add_argument("--python", default=sys.executable, help="interpreter of both checkouts")
     parser.add_argument(
         "--max-tokens", type=int, default=16, help="the gateway's max_tokens on every call"
@@ -406,14 +441,14 @@ def main(argv: list[str] | None = None) -> None:
         trees.insert(0, ("before", args.before.resolve()))
     out = args.out or Path(tempfile.mkdtemp(prefix="prefix-cache-paths-"))
     for agent in args.agents:
-        binary = args.node_modules / ".bin" / BINARIES[agent]
+        binary = _bin_dir(agent, args) / BINARIES[agent]
         if not binary.exists() or shutil.which("node") is None:
             print(
                 json.dumps(
                     {
                         "agent": agent,
                         "skipped": f"{binary} or node is missing (run `npm ci` in "
-                        "tests/command_agents, or pass --node-modules)",
+                        "tests/command_agents, or pass --node-modules / --opencode-dir)",
                     }
                 ),
                 flush=True,

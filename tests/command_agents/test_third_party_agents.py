@@ -209,8 +209,12 @@ async def test_the_agent_runs_unchanged_and_every_call_trains(store: Store, name
 def test_the_recipes_in_the_docs_are_what_these_tests_run() -> None:
     recipes = DOCS.read_text().split("## Recipes", 1)[1]
     blocks = [block.split("```", 1)[0] for block in recipes.split("```yaml\n")[1:]]
-    documented = [yaml.safe_load(block)["agent"] for block in blocks]
-    for recipe, tested in zip(documented, [CLAUDE_CODE, CODEX], strict=True):
+    documented = {
+        Path(agent["command"][0]).name: agent
+        for agent in (yaml.safe_load(block)["agent"] for block in blocks)
+    }
+    for tested in (CLAUDE_CODE, CODEX):
+        recipe = documented[Path(tested["command"][0]).name]
         assert recipe["command"] == [Path(tested["command"][0]).name, *tested["command"][1:]]
         assert recipe["env"] == tested["env"]
         assert recipe.get("files", {}) == tested.get("files", {})
