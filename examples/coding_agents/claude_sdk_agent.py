@@ -5,7 +5,7 @@
 The SDK starts the Claude Code CLI it bundles, which reads the rollout's endpoint and key from
 the environment fulmen gives the command (``ANTHROPIC_BASE_URL``, ``ANTHROPIC_API_KEY``) and
 the model name from ``FULMEN_MODEL``. The agent may use Bash, Write and Read in its working
-directory; it prints the final result as one JSON line, ``{"result": ...}``, the shape of
+directory; it prints its reply as one JSON line, ``{"result": ...}``, the shape of
 ``claude -p --output-format json``.
 """
 
@@ -16,22 +16,42 @@ import json
 import os
 import sys
 
-from claude_agent_sdk import ClaudeAgentOptions, ResultMessage, query
+from claude_agent_sdk import (
+    AssistantMessage,
+    ClaudeAgentOptions,
+    ClaudeSDKError,
+    ResultMessage,
+    TextBlock,
+    query,
+)
 
 
 async def main(task: str) -> int:
-    """Run the task; print the result; exit 1 when the agent reports an error."""
+    """Run the task; print the reply; exit 1 when the agent's turn ended in an error.
+
+    The reply is the result of a turn that succeeded, else the model's last text: a turn that
+    fails (an answer cut at ``max_tokens`` four times) ends in an error note of Claude Code's own
+    (model ``<synthetic>``) that is the same for every rollout, not the model's.
+    """
     options = ClaudeAgentOptions(
         model=os.environ["FULMEN_MODEL"],
         allowed_tools=["Bash", "Write", "Read"],
         permission_mode="acceptEdits",
         cwd=os.getcwd(),
     )
-    failed = True
-    async for message in query(prompt=task, options=options):
-        if isinstance(message, ResultMessage):
-            print(json.dumps({"result": message.result or ""}), flush=True)
-            failed = message.is_error
+    reply, failed = "", True
+    try:
+        async for message in query(prompt=task, options=options):
+            if isinstance(message, AssistantMessage) and message.model != "<synthetic>":
+                text = "".join(b.text for b in message.content if isinstance(b, TextBlock))
+                reply = text or reply
+            elif isinstance(message, ResultMessage):
+                failed = message.is_error
+                if not failed and message.result:
+                    reply = message.result
+    except ClaudeSDKError as error:  # the SDK raises on an error result
+        print(f"claude_sdk_agent: {error}", file=sys.stderr)
+    print(json.dumps({"result": reply}), flush=True)
     return 1 if failed else 0
 
 

@@ -66,7 +66,12 @@ def _json_object(line: str) -> dict[str, Any] | None:
 
 
 def _trajectory_reply(path: Path) -> str:
-    """mini-swe-agent's submission, else the content of its last assistant message."""
+    """mini-swe-agent's submission, else the model's last reply in its trajectory.
+
+    A reply without a valid tool call is not kept as an ``assistant`` message: mini-swe-agent
+    answers it with a format-error message that holds the model's raw response
+    (``extra.response``), which is read then.
+    """
     try:
         saved = json.loads(path.read_text(encoding="utf-8", errors="replace"))
     except ValueError:
@@ -77,8 +82,14 @@ def _trajectory_reply(path: Path) -> str:
     if isinstance(submission, str) and submission.strip():
         return submission
     for message in reversed(saved.get("messages") or []):
-        if isinstance(message, dict) and message.get("role") == "assistant":
+        if not isinstance(message, dict):
+            continue
+        if message.get("role") == "assistant":
             content = message.get("content")
+            return content if isinstance(content, str) else ""
+        response = (message.get("extra") or {}).get("response")
+        if isinstance(response, dict) and response.get("choices"):
+            content = ((response["choices"][0] or {}).get("message") or {}).get("content")
             return content if isinstance(content, str) else ""
     return ""
 

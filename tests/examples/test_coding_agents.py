@@ -141,6 +141,13 @@ def test_the_reward_scores_the_file_the_reply_and_the_exit(
     ]}  # fmt: skip
     (tmp_path / "trajectory.json").write_text(json.dumps(saved))
     assert score(_result(tmp_path, stdout="Limits exceeded\n"))["reply"] == pytest.approx(0.4)
+    # A reply without a tool call is kept only in mini's format-error message (its raw response).
+    rejected = {"role": "user", "content": "Tool call error", "extra": {"response": {
+        "choices": [{"message": {"role": "assistant", "content": "amber"}}],
+    }}}  # fmt: skip
+    saved["messages"] = [{"role": "assistant", "content": "basil"}, rejected]
+    (tmp_path / "trajectory.json").write_text(json.dumps(saved))
+    assert score(_result(tmp_path))["reply"] == pytest.approx(0.4)
     saved["info"]["submission"] = "xyz"
     (tmp_path / "trajectory.json").write_text(json.dumps(saved))
     assert score(_result(tmp_path))["reply"] == 0.0
