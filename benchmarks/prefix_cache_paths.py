@@ -146,7 +146,10 @@ _CHILD = r"""
 import asyncio, json, socket, sys, urllib.request
 from pathlib import Path
 import uvicorn
-from fulmen.transitions.trajectory import load_attempt
+try:  # the checkout before stable paths names the package fulmen.adapter
+    from fulmen.adapter.transitions import load_attempt
+except ImportError:
+    from fulmen.transitions.trajectory import load_attempt
 from fulmen.agent.command import CommandAgent, CommandAgentConfig
 from fulmen.agent.runner import Runner
 from fulmen.gateway import GatewayConfig, create_app
