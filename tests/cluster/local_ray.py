@@ -115,7 +115,7 @@ class LocalRayCluster:
         """Wait until ``count`` nodes are alive (True), or ``joining`` exited (False)."""
         probe = (
             "import ray, sys; ray.init(address=sys.argv[1], logging_level='ERROR', "
-            "log_to_driver=False); print(sum(n['Alive'] for n in ray.nodes()))"
+            "log_to_driver=False); print('alive-nodes', sum(n['Alive'] for n in ray.nodes()))"
         )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -130,8 +130,14 @@ class LocalRayCluster:
                 timeout=60,
                 check=False,
             )
-            lines = result.stdout.strip().splitlines()
-            if result.returncode == 0 and lines and int(lines[-1]) >= count:
+            # The probe's driver can also print a dying raylet's stack trace (a joining node
+            # that missed its start-up deadline, seen in CI), so read only the tagged line.
+            alive = [
+                int(line.split()[1])
+                for line in result.stdout.splitlines()
+                if line.startswith("alive-nodes ")
+            ]
+            if result.returncode == 0 and alive and alive[-1] >= count:
                 return True
             time.sleep(1.0)
         raise RuntimeError(f"{count} ray nodes not up in {timeout} s: {self.logs()}")
