@@ -24,9 +24,12 @@ __all__ = [
     "POLICY_LOSSES",
     "PolicyLossTerms",
     "RatioTotals",
-    "StaleCorrection",
+    "MISMATCH_CORRECTIONS",
+    "MismatchGap",
+    "TokenCorrection",
     "check_loss_names",
     "clipped_policy_loss",
+    "correct_engine_mismatch",
     "correct_stale_tokens",
     "k1_kl",
     "k3_kl",
@@ -143,14 +146,14 @@ def unclipped_policy_loss(
 
 
 @dataclass(frozen=True)
-class StaleCorrection:
-    """What truncated importance sampling does to a batch's tokens (``[N]`` each).
+class TokenCorrection:
+    """What an importance-sampling correction does to a batch's tokens (``[N]`` each).
 
     Attributes:
         old_logprobs: the ratio's denominator per token: the current policy's logprob before
-            the update on stale tokens, the behaviour logprob on fresh ones.
-        weights: the loss weight per token: ``min(exp(current - behaviour), cap)`` on stale
-            tokens, exactly 1 on fresh ones.
+            the update on corrected tokens, the behaviour logprob on the others.
+        weights: the loss weight per token: the truncated (or masked) importance weight on
+            corrected tokens, exactly 1 on the others.
     """
 
     old_logprobs: Tensor
@@ -163,7 +166,7 @@ def correct_stale_tokens(
     behaviour_logprobs: Tensor,
     is_stale: Tensor,
     cap: float,
-) -> StaleCorrection:
+) -> TokenCorrection:
     """Correct tokens an older policy sampled by truncated importance sampling (decoupled PPO).
 
     A stale token's clipped ratio is taken against ``current_logprobs`` (the policy being
@@ -180,7 +183,124 @@ def correct_stale_tokens(
     current = current_logprobs.detach()
     log_gap = (current - behaviour_logprobs).clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO)
     weights = log_gap.exp().clamp(max=cap).where(is_stale, 1.0)
-    return StaleCorrection(current.where(is_stale, behaviour_logprobs), weights)
+    return TokenCorrection(current.where(is_stale, behaviour_logprobs), weights)
+
+
+#: ``grpo.mismatch.correction``: what is done about the engine-trainer gap of fresh tokens.
+MISMATCH_CORRECTIONS = ("none", "tis", "mask_tokens", "mask_sequences")
+
+
+def _sequence_log_ratio(log_ratio: Tensor, rows: Tensor) -> Tensor:
+    """Return each token's sequence mean of ``log_ratio``: its sequence's geometric-mean ratio.
+
+    A long sequence is judged by its typical token, not by a product that grows with its length.
+    """
+    count = int(rows.max()) + 1 if rows.numel() else 0
+    sums = log_ratio.new_zeros(count).index_add_(0, rows, log_ratio)
+    tokens = rows.bincount(minlength=count).to(log_ratio.dtype)
+    return (sums / tokens.clamp(min=1))[rows]
+
+
+def correct_engine_mismatch(
+    *,
+    current_logprobs: Tensor,
+    engine_logprobs: Tensor,
+    rows: Tensor,
+    correction: str,
+    cap: float,
+    bounds: tuple[float, float],
+    exempt: Tensor | None = None,
+) -> TokenCorrection:
+    """Correct the gap between the engine that sampled the tokens and the trainer's numerics.
+
+    An engine's kernels (vLLM in bfloat16, say) never give exactly the trainer's logprobs, so
+    ``exp(current - engine)`` drifts from 1 even on-policy. With a correction, a token's clipped
+    ratio is taken against ``current_logprobs`` (the trainer's policy before this update,
+    detached), and the gap is handled by the loss weight: ``"tis"`` truncated importance
+    sampling, ``min(exp(current - engine), cap)``; ``"mask_tokens"`` weight 0 on a token whose
+    ratio is outside ``bounds`` (else 1); ``"mask_sequences"`` weight 0 on every token of a
+    sequence (``rows``) whose geometric-mean ratio is outside ``bounds``. ``"none"`` leaves
+    every token as it is (ratio against the engine's logprobs, weight 1). ``exempt`` tokens
+    (stale ones, corrected by :func:`correct_stale_tokens`) are left as they are.
+    """
+    _check_same_shape(current_logprobs=current_logprobs, engine_logprobs=engine_logprobs, rows=rows)
+    if correction not in MISMATCH_CORRECTIONS:
+        raise ConfigError(
+            f"unknown mismatch correction {correction!r}; allowed: {list(MISMATCH_CORRECTIONS)}"
+        )
+    current = current_logprobs.detach()
+    if correction == "none":
+        return TokenCorrection(engine_logprobs, current.new_ones(current.shape))
+    log_ratio = (current - engine_logprobs).clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO)
+    low, high = bounds
+    if correction == "tis":
+        weights = log_ratio.exp().clamp(max=cap)
+    else:
+        judged = log_ratio if correction == "mask_tokens" else _sequence_log_ratio(log_ratio, rows)
+        ratio = judged.exp()
+        weights = ((ratio >= low) & (ratio <= high)).to(current.dtype)
+    anchor = current
+    if exempt is not None:
+        weights = weights.where(~exempt, 1.0)
+        anchor = current.where(~exempt, engine_logprobs)
+    return TokenCorrection(anchor, weights)
+
+
+@dataclass
+class MismatchGap:
+    """Sums of the engine-trainer logprob gap over a step's trained tokens (first pass only).
+
+    ``d = current - engine`` per token, ``current`` the trainer's logprob before the update:
+    ``gap_abs`` and ``gap_max`` of ``|d|``, ``gap_kl`` of k3's ``exp(d) - d - 1`` (an unbiased
+    estimate of KL(engine || trainer) from the engine's samples), ``gap_outside`` the tokens
+    whose ratio ``exp(d)`` is outside the bounds, ``gap_weight`` and ``gap_masked`` what the
+    correction did to them. ``gap_max`` is a maximum, every other field a sum.
+    """
+
+    gap_tokens: int = 0
+    gap_abs: float = 0.0
+    gap_max: float = 0.0
+    gap_kl: float = 0.0
+    gap_outside: int = 0
+    gap_weight: float = 0.0
+    gap_masked: int = 0
+
+    def add_gap(
+        self,
+        *,
+        current_logprobs: Tensor,
+        engine_logprobs: Tensor,
+        weights: Tensor,
+        bounds: tuple[float, float],
+    ) -> None:
+        """Add one micro-batch's engine-trainer gap."""
+        delta = current_logprobs.detach() - engine_logprobs
+        delta = delta.clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO)
+        if not delta.numel():
+            return
+        ratio = delta.exp()
+        exact = delta.double()  # k3 of a 1e-6 gap is ~5e-13: below float32's resolution near 1
+        self.gap_tokens += int(delta.numel())
+        self.gap_abs += float(delta.abs().sum())
+        self.gap_max = max(self.gap_max, float(delta.abs().max()))
+        self.gap_kl += float((exact.exp() - exact - 1.0).sum())
+        self.gap_outside += int(((ratio < bounds[0]) | (ratio > bounds[1])).sum())
+        self.gap_weight += float(weights.sum())
+        self.gap_masked += int((weights == 0).sum())
+
+    def gap_metrics(self) -> dict[str, float]:
+        """Return the step's ``mismatch/*`` metrics (empty when nothing was measured)."""
+        if not self.gap_tokens:
+            return {}
+        n = self.gap_tokens
+        return {
+            "mismatch/gap_mean": self.gap_abs / n,
+            "mismatch/gap_max": self.gap_max,
+            "mismatch/kl": self.gap_kl / n,
+            "mismatch/outside_fraction": self.gap_outside / n,
+            "mismatch/weight_mean": self.gap_weight / n,
+            "mismatch/masked_fraction": self.gap_masked / n,
+        }
 
 
 def k3_kl(*, logprobs: Tensor, ref_logprobs: Tensor) -> Tensor:

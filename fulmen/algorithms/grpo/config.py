@@ -21,10 +21,57 @@ from fulmen.transitions.trajectory import TransitionOptions
 __all__ = [
     "AsyncSettings",
     "DynamicSampling",
+    "EngineMismatch",
     "GRPOAlgorithmConfig",
     "GRPOConfig",
     "LoraSettings",
 ]
+
+
+class EngineMismatch(BaseModel):
+    """``grpo.mismatch``: the gap between the engine's sampling numerics and the trainer's.
+
+    The engine records each token's logprob as it sampled it; the trainer recomputes it. The
+    built-in engine runs the trainer's own code in float32 (gap about 1e-6); vLLM's kernels,
+    bfloat16 or an autocast update do not, so the ratio ``exp(trainer - engine)`` drifts from
+    1 even on-policy. Every step logs the gap (``mismatch/*``, ``docs/engine-mismatch.md``);
+    a correction changes the loss of fresh tokens (stale ones keep ``is_cap``'s).
+
+    Attributes:
+        correction: ``"none"`` (default): the ratio is taken against the engine's logprobs
+            and the clip range absorbs the gap. ``"tis"``: the ratio against the trainer's
+            logprobs before the update, the loss weighted by ``min(exp(trainer - engine),
+            cap)`` (truncated importance sampling). ``"mask_tokens"`` / ``"mask_sequences"``:
+            the same ratio, weight 0 for a token (or every token of a sequence, judged by its
+            geometric-mean ratio) whose ratio is outside ``bounds``. Needs ``epochs: 1``.
+        cap: the truncation of ``"tis"``; ``None`` (default): 2.0 with ``"tis"``.
+        bounds: the ratios a token (sequence) may have under masking; also the range
+            ``mismatch/outside_fraction`` counts tokens outside of, with any correction.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    correction: Literal["none", "tis", "mask_tokens", "mask_sequences"] = "none"
+    cap: float | None = Field(default=None, ge=1, le=1e6, allow_inf_nan=False)
+    bounds: tuple[float, float] = (0.5, 2.0)
+
+    @property
+    def truncation(self) -> float:
+        """The cap ``"tis"`` truncates the weight at."""
+        return 2.0 if self.cap is None else self.cap
+
+    @model_validator(mode="after")
+    def _sensible(self) -> EngineMismatch:
+        low, high = self.bounds
+        if not (0 < low < 1 < high < 1e6):
+            raise ValueError(
+                f"mismatch.bounds must be (low, high) with 0 < low < 1 < high; got {self.bounds}"
+            )
+        if self.cap is not None and self.correction != "tis":
+            raise ValueError(
+                f"mismatch.cap applies to correction 'tis' only; correction is {self.correction!r}"
+            )
+        return self
 
 
 class GRPOConfig(ComputeSettings):
@@ -86,6 +133,8 @@ class GRPOConfig(ComputeSettings):
             ``min(exp(logp_current - logp_behaviour), is_cap)``; fresh tokens keep the plain
             ratio against the behaviour logprobs (weight exactly 1). ``None``: stale tokens
             get the plain ratio too. Needs ``epochs: 1``. ``algorithm.async.is_cap`` sets it.
+        mismatch: the engine-trainer logprob gap: what is logged and corrected
+            (``EngineMismatch``).
         device / autocast: where the update runs and in which precision its matmuls
             (``ComputeSettings``).
     """
@@ -119,13 +168,19 @@ class GRPOConfig(ComputeSettings):
     gradient_checkpointing: bool | None = None
     seed: int = 0
     is_cap: float | None = Field(default=None, gt=0)
+    mismatch: EngineMismatch = Field(default_factory=EngineMismatch)
 
     @model_validator(mode="after")
     def _known_names(self) -> GRPOConfig:
         check_loss_names(self.policy_loss, self.kl_estimator)
+        # the current policy's logprobs before the update are taken from the one pass
         if self.is_cap is not None and self.epochs != 1:
-            # the current policy's logprobs before the update are taken from the one pass
             raise ValueError(f"is_cap (stale-token correction) needs epochs 1; got {self.epochs}")
+        if self.mismatch.correction != "none" and self.epochs != 1:
+            raise ValueError(
+                f"mismatch.correction {self.mismatch.correction!r} needs epochs 1; "
+                f"got {self.epochs}"
+            )
         return self
 
 

@@ -38,7 +38,9 @@ from fulmen.algorithms.grpo.samples import build_samples
 from fulmen.algorithms.losses import (
     KL_ESTIMATORS,
     POLICY_LOSSES,
+    MismatchGap,
     RatioTotals,
+    correct_engine_mismatch,
     correct_stale_tokens,
 )
 from fulmen.algorithms.optimizer import apply_gradients, build_optimizer
@@ -71,7 +73,7 @@ logger = logging.getLogger(__name__)
 
 
 @dataclass
-class _Totals(RatioTotals):
+class _Totals(RatioTotals, MismatchGap):
     """The policy's sums over the micro-batches of one step, and GRPO's own."""
 
     logprob_gap: float = 0.0
@@ -83,9 +85,10 @@ class _Totals(RatioTotals):
 
     def summed(self, collective: Collective) -> _Totals:
         """Return these totals summed over the ranks of a data-parallel update."""
-        names = list(vars(self))
+        names = [n for n in vars(self) if n != "gap_max"]  # a maximum, not a sum
         values = collective.sum_values([float(getattr(self, n)) for n in names])
-        return _Totals(**{n: type(getattr(self, n))(v) for n, v in zip(names, values, strict=True)})
+        summed = {n: type(getattr(self, n))(v) for n, v in zip(names, values, strict=True)}
+        return _Totals(**summed, gap_max=collective.max_value(self.gap_max))
 
     def metrics(self, epochs: int) -> dict[str, float]:
         n = max(self.tokens, 1)
@@ -94,6 +97,7 @@ class _Totals(RatioTotals):
             "logprob_gap": self.logprob_gap / n,
             "micro_batches": float(self.micro_batches),
             **self._stale_metrics(),
+            **self.gap_metrics(),
         }
 
     def _stale_metrics(self) -> dict[str, float]:
@@ -243,7 +247,7 @@ class GRPOUpdater:
         grad_norm = 0.0
         for epoch in range(self.config.epochs):
             try:
-                self._backward(samples, totals, describe=epoch == 0)
+                self._backward(samples, totals, first_pass=epoch == 0)
             except UpdateStopped:
                 self.optimizer.zero_grad(set_to_none=True)  # no half-accumulated step remains
                 logger.warning(
@@ -277,7 +281,7 @@ class GRPOUpdater:
         totals = _Totals()
         if samples:
             self.activate()
-            self._backward(samples, totals)
+            self._backward(samples, totals, first_pass=True)
         metrics.update(totals.metrics(1))
         return metrics
 
@@ -291,8 +295,9 @@ class GRPOUpdater:
         return samples, metrics
 
     def _backward(
-        self, samples: Sequence[TokenSample], totals: _Totals, *, describe: bool = False
+        self, samples: Sequence[TokenSample], totals: _Totals, *, first_pass: bool = False
     ) -> None:
+        """Accumulate one pass's gradients; the first pass logs its plan and measures the gap."""
         cfg = self.config
         plan = plan_micro_batches(
             lengths=[len(s) for s in samples], token_budget=cfg.micro_batch_tokens
@@ -301,16 +306,20 @@ class GRPOUpdater:
         is_long, line = describe_plan(
             padded, budget=cfg.micro_batch_tokens, setting=cfg.gradient_checkpointing
         )
-        if describe:
+        if first_pass:
             (logger.info if is_long else logger.debug)("GRPO step %d: %s", self.step, line)
         for group, tokens in zip(plan, padded, strict=True):
             batch = collate([samples[i] for i in group], pad_id=self.pad_token_id)
             checkpoint = is_checkpointed(
                 cfg.gradient_checkpointing, padded_tokens=tokens, budget=cfg.micro_batch_tokens
             )
-            self._accumulate(batch.to(self.device), totals, checkpoint=checkpoint)
+            self._accumulate(
+                batch.to(self.device), totals, checkpoint=checkpoint, first_pass=first_pass
+            )
 
-    def _accumulate(self, batch: MicroBatch, totals: _Totals, *, checkpoint: bool) -> None:
+    def _accumulate(
+        self, batch: MicroBatch, totals: _Totals, *, checkpoint: bool, first_pass: bool
+    ) -> None:
         cfg = self.config
         coordinates: dict[str, Any] = {
             "input_ids": batch.input_ids,
@@ -325,7 +334,7 @@ class GRPOUpdater:
             with torch.no_grad(), autocast_context(cfg), self._reference.active() as reference:
                 ref_logprobs, _ = token_logprobs(reference, **coordinates)
         with update_mode(self.model, dropout="lora", checkpoint=checkpoint):
-            self._loss_backward(batch, coordinates, ref_logprobs, totals)
+            self._loss_backward(batch, coordinates, ref_logprobs, totals, first_pass=first_pass)
 
     def _loss_backward(
         self,
@@ -333,11 +342,33 @@ class GRPOUpdater:
         coordinates: dict[str, Any],
         ref_logprobs: torch.Tensor | None,
         totals: _Totals,
+        *,
+        first_pass: bool,
     ) -> None:
         cfg = self.config
         with autocast_context(cfg):
             logprobs, entropy = token_logprobs(self.model, with_entropy=True, **coordinates)
         old_logprobs, is_weights = batch.old_logprobs, None
+        mismatch = cfg.mismatch
+        if first_pass:  # epochs is 1 with a correction: these are the logprobs before the update
+            engine = correct_engine_mismatch(
+                current_logprobs=logprobs,
+                engine_logprobs=batch.old_logprobs,
+                rows=batch.rows,
+                correction=mismatch.correction,
+                cap=mismatch.truncation,
+                bounds=mismatch.bounds,
+                exempt=batch.is_stale if cfg.is_cap is not None else None,
+            )
+            fresh = None if batch.is_stale is None or cfg.is_cap is None else ~batch.is_stale
+            totals.add_gap(
+                current_logprobs=logprobs if fresh is None else logprobs[fresh],
+                engine_logprobs=batch.old_logprobs if fresh is None else batch.old_logprobs[fresh],
+                weights=engine.weights if fresh is None else engine.weights[fresh],
+                bounds=mismatch.bounds,
+            )
+            if mismatch.correction != "none":
+                old_logprobs, is_weights = engine.old_logprobs, engine.weights
         if cfg.is_cap is not None and batch.is_stale is not None:
             # epochs is 1 (checked by the config): logprobs are the policy before this update
             fix = correct_stale_tokens(
@@ -346,7 +377,8 @@ class GRPOUpdater:
                 is_stale=batch.is_stale,
                 cap=cfg.is_cap,
             )
-            old_logprobs, is_weights = fix.old_logprobs, fix.weights
+            old_logprobs = fix.old_logprobs.where(batch.is_stale, old_logprobs)
+            is_weights = fix.weights if is_weights is None else fix.weights * is_weights
             totals.stale_tokens += int(batch.is_stale.sum())
             totals.is_weight += float(fix.weights[batch.is_stale].sum())
             totals.is_truncated += int((fix.weights[batch.is_stale] >= cfg.is_cap).sum())

@@ -132,6 +132,12 @@ class Collective:
         dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
         return [float(v) for v in tensor.cpu()]
 
+    def max_value(self, value: float) -> float:
+        """Return the largest of one number over the ranks, every rank getting the result."""
+        tensor = torch.tensor([value], dtype=torch.float64, device=self.device)
+        dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
+        return float(tensor.item())
+
     def close(self) -> None:
         """Leave the process group (once every rank is done with it)."""
         if dist.is_initialized():
