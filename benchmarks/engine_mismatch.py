@@ -25,7 +25,7 @@ from pathlib import Path
 SETTINGS = {
     "builtin-float32": ["engine.kind=builtin", "engine.dtype=float32"],
     "builtin-bfloat16": ["engine.kind=builtin", "engine.dtype=bfloat16"],
-    "vllm-float32": ["engine.kind=vllm"],
+    "vllm-float32": ["engine={kind: vllm}"],  # the built-in engine's own keys do not apply
 }
 KEYS = (
     "mismatch/gap_mean",

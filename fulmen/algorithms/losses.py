@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from torch import Tensor
 
 __all__ = [
+    "GAP_BOUNDS",
     "KL_ESTIMATORS",
     "LOSS_NORMALIZERS",
     "POLICY_LOSSES",
@@ -186,6 +187,8 @@ def correct_stale_tokens(
     return TokenCorrection(current.where(is_stale, behaviour_logprobs), weights)
 
 
+#: The ratios ``exp(trainer - engine)`` counted as in bounds unless a config says otherwise.
+GAP_BOUNDS = (0.5, 2.0)
 #: ``grpo.mismatch.correction``: what is done about the engine-trainer gap of fresh tokens.
 MISMATCH_CORRECTIONS = ("none", "tis", "mask_tokens", "mask_sequences")
 

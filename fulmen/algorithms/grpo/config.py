@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from fulmen.algorithms.compute import ComputeSettings
 from fulmen.algorithms.lora import LoraSettings
-from fulmen.algorithms.losses import check_loss_names
+from fulmen.algorithms.losses import GAP_BOUNDS, check_loss_names
 from fulmen.algorithms.parallel.config import DataParallelConfig
 from fulmen.algorithms.section import AlgorithmSection
 from fulmen.algorithms.source import StoreSource
@@ -53,7 +53,7 @@ class EngineMismatch(BaseModel):
 
     correction: Literal["none", "tis", "mask_tokens", "mask_sequences"] = "none"
     cap: float | None = Field(default=None, ge=1, le=1e6, allow_inf_nan=False)
-    bounds: tuple[float, float] = (0.5, 2.0)
+    bounds: tuple[float, float] = GAP_BOUNDS
 
     @property
     def truncation(self) -> float:

@@ -32,9 +32,11 @@ from torch import Tensor, nn
 from fulmen.algorithms import checkpoint
 from fulmen.algorithms.batching import plan_micro_batches
 from fulmen.algorithms.losses import (
+    GAP_BOUNDS,
     KL_ESTIMATORS,
     LOSS_NORMALIZERS,
     POLICY_LOSSES,
+    MismatchGap,
     RatioTotals,
 )
 from fulmen.algorithms.optimizer import apply_gradients
@@ -62,8 +64,8 @@ __all__ = ["PPOUpdater"]
 
 
 @dataclass
-class _Totals(RatioTotals):
-    """The policy's sums, and the value head's over the calls of a step's epochs."""
+class _Totals(RatioTotals, MismatchGap):
+    """The policy's sums, the engine-trainer gap's (first epoch), and the value head's."""
 
     value_loss: float = 0.0
     value_clipped: int = 0
@@ -73,6 +75,7 @@ class _Totals(RatioTotals):
         c = max(self.calls, 1)
         return {
             **self.ratio_metrics(epochs),
+            **self.gap_metrics(),
             "ppo/value_loss": self.value_loss / c,
             "ppo/value_clip_fraction": self.value_clipped / c,
         }
@@ -133,8 +136,8 @@ class PPOUpdater(checkpoint.LoraUpdaterFiles[PPOConfig]):
         metrics.update(_value_metrics(targets))
         totals = _Totals()
         norm = 0.0
-        for _ in range(self.config.epochs):
-            self._backward(calls, plan, targets, totals)
+        for epoch in range(self.config.epochs):
+            self._backward(calls, plan, targets, totals, first_pass=epoch == 0)
             norm = apply_gradients(self.optimizer, max_grad_norm=self.config.max_grad_norm)
             if not math.isfinite(norm):
                 self.skipped_nonfinite += 1
@@ -222,13 +225,17 @@ class PPOUpdater(checkpoint.LoraUpdaterFiles[PPOConfig]):
         plan: Sequence[Sequence[int]],
         targets: _Targets,
         totals: _Totals,
+        *,
+        first_pass: bool,
     ) -> None:
         """Add one epoch's loss gradient, micro-batch by micro-batch."""
         for group in plan:
             batch = self._batch(calls, group)
             ref_logprobs = self._reference_logprobs(batch)
             with update_mode(self.model, dropout="lora"):
-                self._loss_backward(batch, targets, ref_logprobs, len(calls), totals)
+                self._loss_backward(
+                    batch, targets, ref_logprobs, len(calls), totals, first_pass=first_pass
+                )
 
     def _coordinates(self, batch: CallBatch) -> dict[str, Any]:
         tokens = batch.tokens
@@ -259,6 +266,8 @@ class PPOUpdater(checkpoint.LoraUpdaterFiles[PPOConfig]):
         ref_logprobs: Tensor | None,
         num_calls: int,
         totals: _Totals,
+        *,
+        first_pass: bool,
     ) -> None:
         cfg, tokens = self.config, batch.tokens
         with autocast_context(cfg):
@@ -270,6 +279,13 @@ class PPOUpdater(checkpoint.LoraUpdaterFiles[PPOConfig]):
                 with_entropy=True,
                 hidden=hidden,
                 **self._coordinates(batch),
+            )
+        if first_pass:  # before any optimizer step: the engine-trainer gap alone
+            totals.add_gap(
+                current_logprobs=logprobs,
+                engine_logprobs=tokens.old_logprobs,
+                weights=tokens.old_logprobs.new_ones(tokens.num_tokens),
+                bounds=GAP_BOUNDS,
             )
         terms = POLICY_LOSSES[cfg.policy_loss](
             logprobs=logprobs,

@@ -80,6 +80,8 @@ def test_a_positive_advantage_makes_its_completion_more_likely() -> None:
     )
     assert after[0] > before[0] and after[1] < before[1]
     assert metrics["ratio_mean"] != 1.0  # the second epoch saw the moved policy
+    # the engine-trainer gap is measured in the first epoch only, before the policy moved
+    assert metrics["mismatch/gap_mean"] < 1e-5 and metrics["mismatch/outside_fraction"] == 0.0
 
 
 def test_the_first_epoch_is_on_policy() -> None:
