@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal, get_args
 
 from fulmen.errors import ConfigError
 
@@ -26,6 +26,7 @@ __all__ = [
     "PolicyLossTerms",
     "RatioTotals",
     "MISMATCH_CORRECTIONS",
+    "MismatchCorrection",
     "MismatchGap",
     "TokenCorrection",
     "check_loss_names",
@@ -190,7 +191,8 @@ def correct_stale_tokens(
 #: The ratios ``exp(trainer - engine)`` counted as in bounds unless a config says otherwise.
 GAP_BOUNDS = (0.5, 2.0)
 #: ``grpo.mismatch.correction``: what is done about the engine-trainer gap of fresh tokens.
-MISMATCH_CORRECTIONS = ("none", "tis", "mask_tokens", "mask_sequences")
+MismatchCorrection = Literal["none", "tis", "mask_tokens", "mask_sequences"]
+MISMATCH_CORRECTIONS: tuple[str, ...] = get_args(MismatchCorrection)
 
 
 def _sequence_log_ratio(log_ratio: Tensor, rows: Tensor) -> Tensor:

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from fulmen.algorithms.compute import ComputeSettings
 from fulmen.algorithms.lora import LoraSettings
-from fulmen.algorithms.losses import GAP_BOUNDS, check_loss_names
+from fulmen.algorithms.losses import GAP_BOUNDS, MismatchCorrection, check_loss_names
 from fulmen.algorithms.parallel.config import DataParallelConfig
 from fulmen.algorithms.section import AlgorithmSection
 from fulmen.algorithms.source import StoreSource
@@ -51,7 +51,7 @@ class EngineMismatch(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    correction: Literal["none", "tis", "mask_tokens", "mask_sequences"] = "none"
+    correction: MismatchCorrection = "none"
     cap: float | None = Field(default=None, ge=1, le=1e6, allow_inf_nan=False)
     bounds: tuple[float, float] = GAP_BOUNDS
 
