@@ -186,7 +186,8 @@ def blockwise_mask(
     function = mask_function if mask_function is not None else causal_mask_function
     q_offset, kv_offset = int(q_offset), int(kv_offset)
     padding = prepare_padding_mask(attention_mask, kv_length, kv_offset)
-    if padding is not None and bool(padding.all()):
+    # A mask on the meta device (the memory plan's dry run) has no values: no padding.
+    if padding is not None and (padding.device.type == "meta" or bool(padding.all())):
         padding = None
     right_padded = padding is None or bool((padding[:, 1:] <= padding[:, :-1]).all())
     is_causal, window = (False, None) if use_vmap else _recipe(function, local_size)
@@ -231,9 +232,7 @@ def blockwise_attention(
     if not isinstance(mask, BlockwiseMask):
         mask = _from_tensor(module, mask, query, key)
     if mask.is_plain_causal and softcap is None and length > 1:
-        out = F.scaled_dot_product_attention(
-            query, key, value, is_causal=True, dropout_p=p, scale=scale, enable_gqa=True
-        )
+        out = _sdpa(query, key, value, attn_mask=None, is_causal=True, dropout_p=p, scale=scale)
         return out.transpose(1, 2).contiguous(), None
     blocks: list[Tensor] = []
     step = max(1, query_block)
@@ -247,12 +246,42 @@ def blockwise_attention(
             blocks.append(_folded(q, k, v, block_mask, scale, softcap, p))
         else:
             blocks.append(
-                F.scaled_dot_product_attention(
-                    q, k, v, attn_mask=block_mask, dropout_p=p, scale=scale, enable_gqa=True
-                )
+                _sdpa(q, k, v, attn_mask=block_mask, is_causal=False, dropout_p=p, scale=scale)
             )
     out = blocks[0] if len(blocks) == 1 else torch.cat(blocks, dim=2)
     return out.transpose(1, 2).contiguous(), None
+
+
+def _sdpa(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    *,
+    attn_mask: Tensor | None,
+    is_causal: bool,
+    dropout_p: float,
+    scale: float,
+) -> Tensor:
+    """Torch's fused attention (grouped-query heads as they are).
+
+    On the meta device (the memory plan's dry run, ``fulmen.algorithms.update_memory``) torch
+    would pick its unfused fallback, which holds the score matrix the CPU and GPU kernels never
+    hold, so the fused CPU kernel's op is called there directly: it keeps what they keep (the
+    output and one log-sum-exp per query).
+    """
+    if query.device.type == "meta" and dropout_p == 0.0:
+        fused = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu  # pyright: ignore[reportAttributeAccessIssue]
+        return fused(query, key, value, 0.0, is_causal, attn_mask=attn_mask, scale=scale)[0]
+    return F.scaled_dot_product_attention(
+        query,
+        key,
+        value,
+        attn_mask=attn_mask,
+        is_causal=is_causal,
+        dropout_p=dropout_p,
+        scale=scale,
+        enable_gqa=True,
+    )
 
 
 def _from_tensor(

@@ -391,7 +391,8 @@ def token_logprobs(
     """
     if rows.shape != positions.shape or rows.ndim != 1:
         raise ConfigError(f"rows {tuple(rows.shape)} and positions {tuple(positions.shape)} differ")
-    if positions.numel() and int(positions.min()) < 1:
+    # meta tensors (the memory plan's dry run, fulmen.algorithms.update_memory) hold no values
+    if positions.numel() and positions.device.type != "meta" and int(positions.min()) < 1:
         raise ConfigError("target positions must be >= 1 (position 0 has no context)")
     causal_lm = causal_lm_of(model)
     if hidden is None:
@@ -439,8 +440,13 @@ class _Float32Head(nn.Module):
         self.bias32 = None if bias is None else bias.float()
 
     def forward(self, hidden: Tensor) -> Tensor:
-        with torch.autocast(hidden.device.type, enabled=False):
+        with _autocast_off(hidden.device.type):
             return torch.nn.functional.linear(hidden.float(), self.weight32, self.bias32)
+
+
+def _autocast_off(device: str) -> AbstractContextManager[Any]:
+    """Turn autocast off on ``device`` (torch has no autocast for ``meta``: a no-op there)."""
+    return nullcontext() if device == "meta" else torch.autocast(device, enabled=False)
 
 
 def _float32_head(head: nn.Module) -> nn.Module:
@@ -461,7 +467,7 @@ def _head_logprobs(
     if isinstance(head, _Float32Head) or not torch.is_autocast_enabled(device):
         logits = head(hidden).float()
     else:  # a head with its own adapter: out of autocast, on float32 input
-        with torch.autocast(device, enabled=False):
+        with _autocast_off(device):
             logits = head(hidden.float()).float()
     if softcap is not None:
         logits = torch.tanh(logits / softcap) * softcap

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict
 
 if TYPE_CHECKING:
     from fulmen.algorithms.parallel.config import DataParallelConfig
+    from fulmen.algorithms.update_memory import UpdateShape
     from fulmen.transitions.trajectory import TransitionOptions
 
 __all__ = ["AlgorithmSection"]
@@ -77,4 +78,8 @@ class AlgorithmSection(BaseModel):
 
         ``None`` as the value: the model's context; ``None`` altogether: it has no updater.
         """
+        return None
+
+    def update_shape(self) -> UpdateShape | None:
+        """Return what its update's memory depends on (``fulmen plan``); ``None``: no update."""
         return None

@@ -14,6 +14,7 @@ from fulmen.transitions.trajectory import TransitionOptions
 
 if TYPE_CHECKING:
     from fulmen.algorithms.lora import LoraUpdateSettings
+    from fulmen.algorithms.update_memory import UpdateShape
 
 __all__ = ["PolicyRoutedSection", "check_transitions", "check_untrained_on_base", "served_by_name"]
 
@@ -59,6 +60,12 @@ class PolicyRoutedSection(AlgorithmSection):
     def max_seq_len_settings(self) -> tuple[str, int | None]:
         """Return ``<name>.max_seq_len`` of its updater settings (the run's seed leaves it)."""
         return f"{self.name}.max_seq_len", self.update_config(seed=0).max_seq_len
+
+    def update_shape(self) -> UpdateShape:
+        """Return its updater's shape (a LoRA adapter; the reference is the base without it)."""
+        from fulmen.algorithms.update_memory import UpdateShape
+
+        return UpdateShape.of(self.name, self.update_config(seed=0))
 
 
 def check_transitions(options: TransitionOptions) -> None:

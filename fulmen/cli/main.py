@@ -25,6 +25,7 @@ __all__ = ["build_parser", "main"]
 # Subcommand modules under fulmen.cli, in the order --help lists them.
 _COMMAND_MODULES: tuple[str, ...] = (
     "train",
+    "plan",
     "store",
     "rollouts",
     "resources",

@@ -52,6 +52,12 @@ def register(subparsers: Any) -> None:
             "resumed and recorded as a new config version)",
         ),
         arg(
+            "--skip-memory-plan",
+            action="store_true",
+            help="start without checking the memory plan first (`fulmen plan CONFIG`; by default "
+            "a run whose fixed memory need is over what is free is refused)",
+        ),
+        arg(
             "--no-dashboard",
             dest="dashboard",
             action="store_false",
@@ -123,6 +129,10 @@ def _train(args: argparse.Namespace) -> int:
     config = load_config(args.config, overrides=overrides)
     if _is_torchrun_update_rank():
         return _update_rank(config)
+    if not args.skip_memory_plan:
+        from fulmen.cli.plan import check_before_training
+
+        check_before_training(config)
     settings = cli_settings(args)
     token = args.token or settings.store_token
     trainer = Trainer(

@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -17,6 +17,9 @@ from fulmen.algorithms.section import AlgorithmSection
 from fulmen.algorithms.source import StoreSource
 from fulmen.algorithms.transitions import check_transitions
 from fulmen.transitions.trajectory import TransitionOptions
+
+if TYPE_CHECKING:
+    from fulmen.algorithms.update_memory import UpdateShape
 
 __all__ = [
     "AsyncSettings",
@@ -401,6 +404,15 @@ class GRPOAlgorithmConfig(AlgorithmSection):
     def max_seq_len_settings(self) -> tuple[str, int | None]:
         """Return ``grpo.max_seq_len``."""
         return "grpo.max_seq_len", self.grpo.max_seq_len
+
+    def update_shape(self) -> UpdateShape:
+        """Return ``grpo``'s update shape; full fine-tuning with KL keeps a reference copy."""
+        from fulmen.algorithms.update_memory import UpdateShape
+
+        grpo = self.update_config(seed=0)
+        ranks = self.data_parallel.world_size if self.data_parallel is not None else 1
+        copy = grpo.finetune == "full" and grpo.kl_coef > 0
+        return UpdateShape.of("grpo", grpo, reference_copy=copy, ranks=ranks)
 
     def _check_adapters(self) -> None:
         from fulmen.algorithms.grpo.roles import check_adapters

@@ -6,7 +6,7 @@ the policy is fine-tuned on them.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -17,6 +17,9 @@ from fulmen.algorithms.section import AlgorithmSection
 from fulmen.algorithms.source import StoreFilter, StoreSource
 from fulmen.algorithms.transitions import check_transitions
 from fulmen.transitions.trajectory import TransitionOptions
+
+if TYPE_CHECKING:
+    from fulmen.algorithms.update_memory import UpdateShape
 
 __all__ = ["SFTAlgorithmConfig", "SFTConfig", "StoreFilter", "StoreSource"]
 
@@ -160,3 +163,10 @@ class SFTAlgorithmConfig(AlgorithmSection):
     def max_seq_len_settings(self) -> tuple[str, int | None]:
         """Return ``sft.max_seq_len``."""
         return "sft.max_seq_len", self.sft.max_seq_len
+
+    def update_shape(self) -> UpdateShape:
+        """Return ``sft``'s update shape."""
+        from fulmen.algorithms.update_memory import UpdateShape
+
+        ranks = self.data_parallel.world_size if self.data_parallel is not None else 1
+        return UpdateShape.of("sft", self.sft, ranks=ranks)
