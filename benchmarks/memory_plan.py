@@ -12,17 +12,31 @@ dispatch-mode counter the plan uses is also run over the real step (``tracked``)
 separates what the plan's counting misses from what the allocator adds. One JSON line at the
 end.
 
+The engine's plan is checked the same way (``--engine-cases``): the built-in engine is started
+(``fulmen serve``), its resident memory read once it is healthy, and then it is sent a batch of
+distinct long prompts at once (each one a row of the running batch and an entry of its prefix
+cache). The planned figure for that load is the process, the weights, one prefill chunk, the
+KV of every row (prompt and completion, at the model's KV bytes per token) and the prompts'
+KV in the prefix cache (within its budget); the measured one is the engine process's peak
+resident memory (``VmHWM``).
+
     python benchmarks/memory_plan.py
     python benchmarks/memory_plan.py --cases tiny:lora:4096:0,gemma-3-270m:lora:1024:1
+    python benchmarks/memory_plan.py --cases '' --engine-cases gemma-3-270m:4:1500
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
+
+import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -33,6 +47,7 @@ DEFAULT_CASES = (
     "gemma-3-270m:lora:2048:1",
     "gemma-3-270m:full:1024:1",
 )
+DEFAULT_ENGINE_CASES = ("tiny:8:2000", "gemma-3-270m:4:1500")
 
 _CHILD = r"""
 import gc, json, sys
@@ -98,9 +113,14 @@ def main(argv: list[str] | None = None) -> int:
         default=",".join(DEFAULT_CASES),
         help="MODEL:lora|full:TOKENS:CHECKPOINT(0|1), comma-separated",
     )
+    parser.add_argument(
+        "--engine-cases",
+        default=",".join(DEFAULT_ENGINE_CASES),
+        help="MODEL:ROWS:PROMPT_TOKENS for the built-in engine, comma-separated ('' for none)",
+    )
     args = parser.parse_args(argv)
     rows = []
-    for case in args.cases.split(","):
+    for case in filter(None, args.cases.split(",")):
         model, finetune, tokens, checkpoint = case.split(":")
         out = subprocess.run(
             [sys.executable, "-c", _CHILD, model, finetune, tokens, checkpoint],
@@ -123,8 +143,109 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
         rows.append(result)
-    print(json.dumps({"memory_plan": rows}))
+    engines = []
+    for case in filter(None, args.engine_cases.split(",")):
+        model, batch, tokens = case.split(":")
+        measured_case: dict[str, object] = {
+            "case": case,
+            **_engine_case(model, int(batch), int(tokens)),
+        }
+        sizes = {k: v for k, v in measured_case.items() if isinstance(v, int)}
+        measured_case["ratio"] = ratio = round(sizes["measured"] / sizes["planned"], 3)
+        print(
+            f"engine {case:<21} planned {sizes['planned'] / 2**30:7.3f} GiB  measured "
+            f"{sizes['measured'] / 2**30:7.3f} GiB  (measured/planned {ratio:.2f}); "
+            f"at rest {sizes['at_rest'] / 2**30:.3f} GiB, {sizes['prompt_tokens']} prompt tokens",
+            flush=True,
+        )
+        engines.append(measured_case)
+    print(json.dumps({"memory_plan": rows, "engine": engines}))
     return 0
+
+
+def _engine_case(model: str, batch: int, tokens: int) -> dict[str, int]:
+    """Start the built-in engine, load it with ``batch`` distinct prompts, plan the same load."""
+    from fulmen.engines.config import EngineConfig
+    from fulmen.engines.memory import plan_engine
+    from fulmen.engines.models import resolve_model
+    from fulmen.trainer.memory_plan import PROCESS_BYTES
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    engine = subprocess.Popen(
+        [sys.executable, "-m", "fulmen.cli.serve", "--model", model, "--port", str(port),
+         "--max-batch", str(batch), "--threads", "2"],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 600
+        while True:
+            try:
+                if httpx.get(f"{url}/health", timeout=5).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline or engine.poll() is not None:
+                raise SystemExit(f"the engine for {model} did not start")
+            time.sleep(1)
+        at_rest = _status(engine.pid, "VmRSS")
+        usage = asyncio.run(_load(url, model, batch, tokens))
+        measured = _status(engine.pid, "VmHWM")
+    finally:
+        engine.terminate()
+        engine.wait(timeout=60)
+    prompts = sum(u["prompt_tokens"] for u in usage)
+    completions = sum(u["prompt_tokens"] + u["completion_tokens"] for u in usage)
+    longest = max(u["prompt_tokens"] for u in usage)
+    plan = plan_engine(EngineConfig(max_batch=batch, prefill_chunk_tokens=min(2048, longest)),
+                       resolve_model(model))  # fmt: skip
+    assert plan is not None
+    per_token = plan.kv_bytes_per_token
+    planned = (
+        PROCESS_BYTES
+        + plan.weights_bytes
+        + plan.prefill_bytes
+        + per_token * completions
+        + min(plan.prefix_cache_bytes, per_token * prompts)
+    )
+    return {"planned": planned, "measured": measured, "at_rest": at_rest,
+            "prompt_tokens": prompts}  # fmt: skip
+
+
+async def _load(url: str, model: str, batch: int, tokens: int) -> list[dict[str, int]]:
+    """Send ``batch`` distinct prompts of ``tokens`` tokens at once; return their usage."""
+    from transformers import AutoTokenizer
+
+    from fulmen.engines.models import resolve_model
+
+    tokenizer = AutoTokenizer.from_pretrained(str(resolve_model(model)))
+    words = "the quick brown fox jumps over a lazy dog and runs far away from home".split()  # noqa: SIM905
+    async with httpx.AsyncClient(timeout=1800) as client:
+
+        async def one(row: int) -> dict[str, int]:
+            text = " ".join(words[(row + i) % len(words)] for i in range(2 * tokens))
+            ids = tokenizer.encode(f"{row} {text}", add_special_tokens=False)[:tokens]
+            body = {
+                "model": model,
+                "messages": [{"role": "user", "content": tokenizer.decode(ids)}],
+                "max_tokens": 16,
+                "temperature": 0,
+            }
+            response = await client.post(f"{url}/v1/chat/completions", json=body)
+            if response.status_code != 200:
+                raise SystemExit(f"the engine refused a request: {response.text[:500]}")
+            return response.json()["usage"]
+
+        return list(await asyncio.gather(*(one(row) for row in range(batch))))
+
+
+def _status(pid: int, field: str) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) * 1024
+    raise SystemExit(f"no {field} for process {pid}")
 
 
 if __name__ == "__main__":
