@@ -75,12 +75,12 @@ def _plan(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(plan.to_json(), indent=2))
     else:
-        _print(plan, verbose=True)
+        _print(plan)
     return 0 if plan.fits else 1
 
 
 def check_before_training(config: TrainConfig) -> None:
-    """Plan ``config``'s memory, print its summary, and refuse a run that cannot fit.
+    """Plan ``config``'s memory, print it, and refuse a run that cannot fit.
 
     Only what the run does is planned; when it does not fit, the plan is made again with each
     micro-batch's alternative, so the advice can quote it.
@@ -94,7 +94,7 @@ def check_before_training(config: TrainConfig) -> None:
     plan = plan_memory(config, alternatives=False)
     if plan.problems:
         plan = plan_memory(config, alternatives=True)
-    _print(plan, verbose=False)
+    _print(plan, problems=False)
     if plan.problems:
         raise ConfigError(
             "the run does not fit in memory: "
@@ -103,21 +103,14 @@ def check_before_training(config: TrainConfig) -> None:
         )
 
 
-def _print(plan: MemoryPlan, *, verbose: bool) -> None:
-    lines = plan.lines()
-    if not verbose:  # the console of a run: the devices' totals only
-        lines = [line.replace("  ", "memory plan: ", 1) for line in lines if _is_device(line)]
-    for line in lines:
+def _print(plan: MemoryPlan, *, problems: bool = True) -> None:
+    for line in plan.lines():
         print(line, flush=True)
     for warning in plan.warnings:
         print(f"warning: {warning}", flush=True)
-    if verbose:
+    if problems:  # fulmen train raises them instead
         for problem in plan.problems:
             print(f"does not fit: {problem}", flush=True)
-
-
-def _is_device(line: str) -> bool:
-    return line.startswith(("  cpu:", "  cuda", "  each of"))
 
 
 def _size_arg(flag: str, text: str) -> int:

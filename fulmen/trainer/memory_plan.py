@@ -473,10 +473,13 @@ def _update_lines(stage: StageUpdate) -> list[str]:
     reference = (
         f", frozen reference {_size(memory.reference_bytes)}" if memory.reference_bytes else ""
     )
+    trained = memory.stepping_bytes - memory.step_bytes  # the gradients: one per trained value
+    adapter = f" (the adapter {_size(trained)})" if shape.finetune == "lora" else ""
     lines = [
         f"update {stage.name} ({how}, {shape.dtype}, {shape.device}{ranks}): "
         f"{memory.parameters:,} parameters, {memory.trained:,} trained; weights "
-        f"{_size(memory.weights_bytes)}, optimizer {_size(memory.optimizer_bytes)}{reference}"
+        f"{_size(memory.weights_bytes)}{adapter}, gradients {_size(trained)}, optimizer "
+        f"{_size(memory.optimizer_bytes)}{reference}"
     ]
     names = ["a full micro-batch", "the longest sequence"]
     for name, micro in zip(names, memory.micro_batches, strict=False):

@@ -125,5 +125,5 @@ def test_fulmen_train_refuses_before_anything_starts(tmp_path: Path) -> None:
     assert done.returncode == 1, done.stderr[-2000:]
     assert "the run does not fit in memory" in done.stderr
     assert "lower engine.prefix_cache_mb" in done.stderr
-    assert "memory plan: cpu: needs" in done.stdout
+    assert "memory plan for tiny:" in done.stdout and "  cpu: needs" in done.stdout
     assert not run_dir.exists()  # no store, no engine, no run folder
