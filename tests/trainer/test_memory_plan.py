@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -115,15 +113,13 @@ def test_fulmen_plan_prints_json_and_exits_1_when_it_does_not_fit(
     assert "--memory 'lots' is not a size" in capsys.readouterr().err
 
 
-def test_fulmen_train_refuses_before_anything_starts(tmp_path: Path) -> None:
+def test_fulmen_train_refuses_before_anything_starts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     run_dir = tmp_path / "run"
-    done = subprocess.run(
-        [sys.executable, "-m", "fulmen", "train", str(TOY), "--no-dashboard", "--set",
-         f"run_dir={run_dir}", "--set", "engine.prefix_cache_mb=100000000"],
-        cwd=REPO, capture_output=True, text=True, timeout=300, check=False,
-    )  # fmt: skip
-    assert done.returncode == 1, done.stderr[-2000:]
-    assert "the run does not fit in memory" in done.stderr
-    assert "lower engine.prefix_cache_mb" in done.stderr
-    assert "memory plan for tiny:" in done.stdout and "  cpu: needs" in done.stdout
+    args = ["train", str(TOY), "--no-dashboard", "--set", f"run_dir={run_dir}"]
+    assert main([*args, "--set", "engine.prefix_cache_mb=100000000"]) == 1
+    out, err = capsys.readouterr()
+    assert "the run does not fit in memory" in err and "lower engine.prefix_cache_mb" in err
+    assert "memory plan for tiny:" in out and "  cpu: needs" in out
     assert not run_dir.exists()  # no store, no engine, no run folder
