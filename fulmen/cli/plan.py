@@ -83,15 +83,20 @@ def check_before_training(config: TrainConfig) -> None:
     """Plan ``config``'s memory, print it, and refuse a run that cannot fit.
 
     Only what the run does is planned; when it does not fit, the plan is made again with each
-    micro-batch's alternative, so the advice can quote it.
+    micro-batch's alternative, so the advice can quote it. A model whose code cannot run on the
+    meta device is started without a plan, with a warning.
 
     Raises:
         ConfigError: a device's fixed need is over its free memory; the message names the
             largest items and the settings to change.
     """
-    from fulmen.trainer.memory_plan import plan_memory
+    from fulmen.trainer.memory_plan import MemoryPlanUnavailable, plan_memory
 
-    plan = plan_memory(config, alternatives=False)
+    try:
+        plan = plan_memory(config, alternatives=False)
+    except MemoryPlanUnavailable as exc:
+        print(f"warning: {exc.message}; starting without a memory plan", flush=True)
+        return
     if plan.problems:
         plan = plan_memory(config, alternatives=True)
     _print(plan, problems=False)

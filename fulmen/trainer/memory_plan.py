@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from fulmen.errors import ConfigError, FulmenError
+
 if TYPE_CHECKING:
     from fulmen.algorithms.update_memory import UpdateMemory
     from fulmen.engines.memory import EngineMemory
@@ -32,6 +34,7 @@ __all__ = [
     "PROCESS_BYTES",
     "DevicePlan",
     "MemoryPlan",
+    "MemoryPlanUnavailable",
     "StageUpdate",
     "available_bytes",
     "plan_memory",
@@ -42,6 +45,14 @@ __all__ = [
 PROCESS_BYTES = 640 << 20
 #: A CUDA context per process and GPU (not measured here: no GPU; a typical figure).
 CUDA_CONTEXT_BYTES = 512 << 20
+
+
+class MemoryPlanUnavailable(ConfigError):
+    """The model's code could not run on the meta device, so its memory cannot be planned.
+
+    A model with data-dependent operations (an expert router that counts its tokens, say)
+    needs values the meta device does not have; ``fulmen train`` then starts without a plan.
+    """
 
 
 @dataclass(frozen=True)
@@ -201,10 +212,18 @@ def plan_memory(
     engine: EngineMemory | None = None
     if shapes or config.engine.kind != "endpoint":  # else nothing here holds a model
         directory = Path(model_dir) if model_dir is not None else resolve_model(config.model)
-        for where, name, shape in shapes:
-            memory = plan_update(shape, directory, alternatives=alternatives)
-            updates.append(StageUpdate(str(name), f"{where}.{shape.key}", memory))
-        engine = plan_engine(config.engine, directory)
+        try:
+            for where, name, shape in shapes:
+                memory = plan_update(shape, directory, alternatives=alternatives)
+                updates.append(StageUpdate(str(name), f"{where}.{shape.key}", memory))
+            engine = plan_engine(config.engine, directory)
+        except FulmenError:
+            raise
+        except Exception as exc:  # the model's own code, run where it was not written to run
+            raise MemoryPlanUnavailable(
+                f"cannot plan the memory of {config.model}: its code did not run on the meta "
+                f"device ({type(exc).__name__}: {str(exc)[:300]})"
+            ) from exc
     replicas = None if config.cluster is None else config.cluster.engine_replicas
     devices = _devices(updates, engine, available or {}, engine_replicas=replicas)
     problems, warnings = _advice(devices, updates, engine)

@@ -123,3 +123,35 @@ def test_fulmen_train_refuses_before_anything_starts(
     assert "the run does not fit in memory" in err and "lower engine.prefix_cache_mb" in err
     assert "memory plan for tiny:" in out and "  cpu: needs" in out
     assert not run_dir.exists()  # no store, no engine, no run folder
+
+
+def test_a_model_whose_code_cannot_run_on_meta_starts_without_a_plan(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A mixture-of-experts router needs values: plan refuses to guess, train warns and goes on."""
+    from transformers import MixtralConfig
+
+    from fulmen.cli.plan import check_before_training
+    from fulmen.trainer.memory_plan import MemoryPlanUnavailable
+
+    model_dir = tmp_path / "moe"
+    MixtralConfig(
+        vocab_size=256,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        num_local_experts=4,
+        num_experts_per_tok=2,
+        max_position_embeddings=512,
+    ).save_pretrained(model_dir)
+    config = _toy(tmp_path, f"model={model_dir}")
+    with pytest.raises(MemoryPlanUnavailable, match="did not run on the meta device"):
+        plan_memory(config)
+    capsys.readouterr()
+    check_before_training(config)  # no exception: the run starts
+    assert "starting without a memory plan" in capsys.readouterr().out
+    args = ["plan", str(TOY), "--set", f"run_dir={tmp_path / 'run'}", "--set", f"model={model_dir}"]
+    assert main(args) == 1
+    assert "cannot plan the memory of" in capsys.readouterr().err
