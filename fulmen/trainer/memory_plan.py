@@ -50,8 +50,9 @@ CUDA_CONTEXT_BYTES = 512 << 20
 class MemoryPlanUnavailable(ConfigError):
     """The model's code could not run on the meta device, so its memory cannot be planned.
 
-    A model with data-dependent operations (an expert router that counts its tokens, say)
-    needs values the meta device does not have; ``fulmen train`` then starts without a plan.
+    Code that needs values (a data-dependent operation) or a device feature meta lacks (peft's
+    LoRA on a mixture-of-experts model's expert weights enters ``torch.autocast``, which has no
+    meta device) stops the dry run; ``fulmen train`` then starts without a plan.
     """
 
 

@@ -128,7 +128,7 @@ def test_fulmen_train_refuses_before_anything_starts(
 def test_a_model_whose_code_cannot_run_on_meta_starts_without_a_plan(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """A mixture-of-experts router needs values: plan refuses to guess, train warns and goes on."""
+    """peft's LoRA on expert weights enters torch.autocast, which the meta device lacks."""
     from transformers import MixtralConfig
 
     from fulmen.cli.plan import check_before_training
