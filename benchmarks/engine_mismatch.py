@@ -1,7 +1,7 @@
 """The engine-trainer logprob gap per engine, measured on real GRPO steps.
 
-Runs ``fulmen train CONFIG`` once per engine setting (the built-in engine in float32 and in
-bfloat16, vLLM in float32 when ``FULMEN_VLLM_PYTHON`` names its environment), one after the
+Runs ``fulmen train CONFIG`` once per engine setting (the built-in engine and vLLM, each in
+float32 and in bfloat16; vLLM when ``FULMEN_VLLM_PYTHON`` names its environment), one after the
 other with the same seed and steps, and prints per setting the steps' ``mismatch/*`` metrics
 (``docs/engine-mismatch.md``): the mean and largest |trainer - engine| logprob, the k3 estimate
 of KL(engine || trainer) and the share of tokens whose ratio is outside the bounds.
@@ -26,6 +26,7 @@ SETTINGS = {
     "builtin-float32": ["engine.kind=builtin", "engine.dtype=float32"],
     "builtin-bfloat16": ["engine.kind=builtin", "engine.dtype=bfloat16"],
     "vllm-float32": ["engine={kind: vllm}"],  # the built-in engine's own keys do not apply
+    "vllm-bfloat16": ["engine={kind: vllm, dtype: bfloat16}"],
 }
 KEYS = (
     "mismatch/gap_mean",

@@ -49,15 +49,16 @@ def engine_spec(
     """Run the engine server (``python -m fulmen.cli.serve``) that ``engine`` describes.
 
     ``builtin`` or ``vllm``; the built-in engine's batch, dtype and prefix cache come from
-    ``engine``, its torch threads from ``threads`` (the replica's CPUs). ``token``: the admin
-    token its weight-changing routes require, in its environment (``$FULMEN_ENGINE_TOKEN``).
+    ``engine`` (vLLM's dtype too), its torch threads from ``threads`` (the replica's CPUs).
+    ``token``: the admin token its weight-changing routes require, in its environment
+    (``$FULMEN_ENGINE_TOKEN``).
     """
     args = ["--model", model, "--max-lora-rank", str(engine.max_lora_rank)]
     if engine.kind == "builtin":
         args += ["--max-batch", str(engine.max_batch), "--threads", str(threads)]
         args += engine.builtin_serve_flags()
     else:
-        args += ["--engine", "vllm"]
+        args += ["--engine", "vllm", "--dtype", engine.dtype]
     return ServiceSpec(
         kind="engine",
         name=name,

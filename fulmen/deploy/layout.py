@@ -263,6 +263,8 @@ def _serve_args(
         serve += ["--max-batch", str(config.engine.max_batch)]
         serve += ["--threads", str(config.engine.threads)]
         serve += config.engine.builtin_serve_flags()
+    else:
+        serve += ["--dtype", config.engine.dtype]
     return tuple(serve)
 
 
@@ -305,7 +307,8 @@ def _train_args(
     if not weights:
         args += ["--set", f"engine={{kind: endpoint, url: '{engine_url}'}}"]
     elif config.engine.kind != engine_kind:
-        args += ["--set", f"engine={{kind: {engine_kind}}}"]
+        # the other kind's own options would be refused; the dtype applies to both
+        args += ["--set", f"engine={{kind: {engine_kind}, dtype: {config.engine.dtype}}}"]
     return args
 
 

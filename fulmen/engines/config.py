@@ -23,9 +23,10 @@ class EngineConfig(BaseModel):
             take new weights, so only ``dev`` and prompt-only algorithms such as ``demos`` use it).
         url: base URL of the ``endpoint`` engine (``.../v1``).
         max_batch: sequences the built-in engine decodes together.
-        dtype: precision of the built-in engine's weights and KV cache (``fulmen serve
-            --dtype``); ``bfloat16`` samples about twice as fast on CPU, and its logprobs differ
-            from a float32 trainer's by a few hundredths on average (docs/engine.md).
+        dtype: precision of the engine's weights and KV cache (``fulmen serve --dtype``; vLLM's
+            ``--dtype``); ``bfloat16`` samples about twice as fast on CPU, and its logprobs
+            differ from a float32 trainer's by a few hundredths on average (docs/engine.md,
+            docs/engine-mismatch.md).
         prefix_cache: the built-in engine reuses the KV of prompt prefixes it has seen.
         prefix_cache_mb: most MiB of prompt-prefix KV the built-in engine keeps (``fulmen
             serve --prefix-cache-mb``); ``None``: 512, or one whole context's KV if larger (a
@@ -70,7 +71,6 @@ class EngineConfig(BaseModel):
         if self.kind != "builtin":
             builtin_only = (
                 "max_batch",
-                "dtype",
                 "prefix_cache",
                 "prefix_cache_mb",
                 "kv_cache_mb",

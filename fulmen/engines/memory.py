@@ -74,7 +74,7 @@ def plan_engine(engine: EngineConfig, model_dir: str | Path) -> EngineMemory | N
 
     from fulmen.meta_memory import meta_causal_lm
 
-    dtype = engine.dtype if engine.kind == "builtin" else "float32"  # VLLMLauncher's dtype
+    dtype = engine.dtype
     model = meta_causal_lm(model_dir, dtype=getattr(torch, dtype))
     config: Any = model.config
     text: Any = config.get_text_config()

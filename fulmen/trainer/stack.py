@@ -165,6 +165,7 @@ class TrainingStack:
             self.engine = VLLMLauncher(
                 self._model,
                 max_lora_rank=config.max_lora_rank,
+                dtype=config.dtype,
                 log_path=log_path,
                 token=self.engine_token,
                 startup_timeout=config.startup_timeout_s,

@@ -105,3 +105,24 @@ def test_runner_summary_sums_the_runners_counts() -> None:
     assert summary["runners"] == 3 and summary["restarts"] == 1
     assert summary["claimed"] == 5 and summary["succeeded"] == 3
     assert summary["workers"][2] == {"name": "r2"}
+
+
+def test_engine_dtype_reaches_either_engine_kind(tmp_path: Path) -> None:
+    """``engine.dtype`` is vLLM's ``--dtype`` too (a replica's command and the local launcher)."""
+    from fulmen.cluster.specs import engine_spec
+    from fulmen.engines.config import EngineConfig
+
+    config = load_config(TOY, overrides=["engine={kind: vllm, dtype: bfloat16}"])
+    assert config.engine.dtype == "bfloat16"
+    for kind in ("vllm", "builtin"):
+        spec = engine_spec(
+            EngineConfig(kind=kind, dtype="bfloat16"),  # type: ignore[arg-type]
+            name="e",
+            model="tiny",
+            port=1,
+            threads=1,
+            log_dir=tmp_path,
+            board="b",
+        )
+        args = list(spec.args)
+        assert args[args.index("--dtype") + 1] == "bfloat16", args

@@ -164,9 +164,10 @@ def test_a_weight_training_plan_trains_with_its_own_engine(tmp_path: Path) -> No
     assert runners[0]["spec"]["replicas"] == 0
     trainer = _container(objects, "trainer")
     assert trainer["resources"]["limits"]["nvidia.com/gpu"] == "1"  # its own vLLM
-    assert "engine={kind: vllm}" in trainer["args"]
+    assert "engine={kind: vllm, dtype: float32}" in trainer["args"]
     engine = _container(objects, "engine")
     assert engine["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    assert engine["args"][engine["args"].index("--dtype") + 1] == "float32"
     with pytest.raises(ConfigError, match="--runners 3: this config trains weights"):
         _bundle("k8s", tmp_path, runners=3)
 

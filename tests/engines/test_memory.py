@@ -60,4 +60,6 @@ def test_vllm_takes_its_kv_space_at_start_and_endpoint_needs_nothing(tiny_dir: P
     assert plan is not None and plan.kv_allocated_at_start
     assert plan.kv_bytes == VLLM_CPU_KV_BYTES
     assert plan.fixed_bytes == plan.peak_bytes == plan.weights_bytes + VLLM_CPU_KV_BYTES
+    half = plan_engine(EngineConfig(kind="vllm", dtype="bfloat16"), tiny_dir)
+    assert half is not None and half.weights_bytes * 2 == plan.weights_bytes
     assert plan_engine(EngineConfig(kind="endpoint", url="http://127.0.0.1:9/v1"), tiny_dir) is None

@@ -44,7 +44,6 @@ def test_overrides_use_dotted_keys(tmp_path: Path) -> None:
         ("validation: {every: 2}\n", "data.val is not set"),
         ("engine: {kind: builtin, url: 'http://x/v1'}\n", "engine.url has no effect"),
         ("engine: {kind: vllm, max_batch: 4}\n", "max_batch has no effect"),
-        ("engine: {kind: vllm, dtype: bfloat16}\n", "dtype has no effect"),
         ("engine: {kind: endpoint, url: 'http://x/v1', prefix_cache: false}\n", "prefix_cache"),
         ("engine: {dtype: float16}\n", "engine.dtype"),
         ("engine: {kind: vllm, threads: 2}\n", "threads has no effect"),
