@@ -188,21 +188,20 @@ def plan_update(
     when the run goes without, and the reverse), which the advice on a plan that does not fit
     quotes; without it, only what the run does is planned (half the time).
     """
-    import torch
-
-    from fulmen.algorithms.sequence_lengths import FALLBACK_MAX_SEQ_LEN, is_checkpointed
+    from fulmen.algorithms.sequence_lengths import (
+        FALLBACK_MAX_SEQ_LEN,
+        is_checkpointed,
+        model_context,
+    )
 
     model = _meta_policy(shape, model_dir)
-    with torch.no_grad():
-        params = {id(p): p for p in model.parameters()}.values()
-        trained = [p for p in params if p.requires_grad]
+    params = {id(p): p for p in model.parameters()}.values()  # a tied head counted once
+    trained = [p for p in params if p.requires_grad]
     width = _DTYPE_BYTES[shape.dtype]
     n_params = sum(p.numel() for p in params)
     n_trained = sum(p.numel() for p in trained)
     largest = max((p.numel() for p in trained), default=0) * width
     step = n_trained * width if shape.device.startswith("cuda") else 2 * largest
-    from fulmen.algorithms.sequence_lengths import model_context
-
     context = model_context(model) or FALLBACK_MAX_SEQ_LEN
     longest = shape.max_seq_len or context
     lengths = [min(shape.micro_batch_tokens, longest)]

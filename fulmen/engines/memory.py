@@ -23,8 +23,6 @@ __all__ = ["VLLM_CPU_KV_BYTES", "EngineMemory", "plan_engine"]
 #: The KV space fulmen gives vLLM on CPU (``VLLM_CPU_KVCACHE_SPACE`` in ``fulmen.engines.vllm``).
 VLLM_CPU_KV_BYTES = 1 << 30
 
-_DTYPE_BYTES = {"float32": 4, "bfloat16": 2}
-
 
 @dataclass(frozen=True)
 class EngineMemory:
@@ -72,6 +70,7 @@ def plan_engine(engine: EngineConfig, model_dir: str | Path) -> EngineMemory | N
         return None
     import torch
 
+    from fulmen.engines.builtin.kv_cache import KVShape
     from fulmen.meta_memory import meta_causal_lm
 
     dtype = engine.dtype
@@ -79,10 +78,8 @@ def plan_engine(engine: EngineConfig, model_dir: str | Path) -> EngineMemory | N
     config: Any = model.config
     text: Any = config.get_text_config()
     params = {id(p): p for p in model.parameters()}.values()
-    weights = sum(p.numel() for p in params) * _DTYPE_BYTES[dtype]
-    heads = int(getattr(text, "num_key_value_heads", None) or text.num_attention_heads)
-    head_dim = int(getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads)
-    per_token = int(text.num_hidden_layers) * 2 * heads * head_dim * _DTYPE_BYTES[dtype]
+    weights = sum(p.numel() * p.element_size() for p in params)
+    per_token = KVShape.of(text, getattr(torch, dtype)).bytes_per_token
     if engine.kind == "vllm":
         context = 2048  # the --max-model-len VLLMLauncher passes when none is given
         return EngineMemory(

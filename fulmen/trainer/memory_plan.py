@@ -290,7 +290,7 @@ def _devices(
     *,
     engine_replicas: int | None,
 ) -> list[DevicePlan]:
-    host = DevicePlan("cpu", given.get("cpu", available_bytes("cpu")))
+    host = DevicePlan("cpu", given["cpu"] if "cpu" in given else available_bytes("cpu"))
     host.fixed.append(("trainer process", PROCESS_BYTES))
     plans = {"cpu": host}
     if engine is not None:
@@ -321,7 +321,7 @@ def _devices(
     for key, (_, stage) in largest.items():
         memory = stage.memory
         if key not in plans:
-            free = given.get("cuda", available_bytes(key))
+            free = given["cuda"] if "cuda" in given else available_bytes(key)
             plans[key] = DevicePlan(key, free)
             plans[key].fixed.append(("CUDA context", CUDA_CONTEXT_BYTES))
         plan = plans[key]

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from transformers import DynamicCache
@@ -43,6 +44,15 @@ class KVShape:
     heads: int
     head_dim: int
     dtype: torch.dtype
+
+    @classmethod
+    def of(cls, config: Any, dtype: torch.dtype) -> KVShape:
+        """Return the layout of a transformers text config's KV cache in ``dtype``."""
+        heads = int(getattr(config, "num_key_value_heads", None) or config.num_attention_heads)
+        head_dim = (
+            getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        )
+        return cls(int(config.num_hidden_layers), heads, int(head_dim), dtype)
 
     @property
     def bytes_per_token(self) -> int:

@@ -126,12 +126,7 @@ class ServedModel:
     @property
     def kv_shape(self) -> KVShape:
         """The per-token layout of this model's KV cache."""
-        config = self.base.config.get_text_config()
-        heads = int(getattr(config, "num_key_value_heads", None) or config.num_attention_heads)
-        head_dim = getattr(config, "head_dim", None)
-        if not head_dim:
-            head_dim = config.hidden_size // config.num_attention_heads
-        return KVShape(self.num_layers, heads, int(head_dim), self.dtype)
+        return KVShape.of(self.base.config.get_text_config(), self.dtype)
 
     def model_names(self) -> list[str]:
         """List the served base name followed by every loaded adapter name."""
