@@ -14,7 +14,7 @@ import copy
 import json
 import logging
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
@@ -44,32 +44,38 @@ _log = logging.getLogger("fulmen.train")
 __all__ = [
     "LoraUpdaterFiles",
     "check_finite",
+    "SHARDS_DIR",
     "load_checkpoint",
     "lora_updater_for_stage",
+    "read_sharded_checkpoint",
     "save_adapter",
     "save_checkpoint",
     "save_model",
+    "sharded_checkpoint",
 ]
 
 _TRAINABLE_FILE = "trainable.safetensors"
 _OPTIMIZER_FILE = "optimizer.pt"
 _STATE_FILE = "updater.json"
+#: The distributed checkpoint of a sharded policy, inside a checkpoint directory.
+SHARDS_DIR = "shards"
 # What checkpoints written before the rename call it (the updater's state, not an engine's):
 # still read, so a run checkpointed by an older fulmen resumes.
 _OLD_STATE_FILE = "engine.json"
 
 
-def check_finite(model: nn.Module) -> None:
+def check_finite(model: nn.Module, weights: Mapping[str, torch.Tensor] | None = None) -> None:
     """Raise when a trained parameter of ``model`` holds a NaN or an infinity.
+
+    ``weights``: the trained weights gathered from a sharded policy (checked instead of the
+    model's own shards).
 
     Raises:
         FulmenError: names how many trained tensors are not finite and the first of them.
     """
-    bad = [
-        name
-        for name, p in model.named_parameters()
-        if p.requires_grad and not bool(torch.isfinite(p).all())
-    ]
+    if weights is None:
+        weights = {n: p for n, p in model.named_parameters() if p.requires_grad}
+    bad = [name for name, p in weights.items() if not bool(torch.isfinite(p).all())]
     if bad:
         raise FulmenError(
             f"{len(bad)} trained weight tensor(s) hold NaN or inf (first: {bad[0]}); the policy "
@@ -85,11 +91,14 @@ def save_checkpoint(
     directory: str | Path,
     *,
     state: dict[str, Any],
+    shards: Callable[[Path], None] | None = None,
 ) -> Path:
     """Write trainable weights, optimizer and RNG state, and ``state`` to ``directory``.
 
     The files are written to a sibling staging folder first and moved into place, so an
-    interrupted save never leaves a half-written checkpoint under ``directory``.
+    interrupted save never leaves a half-written checkpoint under ``directory``. ``shards``:
+    a sharded policy's writer of its distributed checkpoint (``parallel.sharding``), called
+    with the folder it writes to instead of the trainable weights and optimizer files.
     """
     from safetensors.torch import save_file
 
@@ -97,6 +106,13 @@ def save_checkpoint(
     staging = target.with_name(target.name + ".partial")
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
+    if shards is not None:
+        shards(staging / SHARDS_DIR)
+        torch.save({"rng": torch.get_rng_state()}, staging / _OPTIMIZER_FILE)
+        (staging / _STATE_FILE).write_text(json.dumps(state, indent=2), encoding="utf-8")
+        shutil.rmtree(target, ignore_errors=True)
+        staging.rename(target)
+        return target
     trainable = {
         name: p.detach().cpu().contiguous()
         for name, p in model.named_parameters()
@@ -125,11 +141,7 @@ def load_checkpoint(
     from safetensors.torch import load_file
 
     source = Path(directory)
-    state_file = next(
-        (source / n for n in (_STATE_FILE, _OLD_STATE_FILE) if (source / n).is_file()), None
-    )
-    if state_file is None:
-        raise ConfigError(f"{source} is not a checkpoint (no {_STATE_FILE})")
+    state_file = _state_file(source)
     weights = load_file(str(source / _TRAINABLE_FILE))
     params = {n: p for n, p in model.named_parameters() if p.requires_grad}
     if set(weights) != set(params):
@@ -148,20 +160,56 @@ def load_checkpoint(
     return json.loads(state_file.read_text(encoding="utf-8"))
 
 
+def _state_file(source: Path) -> Path:
+    found = next(
+        (source / n for n in (_STATE_FILE, _OLD_STATE_FILE) if (source / n).is_file()), None
+    )
+    if found is None:
+        raise ConfigError(f"{source} is not a checkpoint (no {_STATE_FILE})")
+    return found
+
+
+def sharded_checkpoint(directory: str | Path) -> Path | None:
+    """Return the distributed checkpoint inside ``directory`` (a sharded policy's), or ``None``."""
+    shards = Path(directory) / SHARDS_DIR
+    return shards if shards.is_dir() else None
+
+
+def read_sharded_checkpoint(directory: str | Path) -> dict[str, Any]:
+    """Restore the RNG state of a sharded checkpoint and return its ``state``.
+
+    The weights and optimizer state are loaded by every rank once the policy is sharded
+    (``parallel.sharding.load_shards``).
+    """
+    source = Path(directory)
+    state_file = _state_file(source)
+    saved = torch.load(source / _OPTIMIZER_FILE, weights_only=True)
+    torch.set_rng_state(saved["rng"])
+    return json.loads(state_file.read_text(encoding="utf-8"))
+
+
 def save_adapter(
-    model: nn.Module, directory: str | Path, *, finetune: str, adapter_name: str = "default"
+    model: nn.Module,
+    directory: str | Path,
+    *,
+    finetune: str,
+    adapter_name: str = "default",
+    weights: Mapping[str, torch.Tensor] | None = None,
 ) -> Path:
     """Write LoRA adapter ``adapter_name`` in peft's format, ready for ``/v1/load_lora_adapter``.
 
     peft writes a named adapter other than ``default`` into a subfolder of that name; its
-    files are moved up, so every adapter directory looks the same to the engine.
+    files are moved up, so every adapter directory looks the same to the engine. ``weights``:
+    the trained weights gathered from a sharded policy (``parallel.sharding``), written
+    instead of the model's own shards.
     """
     if finetune != "lora":
         raise ConfigError("save_adapter needs finetune='lora'; use save_model for full weights")
-    check_finite(model)
+    check_finite(model, weights)
     target = Path(directory)
     target.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(str(target), selected_adapters=[adapter_name])  # type: ignore[operator]
+    extra = {} if weights is None else {"state_dict": dict(weights)}
+    model.save_pretrained(str(target), selected_adapters=[adapter_name], **extra)  # type: ignore[operator]
     nested = target / adapter_name
     if adapter_name != "default" and nested.is_dir():
         for item in nested.iterdir():
@@ -170,11 +218,26 @@ def save_adapter(
     return target
 
 
-def save_model(model: nn.Module, directory: str | Path, *, finetune: str) -> Path:
-    """Write the full policy (LoRA merged into a copy of the weights) as a HF directory."""
-    check_finite(model)
+def save_model(
+    model: nn.Module,
+    directory: str | Path,
+    *,
+    finetune: str,
+    weights: Mapping[str, torch.Tensor] | None = None,
+) -> Path:
+    """Write the full policy (LoRA merged into a copy of the weights) as a HF directory.
+
+    ``weights``: a sharded full fine-tune's weights gathered to this rank
+    (``parallel.sharding``), written instead of the model's own shards.
+    """
+    check_finite(model, weights)
     target = Path(directory)
     target.mkdir(parents=True, exist_ok=True)
+    if weights is not None:
+        if finetune == "lora":
+            raise ConfigError("a sharded LoRA policy is served as an adapter, not merged")
+        causal_lm_of(model).save_pretrained(str(target), state_dict=dict(weights))
+        return target
     if finetune == "lora":
         merged = copy.deepcopy(model).merge_and_unload()  # type: ignore[operator]
         merged.save_pretrained(str(target))

@@ -12,6 +12,7 @@ from typing import Protocol
 
 import torch
 from torch import nn
+from torch.distributed.tensor import DTensor
 
 from fulmen.errors import ConfigError
 
@@ -63,9 +64,10 @@ def apply_gradients(optimizer: torch.optim.Optimizer, *, max_grad_norm: float | 
     non-finite norm and reports the skipped step.
     """
     params = [p for group in optimizer.param_groups for p in group["params"]]
-    norm = float(
-        torch.nn.utils.clip_grad_norm_(params, max_grad_norm if max_grad_norm else math.inf)
-    )
+    total = torch.nn.utils.clip_grad_norm_(params, max_grad_norm if max_grad_norm else math.inf)
+    if isinstance(total, DTensor):  # a sharded policy's (FSDP2): the norm over every shard
+        total = total.full_tensor()
+    norm = float(total)
     if math.isfinite(norm):
         optimizer.step()
     optimizer.zero_grad(set_to_none=True)

@@ -26,6 +26,7 @@ from fulmen.algorithms.stopping import check_stop, watch_layers
 from fulmen.errors import ConfigError
 
 __all__ = [
+    "SHARDED_DECODER",
     "PolicySettings",
     "ReferencePolicy",
     "autocast_context",
@@ -347,17 +348,22 @@ class ReferencePolicy:
             yield self._policy
 
 
+#: The attribute of a sharded causal LM (``fulmen.algorithms.parallel.sharding``) that runs its
+#: decoder as a forward of the FSDP2 root, which gathers the embeddings and the head.
+SHARDED_DECODER = "fulmen_sharded_decoder"
+
+
 def hidden_states(model: nn.Module, *, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
     """Return the decoder's last hidden states ``[B, L, H]`` (before the LM head).
 
     ``token_logprobs(..., hidden=...)`` takes them, so a loss that also reads the hidden states
     (PPO's value head) runs the decoder once.
     """
-    return (
-        causal_lm_of(model)
-        .get_decoder()(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
-        .last_hidden_state
-    )
+    causal_lm = causal_lm_of(model)
+    decoder = getattr(causal_lm, SHARDED_DECODER, None) or causal_lm.get_decoder()
+    return decoder(
+        input_ids=input_ids, attention_mask=attention_mask, use_cache=False
+    ).last_hidden_state
 
 
 def token_logprobs(

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from torch import nn
 
     from fulmen.algorithms.lora import LoraSettings
+    from fulmen.algorithms.parallel.config import DataParallelConfig
 
 __all__ = ["MicroBatchMemory", "UpdateMemory", "UpdateShape", "UpdaterSettings", "plan_update"]
 
@@ -50,7 +51,11 @@ class UpdateShape:
             micro-batch over ``micro_batch_tokens``.
         reference_copy: the update keeps a frozen copy of the weights (full fine-tuning with a
             KL penalty).
-        ranks: data-parallel processes, each holding the whole model.
+        ranks: data-parallel processes, each holding the whole model unless ``sharded``.
+        sharded: the ranks shard weights, gradients and optimizer state (FSDP2,
+            ``data_parallel.strategy: fsdp``): each holds 1/``ranks`` of them plus the units
+            it has gathered (the root's embeddings and head, and two decoder layers: the one
+            computing and the one prefetched).
     """
 
     key: str
@@ -64,15 +69,25 @@ class UpdateShape:
     gradient_checkpointing: bool | None
     reference_copy: bool = False
     ranks: int = 1
+    sharded: bool = False
 
     #: planned without autocast, an upper bound (``prepare_policy`` reads it)
     autocast: None = None
 
     @classmethod
     def of(
-        cls, key: str, settings: UpdaterSettings, *, reference_copy: bool = False, ranks: int = 1
+        cls,
+        key: str,
+        settings: UpdaterSettings,
+        *,
+        reference_copy: bool = False,
+        parallel: DataParallelConfig | None = None,
     ) -> UpdateShape:
-        """Read the shape from an updater's settings (``GRPOConfig``, ``SFTConfig``, ...)."""
+        """Read the shape from an updater's settings (``GRPOConfig``, ``SFTConfig``, ...).
+
+        ``parallel``: the stage's ``data_parallel`` settings (``None``: one process).
+        """
+        ranks = parallel.world_size if parallel is not None else 1
         return cls(
             key=key,
             finetune=settings.finetune,
@@ -85,6 +100,7 @@ class UpdateShape:
             gradient_checkpointing=settings.gradient_checkpointing,
             reference_copy=reference_copy,
             ranks=ranks,
+            sharded=parallel is not None and parallel.strategy == "fsdp",
         )
 
 
@@ -145,14 +161,18 @@ class UpdateMemory:
         shape: what was planned.
         parameters: every parameter (the adapter's included), counted once when tied.
         trained: the parameters the optimizer updates.
-        weights_bytes: the parameters in ``shape.dtype``.
+        weights_bytes: the parameters in ``shape.dtype`` (sharded: this rank's shard and the
+            units it holds gathered at once).
         reference_bytes: the frozen copy of the weights (``shape.reference_copy``), else 0.
-        optimizer_bytes: AdamW's two moments per trained parameter.
+        optimizer_bytes: AdamW's two moments per trained parameter (sharded: of its shard).
         step_bytes: what the optimizer step allocates on top while it runs (CPU: per
             parameter, so the largest trained tensor twice; CUDA's multi-tensor step: every
             trained parameter once).
-        micro_batches: the full micro-batch, and the longest sequence when it is longer.
+        micro_batches: the full micro-batch, and the longest sequence when it is longer
+            (sharded too, an upper bound: their backward's gradients are counted whole).
         context: the model's context (``max_seq_len``'s default).
+        gathered_bytes: sharded, the whole weights of the units held gathered at once
+            (included in ``weights_bytes``); else 0.
     """
 
     shape: UpdateShape
@@ -164,11 +184,13 @@ class UpdateMemory:
     step_bytes: int
     micro_batches: tuple[MicroBatchMemory, ...]
     context: int
+    gathered_bytes: int = 0
 
     @property
     def stepping_bytes(self) -> int:
         """What the optimizer step holds beyond the resident state: the gradients and its own."""
-        return self.step_bytes + self.trained * _DTYPE_BYTES[self.shape.dtype]
+        shards = self.shape.ranks if self.shape.sharded else 1
+        return self.step_bytes + -(-self.trained * _DTYPE_BYTES[self.shape.dtype] // shards)
 
     @property
     def peak_bytes(self) -> int:
@@ -220,17 +242,35 @@ def plan_update(
         }
         micro.append(MicroBatchMemory(n, chosen, peaks[False], peaks[True]))
     weights = n_params * width
+    shards = shape.ranks if shape.sharded else 1
+    gathered = _gathered_units(model) * width if shape.sharded else 0
     return UpdateMemory(
         shape=shape,
         parameters=n_params,
         trained=n_trained,
-        weights_bytes=weights,
-        reference_bytes=weights if shape.reference_copy else 0,
-        optimizer_bytes=2 * n_trained * width,
-        step_bytes=step,
+        weights_bytes=-(-weights // shards) + gathered,
+        reference_bytes=weights if shape.reference_copy else 0,  # not sharded
+        optimizer_bytes=-(-2 * n_trained * width // shards),
+        step_bytes=-(-step // shards),
         micro_batches=tuple(micro),
         context=context,
+        gathered_bytes=gathered,
     )
+
+
+def _gathered_units(model: nn.Module) -> int:
+    """Parameters a sharded rank holds whole at once: the root unit and two decoder layers."""
+    from fulmen.algorithms.policy import causal_lm_of
+
+    layers = getattr(causal_lm_of(model).get_decoder(), "layers", None) or []
+    in_layers: set[int] = set()
+    largest = 0
+    for layer in layers:
+        own = {id(p): p.numel() for p in layer.parameters()}
+        in_layers.update(own)
+        largest = max(largest, sum(own.values()))
+    root = sum({id(p): p.numel() for p in model.parameters() if id(p) not in in_layers}.values())
+    return root + 2 * largest
 
 
 def _meta_policy(shape: UpdateShape, model_dir: str | Path) -> nn.Module:

@@ -490,11 +490,14 @@ def _update_lines(stage: StageUpdate) -> list[str]:
     shape = memory.shape
     how = f"lora r{shape.lora.r}" if shape.finetune == "lora" else "full weights"
     ranks = f", {shape.ranks} ranks" if shape.ranks > 1 else ""
+    if shape.sharded:
+        ranks += f" sharded, each holding {_size(memory.gathered_bytes)} gathered"
     reference = (
         f", frozen reference {_size(memory.reference_bytes)}" if memory.reference_bytes else ""
     )
     trained = memory.stepping_bytes - memory.step_bytes  # the gradients: one per trained value
-    adapter = f" (the adapter {_size(trained)})" if shape.finetune == "lora" else ""
+    whole = memory.trained * (4 if shape.dtype == "float32" else 2)  # not a rank's shard of it
+    adapter = f" (the adapter {_size(whole)})" if shape.finetune == "lora" else ""
     lines = [
         f"update {stage.name} ({how}, {shape.dtype}, {shape.device}{ranks}): "
         f"{memory.parameters:,} parameters, {memory.trained:,} trained; weights "

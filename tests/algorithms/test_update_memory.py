@@ -97,3 +97,22 @@ def test_longest_sequence_is_planned_as_the_run_checkpoints_it(tiny_dir: Path) -
     # None: the model's context (4096 for the tiny model)
     context = plan_update(_shape(max_seq_len=None), tiny_dir, alternatives=False)
     assert context.context == 4096 and context.micro_batches[-1].tokens == 4096
+
+
+@pytest.mark.parametrize("finetune", ["lora", "full"])
+def test_a_sharded_rank_plans_its_shard_and_the_units_it_gathers(
+    tiny_dir: Path, finetune: str
+) -> None:
+    whole = plan_update(_shape(finetune=finetune), tiny_dir, alternatives=False)
+    sharded = plan_update(
+        _shape(finetune=finetune, ranks=4, sharded=True), tiny_dir, alternatives=False
+    )
+    # the tiny model: a 1024 x 128 embedding (tied head) and final norm in the root, two layers
+    # (with their LoRA matrices, under LoRA)
+    assert whole.parameters >= TINY_PARAMETERS
+    layer = (whole.parameters - 1024 * 128 - 128) // 2
+    assert sharded.gathered_bytes == 4 * (1024 * 128 + 128 + 2 * layer)
+    assert sharded.weights_bytes == -(-whole.weights_bytes // 4) + sharded.gathered_bytes
+    assert sharded.optimizer_bytes == -(-whole.optimizer_bytes // 4)
+    assert sharded.stepping_bytes < whole.stepping_bytes
+    assert whole.gathered_bytes == 0

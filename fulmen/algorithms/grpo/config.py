@@ -410,9 +410,8 @@ class GRPOAlgorithmConfig(AlgorithmSection):
         from fulmen.algorithms.update_memory import UpdateShape
 
         grpo = self.update_config(seed=0)
-        ranks = self.data_parallel.world_size if self.data_parallel is not None else 1
         copy = grpo.finetune == "full" and grpo.kl_coef > 0
-        return UpdateShape.of("grpo", grpo, reference_copy=copy, ranks=ranks)
+        return UpdateShape.of("grpo", grpo, reference_copy=copy, parallel=self.data_parallel)
 
     def _check_adapters(self) -> None:
         from fulmen.algorithms.grpo.roles import check_adapters

@@ -44,6 +44,7 @@ from fulmen.algorithms.losses import (
     correct_stale_tokens,
 )
 from fulmen.algorithms.optimizer import apply_gradients, build_optimizer
+from fulmen.algorithms.parallel import sharding
 from fulmen.algorithms.parallel.collective import Collective, split_samples
 from fulmen.algorithms.policy import (
     ReferencePolicy,
@@ -147,7 +148,7 @@ class GRPOUpdater:
             if self.config.kl_coef > 0
             else None
         )
-        self.optimizer = build_optimizer(self.model, self.config)
+        self.optimizer: torch.optim.Optimizer = build_optimizer(self.model, self.config)
         self.pad_token_id = pad_token_id if pad_token_id is not None else pad_token_of(self.model)
         self.step = 0
         #: Optimizer steps skipped because the gradient norm was not finite.
@@ -155,6 +156,8 @@ class GRPOUpdater:
         self.policy_version: str | None = None
         #: The data-parallel group this engine updates with (``None``: this process alone).
         self.collective: Collective | None = None
+        #: A sharded checkpoint to load once the ranks shard the policy (``parallel.sharding``).
+        self.resume_shards: Path | None = None
 
     def activate(self) -> None:
         """Make this engine's adapter the one peft runs and trains (a no-op when alone)."""
@@ -231,7 +234,7 @@ class GRPOUpdater:
             )
 
     def train_part(self, part: Sequence[TokenSample]) -> None:
-        """Train on this rank's share of a step (``parallel.workers.Updater``)."""
+        """Train on this rank's share of a step (``parallel.updater.Updater``)."""
         self.train_samples(part)
 
     def train_samples(self, samples: Sequence[TokenSample]) -> tuple[_Totals, float]:
@@ -256,8 +259,8 @@ class GRPOUpdater:
                     self.step,
                 )
                 raise
-            if self.collective is not None:
-                self.collective.sum_gradients(self._trainable)
+            if self.collective is not None and not sharding.is_sharded(self.model):
+                self.collective.sum_gradients(self._trainable)  # FSDP2 reduced them already
             grad_norm = apply_gradients(self.optimizer, max_grad_norm=self.config.max_grad_norm)
             if not math.isfinite(grad_norm):
                 self.skipped_nonfinite += 1
@@ -316,6 +319,9 @@ class GRPOUpdater:
             self._accumulate(
                 batch.to(self.device), totals, checkpoint=checkpoint, first_pass=first_pass
             )
+        for _ in range(sharding.lockstep_fillers(self, len(plan))):  # sharded: as many as all
+            filler = collate([sharding.filler_sample(self.pad_token_id)], pad_id=self.pad_token_id)
+            self._accumulate(filler.to(self.device), _Totals(), checkpoint=False, first_pass=False)
 
     def _accumulate(
         self, batch: MicroBatch, totals: _Totals, *, checkpoint: bool, first_pass: bool
@@ -396,7 +402,7 @@ class GRPOUpdater:
             per_token = per_token + cfg.kl_coef * kl
             totals.kl += float(kl.detach().sum())
         loss = (batch.norm * per_token).sum()
-        loss.backward()
+        (loss * sharding.gradient_scale(self)).backward()
         totals.loss += float(loss.detach())
         totals.policy_loss += float((batch.norm * policy.detach()).sum())
         totals.add_terms(terms, entropy=entropy, tokens=batch.num_tokens)
@@ -415,12 +421,25 @@ class GRPOUpdater:
             "config": self.config.model_dump(mode="json"),
         }
         self.activate()  # the checkpoint holds the parameters that need grad: this adapter's
-        return checkpoint.save_checkpoint(self.model, self.optimizer, directory, state=state)
+        return checkpoint.save_checkpoint(
+            self.model,
+            self.optimizer,
+            directory,
+            state=state,
+            shards=sharding.shard_writer(self),  # sharded: every rank writes its shard
+        )
 
     def load_checkpoint(self, directory: str | Path) -> None:
-        """Restore what ``save_checkpoint`` wrote; the trainable parameter names must match."""
+        """Restore what ``save_checkpoint`` wrote; the trainable parameter names must match.
+
+        A sharded checkpoint's weights are loaded once the ranks shard the policy.
+        """
         self.activate()
-        state = checkpoint.load_checkpoint(self.model, self.optimizer, directory)
+        self.resume_shards = checkpoint.sharded_checkpoint(directory)
+        if self.resume_shards is not None:
+            state = checkpoint.read_sharded_checkpoint(directory)
+        else:
+            state = checkpoint.load_checkpoint(self.model, self.optimizer, directory)
         self.step = int(state["step"])
         self.policy_version = state["policy_version"]
 
@@ -432,9 +451,18 @@ class GRPOUpdater:
     def save_adapter(self, directory: str | Path) -> Path:
         """Write the LoRA adapter in peft's format, ready for ``/v1/load_lora_adapter``."""
         return checkpoint.save_adapter(
-            self.model, directory, finetune=self.config.finetune, adapter_name=self.adapter_name
+            self.model,
+            directory,
+            finetune=self.config.finetune,
+            adapter_name=self.adapter_name,
+            weights=sharding.gathered_weights(self),
         )
 
     def save_model(self, directory: str | Path) -> Path:
         """Write the full policy (LoRA merged into a copy of the weights) as a HF directory."""
-        return checkpoint.save_model(self.model, directory, finetune=self.config.finetune)
+        return checkpoint.save_model(
+            self.model,
+            directory,
+            finetune=self.config.finetune,
+            weights=sharding.gathered_weights(self),
+        )

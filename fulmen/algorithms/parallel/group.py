@@ -12,7 +12,11 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fulmen.algorithms.parallel.config import DataParallelConfig, torchrun_rank
+from fulmen.algorithms.parallel.config import (
+    DataParallelConfig,
+    check_sharded_resume,
+    torchrun_rank,
+)
 
 if TYPE_CHECKING:
     from fulmen.algorithms.parallel.workers import UpdateWorkers
@@ -32,8 +36,9 @@ async def data_parallel(
 ) -> AsyncIterator[UpdateWorkers | None]:
     """Run the body with ``engine``'s updates spread over the data-parallel ranks.
 
-    ``engine`` is an ``Updater`` (``parallel.workers``): any algorithm's optimizer
-    wrapper that can be rebuilt from its class and config and trains a share of a step.
+    ``engine`` is an ``Updater`` (``parallel.updater``): any algorithm's optimizer
+    wrapper that can be rebuilt from its class and config and trains a share of a step. With
+    ``config.strategy`` ``fsdp`` every rank holds a shard of it (``parallel.sharding``).
 
     Yields ``None`` (and does nothing) without ``config`` outside ``torchrun``. Otherwise the
     other ranks (spawned now, or ``torchrun``'s) build the same engine from ``model_path``,
@@ -43,6 +48,7 @@ async def data_parallel(
     this interpreter).
     """
     if config is None and torchrun_rank() is None:
+        check_sharded_resume(engine.resume_shards, config)
         yield None
         return
     from fulmen.algorithms.parallel.workers import UpdaterSpec, open_update_workers
@@ -53,7 +59,7 @@ async def data_parallel(
         yield None
         return
     try:
-        await asyncio.to_thread(workers.attach, engine, spec)
+        await asyncio.to_thread(workers.attach, engine, spec, config=config)
         yield workers
     except BaseException:
         workers.close(failed=True)  # the others may be stuck in a collective: kill, not ask

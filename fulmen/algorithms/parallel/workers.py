@@ -4,12 +4,13 @@ Rank 0 runs the whole training stack; every other rank runs ``run_update_worker`
 takes updates. It waits for rank 0's messages (``Collective.share``): ``build`` (an
 ``UpdaterSpec`` and rank 0's trainable weights, optimizer state and step, so a resumed run or a
 stage that starts from an adapter starts every rank alike), ``step`` (its share of a step,
-trained with the batch's loss weights and summed gradients), ``release`` (the stage is over;
-wait for the next ``build``) and ``stop``.
+trained with the batch's loss weights and summed gradients), ``call`` (a function every rank
+runs on its engine: sharding's gathers and checkpoints, ``parallel.sharding.everywhere``),
+``release`` (the stage is over; wait for the next ``build``) and ``stop``.
 
-The engines are the algorithms' (``Updater``: ``GRPOUpdater``, ``SFTUpdater``), named
-here only as ``"module:Class"`` in an ``UpdaterSpec``. ``open_update_workers`` gives rank 0 its
-``UpdateWorkers``: under ``torchrun`` the other ranks
+The engines are the algorithms' (``parallel.updater.Updater``: ``GRPOUpdater``,
+``SFTUpdater``), named here only as ``"module:Class"`` in an ``UpdaterSpec``.
+``open_update_workers`` gives rank 0 its ``UpdateWorkers``: under ``torchrun`` the other ranks
 are already running (``fulmen train`` on them calls ``run_update_worker``); otherwise it spawns
 ``world_size - 1`` local processes itself. ``run_update_worker`` is a plain importable
 function, so another launcher (a Ray actor, say) can start ranks with it.
@@ -26,19 +27,23 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, cast
+from typing import Any, cast
 
 import torch
-from torch import nn
 
 from fulmen.algorithms.parallel.collective import Collective, resolve_backend
-from fulmen.algorithms.parallel.config import DataParallelConfig, torchrun_rank
+from fulmen.algorithms.parallel.config import (
+    DataParallelConfig,
+    check_sharded_resume,
+    torchrun_rank,
+)
+from fulmen.algorithms.parallel.sharding import everywhere, run_call, shard
+from fulmen.algorithms.parallel.updater import Updater
 from fulmen.errors import ConfigError, FulmenError
 from fulmen.settings import launcher_variable
 
 __all__ = [
     "UpdaterSpec",
-    "Updater",
     "UpdateWorkers",
     "open_update_workers",
     "run_torchrun_rank",
@@ -49,29 +54,6 @@ logger = logging.getLogger("fulmen.train")
 
 #: Seconds a spawned worker gets to exit after ``stop`` before it is killed.
 _JOIN_TIMEOUT_S = 30.0
-
-
-class Updater(Protocol):
-    """What an algorithm's updater offers to be trained on several ranks.
-
-    ``GRPOUpdater`` and ``SFTUpdater`` implement it; the plumbing here names neither. A rank
-    other than 0 builds the same wrapper from an ``UpdaterSpec`` (its class, its config model
-    and what the stage starts from) and runs ``train_part`` on its share of each step.
-    """
-
-    model: nn.Module
-    optimizer: torch.optim.Optimizer
-    step: int
-    collective: Collective | None
-
-    @property
-    def config(self) -> Any:
-        """The wrapper's settings: a pydantic model with ``dtype`` and ``finetune``."""
-        ...
-
-    def train_part(self, part: Any) -> None:
-        """Train on this rank's share of a step, the way rank 0 trains on its own share."""
-        ...
 
 
 @dataclass(frozen=True)
@@ -206,6 +188,8 @@ def run_update_worker(
                 engine = built
             elif op == "step" and engine is not None:
                 engine.train_part(part)
+            elif op == "call" and engine is not None:
+                run_call(engine, *part)
             else:
                 raise FulmenError(f"update worker {rank}: unexpected message {op!r}")
     finally:
@@ -265,15 +249,28 @@ class UpdateWorkers:
         """Processes taking each update, this one included."""
         return self.collective.world_size
 
-    def attach(self, engine: Updater, spec: UpdaterSpec) -> None:
+    def attach(
+        self, engine: Updater, spec: UpdaterSpec, *, config: DataParallelConfig | None = None
+    ) -> None:
         """Give every rank a copy of ``engine`` (weights and optimizer state as they are now).
 
-        From then on the engine's updates run on every rank.
+        From then on the engine's updates run on every rank. With ``config.strategy`` ``fsdp``
+        every rank then shards the policy (``parallel.sharding.shard``), loading a sharded
+        checkpoint ``engine`` was asked to resume from.
+
+        Raises:
+            ConfigError: ``engine`` resumes from a sharded checkpoint but the strategy is not
+                ``fsdp``.
         """
+        resume = engine.resume_shards
+        check_sharded_resume(resume, config)
         message = {"spec": spec, "state": _state(engine)}
         self.collective.share([message] * self.world_size, op="build")
         engine.collective = self.collective
         self._engine = engine
+        if config is not None and config.strategy == "fsdp":
+            everywhere(engine, shard, config.param_dtype, str(resume) if resume else None)
+            engine.resume_shards = None
 
     def close(self, *, failed: bool = False) -> None:
         """Release (``torchrun``) or stop and join (spawned) the other ranks.

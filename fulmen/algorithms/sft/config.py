@@ -168,5 +168,4 @@ class SFTAlgorithmConfig(AlgorithmSection):
         """Return ``sft``'s update shape."""
         from fulmen.algorithms.update_memory import UpdateShape
 
-        ranks = self.data_parallel.world_size if self.data_parallel is not None else 1
-        return UpdateShape.of("sft", self.sft, ranks=ranks)
+        return UpdateShape.of("sft", self.sft, parallel=self.data_parallel)

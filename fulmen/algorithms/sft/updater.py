@@ -29,6 +29,7 @@ from torch import nn
 from fulmen.algorithms import checkpoint
 from fulmen.algorithms.batching import MicroBatch, TokenSample, collate, plan_micro_batches
 from fulmen.algorithms.optimizer import apply_gradients, build_optimizer
+from fulmen.algorithms.parallel import sharding
 from fulmen.algorithms.parallel.collective import Collective, split_samples
 from fulmen.algorithms.policy import (
     autocast_context,
@@ -62,7 +63,7 @@ class SFTUpdater:
         self.seed = config.seed or 0
         self.model = prepare_seeded_policy(model, config, seed=self.seed)
         self.device = policy_device(config)
-        self.optimizer = build_optimizer(self.model, config)
+        self.optimizer: torch.optim.Optimizer = build_optimizer(self.model, config)
         self.pad_token_id = pad_token_of(self.model)
         #: The length limit: the configured one, else the model's context.
         self.max_seq_len = resolve_max_seq_len(config.max_seq_len, self.model)
@@ -71,6 +72,8 @@ class SFTUpdater:
         self.skipped_nonfinite = 0
         #: The data-parallel group this engine updates with (``None``: this process alone).
         self.collective: Collective | None = None
+        #: A sharded checkpoint to load once the ranks shard the policy (``parallel.sharding``).
+        self.resume_shards: Path | None = None
 
     @classmethod
     def from_pretrained(cls, path: str | Path, *, config: SFTConfig) -> SFTUpdater:
@@ -105,19 +108,32 @@ class SFTUpdater:
             "sft/train_s": time.perf_counter() - started,
         }
 
-    @torch.no_grad()
     def mean_logprob(self, examples: Sequence[SFTExample]) -> float:
-        """Mean logprob per trained token of ``examples`` under the current policy."""
-        samples = [_sample(e) for e in examples]
+        """Mean logprob per trained token of ``examples`` under the current policy.
+
+        A sharded policy (``parallel.sharding``) measures on every rank, each on some examples.
+        """
+        if sharding.is_sharded(self.model):
+            return sharding.everywhere(self, _sharded_mean_logprob, list(examples))
+        total, count = self._logprob_sum([_sample(e) for e in examples])
+        return total / count if count else float("nan")
+
+    @torch.no_grad()
+    def _logprob_sum(self, samples: Sequence[TokenSample]) -> tuple[float, int]:
+        """Sum of the trained tokens' logprobs and their count (fillers keep sharded ranks even)."""
         total, count = 0.0, 0
-        for group in plan_micro_batches(
+        plan = plan_micro_batches(
             lengths=[len(s) for s in samples], token_budget=self.config.micro_batch_tokens
-        ):
+        )
+        for group in plan:
             batch = collate([samples[i] for i in group], pad_id=self.pad_token_id).to(self.device)
             logprobs = self._logprobs(batch)
             total += float(logprobs.sum())
             count += batch.num_tokens
-        return total / count if count else float("nan")
+        for _ in range(sharding.lockstep_fillers(self, len(plan))):
+            filler = collate([sharding.filler_sample(self.pad_token_id)], pad_id=self.pad_token_id)
+            self._logprobs(filler.to(self.device))
+        return total, count
 
     def train_part(self, part: tuple[Sequence[TokenSample], int]) -> None:
         """Train on this rank's share of a step: ``(samples, tokens)`` as ``train_batch`` takes."""
@@ -132,8 +148,9 @@ class SFTUpdater:
         """
         loss = self._accumulate(samples, tokens)
         if self.collective is not None:
-            params = [p for group in self.optimizer.param_groups for p in group["params"]]
-            self.collective.sum_gradients(params)
+            if not sharding.is_sharded(self.model):  # FSDP2 reduced them already
+                params = [p for group in self.optimizer.param_groups for p in group["params"]]
+                self.collective.sum_gradients(params)
             loss = self.collective.sum_values([loss])[0]
         norm = apply_gradients(self.optimizer, max_grad_norm=self.config.max_grad_norm)
         if not math.isfinite(norm):
@@ -149,16 +166,23 @@ class SFTUpdater:
     def _accumulate(self, samples: Sequence[TokenSample], tokens: int) -> float:
         """Add the gradient of the samples' token NLL over ``tokens``; return that loss."""
         loss_total = 0.0
-        for group in plan_micro_batches(
+        scale = sharding.gradient_scale(self)
+        plan = plan_micro_batches(
             lengths=[len(s) for s in samples], token_budget=self.config.micro_batch_tokens
-        ):
+        )
+        fillers = sharding.lockstep_fillers(self, len(plan))
+        for group in plan:
             batch = collate([samples[i] for i in group], pad_id=self.pad_token_id).to(self.device)
             # Train mode through backward (checkpointing recomputes the forward there): the
             # model's and LoRA's dropout apply, as in any fine-tuning.
             with update_mode(self.model, dropout="all"):
                 loss = -self._logprobs(batch).sum() / tokens
-                loss.backward()
+                (loss * scale).backward()
             loss_total += float(loss.detach())
+        for _ in range(fillers):  # sharded: every rank runs as many passes as the busiest
+            filler = collate([sharding.filler_sample(self.pad_token_id)], pad_id=self.pad_token_id)
+            with update_mode(self.model, dropout="all"):
+                (self._logprobs(filler.to(self.device)).sum() * 0.0).backward()
         return loss_total
 
     def _logprobs(self, batch: MicroBatch) -> torch.Tensor:
@@ -176,11 +200,21 @@ class SFTUpdater:
     def save_checkpoint(self, directory: str | Path) -> Path:
         """Write trainable weights, optimizer and RNG state and the step to ``directory``."""
         state = {"step": self.step, "config": self.config.model_dump(mode="json")}
-        return checkpoint.save_checkpoint(self.model, self.optimizer, directory, state=state)
+        return checkpoint.save_checkpoint(
+            self.model,
+            self.optimizer,
+            directory,
+            state=state,
+            shards=sharding.shard_writer(self),  # sharded: every rank writes its shard
+        )
 
     def load_checkpoint(self, directory: str | Path) -> None:
-        """Restore what ``save_checkpoint`` wrote."""
-        state = checkpoint.load_checkpoint(self.model, self.optimizer, directory)
+        """Restore what ``save_checkpoint`` wrote (a sharded one once the ranks shard)."""
+        self.resume_shards = checkpoint.sharded_checkpoint(directory)
+        if self.resume_shards is not None:
+            state = checkpoint.read_sharded_checkpoint(directory)
+        else:
+            state = checkpoint.load_checkpoint(self.model, self.optimizer, directory)
         self.step = int(state["step"])
 
     @property
@@ -190,11 +224,21 @@ class SFTUpdater:
 
     def save_adapter(self, directory: str | Path) -> Path:
         """Write the LoRA adapter in peft's format, ready for ``/v1/load_lora_adapter``."""
-        return checkpoint.save_adapter(self.model, directory, finetune=self.config.finetune)
+        return checkpoint.save_adapter(
+            self.model,
+            directory,
+            finetune=self.config.finetune,
+            weights=sharding.gathered_weights(self),
+        )
 
     def save_model(self, directory: str | Path) -> Path:
         """Write the whole policy as a HF directory, ready for ``/v1/reload_weights``."""
-        return checkpoint.save_model(self.model, directory, finetune=self.config.finetune)
+        return checkpoint.save_model(
+            self.model,
+            directory,
+            finetune=self.config.finetune,
+            weights=sharding.gathered_weights(self),
+        )
 
 
 def _mean(values: Sequence[float]) -> float:
@@ -212,3 +256,13 @@ def _sample(example: SFTExample) -> TokenSample:
         norm=[1.0] * n,
         rollout=0,
     )
+
+
+def _sharded_mean_logprob(engine: SFTUpdater, examples: list[SFTExample]) -> float:
+    """``mean_logprob`` over every rank of a sharded policy: each rank takes every W-th example."""
+    collective = engine.collective
+    assert collective is not None
+    mine = examples[collective.rank :: collective.world_size]
+    total, count = engine._logprob_sum([_sample(e) for e in mine])
+    total, count = collective.sum_values([total, float(count)])
+    return total / count if count else float("nan")
