@@ -15,7 +15,9 @@ Gemma's size) it:
 
 It also measures the logprob gap between the CPU and the device for the same tiny-model weights
 (what the device's kernels add to the importance ratio), and says which GPU paths are not built
-(the built-in engine on CUDA, sharded updates, full-weight sync to vLLM). Human-readable lines go
+(the built-in engine on CUDA, full-weight sync to vLLM). It takes a sharded step (FSDP2,
+``data_parallel.strategy: fsdp``) of the tiny model over every GPU present (NCCL; two gloo
+ranks with ``--device cpu``; skipped on one GPU). Human-readable lines go
 to stderr, one JSON line to stdout. Nothing in CI or the README depends on it; ``--device cpu
 --quick`` runs the same code on a CPU, to check the script itself.
 
@@ -38,10 +40,9 @@ from pathlib import Path
 from typing import Any
 
 SHAPES = Path(__file__).parent / "workloads" / "shapes"
-NOT_BUILT = {
+NOT_CHECKED = {
     "builtin_engine_on_cuda": "the built-in engine serves on the CPU only",
-    "fsdp2": "sharded updates (FSDP2) are not built: data parallelism holds the model per rank",
-    "full_weight_sync_to_vllm": "finetune: full is refused with engine.kind: vllm",
+    "full_weight_sync_to_vllm": "needs vLLM installed on the device (CPU-checked in CI)",
 }
 
 
@@ -67,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
         "torch": torch.__version__,
         "batch": {"sequences": sequences, "prompt": prompt, "completion": completion},
         "updates": [],
-        "not_built": NOT_BUILT,
+        "not_checked": NOT_CHECKED,
     }
     with tempfile.TemporaryDirectory() as scratch:
         for shape, finetune in cases:
@@ -79,6 +80,10 @@ def main(argv: list[str] | None = None) -> int:
             result["wall_s"] = round(time.perf_counter() - started, 1)
             _say(f"{shape} {finetune}: {json.dumps(result)}")
             report["updates"].append(result)
+        for finetune in ("lora", "full"):
+            sharded = _fsdp_case(finetune, args.device, sequences, prompt, completion, args.steps)
+            _say(f"fsdp tiny {finetune}: {json.dumps(sharded)}")
+            report["updates"].append(sharded)
         report["tiny_logprob_gap_cpu_vs_device"] = _gap(args.device)
     _say(f"logprob gap, CPU vs {args.device}: {report['tiny_logprob_gap_cpu_vs_device']}")
     print(json.dumps(report), flush=True)
@@ -179,6 +184,64 @@ def _update_case(
     del updater, model
     if device.startswith("cuda"):
         torch.cuda.empty_cache()
+    return result
+
+
+def _fsdp_case(
+    finetune: str, device: str, sequences: int, prompt: int, completion: int, steps: int
+) -> dict[str, Any]:
+    """A GRPO step of the tiny model sharded over every GPU (FSDP2), rank 0's figures."""
+    import torch
+
+    from fulmen.algorithms.grpo.config import GRPOConfig
+    from fulmen.algorithms.grpo.updater import GRPOUpdater
+    from fulmen.algorithms.parallel.config import DataParallelConfig
+    from fulmen.algorithms.parallel.workers import UpdaterSpec, open_update_workers
+    from fulmen.algorithms.policy import load_causal_lm
+    from fulmen.engines.models import resolve_model
+
+    cuda = device.startswith("cuda")
+    ranks = torch.cuda.device_count() if cuda else 2
+    result: dict[str, Any] = {"shape": "tiny", "finetune": finetune, "fsdp_ranks": ranks}
+    if ranks < 2:
+        result["skipped"] = "one GPU: a sharded update needs two"
+        return result
+    parallel = DataParallelConfig(
+        world_size=ranks, backend="nccl" if cuda else "gloo", strategy="fsdp", timeout_s=300
+    )
+    directory = resolve_model("tiny")
+    config = GRPOConfig(
+        finetune=finetune,  # type: ignore[arg-type]
+        device="cuda:0" if cuda else "cpu",
+        learning_rate=1e-5,
+        micro_batch_tokens=4096,
+        max_seq_len=prompt + completion,
+    )
+    updater = GRPOUpdater(load_causal_lm(directory), config=config)
+    batch = _batch(updater, 1000, sequences, prompt, completion)
+    workers = open_update_workers(parallel)
+    assert workers is not None
+    try:
+        workers.attach(updater, UpdaterSpec.of(updater, directory), config=parallel)
+        if cuda:
+            torch.cuda.reset_peak_memory_stats(config.device)
+        times = []
+        for step in range(steps + 1):
+            started = time.perf_counter()
+            metrics = updater.train_step(batch)
+            if cuda:
+                torch.cuda.synchronize(config.device)
+            if step:
+                times.append(time.perf_counter() - started)
+            else:
+                result["first_step_ratio_mean"] = metrics.get("ratio_mean")
+        result["step_s"] = round(statistics.median(times), 3)
+        if cuda:
+            result["rank0_peak_gb"] = round(
+                torch.cuda.max_memory_allocated(config.device) / 2**30, 3
+            )
+    finally:
+        workers.close()
     return result
 
 

@@ -77,9 +77,14 @@ def test_every_store_command_takes_its_token_the_same_way(command: list[str]) ->
 
 def test_no_module_but_settings_reads_the_environment() -> None:
     reads = re.compile(r"os\.environ\.get|os\.getenv|environ\[")
+    # vllm_plugin's modules run inside vLLM's process, from its environment, where fulmen (and
+    # so its settings) cannot be imported: they read the one variable their launcher sets.
+    plugin = PACKAGE / "engines" / "vllm_plugin"
     offenders = [
         str(path.relative_to(PACKAGE))
         for path in PACKAGE.rglob("*.py")
-        if path.name != "settings.py" and reads.search(path.read_text(encoding="utf-8"))
+        if path.name != "settings.py"
+        and path.parent != plugin
+        and reads.search(path.read_text(encoding="utf-8"))
     ]
     assert offenders == []

@@ -30,6 +30,7 @@ from pathlib import Path
 from fulmen.engines.base import Capabilities
 from fulmen.engines.launcher import EngineProcess, free_port
 from fulmen.errors import ConfigError, EngineError
+from fulmen.settings import launcher_variable
 
 __all__ = ["VLLMLauncher", "find_vllm_python"]
 
@@ -157,7 +158,7 @@ class VLLMLauncher(EngineProcess):
         #: What vLLM's routes outside the OpenAI API require (``fulmen_vllm_guard``).
         self.admin_token = token if token is not None else secrets.token_urlsafe(32)
         python_path = os.pathsep.join(
-            p for p in (str(_PLUGIN_DIR), os.environ.get("PYTHONPATH", "")) if p
+            p for p in (str(_PLUGIN_DIR), launcher_variable("PYTHONPATH")) if p
         )
         env = {
             **_CPU_ENV,

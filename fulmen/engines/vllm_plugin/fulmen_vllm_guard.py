@@ -29,6 +29,8 @@ OPEN_PATHS = frozenset({"/health", "/ping", "/version", "/metrics", "/tokenize",
 OPEN_PREFIXES = ("/v1/", "/v2/", "/inference/", "/cohere/")
 TOKEN_VARIABLE = "FULMEN_VLLM_ADMIN_TOKEN"
 
+__all__ = ["OPEN_PATHS", "OPEN_PREFIXES", "TOKEN_VARIABLE", "AdminRoutesNeedToken"]
+
 
 class AdminRoutesNeedToken:
     """Refuse (401) a request outside the open paths without fulmen's admin token."""

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from typing import Any
 
+__all__ = ["ReloadWeights"]
+
 
 class ReloadWeights:
     """``fulmen_reload_weights``: vLLM's in-place reload, with a tied head packed again."""
