@@ -165,18 +165,7 @@ class TestOneStepOnTwoRanks:
         config = SFTConfig(
             seed=0, learning_rate=1e-2, batch_size=4, epochs=2, lora={"r": 4, "alpha": 8}
         )  # type: ignore[arg-type]
-        rng = random.Random(11)
-        examples = []
-        for i in range(10):
-            ids = [rng.randrange(3, 64) for _ in range(rng.randint(6, 16))]
-            examples.append(
-                SFTExample(
-                    input_ids=ids,
-                    positions=list(range(3, len(ids))),
-                    rollout_id=f"r{i}",
-                    call_ids=[f"c{i}"],
-                )
-            )
+        examples = sft_examples()
         single = SFTUpdater(load_causal_lm(model_dir), config=config)
         parallel = SFTUpdater(load_causal_lm(model_dir), config=config)
         workers.attach(parallel, UpdaterSpec.of(parallel, model_dir))
@@ -187,6 +176,23 @@ class TestOneStepOnTwoRanks:
         difference = _max_difference(single.model, parallel.model)
         print(f"sft: max |w_single - w_parallel| = {difference:.3g}")
         assert difference <= TOLERANCE
+
+
+def sft_examples() -> list[SFTExample]:
+    """Ten SFT examples of 6-16 tokens, the first three of each untrained."""
+    rng = random.Random(11)
+    examples = []
+    for i in range(10):
+        ids = [rng.randrange(3, 64) for _ in range(rng.randint(6, 16))]
+        examples.append(
+            SFTExample(
+                input_ids=ids,
+                positions=list(range(3, len(ids))),
+                rollout_id=f"r{i}",
+                call_ids=[f"c{i}"],
+            )
+        )
+    return examples
 
 
 def _sample(rollout: int, length: int) -> TokenSample:

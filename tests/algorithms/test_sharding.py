@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import random
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -32,11 +31,14 @@ from fulmen.algorithms.parallel.workers import (  # noqa: E402
 )
 from fulmen.algorithms.policy import load_causal_lm  # noqa: E402
 from fulmen.algorithms.sft.config import SFTConfig  # noqa: E402
-from fulmen.algorithms.sft.dataset import SFTExample  # noqa: E402
 from fulmen.algorithms.sft.updater import SFTUpdater  # noqa: E402
 from fulmen.errors import ConfigError  # noqa: E402
 from tests.algorithms.models import tiny_llama  # noqa: E402
-from tests.algorithms.test_data_parallel import TOLERANCE, _batch  # noqa: E402
+from tests.algorithms.test_data_parallel import (  # noqa: E402
+    TOLERANCE,
+    _batch,
+    sft_examples,
+)
 
 FSDP = DataParallelConfig(world_size=2, backend="gloo", timeout_s=60, strategy="fsdp")
 
@@ -206,18 +208,7 @@ class TestOnTwoShardedRanks:
         config = SFTConfig(
             seed=0, learning_rate=1e-2, batch_size=4, epochs=2, lora={"r": 4, "alpha": 8}
         )  # type: ignore[arg-type]
-        rng = random.Random(11)
-        examples = []
-        for i in range(10):
-            ids = [rng.randrange(3, 64) for _ in range(rng.randint(6, 16))]
-            examples.append(
-                SFTExample(
-                    input_ids=ids,
-                    positions=list(range(3, len(ids))),
-                    rollout_id=f"r{i}",
-                    call_ids=[],
-                )
-            )
+        examples = sft_examples()
         single = SFTUpdater(load_causal_lm(model_dir), config=config)
         sharded = SFTUpdater(load_causal_lm(model_dir), config=config)
         _attach(workers, sharded, model_dir)
