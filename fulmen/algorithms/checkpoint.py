@@ -47,7 +47,7 @@ __all__ = [
     "SHARDS_DIR",
     "load_checkpoint",
     "lora_updater_for_stage",
-    "read_sharded_checkpoint",
+    "restore_checkpoint",
     "save_adapter",
     "save_checkpoint",
     "save_model",
@@ -175,17 +175,23 @@ def sharded_checkpoint(directory: str | Path) -> Path | None:
     return shards if shards.is_dir() else None
 
 
-def read_sharded_checkpoint(directory: str | Path) -> dict[str, Any]:
-    """Restore the RNG state of a sharded checkpoint and return its ``state``.
+def restore_checkpoint(
+    model: nn.Module, optimizer: torch.optim.Optimizer, directory: str | Path
+) -> tuple[dict[str, Any], Path | None]:
+    """Restore a checkpoint and return its ``state`` and its shards (``None``: not sharded).
 
-    The weights and optimizer state are loaded by every rank once the policy is sharded
-    (``parallel.sharding.load_shards``).
+    A sharded policy's checkpoint (``SHARDS_DIR``) restores only the RNG state here: every
+    rank loads the weights and optimizer state once the policy is sharded
+    (``parallel.sharding.load_shards``), from the returned folder. Any other is
+    ``load_checkpoint``.
     """
+    shards = sharded_checkpoint(directory)
+    if shards is None:
+        return load_checkpoint(model, optimizer, directory), None
     source = Path(directory)
-    state_file = _state_file(source)
     saved = torch.load(source / _OPTIMIZER_FILE, weights_only=True)
     torch.set_rng_state(saved["rng"])
-    return json.loads(state_file.read_text(encoding="utf-8"))
+    return json.loads(_state_file(source).read_text(encoding="utf-8")), shards
 
 
 def save_adapter(

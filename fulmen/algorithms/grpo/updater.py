@@ -435,11 +435,9 @@ class GRPOUpdater:
         A sharded checkpoint's weights are loaded once the ranks shard the policy.
         """
         self.activate()
-        self.resume_shards = checkpoint.sharded_checkpoint(directory)
-        if self.resume_shards is not None:
-            state = checkpoint.read_sharded_checkpoint(directory)
-        else:
-            state = checkpoint.load_checkpoint(self.model, self.optimizer, directory)
+        state, self.resume_shards = checkpoint.restore_checkpoint(
+            self.model, self.optimizer, directory
+        )
         self.step = int(state["step"])
         self.policy_version = state["policy_version"]
 

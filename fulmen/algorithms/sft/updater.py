@@ -210,11 +210,9 @@ class SFTUpdater:
 
     def load_checkpoint(self, directory: str | Path) -> None:
         """Restore what ``save_checkpoint`` wrote (a sharded one once the ranks shard)."""
-        self.resume_shards = checkpoint.sharded_checkpoint(directory)
-        if self.resume_shards is not None:
-            state = checkpoint.read_sharded_checkpoint(directory)
-        else:
-            state = checkpoint.load_checkpoint(self.model, self.optimizer, directory)
+        state, self.resume_shards = checkpoint.restore_checkpoint(
+            self.model, self.optimizer, directory
+        )
         self.step = int(state["step"])
 
     @property
