@@ -16,7 +16,7 @@ import logging
 import shutil
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 import torch
 from torch import nn
@@ -36,6 +36,8 @@ from fulmen.errors import ConfigError, FulmenError
 
 if TYPE_CHECKING:
     from fulmen.algorithms.context import AlgorithmContext
+    from fulmen.algorithms.parallel.collective import Collective
+    from fulmen.algorithms.parallel.updater import Updater
 
 _C = TypeVar("_C", bound=LoraUpdateSettings)
 _U = TypeVar("_U", bound="LoraUpdaterFiles[Any]")
@@ -256,8 +258,10 @@ class LoraUpdaterFiles(Generic[_C]):
     """The files of an updater that trains a LoRA adapter (DPO's, PPO's): checkpoint and serving.
 
     The updater provides ``model`` (its peft policy), ``optimizer``, ``config`` (a pydantic
-    model) and ``step``; ``_checkpointed`` names what a checkpoint holds (the policy, or the
-    policy with the algorithm's own trained modules, such as PPO's value head).
+    model) and ``step``; ``trained`` names what the optimizer trains and a checkpoint holds
+    (the policy, or the policy with the algorithm's own trained modules, such as PPO's value
+    head). A sharded policy (``parallel.sharding``) checkpoints as a distributed checkpoint
+    and serves the adapter gathered to rank 0.
     """
 
     model: nn.Module
@@ -270,7 +274,7 @@ class LoraUpdaterFiles(Generic[_C]):
 
         ``config``, the adapter on ``model`` (seeded with ``config.seed``), the device, the
         optimizer, the pad token, the length limit (the configured one, else the model's
-        context), the step and the skipped-step count.
+        context), the step, the skipped-step count and (none yet) the data-parallel group.
         """
         self.config = config
         self.model = prepare_seeded_policy(model, config, seed=config.seed or 0)
@@ -281,18 +285,36 @@ class LoraUpdaterFiles(Generic[_C]):
         self.step = 0
         #: Optimizer steps skipped because the gradient norm was not finite.
         self.skipped_nonfinite = 0
+        #: The data-parallel group this updater trains with (``None``: this process alone).
+        self.collective: Collective | None = None
+        #: A sharded checkpoint to load once the ranks shard the policy (``parallel.sharding``).
+        self.resume_shards: Path | None = None
 
-    def _checkpointed(self) -> nn.Module:
+    @property
+    def trained(self) -> nn.Module:
+        """What the optimizer trains and a checkpoint holds: the policy's adapter."""
         return self.model
+
+    def new_optimizer(self) -> torch.optim.Optimizer:
+        """Build a new optimizer over ``trained``'s parameters as they are now."""
+        return build_optimizer(self.model, self.config)
 
     def save_checkpoint(self, directory: str | Path) -> Path:
         """Write the trained parameters, the optimizer and RNG state and the step."""
+        from fulmen.algorithms.parallel import sharding
+
         state = {"step": self.step, "config": self.config.model_dump(mode="json")}
-        return save_checkpoint(self._checkpointed(), self.optimizer, directory, state=state)
+        return save_checkpoint(
+            self.trained,
+            self.optimizer,
+            directory,
+            state=state,
+            shards=sharding.shard_writer(cast("Updater", self)),  # its updater is one
+        )
 
     def load_checkpoint(self, directory: str | Path) -> None:
-        """Restore what ``save_checkpoint`` wrote."""
-        state = load_checkpoint(self._checkpointed(), self.optimizer, directory)
+        """Restore what ``save_checkpoint`` wrote (a sharded one once the ranks shard)."""
+        state, self.resume_shards = restore_checkpoint(self.trained, self.optimizer, directory)
         self.step = int(state["step"])
 
     @property
@@ -302,7 +324,10 @@ class LoraUpdaterFiles(Generic[_C]):
 
     def save_adapter(self, directory: str | Path) -> Path:
         """Write the LoRA adapter in peft's format, ready for ``/v1/load_lora_adapter``."""
-        return save_adapter(self.model, directory, finetune="lora")
+        from fulmen.algorithms.parallel import sharding
+
+        gathered = sharding.gathered_weights(cast("Updater", self))
+        return save_adapter(self.model, directory, finetune="lora", weights=gathered)
 
     def save_model(self, directory: str | Path) -> Path:
         """Write the whole policy (the adapter merged into a copy) as a HF directory."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, get_args
+from typing import TYPE_CHECKING, ClassVar, Literal, get_args
 
 from fulmen.errors import ConfigError
 
@@ -261,6 +261,9 @@ class MismatchGap:
     whose ratio ``exp(d)`` is outside the bounds, ``gap_weight`` and ``gap_masked`` what the
     correction did to them. ``gap_max`` is a maximum, every other field a sum.
     """
+
+    #: The fields that are maxima (over micro-batches, and over a data-parallel step's ranks).
+    MAXIMA: ClassVar[tuple[str, ...]] = ("gap_max",)
 
     gap_tokens: int = 0
     gap_abs: float = 0.0

@@ -24,9 +24,12 @@ from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
 
 from fulmen.algorithms.context import AlgorithmContext
+from fulmen.algorithms.parallel.config import DataParallelConfig
+from fulmen.algorithms.parallel.group import data_parallel
 from fulmen.algorithms.rewards import reward_metrics
 from fulmen.algorithms.rollout_concurrency import concurrency_metrics
 from fulmen.algorithms.serving import PolicyWriter, keep_newest, serve_policy
+from fulmen.settings import PYTHON_VARIABLE
 from fulmen.transitions.named_rewards import named_reward_means
 from fulmen.types import Mode, Rollout, RolloutStatus, Trajectory
 
@@ -157,6 +160,25 @@ class StepLoop(ABC, Generic[_Section]):
     def after_step(self, completed: int, sample: Sample, metrics: Mapping[str, float]) -> None:
         """Say why the step made no update, or stop a failing run; called once it is saved."""
         return None  # nothing to say by default
+
+    async def run_on_ranks(self, parallel: DataParallelConfig | None) -> list[dict[str, float]]:
+        """``run_steps``, the updater's steps shared with the data-parallel ranks.
+
+        With ``parallel`` (the section's ``data_parallel``) or under ``torchrun`` the other
+        ranks build the same updater from what the stage starts from and take a share of each
+        update (``parallel.group.data_parallel``, ``docs/data-parallel.md``); this process
+        still samples, serves and checkpoints. Otherwise it is ``run_steps``.
+        """
+        context = self.context
+        async with data_parallel(
+            self.updater,
+            parallel,
+            model_path=context.run.model_path,
+            weights=context.policy.weights,
+            adapter=context.policy.adapter,
+            python=context.run.variable(PYTHON_VARIABLE),
+        ):
+            return await self.run_steps()
 
     async def run_steps(self) -> list[dict[str, float]]:
         """Run steps ``context.progress.step .. steps - 1``; return each one's metrics."""

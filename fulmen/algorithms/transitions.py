@@ -14,6 +14,7 @@ from fulmen.transitions.trajectory import TransitionOptions
 
 if TYPE_CHECKING:
     from fulmen.algorithms.lora import LoraUpdateSettings
+    from fulmen.algorithms.parallel.config import DataParallelConfig
     from fulmen.algorithms.update_memory import UpdateShape
 
 __all__ = ["PolicyRoutedSection", "check_transitions", "check_untrained_on_base", "served_by_name"]
@@ -22,14 +23,16 @@ __all__ = ["PolicyRoutedSection", "check_transitions", "check_untrained_on_base"
 class PolicyRoutedSection(AlgorithmSection):
     """A section whose trained policy may serve only the agents it trains (PPO, DPO).
 
-    Its subclass declares the fields (``steps``, ``transitions``, ``untrained_agents``, where
-    its docs and option order put them); this base answers the trainer's questions from them.
+    Its subclass declares the fields (``steps``, ``transitions``, ``untrained_agents``,
+    ``data_parallel``, where its docs and option order put them); this base answers the
+    trainer's questions from them.
     """
 
     if TYPE_CHECKING:  # the subclass's fields, and its updater settings for a run
         steps: int
         transitions: TransitionOptions
         untrained_agents: Literal["policy", "base"]
+        data_parallel: DataParallelConfig | None
 
         def update_config(self, *, seed: int) -> LoraUpdateSettings:
             """Return its updater settings with the run's ``seed`` unless they set one."""
@@ -57,6 +60,10 @@ class PolicyRoutedSection(AlgorithmSection):
         """
         return self.transitions.agents if self.untrained_agents == "base" else None
 
+    def data_parallel_settings(self) -> DataParallelConfig | None:
+        """Return ``data_parallel``."""
+        return self.data_parallel
+
     def max_seq_len_settings(self) -> tuple[str, int | None]:
         """Return ``<name>.max_seq_len`` of its updater settings (the run's seed leaves it)."""
         return f"{self.name}.max_seq_len", self.update_config(seed=0).max_seq_len
@@ -65,7 +72,7 @@ class PolicyRoutedSection(AlgorithmSection):
         """Return its updater's shape (a LoRA adapter; the reference is the base without it)."""
         from fulmen.algorithms.update_memory import UpdateShape
 
-        return UpdateShape.of(self.name, self.update_config(seed=0))
+        return UpdateShape.of(self.name, self.update_config(seed=0), parallel=self.data_parallel)
 
 
 def check_transitions(options: TransitionOptions) -> None:

@@ -15,14 +15,17 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 torch = pytest.importorskip("torch")
 
 from fulmen.algorithms.batching import TokenSample  # noqa: E402
+from fulmen.algorithms.dpo.config import DPOConfig  # noqa: E402
+from fulmen.algorithms.dpo.updater import DPOUpdater  # noqa: E402
 from fulmen.algorithms.grpo.config import GRPOConfig  # noqa: E402
 from fulmen.algorithms.grpo.updater import GRPOUpdater  # noqa: E402
 from fulmen.algorithms.parallel.collective import split_samples  # noqa: E402
@@ -33,12 +36,15 @@ from fulmen.algorithms.parallel.workers import (  # noqa: E402
     open_update_workers,
 )
 from fulmen.algorithms.policy import load_causal_lm  # noqa: E402
+from fulmen.algorithms.ppo.config import PPOConfig  # noqa: E402
+from fulmen.algorithms.ppo.updater import PPOUpdater  # noqa: E402
 from fulmen.algorithms.sft.config import SFTConfig  # noqa: E402
 from fulmen.algorithms.sft.dataset import SFTExample  # noqa: E402
 from fulmen.algorithms.sft.updater import SFTUpdater  # noqa: E402
 from fulmen.errors import ConfigError  # noqa: E402
 from fulmen.types.transitions import Transition  # noqa: E402
 from tests.algorithms.builders import transition  # noqa: E402
+from tests.algorithms.dpo.test_updater import PAIRS  # noqa: E402
 from tests.algorithms.models import tiny_llama  # noqa: E402
 
 #: Largest |single - parallel| weight difference accepted (updates here are ~1e-2 a step, and a
@@ -176,6 +182,61 @@ class TestOneStepOnTwoRanks:
         difference = _max_difference(single.model, parallel.model)
         print(f"sft: max |w_single - w_parallel| = {difference:.3g}")
         assert difference <= TOLERANCE
+
+    @pytest.mark.parametrize("kind", ["ppo", "dpo"])
+    def test_two_gloo_ranks_take_the_ppo_and_dpo_steps_one_process_takes(
+        self, model_dir: Path, workers: UpdateWorkers, kind: str
+    ) -> None:
+        make, batch = lora_case(kind, model_dir)
+        single, parallel = make(), make()
+        workers.attach(parallel, UpdaterSpec.of(parallel, model_dir))
+        for _ in range(2):
+            expected = single.train_step(batch)
+            got = parallel.train_step(batch)
+            assert got["updated"] == expected["updated"] == 1.0
+            for key in LORA_STEP_METRICS[kind]:
+                assert got[key] == pytest.approx(expected[key], rel=1e-5, abs=1e-7), key
+        difference = _max_difference(single.trained, parallel.trained)  # PPO's value head too
+        print(f"{kind}: max |w_single - w_parallel| = {difference:.3g}")
+        assert difference <= TOLERANCE
+        assert _max_difference(single.trained, make().trained) > 1e-4  # the steps moved them
+
+
+#: What a PPO or DPO step on two ranks must report as one process does (before-step values
+#: and losses; PPO's value figures of the second step read the value head the first trained).
+LORA_STEP_METRICS = {
+    "ppo": ("loss", "grad_norm", "entropy", "kl", "ppo/value_loss", "ppo/value_mean",
+            "ppo/return_mean", "ppo/advantage_std", "ppo/explained_variance", "mismatch/gap_max"),
+    "dpo": ("loss", "grad_norm", "dpo/margin", "dpo/accuracy", "dpo/chosen_logp"),
+}  # fmt: skip
+
+
+def lora_case(kind: str, model_dir: Path) -> tuple[Callable[[], Any], list[Any]]:
+    """A maker of PPO's or DPO's updater on the tiny model, and a batch for it.
+
+    Micro-batches of 16 tokens: rank 0's share of either batch takes two micro-batches and
+    rank 1's one, so a sharded rank 1 runs a filler.
+    """
+    lora = {"lora": {"r": 4, "alpha": 8}, "seed": 0, "micro_batch_tokens": 16}
+    if kind == "dpo":
+        dpo = DPOConfig(learning_rate=1e-2, beta=0.5, **lora)  # type: ignore[arg-type]
+        return lambda: DPOUpdater(load_causal_lm(model_dir), config=dpo), list(PAIRS)
+    ppo = PPOConfig(
+        learning_rate=1e-2,
+        value_learning_rate=5e-2,
+        epochs=2,  # the second epoch's ratios move off 1
+        kl_coef=0.05,  # the reference's forwards are collectives too when sharded
+        normalize_advantages=True,  # over the whole batch, not a rank's share
+        **lora,  # type: ignore[arg-type]
+    )
+    base = load_causal_lm(model_dir)
+    batch = [
+        transition(base, "a", [1, 10, 11], [7, 7, 7], 0.0, task="ta", call_index=0),
+        transition(base, "a", [1, 10, 11, 7, 7, 7, 12], [7, 7], 1.0, task="ta", call_index=1),
+        transition(base, "b", [1, 13], [20, 21, 22], 0.0, task="tb"),
+        transition(base, "c", [1, 14, 15], [7, 7, 7, 7], 1.0, task="tc"),
+    ]
+    return lambda: PPOUpdater(load_causal_lm(model_dir), config=ppo), batch
 
 
 def sft_examples() -> list[SFTExample]:

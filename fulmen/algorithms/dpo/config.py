@@ -11,6 +11,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from fulmen.algorithms.lora import LoraUpdateSettings
+from fulmen.algorithms.parallel.config import DataParallelConfig
 from fulmen.algorithms.source import StoreSource
 from fulmen.algorithms.transitions import (
     PolicyRoutedSection,
@@ -86,6 +87,9 @@ class DPOAlgorithmConfig(PolicyRoutedSection):
             limit.
         source: learn from a store's finished rollouts instead of sampling
             (``docs/offline.md``).
+        data_parallel: take each update on ``world_size`` processes, each on some of the
+            step's pairs (``DataParallelConfig``: ``replicate`` or ``fsdp``,
+            ``docs/data-parallel.md``); ``None``: this process alone (unless under ``torchrun``).
     """
 
     name: Literal["dpo"] = "dpo"
@@ -99,6 +103,7 @@ class DPOAlgorithmConfig(PolicyRoutedSection):
     checkpoint_every: int = Field(default=1, ge=1)
     max_minutes: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     source: StoreSource | None = None
+    data_parallel: DataParallelConfig | None = None
 
     @model_validator(mode="after")
     def _no_dead_options(self) -> DPOAlgorithmConfig:

@@ -33,11 +33,12 @@ logger = logging.getLogger("fulmen.train")
 async def run_dpo(config: DPOAlgorithmConfig, context: AlgorithmContext) -> list[dict[str, float]]:
     """Run ``config.steps`` DPO steps from the stage's saved progress.
 
-    Returns the metrics of each step run now.
+    Returns the metrics of each step run now. With ``data_parallel`` (or under ``torchrun``)
+    each update is shared with the other ranks (``docs/data-parallel.md``).
     """
     updater = await asyncio.to_thread(_build_updater, config, context)
     loop = DPOLoop(config, context, schedule=Schedule.of(config), updater=updater)
-    return await loop.run_steps()
+    return await loop.run_on_ranks(config.data_parallel)
 
 
 class DPOLoop(StepLoop[DPOAlgorithmConfig]):

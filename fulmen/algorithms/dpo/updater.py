@@ -6,7 +6,10 @@ computed where its four logprobs are) by a padded-token budget, and per micro-ba
 reference's sequence logprobs (the policy with its LoRA adapter disabled, no graph:
 ``fulmen.algorithms.policy.ReferencePolicy``) and then the policy's, adds the gradient of
 the pairs' DPO loss divided by the step's pair count, and takes one clipped AdamW step. The
-split into micro-batches does not change the update. The forward and backward run in
+split into micro-batches does not change the update. With a ``collective``
+(``docs/data-parallel.md``) each rank takes some of the step's pairs, the loss is still divided
+by the step's whole pair count, and the gradients are summed (or, sharded, reduced by FSDP2)
+before every rank takes the same step. The forward and backward run in
 ``update_mode(dropout="lora")``: the base model's dropout stays off, as in GRPO. A step whose
 gradient norm is not finite is skipped and counted. Torch and peft are imported here, never by
 ``import fulmen``.
@@ -28,6 +31,8 @@ from fulmen.algorithms.dpo.config import DPOConfig
 from fulmen.algorithms.dpo.loss import DPOTerms, dpo_loss
 from fulmen.algorithms.dpo.pairs import PreferencePair
 from fulmen.algorithms.optimizer import apply_gradients
+from fulmen.algorithms.parallel import sharding
+from fulmen.algorithms.parallel.collective import split_indices
 from fulmen.algorithms.policy import (
     ReferencePolicy,
     autocast_context,
@@ -101,11 +106,13 @@ class DPOUpdater(checkpoint.LoraUpdaterFiles[DPOConfig]):
         if not kept:
             metrics.update(updated=0.0, step_time_s=time.perf_counter() - started)
             return metrics
-        totals = self._backward(kept)
-        norm = apply_gradients(self.optimizer, max_grad_norm=self.config.max_grad_norm)
+        total = len(kept)
+        if self.collective is not None:  # rank 0: each rank gets some pairs
+            sizes = [_pair_length(p) for p in kept]
+            parts = split_indices(sizes, self.collective.world_size)
+            kept = self.collective.share([([kept[i] for i in part], total) for part in parts])[0]
+        totals, norm = self._train_pairs(kept, total)
         updated = math.isfinite(norm)
-        self.skipped_nonfinite += not updated
-        self.step += 1
         metrics.update(totals.metrics())
         metrics.update(
             updated=float(updated),
@@ -116,6 +123,28 @@ class DPOUpdater(checkpoint.LoraUpdaterFiles[DPOConfig]):
         )
         return metrics
 
+    def train_part(self, part: tuple[Sequence[PreferencePair], int]) -> None:
+        """Train on this rank's share of a step: ``(pairs, total)`` (``parallel.updater``)."""
+        pairs, total = part
+        self._train_pairs(pairs, total)
+
+    def _train_pairs(self, pairs: Sequence[PreferencePair], total: int) -> tuple[_Totals, float]:
+        """Take the optimizer step on the mean loss over ``total`` pairs, ``pairs`` this rank's.
+
+        With a ``collective`` the gradients and totals are summed over the ranks, so every rank
+        takes the batch's step. Returns the batch's totals and the gradient norm.
+        """
+        totals = self._backward(pairs, total)
+        if self.collective is not None:
+            if not sharding.is_sharded(self.model):  # FSDP2 reduced them already
+                params = [p for group in self.optimizer.param_groups for p in group["params"]]
+                self.collective.sum_gradients(params)
+            totals = self.collective.sum_fields(totals)
+        norm = apply_gradients(self.optimizer, max_grad_norm=self.config.max_grad_norm)
+        self.skipped_nonfinite += not math.isfinite(norm)
+        self.step += 1
+        return totals, norm
+
     def compute_gradients(self, pairs: Sequence[PreferencePair]) -> dict[str, float]:
         """Accumulate the step's loss gradient into the parameters' ``.grad``, without a step.
 
@@ -123,19 +152,34 @@ class DPOUpdater(checkpoint.LoraUpdaterFiles[DPOConfig]):
         ``train_step`` is the way to train. Call ``self.optimizer.zero_grad()`` before reusing
         the updater.
         """
-        return self._backward([p for p in pairs if self._fits(p)]).metrics()
+        kept = [p for p in pairs if self._fits(p)]
+        return self._backward(kept, len(kept)).metrics()
 
-    def _backward(self, pairs: Sequence[PreferencePair]) -> _Totals:
-        """Add the gradient of the mean DPO loss of ``pairs``, micro-batch by micro-batch."""
+    def _backward(self, pairs: Sequence[PreferencePair], total: int) -> _Totals:
+        """Add the gradient of the DPO loss of ``pairs`` over ``total``, micro-batch by micro-batch.
+
+        Under sharding every rank runs as many micro-batches as the busiest: the others add
+        fillers (one pad token a sequence, no gradient).
+        """
         totals = _Totals()
-        for group in self._plan(pairs):
+        scale = sharding.gradient_scale(self)
+        plan = self._plan(pairs)
+        fillers = sharding.lockstep_fillers(self, len(plan))  # before any pass: a collective
+        for group in plan:
             batch = self._collate([pairs[i] for i in group])
             ref_logps = self._reference_logps(batch)
             # The update's mode holds through backward (checkpointing recomputes in it).
             with update_mode(self.model, dropout="lora"):
                 terms, chosen, rejected = self._terms(batch, ref_logps)
-                (terms.loss.sum() / len(pairs)).backward()
+                (terms.loss.sum() / total * scale).backward()
             totals.add(terms, chosen, rejected)
+        for _ in range(fillers):
+            filler = sharding.filler_sample(self.pad_token_id)
+            batch = collate([filler, filler], pad_id=self.pad_token_id).to(self.device)
+            ref_logps = self._reference_logps(batch)
+            with update_mode(self.model, dropout="lora"):
+                terms, _, _ = self._terms(batch, ref_logps)
+                (terms.loss.sum() * 0.0).backward()
         return totals
 
     @torch.no_grad()
@@ -197,6 +241,11 @@ class DPOUpdater(checkpoint.LoraUpdaterFiles[DPOConfig]):
             )
         rows = int(batch.input_ids.shape[0])
         return logprobs.new_zeros(rows).index_add(0, batch.rows, logprobs)
+
+
+def _pair_length(pair: PreferencePair) -> int:
+    """Tokens of a pair's two sequences (how ranks balance their shares)."""
+    return 2 * len(pair.prompt) + len(pair.chosen) + len(pair.rejected)
 
 
 def _sample(input_ids: list[int], positions: list[int]) -> TokenSample:

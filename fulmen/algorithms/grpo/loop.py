@@ -25,10 +25,8 @@ from fulmen.algorithms.context import AlgorithmContext
 from fulmen.algorithms.grpo.config import GRPOAlgorithmConfig, GRPOConfig
 from fulmen.algorithms.grpo.diagnose import no_update_reason
 from fulmen.algorithms.grpo.dynamic_sampling import FlatTasks, SampledStep, sample_step
-from fulmen.algorithms.parallel.group import data_parallel
 from fulmen.algorithms.step_loop import Sample, Schedule, StepLoop, sampled_metrics
 from fulmen.errors import AgentFailed, error_summary
-from fulmen.settings import PYTHON_VARIABLE
 from fulmen.transitions.attribution import AttributionCheck
 from fulmen.types import Mode, Rollout, RolloutStatus
 
@@ -60,16 +58,7 @@ class GRPOLoop(StepLoop[GRPOAlgorithmConfig]):
         the other ranks (``docs/data-parallel.md``); this process still checkpoints and serves.
         """
         await asyncio.to_thread(self._build_updater)
-        policy = self.context.policy
-        async with data_parallel(
-            self.updater,
-            self.config.data_parallel,
-            model_path=self.context.run.model_path,
-            weights=policy.weights,
-            adapter=policy.adapter,
-            python=self.context.run.variable(PYTHON_VARIABLE),
-        ):
-            return await self.run_steps()
+        return await self.run_on_ranks(self.config.data_parallel)
 
     # -- setup ------------------------------------------------------------------------------
 

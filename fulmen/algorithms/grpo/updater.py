@@ -84,13 +84,6 @@ class _Totals(RatioTotals, MismatchGap):
     is_weight: float = 0.0
     is_truncated: int = 0
 
-    def summed(self, collective: Collective) -> _Totals:
-        """Return these totals summed over the ranks of a data-parallel update."""
-        names = [n for n in vars(self) if n != "gap_max"]  # a maximum, not a sum
-        values = collective.sum_values([float(getattr(self, n)) for n in names])
-        summed = {n: type(getattr(self, n))(v) for n, v in zip(names, values, strict=True)}
-        return _Totals(**summed, gap_max=collective.max_value(self.gap_max))
-
     def metrics(self, epochs: int) -> dict[str, float]:
         n = max(self.tokens, 1)
         return {
@@ -266,7 +259,9 @@ class GRPOUpdater:
                 self.skipped_nonfinite += 1
                 break
         self.step += 1
-        return (totals.summed(self.collective) if self.collective else totals), grad_norm
+        if self.collective is not None:  # the batch's totals (the gap's maximum is a maximum)
+            totals = self.collective.sum_fields(totals, maxima=MismatchGap.MAXIMA)
+        return totals, grad_norm
 
     @property
     def _trainable(self) -> list[torch.Tensor]:
@@ -311,6 +306,7 @@ class GRPOUpdater:
         )
         if first_pass:
             (logger.info if is_long else logger.debug)("GRPO step %d: %s", self.step, line)
+        fillers = sharding.lockstep_fillers(self, len(plan))  # before any pass: a collective
         for group, tokens in zip(plan, padded, strict=True):
             batch = collate([samples[i] for i in group], pad_id=self.pad_token_id)
             checkpoint = is_checkpointed(
@@ -319,7 +315,7 @@ class GRPOUpdater:
             self._accumulate(
                 batch.to(self.device), totals, checkpoint=checkpoint, first_pass=first_pass
             )
-        for _ in range(sharding.lockstep_fillers(self, len(plan))):  # sharded: as many as all
+        for _ in range(fillers):  # sharded: as many passes as the busiest rank
             filler = collate([sharding.filler_sample(self.pad_token_id)], pad_id=self.pad_token_id)
             self._accumulate(filler.to(self.device), _Totals(), checkpoint=False, first_pass=False)
 
@@ -440,6 +436,15 @@ class GRPOUpdater:
         )
         self.step = int(state["step"])
         self.policy_version = state["policy_version"]
+
+    @property
+    def trained(self) -> nn.Module:
+        """What the optimizer trains: the policy (``parallel.updater.Updater``)."""
+        return self.model
+
+    def new_optimizer(self) -> torch.optim.Optimizer:
+        """Build a new optimizer over the policy's trainable weights as they are now."""
+        return build_optimizer(self.model, self.config)
 
     @property
     def is_full(self) -> bool:

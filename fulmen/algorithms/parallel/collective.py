@@ -4,15 +4,17 @@
 leads: it sends every other rank its part of each step (``share``, one ``scatter_object_list``),
 and every rank then sums its gradients and loss statistics with the others (``sum_gradients``,
 ``sum_values``), so each applies the same optimizer step and the weights stay identical.
-``split_samples`` divides a step's samples into balanced parts without splitting a rollout.
+``split_indices`` (and ``split_samples``) divide a step's samples into balanced parts without
+splitting a rollout; ``sum_fields`` sums a step's totals over the ranks.
 Torch is imported here, never by ``import fulmen``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 from collections.abc import Callable, Hashable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
@@ -21,7 +23,9 @@ from fulmen.algorithms.batching import TokenSample
 from fulmen.errors import ConfigError
 from fulmen.settings import launcher_variable
 
-__all__ = ["MESSAGE_TIMEOUT", "Collective", "resolve_backend", "split_samples"]
+__all__ = ["MESSAGE_TIMEOUT", "Collective", "resolve_backend", "split_indices", "split_samples"]
+
+_Totals = TypeVar("_Totals")
 
 #: How long a worker waits for rank 0's next message (a rank that dies is noticed sooner:
 #: torchrun stops the others, and locally spawned ranks exit with their parent).
@@ -132,6 +136,19 @@ class Collective:
         dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
         return [float(v) for v in tensor.cpu()]
 
+    def sum_fields(self, totals: _Totals, *, maxima: Sequence[str] = ()) -> _Totals:
+        """Return a copy of the dataclass ``totals`` with each field summed over the ranks.
+
+        A step's totals (token counts, loss sums) add up over the ranks' parts; the fields
+        named in ``maxima`` are the largest over the ranks instead. Every rank gets the result.
+        """
+        fields = [f.name for f in dataclasses.fields(totals)]  # type: ignore[arg-type]
+        names = [n for n in fields if n not in maxima]
+        values = self.sum_values([float(getattr(totals, n)) for n in names])
+        merged = {n: type(getattr(totals, n))(v) for n, v in zip(names, values, strict=True)}
+        merged.update({n: self.max_value(getattr(totals, n)) for n in maxima})
+        return dataclasses.replace(totals, **merged)  # type: ignore[type-var]
+
     def max_value(self, value: float) -> float:
         """Return the largest of one number over the ranks, every rank getting the result."""
         tensor = torch.tensor([value], dtype=torch.float64, device=self.device)
@@ -144,22 +161,19 @@ class Collective:
             dist.destroy_process_group()
 
 
-def split_samples(
-    samples: Sequence[TokenSample],
-    world_size: int,
-    *,
-    key: Callable[[int, TokenSample], Hashable] = lambda _, s: s.rollout,
-) -> list[list[TokenSample]]:
-    """Divide ``samples`` into ``world_size`` parts, never splitting a ``key`` (a rollout).
+def split_indices(
+    sizes: Sequence[int], world_size: int, *, keys: Sequence[Hashable] | None = None
+) -> list[list[int]]:
+    """Divide items of ``sizes`` tokens into ``world_size`` parts of indices, keeping keys whole.
 
-    Units (the samples sharing a key) go, largest first, to the part with the fewest tokens
-    so far, so the ranks get similar work; each part keeps the batch's order. Loss weights are
-    already global (``TokenSample.norm``), so the parts' losses add up to the batch's.
+    Units (the items sharing a key; each item its own without ``keys``) go, largest first, to
+    the part with the fewest tokens so far, so the ranks get similar work; each part keeps the
+    batch's order.
     """
     units: dict[Hashable, list[int]] = {}
-    for index, sample in enumerate(samples):
-        units.setdefault(key(index, sample), []).append(index)
-    size = {k: sum(len(samples[i]) for i in members) for k, members in units.items()}
+    for index in range(len(sizes)):
+        units.setdefault(keys[index] if keys is not None else index, []).append(index)
+    size = {k: sum(sizes[i] for i in members) for k, members in units.items()}
     loads = [0] * world_size
     owner: dict[int, int] = {}
     for unit in sorted(units, key=lambda k: (-size[k], units[k][0])):
@@ -167,7 +181,24 @@ def split_samples(
         loads[rank] += size[unit]
         for index in units[unit]:
             owner[index] = rank
-    parts: list[list[TokenSample]] = [[] for _ in range(world_size)]
-    for index, sample in enumerate(samples):
-        parts[owner[index]].append(sample)
+    parts: list[list[int]] = [[] for _ in range(world_size)]
+    for index in range(len(sizes)):
+        parts[owner[index]].append(index)
     return parts
+
+
+def split_samples(
+    samples: Sequence[TokenSample],
+    world_size: int,
+    *,
+    key: Callable[[int, TokenSample], Hashable] = lambda _, s: s.rollout,
+) -> list[list[TokenSample]]:
+    """Divide ``samples`` into ``world_size`` balanced parts, never splitting a ``key``.
+
+    The parts of ``split_indices`` (by default a rollout's samples stay together). Loss
+    weights are already global (``TokenSample.norm``), so the parts' losses add up to the
+    batch's.
+    """
+    keys = [key(i, s) for i, s in enumerate(samples)]
+    parts = split_indices([len(s) for s in samples], world_size, keys=keys)
+    return [[samples[i] for i in part] for part in parts]

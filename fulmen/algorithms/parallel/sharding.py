@@ -53,6 +53,7 @@ __all__ = [
     "save_shards",
     "shard",
     "shard_writer",
+    "sum_head_gradients",
 ]
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -117,13 +118,12 @@ def shard(engine: Updater, param_dtype: str | None, resume: str | None) -> None:
         register_fsdp_forward_method,
     )
 
-    from fulmen.algorithms.optimizer import build_optimizer
     from fulmen.algorithms.policy import SHARDED_DECODER, causal_lm_of
 
-    model = engine.model
+    model, trained = engine.model, engine.trained
     causal_lm = causal_lm_of(model)
     layers = _layers(causal_lm)
-    held = get_optimizer_state_dict(model, engine.optimizer) if engine.optimizer.state else None
+    held = get_optimizer_state_dict(trained, engine.optimizer) if engine.optimizer.state else None
     precision = MixedPrecisionPolicy(
         param_dtype=_DTYPES[param_dtype] if param_dtype else None,
         reduce_dtype=torch.float32,
@@ -137,10 +137,12 @@ def shard(engine: Updater, param_dtype: str | None, resume: str | None) -> None:
     fully_shard(causal_lm, mp_policy=precision)
     setattr(causal_lm, SHARDED_DECODER, functools.partial(causal_lm.get_decoder()))
     register_fsdp_forward_method(causal_lm, SHARDED_DECODER)
-    engine.optimizer = build_optimizer(model, engine.config)
+    # The algorithm's own modules (PPO's value head: a vector) stay whole on every rank; the
+    # updater sums their gradients itself (``sum_head_gradients``).
+    engine.optimizer = engine.new_optimizer()
     if held is not None:
         set_optimizer_state_dict(
-            model, engine.optimizer, held, options=StateDictOptions(full_state_dict=True)
+            trained, engine.optimizer, held, options=StateDictOptions(full_state_dict=True)
         )
     if resume is not None:
         load_shards(engine, resume)
@@ -179,7 +181,7 @@ def _state(engine: Updater) -> dict[str, Any]:
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
 
     options = StateDictOptions(ignore_frozen_params=True)
-    weights, optimizer = get_state_dict(engine.model, engine.optimizer, options=options)
+    weights, optimizer = get_state_dict(engine.trained, engine.optimizer, options=options)
     return {"model": weights, "optimizer": optimizer}
 
 
@@ -192,7 +194,7 @@ def save_shards(engine: Updater, directory: str) -> None:
     """
     from torch.distributed.checkpoint.state_dict_saver import save
 
-    _reshard(engine.model)
+    _reshard(engine.trained)
     save(_state(engine), checkpoint_id=directory)
 
 
@@ -201,11 +203,11 @@ def load_shards(engine: Updater, directory: str) -> None:
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_state_dict
     from torch.distributed.checkpoint.state_dict_loader import load
 
-    _reshard(engine.model)
+    _reshard(engine.trained)
     state = _state(engine)
     load(state, checkpoint_id=directory)
     set_state_dict(
-        engine.model,
+        engine.trained,
         engine.optimizer,
         model_state_dict=state["model"],
         optim_state_dict=state["optimizer"],
@@ -238,7 +240,8 @@ def lockstep_fillers(engine: Updater, micro_batches: int) -> int:
     """How many empty micro-batches this rank adds to its ``micro_batches`` (0 unless sharded).
 
     Under FSDP2 each forward and backward gathers and reduces with the other ranks, so every
-    rank must run as many as the busiest.
+    rank must run as many as the busiest. This is a collective itself: call it before a
+    rank's passes, where every rank calls it at the same point.
     """
     collective = engine.collective
     if collective is None or not is_sharded(engine.model):
@@ -256,6 +259,22 @@ def filler_sample(pad_token_id: int) -> TokenSample:
         norm=[0.0],
         rollout=-1,
     )
+
+
+def sum_head_gradients(engine: Updater, heads: list[torch.Tensor]) -> None:
+    """Sum over the ranks the gradients of modules held whole beside a sharded policy.
+
+    FSDP2 reduced the policy's shards; ``heads`` (PPO's value head) are plain on every rank,
+    their gradients from a loss scaled by ``gradient_scale``, so the sum is divided by it.
+    """
+    collective = engine.collective
+    if collective is None or not heads:
+        return
+    collective.sum_gradients(heads)
+    scale = gradient_scale(engine)
+    for param in heads:
+        if param.grad is not None:
+            param.grad.div_(scale)
 
 
 def gradient_scale(engine: Updater) -> float:

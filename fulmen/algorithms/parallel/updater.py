@@ -20,9 +20,11 @@ __all__ = ["Updater"]
 class Updater(Protocol):
     """What an algorithm's updater offers to be trained on several ranks.
 
-    ``GRPOUpdater`` and ``SFTUpdater`` implement it; the plumbing here names neither. A rank
-    other than 0 builds the same wrapper from an ``UpdaterSpec`` (its class, its config model
-    and what the stage starts from) and runs ``train_part`` on its share of each step.
+    ``GRPOUpdater``, ``SFTUpdater``, ``PPOUpdater`` and ``DPOUpdater`` implement it; the
+    plumbing here names none of them. A rank other than 0 builds the same wrapper from an
+    ``UpdaterSpec`` (its class, its config model and what the stage starts from), takes rank
+    0's ``trained`` weights and optimizer state, and runs ``train_part`` on its share of each
+    step.
     """
 
     model: nn.Module
@@ -36,6 +38,22 @@ class Updater(Protocol):
     @property
     def config(self) -> Any:
         """The wrapper's settings: a pydantic model with ``dtype`` and ``finetune``."""
+        ...
+
+    @property
+    def trained(self) -> nn.Module:
+        """What the optimizer trains, checkpoints hold and the ranks copy.
+
+        ``model``, or ``model`` and the algorithm's own modules (PPO's value head) under one
+        ``nn.ModuleDict``.
+        """
+        ...
+
+    def new_optimizer(self) -> torch.optim.Optimizer:
+        """Build a new optimizer over ``trained``'s parameters as they are now.
+
+        Sharding builds one over the shards.
+        """
         ...
 
     def train_part(self, part: Any) -> None:

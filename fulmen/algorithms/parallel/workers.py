@@ -8,8 +8,8 @@ trained with the batch's loss weights and summed gradients), ``call`` (a functio
 runs on its engine: sharding's gathers and checkpoints, ``parallel.sharding.everywhere``),
 ``release`` (the stage is over; wait for the next ``build``) and ``stop``.
 
-The engines are the algorithms' (``parallel.updater.Updater``: ``GRPOUpdater``,
-``SFTUpdater``), named here only as ``"module:Class"`` in an ``UpdaterSpec``.
+The engines are the algorithms' (``parallel.updater.Updater``: GRPO's, SFT's, PPO's and DPO's
+updaters), named here only as ``"module:Class"`` in an ``UpdaterSpec``.
 ``open_update_workers`` gives rank 0 its ``UpdateWorkers``: under ``torchrun`` the other ranks
 are already running (``fulmen train`` on them calls ``run_update_worker``); otherwise it spawns
 ``world_size - 1`` local processes itself. ``run_update_worker`` is a plain importable
@@ -89,7 +89,9 @@ class UpdaterSpec:
             _qualified(type(engine)),
             _qualified(type(engine.config)),
             str(model_path),
-            engine.config.model_dump(mode="json"),
+            # what was set, not every default: a config whose checks refuse an option given
+            # where it has no effect (PPO's kl_estimator without kl_coef) validates again
+            engine.config.model_dump(mode="json", exclude_unset=True),
             weights=str(weights) if weights else None,
             adapter=str(adapter) if adapter else None,
         )
@@ -128,7 +130,8 @@ def _load(path: str) -> Any:
 
 def _state(engine: Updater) -> dict[str, Any]:
     """Trainable weights, optimizer state and step, on the CPU (ranks may use other GPUs)."""
-    trainable = {n: p.detach().cpu() for n, p in engine.model.named_parameters() if p.requires_grad}
+    trained = engine.trained.named_parameters()
+    trainable = {n: p.detach().cpu() for n, p in trained if p.requires_grad}
     optimizer = engine.optimizer.state_dict()
     optimizer["state"] = {
         index: {k: v.cpu() if isinstance(v, torch.Tensor) else v for k, v in values.items()}
@@ -138,7 +141,7 @@ def _state(engine: Updater) -> dict[str, Any]:
 
 
 def _load_state(engine: Updater, state: dict[str, Any]) -> None:
-    params = dict(engine.model.named_parameters())
+    params = dict(engine.trained.named_parameters())
     with torch.no_grad():
         for name, value in state["params"].items():
             params[name].copy_(value)

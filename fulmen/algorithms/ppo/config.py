@@ -6,12 +6,13 @@ head, GAE and the two clipped losses.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field, model_validator
 
 from fulmen.algorithms.lora import LoraUpdateSettings
 from fulmen.algorithms.losses import check_loss_names
+from fulmen.algorithms.parallel.config import DataParallelConfig
 from fulmen.algorithms.transitions import (
     PolicyRoutedSection,
     check_transitions,
@@ -125,6 +126,9 @@ class PPOAlgorithmConfig(PolicyRoutedSection):
         max_minutes: stop starting new steps once this much wall time has passed in the loop
             (the last step is checkpointed and validated as after ``steps``); ``None``: no
             limit.
+        data_parallel: take each update on ``world_size`` processes, each on some of the
+            step's rollouts (``DataParallelConfig``: ``replicate`` or ``fsdp``,
+            ``docs/data-parallel.md``); ``None``: this process alone (unless under ``torchrun``).
     """
 
     behaviour_temperature: ClassVar[str | None] = "ppo"
@@ -138,16 +142,7 @@ class PPOAlgorithmConfig(PolicyRoutedSection):
     untrained_agents: Literal["policy", "base"] = "policy"
     checkpoint_every: int = Field(default=1, ge=1)
     max_minutes: float | None = Field(default=None, gt=0, allow_inf_nan=False)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _single_process(cls, data: Any) -> Any:
-        if isinstance(data, dict) and "data_parallel" in data:
-            raise ValueError(
-                "algorithm ppo runs its update in one process for now: remove "
-                "algorithm.data_parallel (grpo and sft support it, docs/data-parallel.md)"
-            )
-        return data
+    data_parallel: DataParallelConfig | None = None
 
     @model_validator(mode="after")
     def _no_dead_options(self) -> PPOAlgorithmConfig:

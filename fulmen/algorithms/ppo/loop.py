@@ -7,8 +7,8 @@ records and builds one transition per call with PPO's step rewards as the credit
 (``PPOUpdater``: GAE with the value head, the clipped policy and value losses), saves the
 adapter and hot-loads it into the engine (``serve_policy``), and checkpoints (the value head
 with the adapter). A killed run resumes after its last checkpointed step; a stage that follows
-another starts from the adapter that one published, with a fresh value head. The update runs
-in this one process: under ``torchrun`` with several ranks the run is refused.
+another starts from the adapter that one published, with a fresh value head. With
+``data_parallel`` (or under ``torchrun``) every update is shared by the ranks.
 """
 
 from __future__ import annotations
@@ -19,11 +19,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from fulmen.algorithms.context import AlgorithmContext
-from fulmen.algorithms.parallel.config import torchrun_rank
 from fulmen.algorithms.ppo.config import PPOAlgorithmConfig
 from fulmen.algorithms.ppo.rewards import step_rewards
 from fulmen.algorithms.step_loop import Sample, Schedule, StepLoop, run_step_groups, sampled_metrics
-from fulmen.errors import ConfigError
 
 __all__ = ["PPOLoop", "run_ppo"]
 
@@ -33,20 +31,12 @@ logger = logging.getLogger("fulmen.train")
 async def run_ppo(config: PPOAlgorithmConfig, context: AlgorithmContext) -> list[dict[str, float]]:
     """Run ``config.steps`` PPO steps from the stage's saved progress.
 
-    Returns the metrics of each step run now.
-
-    Raises:
-        ConfigError: the run is one of several ``torchrun`` ranks (PPO's update is
-            single-process for now).
+    Returns the metrics of each step run now. With ``data_parallel`` (or under ``torchrun``)
+    each update is shared with the other ranks (``docs/data-parallel.md``).
     """
-    if torchrun_rank() is not None:
-        raise ConfigError(
-            "algorithm ppo updates in one process for now; run it without torchrun "
-            "(grpo and sft train data-parallel: docs/data-parallel.md)"
-        )
     updater = await asyncio.to_thread(_build_updater, config, context)
     loop = PPOLoop(config, context, schedule=Schedule.of(config), updater=updater)
-    return await loop.run_steps()
+    return await loop.run_on_ranks(config.data_parallel)
 
 
 class PPOLoop(StepLoop[PPOAlgorithmConfig]):

@@ -15,7 +15,11 @@ and the value loss the clipped one of ``gae.clipped_value_loss``. One decoder pa
 the token logprobs and the values (``policy.hidden_states``). The forward and backward run in
 ``update_mode(dropout="lora")`` as GRPO's; a step whose gradient norm is not finite is skipped.
 Checkpoints hold the adapter, the value head and the optimizer, so a resumed run keeps its
-critic; the adapter alone is what the engine serves.
+critic; the adapter alone is what the engine serves. With a ``collective``
+(``docs/data-parallel.md``) every rank holds the step's calls and trains some rollouts: the
+values are summed over the ranks so GAE and the advantage normalization see the whole batch,
+and the gradients are summed (or, sharded, the policy's reduced by FSDP2 and the value head's,
+held whole on every rank, summed) before every rank takes the same step.
 """
 
 from __future__ import annotations
@@ -39,7 +43,9 @@ from fulmen.algorithms.losses import (
     MismatchGap,
     RatioTotals,
 )
-from fulmen.algorithms.optimizer import apply_gradients
+from fulmen.algorithms.optimizer import apply_gradients, build_optimizer
+from fulmen.algorithms.parallel import sharding
+from fulmen.algorithms.parallel.collective import split_indices
 from fulmen.algorithms.policy import (
     ReferencePolicy,
     autocast_context,
@@ -105,12 +111,7 @@ class PPOUpdater(checkpoint.LoraUpdaterFiles[PPOConfig]):
         self.reference = (
             ReferencePolicy(self.model, finetune="lora") if config.kl_coef > 0 else None
         )
-        self.optimizer.add_param_group(
-            {
-                "params": list(self.value_head.parameters()),
-                "lr": config.value_learning_rate or config.learning_rate,
-            }
-        )
+        self.optimizer = self.new_optimizer()
         # What a checkpoint holds: the adapter's and the value head's trained parameters.
         self._trained = nn.ModuleDict({"policy": self.model, "value_head": self.value_head})
 
@@ -130,19 +131,15 @@ class PPOUpdater(checkpoint.LoraUpdaterFiles[PPOConfig]):
         if not calls:
             metrics.update(updated=0.0, step_time_s=time.perf_counter() - started)
             return metrics
-        plan = self._plan(calls)
-        targets = self._targets(calls, plan)
-        calls = self._weighted(calls, targets)
+        mine = list(range(len(calls)))
+        if self.collective is not None:  # rank 0: every rank gets the calls, and its rollouts
+            keys = [c.sample.rollout for c in calls]
+            parts = split_indices(
+                [len(c.sample) for c in calls], self.collective.world_size, keys=keys
+            )
+            mine = self.collective.share([(calls, part) for part in parts])[1]
+        targets, totals, norm = self._train_calls(calls, mine)
         metrics.update(_value_metrics(targets))
-        totals = _Totals()
-        norm = 0.0
-        for epoch in range(self.config.epochs):
-            self._backward(calls, plan, targets, totals, first_pass=epoch == 0)
-            norm = apply_gradients(self.optimizer, max_grad_norm=self.config.max_grad_norm)
-            if not math.isfinite(norm):
-                self.skipped_nonfinite += 1
-                break
-        self.step += 1
         metrics.update(totals.metrics(self.config.epochs))
         metrics.update(
             updated=float(math.isfinite(norm)),
@@ -156,20 +153,65 @@ class PPOUpdater(checkpoint.LoraUpdaterFiles[PPOConfig]):
         )
         return metrics
 
+    def train_part(self, part: tuple[Sequence[PPOCall], Sequence[int]]) -> None:
+        """Train on this rank's share of a step: ``(calls, mine)`` (``parallel.updater``)."""
+        calls, mine = part
+        self._train_calls(calls, mine)
+
+    def _train_calls(
+        self, calls: Sequence[PPOCall], mine: Sequence[int]
+    ) -> tuple[_Targets, _Totals, float]:
+        """Take the step's ``epochs`` optimizer steps; this rank trains the calls ``mine``.
+
+        Every rank holds all of the step's calls: each values its own, the values are summed
+        over the ranks, and every rank then runs GAE and the advantage normalization over the
+        whole batch, as one process would. The gradients (and the totals) are summed over the
+        ranks before each optimizer step. Returns the targets, the totals and the last norm.
+        """
+        plan = self._plan(calls, mine)
+        targets = self._targets(calls, plan)
+        calls = self._weighted(calls, targets)
+        totals = _Totals()
+        norm = 0.0
+        for epoch in range(self.config.epochs):
+            self._backward(calls, plan, targets, totals, first_pass=epoch == 0)
+            if self.collective is not None:
+                self._sum_gradients()
+            norm = apply_gradients(self.optimizer, max_grad_norm=self.config.max_grad_norm)
+            if not math.isfinite(norm):
+                self.skipped_nonfinite += 1
+                break
+        self.step += 1
+        if self.collective is not None:
+            totals = self.collective.sum_fields(totals, maxima=MismatchGap.MAXIMA)
+        return targets, totals, norm
+
+    def _sum_gradients(self) -> None:
+        """Sum the ranks' gradients: all of them, or (FSDP2 reduced the policy's) the head's."""
+        assert self.collective is not None
+        if sharding.is_sharded(self.model):
+            sharding.sum_head_gradients(self, list(self.value_head.parameters()))
+        else:
+            params = [p for group in self.optimizer.param_groups for p in group["params"]]
+            self.collective.sum_gradients(params)
+
     @torch.no_grad()
     def values(self, transitions: Sequence[Transition]) -> list[float]:
         """Return the value head's value of each call of the rollouts ``train_step`` would keep.
 
         In the order ``train_step`` lays them out: by rollout, each in ``call_index`` order.
+        One process (an unsharded updater) only.
         """
         calls, _ = select_calls(transitions, max_seq_len=self.max_seq_len)
         if not calls:
             return []
-        return self._values(calls, self._plan(calls)).tolist()
+        return self._values(calls, self._plan(calls, range(len(calls)))).tolist()
 
-    def _plan(self, calls: Sequence[PPOCall]) -> list[list[int]]:
-        lengths = [len(c.sample) for c in calls]
-        return plan_micro_batches(lengths=lengths, token_budget=self.config.micro_batch_tokens)
+    def _plan(self, calls: Sequence[PPOCall], mine: Sequence[int]) -> list[list[int]]:
+        """Micro-batches of the calls ``mine``, as indices into ``calls``."""
+        lengths = [len(calls[i].sample) for i in mine]
+        plan = plan_micro_batches(lengths=lengths, token_budget=self.config.micro_batch_tokens)
+        return [[mine[j] for j in group] for group in plan]
 
     def _batch(self, calls: Sequence[PPOCall], group: Sequence[int]) -> CallBatch:
         return collate_calls(calls, group, pad_id=self.pad_token_id).to(self.device)
@@ -178,24 +220,37 @@ class PPOUpdater(checkpoint.LoraUpdaterFiles[PPOConfig]):
     def _values(self, calls: Sequence[PPOCall], plan: Sequence[Sequence[int]]) -> Tensor:
         """Score every call with the current value head (eval mode, no graph), as ``[C]``."""
         out = torch.zeros(len(calls), dtype=torch.float64)
+        fillers = sharding.lockstep_fillers(self, len(plan))  # before any pass: a collective
         for group in plan:
             batch = self._batch(calls, group)
-            tokens = batch.tokens
-            with autocast_context(self.config):
-                hidden = hidden_states(
-                    self.model, input_ids=tokens.input_ids, attention_mask=tokens.attention_mask
-                )
-            values = self._read_values(hidden, batch)
-            out[batch.indices.cpu()] = values.double().cpu()
+            out[batch.indices.cpu()] = self._read_values(self._hidden(batch), batch).double().cpu()
+        for _ in range(fillers):
+            batch = self._filler()
+            self._read_values(self._hidden(batch), batch)
         return out
+
+    def _hidden(self, batch: CallBatch) -> Tensor:
+        tokens = batch.tokens
+        with autocast_context(self.config):
+            return hidden_states(
+                self.model, input_ids=tokens.input_ids, attention_mask=tokens.attention_mask
+            )
+
+    def _filler(self) -> CallBatch:
+        """Return a micro-batch of one pad-token call (sharded ranks' lock step; adds nothing)."""
+        call = PPOCall(sharding.filler_sample(self.pad_token_id), 0, reward=0.0, is_last=True)
+        return self._batch([call], [0])
 
     def _read_values(self, hidden: Tensor, batch: CallBatch) -> Tensor:
         rows = torch.arange(int(hidden.shape[0]), device=hidden.device)
         return self.value_head(hidden[rows, batch.value_positions])
 
     def _targets(self, calls: Sequence[PPOCall], plan: Sequence[Sequence[int]]) -> _Targets:
-        """Value the calls and run GAE over each rollout's calls."""
+        """Value the calls (each rank its own, summed) and run GAE over each rollout's calls."""
         old_values = self._values(calls, plan)
+        if self.collective is not None:  # a call's value is on its rank, 0 on the others
+            summed = self.collective.sum_values(old_values.tolist())
+            old_values = torch.tensor(summed, dtype=torch.float64)
         result = gae(
             rewards=torch.tensor([c.reward for c in calls], dtype=torch.float64),
             values=old_values,
@@ -228,7 +283,8 @@ class PPOUpdater(checkpoint.LoraUpdaterFiles[PPOConfig]):
         *,
         first_pass: bool,
     ) -> None:
-        """Add one epoch's loss gradient, micro-batch by micro-batch."""
+        """Add one epoch's loss gradient, micro-batch by micro-batch (``plan``: this rank's)."""
+        fillers = sharding.lockstep_fillers(self, len(plan))  # before any pass: a collective
         for group in plan:
             batch = self._batch(calls, group)
             ref_logprobs = self._reference_logprobs(batch)
@@ -236,6 +292,17 @@ class PPOUpdater(checkpoint.LoraUpdaterFiles[PPOConfig]):
                 self._loss_backward(
                     batch, targets, ref_logprobs, len(calls), totals, first_pass=first_pass
                 )
+        for _ in range(fillers):
+            batch = self._filler()
+            self._reference_logprobs(batch)  # the reference's forward is a collective too
+            with update_mode(self.model, dropout="lora"):
+                hidden = self._hidden(batch)
+                with autocast_context(self.config):
+                    logprobs, _ = token_logprobs(
+                        self.model, hidden=hidden, **self._coordinates(batch)
+                    )
+                values = self._read_values(hidden, batch)
+                ((logprobs.sum() + values.sum()) * 0.0).backward()
 
     def _coordinates(self, batch: CallBatch) -> dict[str, Any]:
         tokens = batch.tokens
@@ -270,10 +337,8 @@ class PPOUpdater(checkpoint.LoraUpdaterFiles[PPOConfig]):
         first_pass: bool,
     ) -> None:
         cfg, tokens = self.config, batch.tokens
+        hidden = self._hidden(batch)
         with autocast_context(cfg):
-            hidden = hidden_states(
-                self.model, input_ids=tokens.input_ids, attention_mask=tokens.attention_mask
-            )
             logprobs, entropy = token_logprobs(
                 self.model,
                 with_entropy=True,
@@ -308,7 +373,7 @@ class PPOUpdater(checkpoint.LoraUpdaterFiles[PPOConfig]):
         )
         policy = (tokens.norm * per_token).sum()
         value = value_terms.loss.sum() / num_calls
-        (policy + cfg.value_coef * value).backward()
+        ((policy + cfg.value_coef * value) * sharding.gradient_scale(self)).backward()
         totals.loss += float(policy.detach()) + cfg.value_coef * float(value.detach())
         totals.policy_loss += float((tokens.norm * terms.loss.detach()).sum())
         totals.value_loss += float(value_terms.loss.detach().sum())
@@ -316,8 +381,21 @@ class PPOUpdater(checkpoint.LoraUpdaterFiles[PPOConfig]):
         totals.add_terms(terms, entropy=entropy, tokens=tokens.num_tokens)
         totals.calls += int(batch.indices.shape[0])
 
-    def _checkpointed(self) -> nn.Module:
-        return self._trained  # the adapter and the value head (never served)
+    @property
+    def trained(self) -> nn.Module:
+        """The adapter and the value head (the head is checkpointed, never served)."""
+        return self._trained
+
+    def new_optimizer(self) -> torch.optim.Optimizer:
+        """Build a new optimizer: the adapter's group, and the value head's with its own rate."""
+        optimizer = build_optimizer(self.model, self.config)
+        optimizer.add_param_group(
+            {
+                "params": list(self.value_head.parameters()),
+                "lr": self.config.value_learning_rate or self.config.learning_rate,
+            }
+        )
+        return optimizer
 
 
 def _value_metrics(targets: _Targets) -> dict[str, float]:

@@ -19,12 +19,10 @@ import logging
 from typing import Any
 
 from fulmen.algorithms.context import AlgorithmContext
-from fulmen.algorithms.parallel.group import data_parallel
 from fulmen.algorithms.rewards import reward_metrics
 from fulmen.algorithms.sft.config import SFTAlgorithmConfig
 from fulmen.algorithms.sft.dataset import SFTExample, build_dataset
 from fulmen.algorithms.step_loop import Sample, Schedule, StepLoop
-from fulmen.settings import PYTHON_VARIABLE
 from fulmen.transitions.trajectory import AttemptRecords
 from fulmen.types import Mode
 
@@ -39,17 +37,9 @@ async def run_sft(config: SFTAlgorithmConfig, context: AlgorithmContext) -> list
     Returns the metrics of each round run now.
     """
     engine = await asyncio.to_thread(_build_engine, config, context)
-    policy = context.policy
-    async with data_parallel(  # with algorithm.data_parallel: the steps run on every rank
-        engine,
-        config.data_parallel,
-        model_path=context.run.model_path,
-        weights=policy.weights,
-        adapter=policy.adapter,
-        python=context.run.variable(PYTHON_VARIABLE),
-    ):
-        tokenizer = await asyncio.to_thread(_load_tokenizer, context)
-        return await SFTRounds(config, context, engine, tokenizer).run_steps()
+    tokenizer = await asyncio.to_thread(_load_tokenizer, context)
+    rounds = SFTRounds(config, context, engine, tokenizer)
+    return await rounds.run_on_ranks(config.data_parallel)  # the steps run on every rank
 
 
 class SFTRounds(StepLoop[SFTAlgorithmConfig]):

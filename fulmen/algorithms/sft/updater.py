@@ -125,12 +125,13 @@ class SFTUpdater:
         plan = plan_micro_batches(
             lengths=[len(s) for s in samples], token_budget=self.config.micro_batch_tokens
         )
+        fillers = sharding.lockstep_fillers(self, len(plan))  # before any pass: a collective
         for group in plan:
             batch = collate([samples[i] for i in group], pad_id=self.pad_token_id).to(self.device)
             logprobs = self._logprobs(batch)
             total += float(logprobs.sum())
             count += batch.num_tokens
-        for _ in range(sharding.lockstep_fillers(self, len(plan))):
+        for _ in range(fillers):
             filler = collate([sharding.filler_sample(self.pad_token_id)], pad_id=self.pad_token_id)
             self._logprobs(filler.to(self.device))
         return total, count
@@ -214,6 +215,15 @@ class SFTUpdater:
             self.model, self.optimizer, directory
         )
         self.step = int(state["step"])
+
+    @property
+    def trained(self) -> nn.Module:
+        """What the optimizer trains: the policy (``parallel.updater.Updater``)."""
+        return self.model
+
+    def new_optimizer(self) -> torch.optim.Optimizer:
+        """Build a new optimizer over the policy's trainable weights as they are now."""
+        return build_optimizer(self.model, self.config)
 
     @property
     def is_full(self) -> bool:

@@ -46,6 +46,9 @@ class _Run:
     seed: int = 0
     success_threshold: float = 1.0
 
+    def variable(self, name: str) -> str | None:
+        return None  # no $FULMEN_PYTHON: the update runs in this process
+
 
 @dataclass
 class _Rollouts:

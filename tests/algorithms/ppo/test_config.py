@@ -43,7 +43,7 @@ def test_the_temperature_is_the_rollouts_sampling_temperature() -> None:
     [
         ({"transitions": {"credit": "discounted"}}, "transitions.credit has no effect with ppo"),
         ({"transitions": {"merge": True}}, "merge does not work with ppo"),
-        ({"data_parallel": {"world_size": 2}}, "runs its update in one process for now"),
+        ({"data_parallel": {"world_size": 1}}, "greater than or equal to 2"),
         ({"ppo": {"kl_estimator": "k1"}}, "kl_estimator has no effect with kl_coef 0"),
         ({"ppo": {"policy_loss": "nope"}}, "unknown policy_loss 'nope'"),
         ({"ppo": {"gae_lambda": 1.5}}, "less than or equal to 1"),
@@ -65,13 +65,11 @@ def test_offline_training_is_refused_with_the_algorithms_that_can() -> None:
         TrainConfig.model_validate(data)
 
 
-async def test_a_run_under_torchrun_with_several_ranks_is_refused(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    from fulmen.algorithms.ppo.loop import run_ppo
-    from fulmen.errors import ConfigError
-
-    monkeypatch.setenv("WORLD_SIZE", "2")
-    monkeypatch.setenv("RANK", "0")
-    with pytest.raises(ConfigError, match="updates in one process for now"):
-        await run_ppo(PPOAlgorithmConfig(), context=None)  # type: ignore[arg-type]
+def test_data_parallel_updates_are_planned_per_rank() -> None:
+    section = _train(
+        {"name": "ppo", "data_parallel": {"world_size": 2, "strategy": "fsdp"}}
+    ).algorithm
+    assert isinstance(section, PPOAlgorithmConfig)
+    assert section.data_parallel_settings() == section.data_parallel
+    shape = section.update_shape()
+    assert (shape.ranks, shape.sharded) == (2, True)
