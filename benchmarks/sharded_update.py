@@ -44,6 +44,7 @@ from fulmen.algorithms.update_memory import UpdateShape, plan_update
 from fulmen.engines.models import resolve_model
 
 model, finetune, tokens, way = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+kl_coef = float(sys.argv[5])
 torch.set_num_threads(1 if way != "single" else 2)
 torch.manual_seed(0)
 directory = resolve_model(model)
@@ -62,9 +63,12 @@ parallel = None if way == "single" else DataParallelConfig(
 )
 config = GRPOConfig(
     finetune=finetune, learning_rate=1e-5, micro_batch_tokens=tokens, max_seq_len=tokens,
-    logit_chunk_tokens=256, gradient_checkpointing=True,
+    logit_chunk_tokens=256, gradient_checkpointing=True, kl_coef=kl_coef,
 )
-plan = plan_update(UpdateShape.of("grpo", config, parallel=parallel), directory, alternatives=False)
+shape = UpdateShape.of(
+    "grpo", config, reference_copy=kl_coef > 0 and finetune == "full", parallel=parallel
+)
+plan = plan_update(shape, directory, alternatives=False)
 workers = open_update_workers(parallel) if parallel else None
 gc.collect()
 reset("self")
@@ -105,7 +109,10 @@ print(json.dumps({
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument(
-        "--cases", default=",".join(DEFAULT_CASES), help="MODEL:lora|full:TOKENS, comma-separated"
+        "--cases",
+        default=",".join(DEFAULT_CASES),
+        help="MODEL:lora|full:TOKENS[:kl], comma-separated (kl: the KL penalty on, kl_coef 0.05;"
+        " a full fine-tune then holds a frozen reference copy)",
     )
     parser.add_argument(
         "--ways", default=",".join(DEFAULT_WAYS), help="single, replicate, fsdp (comma-separated)"
@@ -113,11 +120,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     rows = []
     for case in filter(None, args.cases.split(",")):
-        model, finetune, tokens = case.split(":")
+        model, finetune, tokens, *rest = case.split(":")
+        kl_coef = "0.05" if rest == ["kl"] else "0"
         by_way: dict[str, dict[str, object]] = {}
         for way in args.ways.split(","):
             out = subprocess.run(
-                [sys.executable, "-c", _CHILD, model, finetune, tokens, way],
+                [sys.executable, "-c", _CHILD, model, finetune, tokens, way, kl_coef],
                 cwd=ROOT,
                 capture_output=True,
                 text=True,

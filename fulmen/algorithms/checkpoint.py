@@ -23,6 +23,7 @@ from torch import nn
 
 from fulmen.algorithms.lora import LoraUpdateSettings
 from fulmen.algorithms.optimizer import build_optimizer
+from fulmen.algorithms.parallel.updater import PolicyUpdater
 from fulmen.algorithms.policy import (
     causal_lm_of,
     load_adapter_weights,
@@ -254,7 +255,7 @@ def save_model(
     return target
 
 
-class LoraUpdaterFiles(Generic[_C]):
+class LoraUpdaterFiles(PolicyUpdater, Generic[_C]):
     """The files of an updater that trains a LoRA adapter (DPO's, PPO's): checkpoint and serving.
 
     The updater provides ``model`` (its peft policy), ``optimizer``, ``config`` (a pydantic
@@ -289,15 +290,6 @@ class LoraUpdaterFiles(Generic[_C]):
         self.collective: Collective | None = None
         #: A sharded checkpoint to load once the ranks shard the policy (``parallel.sharding``).
         self.resume_shards: Path | None = None
-
-    @property
-    def trained(self) -> nn.Module:
-        """What the optimizer trains and a checkpoint holds: the policy's adapter."""
-        return self.model
-
-    def new_optimizer(self) -> torch.optim.Optimizer:
-        """Build a new optimizer over ``trained``'s parameters as they are now."""
-        return build_optimizer(self.model, self.config)
 
     def save_checkpoint(self, directory: str | Path) -> Path:
         """Write the trained parameters, the optimizer and RNG state and the step."""

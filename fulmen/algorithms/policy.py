@@ -338,11 +338,25 @@ class ReferencePolicy:
         if finetune == "full":
             self._copy = copy.deepcopy(policy).eval().requires_grad_(False)
 
+    @property
+    def frozen_copy(self) -> nn.Module | None:
+        """The frozen copy of a full fine-tune's starting weights; ``None`` with LoRA."""
+        return self._copy
+
     @contextmanager
     def active(self) -> Iterator[nn.Module]:
-        """Yield a module that computes reference logprobs (no grad needed)."""
+        """Yield a module that computes reference logprobs (no grad needed).
+
+        A sharded copy (``parallel.sharding``) gives its gathered root back after each use:
+        FSDP2 keeps a root gathered until a backward, which a reference never runs.
+        """
         if self._copy is not None:
             yield self._copy
+            from torch.distributed.fsdp import FSDPModule
+
+            root = causal_lm_of(self._copy)
+            if isinstance(root, FSDPModule):
+                root.reshard()
             return
         with self._policy.disable_adapter():  # type: ignore[operator]
             yield self._policy

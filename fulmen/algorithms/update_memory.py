@@ -163,7 +163,8 @@ class UpdateMemory:
         trained: the parameters the optimizer updates.
         weights_bytes: the parameters in ``shape.dtype`` (sharded: this rank's shard and the
             units it holds gathered at once).
-        reference_bytes: the frozen copy of the weights (``shape.reference_copy``), else 0.
+        reference_bytes: the frozen copy of the weights (``shape.reference_copy``; sharded:
+            this rank's shard of it), else 0.
         optimizer_bytes: AdamW's two moments per trained parameter (sharded: of its shard).
         step_bytes: what the optimizer step allocates on top while it runs (CPU: per
             parameter, so the largest trained tensor twice; CUDA's multi-tensor step: every
@@ -249,7 +250,9 @@ def plan_update(
         parameters=n_params,
         trained=n_trained,
         weights_bytes=-(-weights // shards) + gathered,
-        reference_bytes=weights if shape.reference_copy else 0,  # not sharded
+        # sharded like the policy; gathered only during its own forward, when the policy's
+        # root is not (a reference pass runs before the policy's forward)
+        reference_bytes=-(-weights // shards) if shape.reference_copy else 0,
         optimizer_bytes=-(-2 * n_trained * width // shards),
         step_bytes=-(-step // shards),
         micro_batches=tuple(micro),

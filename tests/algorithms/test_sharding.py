@@ -101,6 +101,9 @@ class TestOnTwoShardedRanks:
         sharded = GRPOUpdater(load_causal_lm(model_dir), config=config)
         batch = _batch(single.model)
         _attach(workers, sharded, model_dir)
+        # a full fine-tune's KL reference is a frozen copy: sharded too, no rank holds it whole
+        assert len(sharded.frozen) == (finetune == "full")
+        assert all(sharding.is_sharded(copy) for copy in sharded.frozen)
         for _ in range(2):
             expected = single.train_step(batch)
             got = sharded.train_step(batch)

@@ -116,3 +116,14 @@ def test_a_sharded_rank_plans_its_shard_and_the_units_it_gathers(
     assert sharded.optimizer_bytes == -(-whole.optimizer_bytes // 4)
     assert sharded.stepping_bytes < whole.stepping_bytes
     assert whole.gathered_bytes == 0
+
+
+def test_a_sharded_rank_plans_its_shard_of_the_kl_reference_copy(tiny_dir: Path) -> None:
+    whole = plan_update(_shape(finetune="full", reference_copy=True), tiny_dir, alternatives=False)
+    sharded = plan_update(
+        _shape(finetune="full", reference_copy=True, ranks=4, sharded=True),
+        tiny_dir,
+        alternatives=False,
+    )
+    assert whole.reference_bytes == 4 * TINY_PARAMETERS
+    assert sharded.reference_bytes == -(-whole.reference_bytes // 4)

@@ -46,6 +46,7 @@ from fulmen.algorithms.losses import (
 from fulmen.algorithms.optimizer import apply_gradients, build_optimizer
 from fulmen.algorithms.parallel import sharding
 from fulmen.algorithms.parallel.collective import Collective, split_samples
+from fulmen.algorithms.parallel.updater import PolicyUpdater
 from fulmen.algorithms.policy import (
     ReferencePolicy,
     autocast_context,
@@ -104,7 +105,7 @@ class _Totals(RatioTotals, MismatchGap):
         }
 
 
-class GRPOUpdater:
+class GRPOUpdater(PolicyUpdater):
     """Owns the policy, its optimizer and (with KL) the reference; updates from transitions.
 
     Args:
@@ -438,13 +439,11 @@ class GRPOUpdater:
         self.policy_version = state["policy_version"]
 
     @property
-    def trained(self) -> nn.Module:
-        """What the optimizer trains: the policy (``parallel.updater.Updater``)."""
-        return self.model
-
-    def new_optimizer(self) -> torch.optim.Optimizer:
-        """Build a new optimizer over the policy's trainable weights as they are now."""
-        return build_optimizer(self.model, self.config)
+    def frozen(self) -> tuple[nn.Module, ...]:
+        """The KL reference's frozen copy of a full fine-tune's starting weights, if any."""
+        reference = self._reference
+        copy = reference.frozen_copy if reference is not None else None
+        return (copy,) if copy is not None else ()
 
     @property
     def is_full(self) -> bool:

@@ -112,13 +112,9 @@ def shard(engine: Updater, param_dtype: str | None, resume: str | None) -> None:
         get_optimizer_state_dict,
         set_optimizer_state_dict,
     )
-    from torch.distributed.fsdp import (
-        MixedPrecisionPolicy,
-        fully_shard,
-        register_fsdp_forward_method,
-    )
+    from torch.distributed.fsdp import MixedPrecisionPolicy
 
-    from fulmen.algorithms.policy import SHARDED_DECODER, causal_lm_of
+    from fulmen.algorithms.policy import causal_lm_of
 
     model, trained = engine.model, engine.trained
     causal_lm = causal_lm_of(model)
@@ -128,15 +124,10 @@ def shard(engine: Updater, param_dtype: str | None, resume: str | None) -> None:
         param_dtype=_DTYPES[param_dtype] if param_dtype else None,
         reduce_dtype=torch.float32,
     )
-    for layer in layers:
-        fully_shard(layer, mp_policy=precision)
-    # The root unit holds the embeddings, final norm and LM head. ``token_logprobs`` runs the
-    # decoder and then reads the head's weight without calling the LM's forward, so the
-    # decoder's call is registered as a forward of the root: FSDP2 gathers the root's weights
-    # there and keeps a root's gathered until its backward, when the head's weight is read.
-    fully_shard(causal_lm, mp_policy=precision)
-    setattr(causal_lm, SHARDED_DECODER, functools.partial(causal_lm.get_decoder()))
-    register_fsdp_forward_method(causal_lm, SHARDED_DECODER)
+    _shard_causal_lm(causal_lm, layers, precision)
+    for frozen in engine.frozen:  # a full fine-tune's KL reference: sharded alike, no optimizer
+        copy = causal_lm_of(frozen)
+        _shard_causal_lm(copy, _layers(copy), precision)
     # The algorithm's own modules (PPO's value head: a vector) stay whole on every rank; the
     # updater sums their gradients itself (``sum_head_gradients``).
     engine.optimizer = engine.new_optimizer()
@@ -146,6 +137,23 @@ def shard(engine: Updater, param_dtype: str | None, resume: str | None) -> None:
         )
     if resume is not None:
         load_shards(engine, resume)
+
+
+def _shard_causal_lm(causal_lm: nn.Module, layers: nn.ModuleList, precision: Any) -> None:
+    """Make each decoder layer of ``causal_lm`` an FSDP2 unit and the LM itself the root."""
+    from torch.distributed.fsdp import fully_shard, register_fsdp_forward_method
+
+    from fulmen.algorithms.policy import SHARDED_DECODER
+
+    for layer in layers:
+        fully_shard(layer, mp_policy=precision)
+    # The root unit holds the embeddings, final norm and LM head. ``token_logprobs`` runs the
+    # decoder and then reads the head's weight without calling the LM's forward, so the
+    # decoder's call is registered as a forward of the root: FSDP2 gathers the root's weights
+    # there and keeps a root's gathered until its backward, when the head's weight is read.
+    fully_shard(causal_lm, mp_policy=precision)
+    setattr(causal_lm, SHARDED_DECODER, functools.partial(causal_lm.get_decoder()))  # type: ignore[operator]
+    register_fsdp_forward_method(causal_lm, SHARDED_DECODER)
 
 
 def _reshard(model: nn.Module) -> None:

@@ -14,7 +14,7 @@ from torch import nn
 
 from fulmen.algorithms.parallel.collective import Collective
 
-__all__ = ["Updater"]
+__all__ = ["PolicyUpdater", "Updater"]
 
 
 class Updater(Protocol):
@@ -49,6 +49,14 @@ class Updater(Protocol):
         """
         ...
 
+    @property
+    def frozen(self) -> tuple[nn.Module, ...]:
+        """Whole models the update runs forward only (a full fine-tune's KL reference copy).
+
+        Sharded like the policy, so no rank holds a whole copy.
+        """
+        ...
+
     def new_optimizer(self) -> torch.optim.Optimizer:
         """Build a new optimizer over ``trained``'s parameters as they are now.
 
@@ -59,3 +67,31 @@ class Updater(Protocol):
     def train_part(self, part: Any) -> None:
         """Train on this rank's share of a step, the way rank 0 trains on its own share."""
         ...
+
+
+class PolicyUpdater:
+    """What an updater whose optimizer trains its policy alone answers ``Updater`` with.
+
+    ``trained`` is the policy, nothing is frozen, and a new optimizer is built over the
+    policy's trainable weights with the updater's settings. An updater with more (PPO's value
+    head, a full fine-tune's KL reference copy) overrides what differs.
+    """
+
+    model: nn.Module
+    config: Any
+
+    @property
+    def trained(self) -> nn.Module:
+        """What the optimizer trains and a checkpoint holds: the policy."""
+        return self.model
+
+    @property
+    def frozen(self) -> tuple[nn.Module, ...]:
+        """No whole model the update runs forward only."""
+        return ()
+
+    def new_optimizer(self) -> torch.optim.Optimizer:
+        """Build a new optimizer over the policy's trainable weights as they are now."""
+        from fulmen.algorithms.optimizer import build_optimizer
+
+        return build_optimizer(self.model, self.config)

@@ -31,6 +31,7 @@ from fulmen.algorithms.batching import MicroBatch, TokenSample, collate, plan_mi
 from fulmen.algorithms.optimizer import apply_gradients, build_optimizer
 from fulmen.algorithms.parallel import sharding
 from fulmen.algorithms.parallel.collective import Collective, split_samples
+from fulmen.algorithms.parallel.updater import PolicyUpdater
 from fulmen.algorithms.policy import (
     autocast_context,
     load_causal_lm,
@@ -49,7 +50,7 @@ __all__ = ["SFTUpdater"]
 logger = logging.getLogger(__name__)
 
 
-class SFTUpdater:
+class SFTUpdater(PolicyUpdater):
     """Owns the policy and its optimizer; fine-tunes on SFT examples.
 
     Args:
@@ -215,15 +216,6 @@ class SFTUpdater:
             self.model, self.optimizer, directory
         )
         self.step = int(state["step"])
-
-    @property
-    def trained(self) -> nn.Module:
-        """What the optimizer trains: the policy (``parallel.updater.Updater``)."""
-        return self.model
-
-    def new_optimizer(self) -> torch.optim.Optimizer:
-        """Build a new optimizer over the policy's trainable weights as they are now."""
-        return build_optimizer(self.model, self.config)
 
     @property
     def is_full(self) -> bool:
