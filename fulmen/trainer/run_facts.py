@@ -58,6 +58,11 @@ class StageRun:
         return self._training.policy.models.model_name
 
     @property
+    def engine_dtype(self) -> str:
+        """The precision the engine samples in (``engine.dtype``)."""
+        return self._training.config.engine.dtype
+
+    @property
     def store_url(self) -> str:
         """The run's store, as ``fulmen rollouts --store`` takes it."""
         return self._training.stack.store_url

@@ -177,7 +177,7 @@ def test_settings_are_validated() -> None:
     assert config.update_config(seed=0).mismatch.cap == 3.0
     for bad, match in (
         ({"grpo": {"mismatch": {"correction": "clip"}}}, "correction"),
-        ({"grpo": {"mismatch": {"cap": 3.0}}}, "cap applies"),
+        ({"grpo": {"mismatch": {"correction": "none", "cap": 3.0}}}, "cap applies"),
         ({"grpo": {"mismatch": {"bounds": [1.5, 2.0]}}}, "bounds"),
         ({"grpo": {"mismatch": {"bounds": [0.5, float("inf")]}}}, "bounds"),
         ({"grpo": {"mismatch": {"correction": "tis", "cap": float("nan")}}}, "cap"),
@@ -188,9 +188,34 @@ def test_settings_are_validated() -> None:
             GRPOAlgorithmConfig.model_validate(bad)
 
 
+@pytest.mark.parametrize(
+    ("settings", "engine_dtype", "chosen"),
+    [
+        ({}, "float32", "none"),  # the built-in engine's and vLLM's default: a gap of ~1e-6
+        ({}, "bfloat16", "tis"),
+        ({"dtype": "bfloat16"}, "float32", "tis"),  # the update itself computes in bfloat16
+        ({"autocast": "bfloat16"}, "float32", "tis"),
+        ({"epochs": 2}, "bfloat16", "none"),  # a correction needs the one pass
+        ({"mismatch": {"correction": "none"}}, "bfloat16", "none"),  # what was asked for
+        ({"mismatch": {"correction": "mask_tokens"}}, "float32", "mask_tokens"),
+    ],
+)
+def test_auto_chooses_the_correction_for_the_engines_precision(
+    settings: dict[str, object], engine_dtype: str, chosen: str
+) -> None:
+    config = GRPOAlgorithmConfig.model_validate({"grpo": settings}).update_config(seed=0)
+    assert config.mismatch.correction in ("auto", settings.get("mismatch", {}).get("correction"))  # type: ignore[union-attr]
+    resolved = config.for_engine(engine_dtype)
+    assert resolved.mismatch.correction == resolved.mismatch.applied == chosen
+    assert config.mismatch.applied in ("none", chosen)  # unresolved "auto" applies nothing
+
+
 @pytest.mark.slow
 def test_a_bfloat16_engine_shows_a_gap_that_tis_weighs(tmp_path: Path) -> None:
-    """A whole toy run: the built-in engine in bfloat16 against the float32 trainer."""
+    """A whole toy run: the built-in engine in bfloat16 against the float32 trainer.
+
+    ``mismatch.correction`` is left at ``auto``: the run's bfloat16 engine makes it ``tis``.
+    """
     pytest.importorskip("openai")
     config = load_config(
         TOY / "config.yaml",
@@ -199,7 +224,7 @@ def test_a_bfloat16_engine_shows_a_gap_that_tis_weighs(tmp_path: Path) -> None:
             "algorithm.steps=2",
             "validation=null",
             "engine.dtype=bfloat16",
-            "algorithm.grpo.mismatch={correction: tis, cap: 1.01}",
+            "algorithm.grpo.mismatch={cap: 1.01}",  # correction: auto
         ],
     )
     history = Trainer(config).fit()

@@ -48,6 +48,11 @@ class RunFacts(Protocol):
         ...
 
     @property
+    def engine_dtype(self) -> str:
+        """The precision the engine samples in (``engine.dtype``: ``float32``, ``bfloat16``)."""
+        ...
+
+    @property
     def store_url(self) -> str:
         """The run's store, as ``fulmen rollouts --store`` takes it (for the hints printed)."""
         ...

@@ -41,20 +41,25 @@ class EngineMismatch(BaseModel):
     a correction changes the loss of fresh tokens (stale ones keep ``is_cap``'s).
 
     Attributes:
-        correction: ``"none"`` (default): the ratio is taken against the engine's logprobs
-            and the clip range absorbs the gap. ``"tis"``: the ratio against the trainer's
+        correction: ``"auto"`` (default): ``"tis"`` where the gap is not ~1e-6, that is when
+            the run's engine samples in bfloat16 (``engine.dtype``) or the update computes in
+            it (``dtype``, ``autocast``), and ``epochs`` is 1; ``"none"`` otherwise (both in
+            float32: the built-in engine's and vLLM's default). ``"none"``: the ratio is taken
+            against the engine's logprobs and the clip range absorbs the gap. ``"tis"``: the
+            ratio against the trainer's
             logprobs before the update, the loss weighted by ``min(exp(trainer - engine),
             cap)`` (truncated importance sampling). ``"mask_tokens"`` / ``"mask_sequences"``:
             the same ratio, weight 0 for a token (or every token of a sequence, judged by its
             geometric-mean ratio) whose ratio is outside ``bounds``. Needs ``epochs: 1``.
-        cap: the truncation of ``"tis"``; ``None`` (default): 2.0 with ``"tis"``.
+        cap: the truncation of ``"tis"`` (also when ``"auto"`` chooses it); ``None``
+            (default): 2.0.
         bounds: the ratios a token (sequence) may have under masking; also the range
             ``mismatch/outside_fraction`` counts tokens outside of, with any correction.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    correction: MismatchCorrection = "none"
+    correction: MismatchCorrection | Literal["auto"] = "auto"
     cap: float | None = Field(default=None, ge=1, le=1e6, allow_inf_nan=False)
     bounds: tuple[float, float] = GAP_BOUNDS
 
@@ -70,11 +75,26 @@ class EngineMismatch(BaseModel):
             raise ValueError(
                 f"mismatch.bounds must be (low, high) with 0 < low < 1 < high; got {self.bounds}"
             )
-        if self.cap is not None and self.correction != "tis":
+        if self.cap is not None and self.correction not in ("tis", "auto"):
             raise ValueError(
                 f"mismatch.cap applies to correction 'tis' only; correction is {self.correction!r}"
             )
         return self
+
+    @property
+    def applied(self) -> MismatchCorrection:
+        """The correction the update applies (``"auto"`` not resolved for an engine: ``"none"``)."""
+        return "none" if self.correction == "auto" else self.correction
+
+    def resolved(self, *, low_precision: bool, epochs: int) -> EngineMismatch:
+        """Return these settings with ``"auto"`` chosen: ``"tis"`` or ``"none"`` (docstring above).
+
+        ``low_precision``: the engine samples, or the update computes, in bfloat16.
+        """
+        if self.correction != "auto":
+            return self
+        chosen = "tis" if low_precision and epochs == 1 else "none"
+        return self.model_copy(update={"correction": chosen})
 
 
 class GRPOConfig(ComputeSettings):
@@ -179,12 +199,21 @@ class GRPOConfig(ComputeSettings):
         # the current policy's logprobs before the update are taken from the one pass
         if self.is_cap is not None and self.epochs != 1:
             raise ValueError(f"is_cap (stale-token correction) needs epochs 1; got {self.epochs}")
-        if self.mismatch.correction != "none" and self.epochs != 1:
+        if self.mismatch.correction not in ("none", "auto") and self.epochs != 1:
             raise ValueError(
                 f"mismatch.correction {self.mismatch.correction!r} needs epochs 1; "
                 f"got {self.epochs}"
             )
         return self
+
+    def for_engine(self, engine_dtype: str) -> GRPOConfig:
+        """Return these settings with ``mismatch.correction: auto`` chosen for the run's engine.
+
+        ``engine_dtype`` is the precision the engine samples in (``engine.dtype``).
+        """
+        low = engine_dtype != "float32" or self.dtype != "float32" or self.autocast is not None
+        mismatch = self.mismatch.resolved(low_precision=low, epochs=self.epochs)
+        return self if mismatch is self.mismatch else self.model_copy(update={"mismatch": mismatch})
 
 
 class AsyncSettings(BaseModel):
@@ -364,7 +393,7 @@ class GRPOAlgorithmConfig(AlgorithmSection):
         return self
 
     def update_config(self, *, seed: int) -> GRPOConfig:
-        """Return ``grpo`` completed for this run, checked for dead options.
+        """Return ``grpo`` completed for this run, checked for dead options (see ``for_engine``).
 
         ``seed`` is the run's seed, used unless ``grpo.seed`` is set; with ``async`` the
         staleness correction's cap is ``async.is_cap``.

@@ -30,7 +30,7 @@ from fulmen.errors import AgentFailed, error_summary
 from fulmen.transitions.attribution import AttributionCheck
 from fulmen.types import Mode, Rollout, RolloutStatus
 
-__all__ = ["GRPOLoop"]
+__all__ = ["GRPOLoop", "log_correction"]
 
 logger = logging.getLogger("fulmen.train")
 
@@ -83,6 +83,8 @@ class GRPOLoop(StepLoop[GRPOAlgorithmConfig]):
 
         progress, policy = self.context.progress, self.context.policy
         config = self.config.update_config(seed=self.context.run.seed)
+        config = config.for_engine(self.context.run.engine_dtype)  # mismatch.correction: auto
+        log_correction(config)
         model = self._stage_model(config, adapter=policy.adapter)
         self.updater = GRPOUpdater(model, config=config)
         if progress.checkpoint is not None:
@@ -260,3 +262,17 @@ def _diagnostics(trajectories: Sequence[Any]) -> dict[str, float]:
         for key, value in trajectory.diagnostics.model_dump().items():
             totals[f"transitions/{key}"] = totals.get(f"transitions/{key}", 0.0) + float(value)
     return totals
+
+
+def log_correction(config: GRPOConfig) -> None:
+    """Say which engine-trainer correction the update applies, when it applies one."""
+    mismatch = config.mismatch
+    if mismatch.applied == "none":
+        return
+    cap = f" (cap {mismatch.truncation:g})" if mismatch.applied == "tis" else ""
+    logger.info(
+        "engine-trainer gap: the update corrects it with %s%s (algorithm.grpo.mismatch; "
+        "docs/engine-mismatch.md)",
+        mismatch.applied,
+        cap,
+    )

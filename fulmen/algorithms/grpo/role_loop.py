@@ -18,7 +18,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from fulmen.algorithms.grpo.loop import GRPOLoop
+from fulmen.algorithms.grpo.loop import GRPOLoop, log_correction
 from fulmen.algorithms.serving import serve_policy
 
 __all__ = ["RoleGRPOLoop"]
@@ -55,6 +55,8 @@ class RoleGRPOLoop(GRPOLoop):
 
         progress = self.context.progress
         config = self.config.update_config(seed=self.context.run.seed)
+        config = config.for_engine(self.context.run.engine_dtype)  # mismatch.correction: auto
+        log_correction(config)
         model = self._stage_model(config, adapter=None)  # adapters are loaded per role below
         policies = RolePolicies(model, config=config, adapters=self.config.adapters or {})
         if progress.checkpoint is not None:

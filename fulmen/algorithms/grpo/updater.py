@@ -358,7 +358,7 @@ class GRPOUpdater(PolicyUpdater):
                 current_logprobs=logprobs,
                 engine_logprobs=batch.old_logprobs,
                 rows=batch.rows,
-                correction=mismatch.correction,
+                correction=mismatch.applied,
                 cap=mismatch.truncation,
                 bounds=mismatch.bounds,
                 exempt=batch.is_stale if cfg.is_cap is not None else None,
@@ -370,7 +370,7 @@ class GRPOUpdater(PolicyUpdater):
                 weights=engine.weights if fresh is None else engine.weights[fresh],
                 bounds=mismatch.bounds,
             )
-            if mismatch.correction != "none":
+            if mismatch.applied != "none":
                 old_logprobs, is_weights = engine.old_logprobs, engine.weights
         if cfg.is_cap is not None and batch.is_stale is not None:
             # epochs is 1 (checked by the config): logprobs are the policy before this update
