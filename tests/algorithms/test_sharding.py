@@ -356,15 +356,15 @@ def test_fulmen_train_runs_ppo_on_sharded_ranks(tmp_path: Path) -> None:
         TOY / "config.yaml",
         overrides=[
             f"run_dir={tmp_path / 'run'}",
-            "algorithm={name: ppo, steps: 3, tasks_per_step: 16, group_size: 1, "
+            "algorithm={name: ppo, steps: 2, tasks_per_step: 8, group_size: 1, "
             "ppo: {learning_rate: 0.02, value_learning_rate: 0.002, lora: {r: 8, alpha: 16}}, "
             "data_parallel: {world_size: 2, backend: gloo, timeout_s: 120, strategy: fsdp}}",
-            "validation.every=3",
+            "validation=null",
         ],
     )
     history = Trainer(config).fit()
-    assert [h["updated"] for h in history] == [1.0, 1.0, 1.0]
-    assert all(h["ppo/rollouts"] == 16 for h in history)
+    assert [h["updated"] for h in history] == [1.0, 1.0]
+    assert all(h["ppo/rollouts"] == 8 for h in history)
     # each step's rollouts were sampled by the adapter the ranks trained, gathered to rank 0
     assert all(h["mismatch/gap_max"] < 1e-4 for h in history)
     assert history[-1]["ppo/value_mean"] != 0.0  # the value head (held whole) was trained
