@@ -271,6 +271,11 @@ if [ "${FULMEN_SKIP_VLLM:-0}" != 1 ] && [ -x .venvs/vllm/bin/python ]; then
 fi
 
 echo "== the test suite, at ${SECONDS} s"
+# One compute thread per process (torch's, and vLLM's with its threads unbound): the pool runs
+# three workers, each with engines, ranks and trainers of its own, on a two-core machine, and
+# every process's default of one thread per core only made them wait on each other (a file set
+# of the two-rank and learning tests: 119 s with one thread, 127 s with the default).
+export OMP_NUM_THREADS=1
 status=0
 # The .venv suites run on pytest-xdist workers, every file on one worker and the shared engines on
 # one (tests/conftest.py). Most tests are whole runs that wait on the engines, agents and stores
