@@ -420,7 +420,7 @@ class GRPOAlgorithmConfig(AlgorithmSection):
 
     def trains_full_weights(self) -> bool:
         """Say whether ``grpo.finetune`` is ``full``."""
-        return self.update_config(seed=0).finetune == "full"
+        return self.grpo.finetune == "full"
 
     def runs_async(self) -> bool:
         """Say whether ``async`` is set."""
@@ -438,7 +438,7 @@ class GRPOAlgorithmConfig(AlgorithmSection):
         """Return ``grpo``'s update shape; full fine-tuning with KL keeps a reference copy."""
         from fulmen.algorithms.update_memory import UpdateShape
 
-        grpo = self.update_config(seed=0)
+        grpo = self.grpo  # what the shape reads does not depend on the run's seed
         copy = grpo.finetune == "full" and grpo.kl_coef > 0
         return UpdateShape.of("grpo", grpo, reference_copy=copy, parallel=self.data_parallel)
 
@@ -466,7 +466,7 @@ class GRPOAlgorithmConfig(AlgorithmSection):
         for option, value in unsupported.items():
             if value is not None:
                 raise ValueError(f"algorithm.adapters does not work with algorithm.{option} yet")
-        if self.update_config(seed=0).finetune != "lora":
+        if self.grpo.finetune != "lora":
             raise ValueError("algorithm.adapters needs grpo.finetune 'lora'")
 
     def transition_options(self) -> TransitionOptions:
