@@ -16,9 +16,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePath
-from typing import Any, Self
+from typing import Any, Self, cast
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationInfo, model_validator
+
+from fulmen.config_file import ConfigFile
 
 __all__ = ["AgentKind", "AgentSpec", "ImagePath", "runner_agent_args"]
 
@@ -37,6 +39,17 @@ class AgentSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     kind: Any
+
+    @model_validator(mode="before")
+    @classmethod
+    def _config_dir_from_the_file(cls, data: Any, info: ValidationInfo) -> Any:
+        file = ConfigFile.of(info)
+        if file is None or not isinstance(data, dict) or "config_dir" not in cls.model_fields:
+            return data
+        fields = cast("dict[str, Any]", data)
+        if "config_dir" in fields or not file.written("agent.config_dir"):
+            return data
+        return {**fields, "config_dir": str(file.folder)}
 
     def describe(self) -> str:
         """Name the agent as the user wrote it (a run's identity, ``fulmen runs``)."""

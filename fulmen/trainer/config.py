@@ -16,7 +16,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias, cast
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from fulmen.agent.kinds import DEFAULT_KIND, agent_kinds, spec_union
 from fulmen.agent.rollouts import RolloutSettings
@@ -33,6 +41,7 @@ from fulmen.algorithms.registry import (
 from fulmen.algorithms.section import AlgorithmSection
 from fulmen.algorithms.source import StoreFilter
 from fulmen.cluster.config import ClusterConfig
+from fulmen.config_file import ConfigFile
 from fulmen.engines.config import EngineConfig
 from fulmen.environments.config import EnvironmentConfig, apply_environment
 from fulmen.errors import ConfigError
@@ -84,6 +93,19 @@ class DataConfig(_Strict):
     task_id_key: str = "id"
     from_store: str | None = Field(default=None, min_length=1)
     filter: StoreFilter | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _task_files_beside_the_config(cls, data: Any, info: ValidationInfo) -> Any:
+        file = ConfigFile.of(info)
+        if file is None or not isinstance(data, dict):
+            return data
+        out = dict(cast("dict[str, Any]", data))
+        for key in ("train", "val"):
+            value = out.get(key)
+            if isinstance(value, str) and value.endswith(".jsonl"):
+                out[key] = file.resolve(f"data.{key}", value)
+        return out
 
     @model_validator(mode="after")
     def _tasks_or_store(self) -> DataConfig:
@@ -229,6 +251,26 @@ class TrainConfig(_Strict):
         if value:  # refused now, as metrics.sinks would be, not when the run starts
             require_sink("tensorboard")
         return value
+
+    @model_validator(mode="before")
+    @classmethod
+    def _paths_beside_the_config(cls, data: Any, info: ValidationInfo) -> Any:
+        file = ConfigFile.of(info)
+        if file is None or not isinstance(data, dict):
+            return data
+        out = dict(cast("dict[str, Any]", data))
+        # Without run_dir, a folder named after the config file beside it: two configs in one
+        # folder never resume each other's run.
+        run_dir = out.setdefault("run_dir", str(file.folder / "runs" / file.stem))
+        if isinstance(run_dir, str | Path):
+            out["run_dir"] = file.resolve("run_dir", run_dir)
+        paths = out.get("python_path")
+        if isinstance(paths, list):
+            paths = cast("list[Any]", paths)
+            out["python_path"] = [
+                file.resolve("python_path", p) if isinstance(p, str | Path) else p for p in paths
+            ]
+        return out
 
     @model_validator(mode="before")
     @classmethod
@@ -410,7 +452,9 @@ def load_config(path: str | Path, *, overrides: Sequence[str] = ()) -> TrainConf
 
     ``overrides`` are ``"dotted.key=value"`` strings (value parsed as YAML) applied after the
     file is read, e.g. ``"algorithm.steps=3"``; a number picks a list item
-    (``"stages.1.steps=3"``). Errors name the bad key.
+    (``"stages.1.steps=3"``); a relative path given there is relative to the current directory.
+    Each section resolves its own paths as it validates (``fulmen.config_file``). Errors name
+    the bad key.
     """
     import yaml
 
@@ -425,33 +469,12 @@ def load_config(path: str | Path, *, overrides: Sequence[str] = ()) -> TrainConf
         raise ConfigError(_yaml_problem(path, text, exc)) from exc
     if not isinstance(raw, dict):
         raise ConfigError(f"config {path} must be a mapping of options")
-    base = path.parent.resolve()
-    for key in ("run_dir",):
-        if key in raw and not Path(str(raw[key])).is_absolute():
-            raw[key] = str(base / str(raw[key]))
-    # Without run_dir, a folder named after the config file beside it: two configs in one
-    # folder never resume each other's run.
-    raw.setdefault("run_dir", str(base / "runs" / path.stem))
-    raw["python_path"] = [str(base / str(p)) for p in raw.get("python_path", [])]
-    agent = raw.get("agent")
-    if isinstance(agent, dict):  # an agent kind with files (a command): they lie beside the config
-        kind = agent_kinds().get(str(agent.get("kind", DEFAULT_KIND)))
-        if kind is not None and "config_dir" in kind.spec.model_fields:
-            agent.setdefault("config_dir", str(base))
-    data = raw.get("data")
-    if isinstance(data, dict):
-        for key in ("train", "val"):
-            value = data.get(key)
-            if (
-                isinstance(value, str)
-                and value.endswith(".jsonl")
-                and not Path(value).is_absolute()
-            ):
-                data[key] = str(base / value)
     for override in overrides:
         _apply_override(raw, override)
+    given = frozenset(override.partition("=")[0] for override in overrides)
+    file = ConfigFile(folder=path.parent.resolve(), stem=path.stem, given=given)
     try:
-        return TrainConfig.model_validate(raw)
+        return TrainConfig.model_validate(raw, context=file)
     except ValidationError as exc:
         problems = "; ".join(_problem(err["loc"], err["type"], err["msg"]) for err in exc.errors())
         raise ConfigError(f"invalid config {path}: {problems}") from exc

@@ -114,7 +114,9 @@ def render() -> str:
         "config models (`python -m fulmen.trainer.reference`); CI checks this page against them.",
         "`--set key.path=value` overrides any of them. Each section's model is named with its",
         "module: its docstring has the same text. An algorithm's sections are under `algorithm:`,",
-        "or under an entry of `stages:` (`stages.N.` instead of `algorithm.`).",
+        "or under an entry of `stages:` (`stages.N.` instead of `algorithm.`). A relative path",
+        "written in the file is relative to the file's folder; one given with `--set` is",
+        "relative to the current directory, as any path typed on a command line.",
         "",
     ]
     for paths, model in sections():
