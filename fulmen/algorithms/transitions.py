@@ -38,6 +38,10 @@ class PolicyRoutedSection(AlgorithmSection):
             """Return its updater settings with the run's ``seed`` unless they set one."""
             ...
 
+        def update_settings(self) -> LoraUpdateSettings:
+            """Return its updater settings as written (the seed not completed)."""
+            ...
+
     def planned(self) -> tuple[int, str]:
         """Return how many steps the stage runs, and the option that sets it."""
         return self.steps, "steps"
@@ -65,14 +69,14 @@ class PolicyRoutedSection(AlgorithmSection):
         return self.data_parallel
 
     def max_seq_len_settings(self) -> tuple[str, int | None]:
-        """Return ``<name>.max_seq_len`` of its updater settings (the run's seed leaves it)."""
-        return f"{self.name}.max_seq_len", self.update_config(seed=0).max_seq_len
+        """Return ``<name>.max_seq_len`` of its updater settings."""
+        return f"{self.name}.max_seq_len", self.update_settings().max_seq_len
 
     def update_shape(self) -> UpdateShape:
         """Return its updater's shape (a LoRA adapter; the reference is the base without it)."""
         from fulmen.algorithms.update_memory import UpdateShape
 
-        return UpdateShape.of(self.name, self.update_config(seed=0), parallel=self.data_parallel)
+        return UpdateShape.of(self.name, self.update_settings(), parallel=self.data_parallel)
 
 
 def check_transitions(options: TransitionOptions) -> None:

@@ -122,3 +122,7 @@ class DPOAlgorithmConfig(PolicyRoutedSection):
     def update_config(self, *, seed: int) -> DPOConfig:
         """Return ``dpo`` with the run's ``seed`` unless ``dpo.seed`` is set."""
         return self.dpo.for_run(seed)
+
+    def update_settings(self) -> DPOConfig:
+        """Return ``dpo`` as written (the run's seed not completed)."""
+        return self.dpo

@@ -53,7 +53,7 @@ class OfflineGRPOLoop(GRPOLoop):
         if source is None:
             raise ValueError("the offline GRPO loop needs algorithm.source (data.from_store)")
         attempts = await self.context.rollouts.read_source(source)
-        temperature = self.config.update_config(seed=self.context.run.seed).temperature
+        temperature = self.config.grpo.temperature
         behaviour, reasons = await self.context.rollouts.behaviour_calls(
             source, attempts, temperature=temperature
         )

@@ -166,3 +166,7 @@ class PPOAlgorithmConfig(PolicyRoutedSection):
     def update_config(self, *, seed: int) -> PPOConfig:
         """Return ``ppo`` with the run's ``seed`` unless ``ppo.seed`` is set."""
         return self.ppo.for_run(seed)
+
+    def update_settings(self) -> PPOConfig:
+        """Return ``ppo`` as written (the run's seed not completed)."""
+        return self.ppo
