@@ -16,15 +16,15 @@ import logging
 import shutil
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast
 
 import torch
 from torch import nn
 
-from fulmen.algorithms.lora import LoraUpdateSettings
-from fulmen.algorithms.optimizer import build_optimizer
+from fulmen.algorithms.optimizer import OptimizerSettings, build_optimizer
 from fulmen.algorithms.parallel.updater import PolicyUpdater
 from fulmen.algorithms.policy import (
+    PolicySettings,
     causal_lm_of,
     load_adapter_weights,
     load_stage_policy,
@@ -40,12 +40,13 @@ if TYPE_CHECKING:
     from fulmen.algorithms.parallel.collective import Collective
     from fulmen.algorithms.parallel.updater import Updater
 
-_C = TypeVar("_C", bound=LoraUpdateSettings)
-_U = TypeVar("_U", bound="LoraUpdaterFiles[Any]")
+_C = TypeVar("_C", bound="HeldPolicySettings")
+_U = TypeVar("_U", bound="UpdaterFiles[Any]")
 _log = logging.getLogger("fulmen.train")
 
 __all__ = [
-    "LoraUpdaterFiles",
+    "HeldPolicySettings",
+    "UpdaterFiles",
     "check_finite",
     "SHARDS_DIR",
     "load_checkpoint",
@@ -255,23 +256,44 @@ def save_model(
     return target
 
 
-class LoraUpdaterFiles(PolicyUpdater, Generic[_C]):
-    """The files of an updater that trains a LoRA adapter (DPO's, PPO's): checkpoint and serving.
+class HeldPolicySettings(PolicySettings, OptimizerSettings, Protocol):
+    """What ``UpdaterFiles`` reads of an updater's settings (a pydantic model)."""
 
-    The updater provides ``model`` (its peft policy), ``optimizer``, ``config`` (a pydantic
+    @property
+    def max_seq_len(self) -> int | None:
+        """The length limit (``None``: the model's context)."""
+        ...
+
+    @property
+    def seed(self) -> int | None:
+        """The adapter's initial seed (the run's, once ``update_config`` completed it)."""
+        ...
+
+    def model_dump(self, *, mode: str) -> dict[str, Any]:
+        """Return the settings as a mapping (a checkpoint records them)."""
+        ...
+
+
+class UpdaterFiles(PolicyUpdater, Generic[_C]):
+    """The files of an updater: its checkpoint and the policy it serves (every algorithm's).
+
+    The updater provides ``model`` (its policy), ``optimizer``, ``config`` (a pydantic
     model) and ``step``; ``trained`` names what the optimizer trains and a checkpoint holds
     (the policy, or the policy with the algorithm's own trained modules, such as PPO's value
-    head). A sharded policy (``parallel.sharding``) checkpoints as a distributed checkpoint
-    and serves the adapter gathered to rank 0.
+    head). ``config.finetune`` says whether a LoRA adapter (named ``adapter_name``) or every
+    weight is trained and served. A sharded policy (``parallel.sharding``) checkpoints as a
+    distributed checkpoint and serves its weights gathered to rank 0.
     """
 
     model: nn.Module
     optimizer: torch.optim.Optimizer
     config: _C
     step: int
+    #: The peft adapter the updater trains (several GRPO roles share one base).
+    adapter_name: str = "default"
 
     def _hold_policy(self, model: nn.Module, config: _C) -> None:
-        """Set what every LoRA updater holds, from ``model`` and ``config``.
+        """Set what an updater holds, from ``model`` and ``config``.
 
         ``config``, the adapter on ``model`` (seeded with ``config.seed``), the device, the
         optimizer, the pad token, the length limit (the configured one, else the model's
@@ -311,19 +333,31 @@ class LoraUpdaterFiles(PolicyUpdater, Generic[_C]):
 
     @property
     def is_full(self) -> bool:
-        """Always ``False``: the adapter is trained (``fulmen.algorithms.serving``)."""
-        return False
+        """Whether every weight is trained (``finetune: full``) rather than a LoRA adapter."""
+        return self.config.finetune == "full"
 
     def save_adapter(self, directory: str | Path) -> Path:
         """Write the LoRA adapter in peft's format, ready for ``/v1/load_lora_adapter``."""
         from fulmen.algorithms.parallel import sharding
 
-        gathered = sharding.gathered_weights(cast("Updater", self))
-        return save_adapter(self.model, directory, finetune="lora", weights=gathered)
+        return save_adapter(
+            self.model,
+            directory,
+            finetune=self.config.finetune,
+            adapter_name=self.adapter_name,
+            weights=sharding.gathered_weights(cast("Updater", self)),
+        )
 
     def save_model(self, directory: str | Path) -> Path:
-        """Write the whole policy (the adapter merged into a copy) as a HF directory."""
-        return save_model(self.model, directory, finetune="lora")
+        """Write the whole policy (LoRA merged into a copy) as a HF directory (reloadable)."""
+        from fulmen.algorithms.parallel import sharding
+
+        return save_model(
+            self.model,
+            directory,
+            finetune=self.config.finetune,
+            weights=sharding.gathered_weights(cast("Updater", self)),
+        )
 
 
 def lora_updater_for_stage(

@@ -79,7 +79,7 @@ class _Totals:
         }
 
 
-class DPOUpdater(checkpoint.LoraUpdaterFiles[DPOConfig]):
+class DPOUpdater(checkpoint.UpdaterFiles[DPOConfig]):
     """Owns the LoRA policy and its optimizer; updates it on preference pairs.
 
     Args:

@@ -46,7 +46,6 @@ from fulmen.algorithms.losses import (
 from fulmen.algorithms.optimizer import apply_gradients, build_optimizer
 from fulmen.algorithms.parallel import sharding
 from fulmen.algorithms.parallel.collective import Collective, split_samples
-from fulmen.algorithms.parallel.updater import PolicyUpdater
 from fulmen.algorithms.policy import (
     ReferencePolicy,
     autocast_context,
@@ -105,7 +104,7 @@ class _Totals(RatioTotals, MismatchGap):
         }
 
 
-class GRPOUpdater(PolicyUpdater):
+class GRPOUpdater(checkpoint.UpdaterFiles[GRPOConfig]):
     """Owns the policy, its optimizer and (with KL) the reference; updates from transitions.
 
     Args:
@@ -444,27 +443,3 @@ class GRPOUpdater(PolicyUpdater):
         reference = self._reference
         copy = reference.frozen_copy if reference is not None else None
         return (copy,) if copy is not None else ()
-
-    @property
-    def is_full(self) -> bool:
-        """Whether every weight is trained (``finetune: full``) rather than a LoRA adapter."""
-        return self.config.finetune == "full"
-
-    def save_adapter(self, directory: str | Path) -> Path:
-        """Write the LoRA adapter in peft's format, ready for ``/v1/load_lora_adapter``."""
-        return checkpoint.save_adapter(
-            self.model,
-            directory,
-            finetune=self.config.finetune,
-            adapter_name=self.adapter_name,
-            weights=sharding.gathered_weights(self),
-        )
-
-    def save_model(self, directory: str | Path) -> Path:
-        """Write the full policy (LoRA merged into a copy of the weights) as a HF directory."""
-        return checkpoint.save_model(
-            self.model,
-            directory,
-            finetune=self.config.finetune,
-            weights=sharding.gathered_weights(self),
-        )

@@ -96,7 +96,7 @@ class _Targets:
     advantages: Tensor
 
 
-class PPOUpdater(checkpoint.LoraUpdaterFiles[PPOConfig]):
+class PPOUpdater(checkpoint.UpdaterFiles[PPOConfig]):
     """Owns the LoRA policy, its value head and their optimizer; updates them from transitions.
 
     Args:

@@ -28,20 +28,15 @@ from torch import nn
 
 from fulmen.algorithms import checkpoint
 from fulmen.algorithms.batching import MicroBatch, TokenSample, collate, plan_micro_batches
-from fulmen.algorithms.optimizer import apply_gradients, build_optimizer
+from fulmen.algorithms.optimizer import apply_gradients
 from fulmen.algorithms.parallel import sharding
-from fulmen.algorithms.parallel.collective import Collective, split_samples
-from fulmen.algorithms.parallel.updater import PolicyUpdater
+from fulmen.algorithms.parallel.collective import split_samples
 from fulmen.algorithms.policy import (
     autocast_context,
     load_causal_lm,
-    pad_token_of,
-    policy_device,
-    prepare_seeded_policy,
     token_logprobs,
     update_mode,
 )
-from fulmen.algorithms.sequence_lengths import resolve_max_seq_len
 from fulmen.algorithms.sft.config import SFTConfig
 from fulmen.algorithms.sft.dataset import SFTExample
 
@@ -50,7 +45,7 @@ __all__ = ["SFTUpdater"]
 logger = logging.getLogger(__name__)
 
 
-class SFTUpdater(PolicyUpdater):
+class SFTUpdater(checkpoint.UpdaterFiles[SFTConfig]):
     """Owns the policy and its optimizer; fine-tunes on SFT examples.
 
     Args:
@@ -60,21 +55,8 @@ class SFTUpdater(PolicyUpdater):
     """
 
     def __init__(self, model: nn.Module, *, config: SFTConfig) -> None:
-        self.config = config
+        self._hold_policy(model, config)
         self.seed = config.seed or 0
-        self.model = prepare_seeded_policy(model, config, seed=self.seed)
-        self.device = policy_device(config)
-        self.optimizer: torch.optim.Optimizer = build_optimizer(self.model, config)
-        self.pad_token_id = pad_token_of(self.model)
-        #: The length limit: the configured one, else the model's context.
-        self.max_seq_len = resolve_max_seq_len(config.max_seq_len, self.model)
-        self.step = 0
-        #: Optimizer steps skipped because the gradient norm was not finite.
-        self.skipped_nonfinite = 0
-        #: The data-parallel group this engine updates with (``None``: this process alone).
-        self.collective: Collective | None = None
-        #: A sharded checkpoint to load once the ranks shard the policy (``parallel.sharding``).
-        self.resume_shards: Path | None = None
 
     @classmethod
     def from_pretrained(cls, path: str | Path, *, config: SFTConfig) -> SFTUpdater:
@@ -198,47 +180,6 @@ class SFTUpdater(PolicyUpdater):
                 chunk_tokens=self.config.logit_chunk_tokens,
             )
         return logprobs
-
-    def save_checkpoint(self, directory: str | Path) -> Path:
-        """Write trainable weights, optimizer and RNG state and the step to ``directory``."""
-        state = {"step": self.step, "config": self.config.model_dump(mode="json")}
-        return checkpoint.save_checkpoint(
-            self.model,
-            self.optimizer,
-            directory,
-            state=state,
-            shards=sharding.shard_writer(self),  # sharded: every rank writes its shard
-        )
-
-    def load_checkpoint(self, directory: str | Path) -> None:
-        """Restore what ``save_checkpoint`` wrote (a sharded one once the ranks shard)."""
-        state, self.resume_shards = checkpoint.restore_checkpoint(
-            self.model, self.optimizer, directory
-        )
-        self.step = int(state["step"])
-
-    @property
-    def is_full(self) -> bool:
-        """Whether every weight is trained (``finetune: full``) rather than a LoRA adapter."""
-        return self.config.finetune == "full"
-
-    def save_adapter(self, directory: str | Path) -> Path:
-        """Write the LoRA adapter in peft's format, ready for ``/v1/load_lora_adapter``."""
-        return checkpoint.save_adapter(
-            self.model,
-            directory,
-            finetune=self.config.finetune,
-            weights=sharding.gathered_weights(self),
-        )
-
-    def save_model(self, directory: str | Path) -> Path:
-        """Write the whole policy as a HF directory, ready for ``/v1/reload_weights``."""
-        return checkpoint.save_model(
-            self.model,
-            directory,
-            finetune=self.config.finetune,
-            weights=sharding.gathered_weights(self),
-        )
 
 
 def _mean(values: Sequence[float]) -> float:
