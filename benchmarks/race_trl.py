@@ -11,8 +11,15 @@ each needs to reach TRL's final accuracy and its ratio, the final paired gain wi
 error, rollout tokens per second, update seconds per step) is printed as one JSON line and the
 curves are drawn to ``OUT/race.png``.
 
-    python benchmarks/race_trl.py --dataset leg_counting --out runs/race        # the full race
-    python benchmarks/race_trl.py --ci --out /tmp/race                          # two steps each
+    python benchmarks/race_trl.py --dataset calendar_arithmetic --out runs/race   # the full race
+    python benchmarks/race_trl.py --dataset aiw --screen --out runs/screen         # base only
+    python benchmarks/race_trl.py --ci --out /tmp/race                             # two steps each
+
+The race runs in parts: a run whose rows are already in ``OUT/results.jsonl`` is not run again
+(a run cut off midway is started afresh), so ``--seeds 0`` today and ``--seeds 1`` tomorrow
+into one ``OUT`` add up, and a last call with every seed only summarizes. ``OUT/race.json``
+holds the settings the rows were measured with; an ``OUT`` with other settings is refused.
+Each run's row names the machine it ran on: compare wall clocks of one machine only.
 
 TRL's side is written as TRL's own GRPO quick start, on the CPU (``use_cpu=True``), with the
 shared knobs set to the race's values and everything else at TRL's defaults (``trl_args``).
@@ -21,9 +28,13 @@ shared knobs set to the race's values and everything else at TRL's defaults (``t
 from __future__ import annotations
 
 import argparse
+import collections
 import itertools
 import json
 import math
+import os
+import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -33,6 +44,26 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 CI_ARITHMETIC = {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1}
+#: What the recorded figures depend on, beside the dataset, trainer, rate and seed of a row.
+SETTINGS = (
+    "dataset_config",
+    "model",
+    "budget_min",
+    "marks",
+    "group_size",
+    "tasks_per_step",
+    "completion_length",
+    "heldout",
+    "train_size",
+    "lora_r",
+    "lora_targets",
+    "answer_format",
+    "examples",
+    "fulmen_set",
+    "max_steps",
+)
+#: The base model's held-out accuracy a dataset should have for the race (issue's range).
+SCREEN_RANGE = (0.05, 0.60)
 
 
 def _args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -51,7 +82,19 @@ def _args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--train-size", type=int, default=2000)
     p.add_argument("--lora-r", type=int, default=16)
     p.add_argument("--lora-targets", default="q_proj,k_proj,v_proj,o_proj")
-    p.add_argument("--answer-format", default="raw", choices=["raw", "tag"])
+    p.add_argument(
+        "--answer-format",
+        default="tag",
+        choices=["raw", "tag"],
+        help="tag: the last <answer>...</answer> of the reply (a base model does not stop by "
+        "itself after a raw answer)",
+    )
+    p.add_argument(
+        "--examples",
+        type=int,
+        default=3,
+        help="worked examples before each question (Gemma 3 270M copies the prompt without)",
+    )
     p.add_argument("--trainers", default="trl,fulmen")
     p.add_argument(
         "--fulmen-set",
@@ -64,6 +107,11 @@ def _args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--max-steps", type=int, default=None, help="stop each run after N steps")
     p.add_argument("--ci", action="store_true", help="two steps each, tiny model, one seed")
+    p.add_argument(
+        "--screen",
+        action="store_true",
+        help="only measure the base model on each dataset's held-out set (choosing datasets)",
+    )
     p.add_argument("--side", help=argparse.SUPPRESS)  # internal: run one TRL training
     args = p.parse_args(argv)
     if args.ci:
@@ -73,6 +121,8 @@ def _args(argv: list[str] | None = None) -> argparse.Namespace:
         args.model, args.seeds, args.lrs, args.max_steps = "tiny", "0", "1e-3", 2
         args.heldout, args.train_size, args.group_size, args.tasks_per_step = 8, 32, 4, 2
         args.completion_length, args.budget_min, args.marks = 8, 5.0, "0,5"
+        # The tiny model never writes an <answer> tag: raw replies earn partial credit.
+        args.answer_format, args.examples = "raw", 1
     if not args.dataset:
         p.error("give --dataset NAME (a Reasoning Gym dataset), or --ci")
     return args
@@ -87,15 +137,15 @@ def environment(args: argparse.Namespace, dataset: str) -> dict[str, Any]:
         "train_size": args.train_size,
         "val_size": args.heldout,
         "answer_format": args.answer_format,
+        "examples": args.examples,
     }
 
 
-def messages(task: dict[str, Any]) -> list[dict[str, str]]:
-    """The built-in agent's prompt of a task: the system prompt, then the question."""
-    return [
-        {"role": "system", "content": task["agent"]["system_prompt"]},
-        {"role": "user", "content": task["question"]},
-    ]
+def messages(task: dict[str, Any]) -> list[dict[str, Any]]:
+    """The built-in agent's prompt of a task: system prompt, worked examples, the question."""
+    from fulmen.environments.reasoning_gym import prompt_messages
+
+    return prompt_messages(task)
 
 
 # ---- fulmen's side: `fulmen train` on a config written for the run --------------------------
@@ -148,9 +198,33 @@ def fulmen_checkpoints(run: Path) -> tuple[list[tuple[float, Path]], dict[str, f
     rollout_s = sum(r["time/rollout_s"] for r in steps)
     return points, {
         "steps": len(steps),
-        "rollout_tokens_per_s": sum(r.get("trained_tokens", 0.0) for r in steps) / rollout_s,
+        "rollout_tokens_per_s": completion_tokens(run) / rollout_s,
         "update_s_per_step": statistics.fmean(r["time/train_s"] for r in steps),
     }
+
+
+def completion_tokens(run: Path) -> int:
+    """Every completion token the run's training rollouts generated, from its store.
+
+    Counted from the recorded calls, not from what was trained: a step whose groups all
+    scored alike trains nothing but generated as much.
+    """
+    import asyncio
+
+    from fulmen.store import open_store
+    from fulmen.store.reading import iter_rollouts, read_llm_calls
+    from fulmen.trainer.config import RUN_STORE_FILE
+    from fulmen.types import Mode, RolloutQuery
+
+    async def count() -> int:
+        total = 0
+        async with open_store(f"sqlite:///{run / RUN_STORE_FILE}", watchdog_interval=None) as store:
+            async for rollout in iter_rollouts(store, RolloutQuery(mode=Mode.TRAIN, limit=1000)):
+                for call in await read_llm_calls(store, rollout.rollout_id):
+                    total += sum(len(choice.token_ids or []) for choice in call.choices)
+        return total
+
+    return asyncio.run(count())
 
 
 # ---- TRL's side: GRPOTrainer as its quick start writes it, on the CPU -----------------------
@@ -321,40 +395,133 @@ def at_mark(points: list[tuple[float, Path]], minute: float) -> Path | None:
 
 
 def race(args: argparse.Namespace) -> dict[str, Any]:
+    """Run every run not yet recorded in ``OUT`` (or, with ``--screen``, the base model only)."""
     from fulmen.environments.config import EnvironmentAdapter
     from fulmen.environments.reasoning_gym import reasoning_gym_tasks
 
-    args.out.mkdir(parents=True, exist_ok=True)
-    results = args.out / "results.jsonl"
+    results = open_out(args)
     marks = [float(m) for m in args.marks.split(",")]
+    recorded = read_results(results)
+    screened: dict[str, Any] = {}
     for dataset in args.dataset:
         config = EnvironmentAdapter.validate_python(environment(args, dataset))
         heldout = reasoning_gym_tasks(config, "val")  # type: ignore[arg-type]
-        base = evaluate(args, heldout, None)
-        for trainer in args.trainers.split(","):
+        base = next((r for r in recorded if r == {**r, "kind": "base", "dataset": dataset}), None)
+        if base is None:
+            base = {"kind": "base", "dataset": dataset, **evaluate(args, heldout, None)}
+            _append(results, base)
+        screened[dataset] = screen_row(base, heldout)
+        if args.screen:
+            continue
+        measured = {k: base[k] for k in ("accuracy", "score")}
+        for seed in (int(s) for s in args.seeds.split(",")):
             for lr in (float(x) for x in args.lrs.split(",")):
-                for seed in (int(s) for s in args.seeds.split(",")):
-                    run = args.out / dataset / trainer / f"lr{lr:g}" / f"seed{seed}"
-                    (run_fulmen if trainer == "fulmen" else run_trl)(args, dataset, lr, seed, run)
-                    if trainer == "fulmen":
-                        points, speed = fulmen_checkpoints(run)
-                    else:
-                        summary = json.loads((run / "trl.json").read_text())
-                        points = [(p["seconds"], Path(p["path"])) for p in summary.pop("points")]
-                        speed = summary
+                for trainer in args.trainers.split(","):
                     row = {"dataset": dataset, "trainer": trainer, "lr": lr, "seed": seed}
-                    _append(results, {**row, "kind": "speed", **speed})
-                    for minute in marks:
-                        adapter = at_mark(points, minute)
-                        measured = base if adapter is None else evaluate(args, heldout, adapter)
-                        step = 0 if adapter is None else int(adapter.name.split("-")[1])
-                        _append(
-                            results,
-                            {**row, "kind": "point", "minute": minute, "step": step, **measured},
-                        )
-    summary = summarize([json.loads(line) for line in results.read_text().splitlines()], marks)
+                    if any(r == {**r, **row, "kind": "speed"} for r in recorded):
+                        continue  # recorded by an earlier call into this OUT
+                    run = args.out / dataset / trainer / f"lr{lr:g}" / f"seed{seed}"
+                    shutil.rmtree(run, ignore_errors=True)  # a run cut off midway starts afresh
+                    rows = race_one(args, heldout, measured, row, run, marks)
+                    for record in rows:  # all of a run's rows at once: it counts as done
+                        _append(results, record)
+                    recorded += rows
+    if args.screen:
+        return {"screen": screened}
+    summary = summarize(read_results(results), marks)
     plot(summary, args.out / "race.png")
     return summary
+
+
+def race_one(
+    args: argparse.Namespace,
+    heldout: list[dict[str, Any]],
+    base: dict[str, float],
+    row: dict[str, Any],
+    run: Path,
+    marks: list[float],
+) -> list[dict[str, Any]]:
+    """Train one trainer at one rate and seed, then measure it at every mark: its rows."""
+    dataset, trainer, lr, seed = row["dataset"], row["trainer"], row["lr"], row["seed"]
+    (run_fulmen if trainer == "fulmen" else run_trl)(args, dataset, lr, seed, run)
+    if trainer == "fulmen":
+        points, speed = fulmen_checkpoints(run)
+    else:
+        summary = json.loads((run / "trl.json").read_text())
+        points = [(p["seconds"], Path(p["path"])) for p in summary.pop("points")]
+        speed = summary
+    rows = [{**row, "kind": "speed", "machine": machine(), **speed}]
+    for minute in marks:
+        adapter = at_mark(points, minute)
+        measured = base if adapter is None else evaluate(args, heldout, adapter)
+        step = 0 if adapter is None else int(adapter.name.split("-")[1])
+        rows.append({**row, "kind": "point", "minute": minute, "step": step, **measured})
+    return rows
+
+
+def open_out(args: argparse.Namespace) -> Path:
+    """Make ``OUT``, record the race's settings there; refuse one measured with others."""
+    args.out.mkdir(parents=True, exist_ok=True)
+    settings = {key: getattr(args, key) for key in SETTINGS}
+    path, results = args.out / "race.json", args.out / "results.jsonl"
+    if path.exists():
+        found = json.loads(path.read_text(encoding="utf-8"))
+        differ = sorted(k for k in set(found) | set(settings) if found.get(k) != settings.get(k))
+        if differ:
+            shown = ", ".join(
+                f"{k}: {found.get(k)!r} there, {settings.get(k)!r} now" for k in differ
+            )
+            raise SystemExit(
+                f"{args.out} holds a race with other settings ({shown}); use another --out"
+            )
+    elif results.exists():
+        raise SystemExit(f"{results} has no race.json beside it: use another --out")
+    else:
+        path.write_text(json.dumps(settings, indent=1), encoding="utf-8")
+    return results
+
+
+def read_results(results: Path) -> list[dict[str, Any]]:
+    """Every row recorded so far (none before the first run)."""
+    if not results.exists():
+        return []
+    return [json.loads(line) for line in results.read_text(encoding="utf-8").splitlines()]
+
+
+def screen_row(base: dict[str, Any], heldout: list[dict[str, Any]]) -> dict[str, Any]:
+    """The base model's accuracy (± SE), whether it suits the race, and the majority baseline.
+
+    The majority baseline is the accuracy of answering every problem with the commonest answer.
+    """
+    from fulmen.environments.reasoning_gym import score_reply
+
+    p, n = base["accuracy"], len(heldout)
+    low, high = SCREEN_RANGE
+    answers = collections.Counter(str(t["answer"]) for t in heldout)
+    common = answers.most_common(1)[0][0]
+    wrap = "{}" if heldout[0]["agent"]["answer_format"] == "raw" else "<answer>{}</answer>"
+    majority = sum(score_reply(t, wrap.format(common)) >= 1.0 for t in heldout) / n
+    return {
+        "accuracy": p,
+        "se": math.sqrt(p * (1 - p) / n),
+        "score": base["score"],
+        "problems": n,
+        "majority": majority,
+        "in_range": low <= p <= high,
+    }
+
+
+def machine() -> str:
+    """The machine a run ran on: its name, CPU model and core count."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{platform.node()}: {cpu} x{os.cpu_count()}"
 
 
 def _append(path: Path, record: dict[str, Any]) -> None:
@@ -422,6 +589,7 @@ def summarize(records: list[dict[str, Any]], marks: list[float]) -> dict[str, An
                 "rollout_tokens_per_s": statistics.fmean(r["rollout_tokens_per_s"] for r in speed),
                 "update_s_per_step": statistics.fmean(r["update_s_per_step"] for r in speed),
                 "steps": statistics.fmean(r["steps"] for r in speed),
+                "machines": sorted({r.get("machine", "?") for r in speed}),
             }
         out[dataset] = {"trainers": best, **_compare(best, marks)}
     return out

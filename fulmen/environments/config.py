@@ -103,6 +103,11 @@ class ReasoningGymConfig(_Splits):
             whole reply, stripped.
         system_prompt: default: Reasoning Gym's ``default`` system prompt for ``tag``, a
             one-line "answer only" prompt for ``raw``.
+        examples: worked examples before every question (0: none): problems of their own
+            draw, never a training or held-out one, each an earlier user turn answered by an
+            assistant turn in the answer format (``<answer>A</answer>`` for ``tag``, the bare
+            answer for ``raw``). A small base model that copies the prompt zero-shot can then
+            answer in the format (``docs/environments.md``).
     """
 
     library: Literal["reasoning_gym"] = "reasoning_gym"
@@ -111,6 +116,7 @@ class ReasoningGymConfig(_Splits):
     curriculum: dict[str, int] | None = None
     datasets: dict[str, ReasoningGymDataset] | None = Field(default=None, min_length=1)
     answer_format: Literal["tag", "raw"] = "tag"
+    examples: int = Field(default=0, ge=0, le=32)
 
     @model_validator(mode="after")
     def _one_source(self) -> ReasoningGymConfig:

@@ -31,6 +31,7 @@ __all__ = [
     "RAW_PROMPT",
     "ReasoningGymAgent",
     "extract_answer",
+    "prompt_messages",
     "reasoning_gym_tasks",
     "score_reply",
     "system_prompt_of",
@@ -127,31 +128,65 @@ def _draw(dataset: Any, want: int, skip: set[str], split: str) -> list[dict[str,
 def reasoning_gym_tasks(config: ReasoningGymConfig, split: str) -> list[dict[str, Any]]:
     """Return the tasks of ``split`` (``train`` or ``val``); never a held-out question in train.
 
-    Both splits are drawn each time (the training split skips the held-out questions), so the
-    same config gives the same tasks in any process.
+    Both splits are drawn each time (the training split skips the held-out questions and the
+    worked examples), so the same config gives the same tasks in any process.
     """
     specs = {
         name: (spec.weight, _dataset_config(name, spec))
         for name, spec in config.dataset_specs().items()
     }
     seen: set[str] = set()
-    val_seed, train_seed = _split_seeds(config.seed)
+    val_seed, examples_seed, train_seed = _split_seeds(config.seed)
     val: list[dict[str, Any]] = []
     if config.val_size:
         size = config.val_size * _DRAWS_PER_TASK + 64
         val = _draw(_composite(specs, seed=val_seed, size=size), config.val_size, seen, "val")
+    examples: list[dict[str, str]] = []
+    if config.examples:
+        size = config.examples * _DRAWS_PER_TASK + 64
+        drawn = _draw(
+            _composite(specs, seed=examples_seed, size=size), config.examples, seen, "examples"
+        )
+        examples = [
+            {"question": str(e["question"]), "answer": _formatted(str(e["answer"]), config)}
+            for e in drawn
+        ]
     if split == "val":
-        return [_task(config, specs, entry, f"val-{i}") for i, entry in enumerate(val)]
+        return [_task(config, specs, entry, f"val-{i}", examples) for i, entry in enumerate(val)]
     size = config.train_size * _DRAWS_PER_TASK + 64
     dataset = _composite(specs, seed=train_seed, size=size)
     train = _draw(dataset, config.train_size, seen, "train")
-    return [_task(config, specs, entry, f"train-{i}") for i, entry in enumerate(train)]
+    return [_task(config, specs, entry, f"train-{i}", examples) for i, entry in enumerate(train)]
 
 
-def _split_seeds(seed: int) -> tuple[int, int]:
-    """Return the composite seeds of the held-out and training splits (31-bit)."""
+def _split_seeds(seed: int) -> tuple[int, int, int]:
+    """Return the composite seeds of the held-out split, the worked examples, the training split.
+
+    31-bit; Reasoning Gym builds item ``i`` from ``seed + i``, so they lie far apart.
+    """
     base = (seed * 1_000_003) % (2**31 - 4_000_000)
-    return base + 1_000_000, base + 3_000_000
+    return base + 1_000_000, base + 2_000_000, base + 3_000_000
+
+
+def _formatted(answer: str, config: ReasoningGymConfig) -> str:
+    """Return a worked example's answer as the model should reply it."""
+    return answer if config.answer_format == "raw" else f"<answer>{answer}</answer>"
+
+
+def prompt_messages(task: dict[str, Any]) -> list[dict[str, Any]]:
+    """Return the chat the built-in agent sends for ``task`` (any other trainer sends it too).
+
+    The system prompt, the worked examples as earlier user and assistant turns, the question.
+    """
+    settings = cast("dict[str, Any]", task.get("agent") or {})
+    messages: list[dict[str, Any]] = []
+    if settings.get("system_prompt"):
+        messages.append({"role": "system", "content": str(settings["system_prompt"])})
+    for example in cast("list[dict[str, str]]", settings.get("examples") or []):
+        messages.append({"role": "user", "content": example["question"]})
+        messages.append({"role": "assistant", "content": example["answer"]})
+    messages.append({"role": "user", "content": str(task["question"])})
+    return messages
 
 
 def _task(
@@ -159,6 +194,7 @@ def _task(
     specs: dict[str, tuple[float, dict[str, Any]]],
     entry: dict[str, Any],
     task_id: str,
+    examples: list[dict[str, str]],
 ) -> dict[str, Any]:
     metadata = cast("dict[str, Any]", entry.get("metadata") or {})
     source = str(metadata.get("source_dataset") or next(iter(specs)))
@@ -171,6 +207,7 @@ def _task(
         "agent": {
             "system_prompt": system_prompt_of(config),
             "answer_format": config.answer_format,
+            **({"examples": examples} if examples else {}),
         },
     }
 
@@ -222,11 +259,6 @@ class ReasoningGymAgent(Agent):
 
     async def training_rollout(self, task: dict[str, Any], llm: LLM) -> float:  # type: ignore[override]  # by name
         """Ask the question once; the reward is the dataset's score of the extracted answer."""
-        settings = cast("dict[str, Any]", task.get("agent") or {})
-        messages: list[dict[str, Any]] = []
-        if settings.get("system_prompt"):
-            messages.append({"role": "system", "content": str(settings["system_prompt"])})
-        messages.append({"role": "user", "content": str(task["question"])})
         async with chat_client(llm) as http:
-            reply = await send_chat(http, llm, messages)
+            reply = await send_chat(http, llm, prompt_messages(task))
         return score_reply(task, reply.text, cache=self._datasets)

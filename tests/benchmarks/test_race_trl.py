@@ -22,15 +22,15 @@ pytest.importorskip("matplotlib")
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def race(out: Path, *options: str) -> subprocess.CompletedProcess[str]:
+    script = str(ROOT / "benchmarks" / "race_trl.py")
+    argv = [sys.executable, script, "--ci", "--out", str(out), *options]
+    return subprocess.run(argv, capture_output=True, text=True, check=False, cwd=ROOT)
+
+
 @pytest.mark.slow
 def test_ci_mode_races_both_trainers_two_steps(tmp_path: Path) -> None:
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "race_trl.py"), "--ci", "--out", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        check=False,
-        cwd=ROOT,
-    )
+    done = race(tmp_path)
     assert done.returncode == 0, done.stderr[-4000:]
     summary = json.loads(done.stdout.strip().splitlines()[-1])["race"]["basic_arithmetic"]
     records = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
@@ -50,3 +50,20 @@ def test_ci_mode_races_both_trainers_two_steps(tmp_path: Path) -> None:
     assert base["fulmen"] == base["trl"]
     assert {"final_gain", "final_gain_se", "time_ratio_fulmen_over_trl"} <= set(summary)
     assert (tmp_path / "race.png").stat().st_size > 0
+
+    # A second call into the same OUT runs nothing again: it only summarizes what is recorded.
+    again = race(tmp_path)
+    assert again.returncode == 0, again.stderr[-4000:]
+    assert len((tmp_path / "results.jsonl").read_text().splitlines()) == len(records)
+    assert json.loads(again.stdout.strip().splitlines()[-1])["race"]["basic_arithmetic"] == summary
+    # The screen reports the recorded base model: minute 0's accuracy, with its standard error.
+    screen = race(tmp_path, "--screen")
+    assert screen.returncode == 0, screen.stderr[-4000:]
+    screened = json.loads(screen.stdout.strip().splitlines()[-1])["race"]["screen"]
+    row = screened["basic_arithmetic"]
+    assert row["accuracy"] == points[0.0]["accuracy"] and row["problems"] == 8
+    assert row["se"] >= 0 and isinstance(row["in_range"], bool)
+    # Rows measured with other settings are never mixed into one summary.
+    other = race(tmp_path, "--lora-r", "4")
+    assert other.returncode != 0
+    assert "other settings (lora_r: 16 there, 4 now)" in other.stderr

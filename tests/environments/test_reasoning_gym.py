@@ -20,7 +20,7 @@ pytest.importorskip("reasoning_gym")
 import reasoning_gym
 
 from fulmen.environments.config import EnvironmentAdapter, ReasoningGymConfig
-from fulmen.environments.reasoning_gym import reasoning_gym_tasks, score_reply
+from fulmen.environments.reasoning_gym import prompt_messages, reasoning_gym_tasks, score_reply
 from fulmen.errors import ConfigError
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "reasoning_gym" / "config.yaml"
@@ -101,6 +101,33 @@ def test_reward_is_the_datasets_own_score_of_the_extracted_answer() -> None:
     assert score_reply(raw, f" {raw['answer']}\n") == 1.0
 
 
+def test_worked_examples_come_before_every_question_and_are_never_a_task() -> None:
+    sizes = {"config": ARITHMETIC, "train_size": 60, "val_size": 20}
+    config = _config(dataset="basic_arithmetic", examples=3, **sizes)
+    train, val = reasoning_gym_tasks(config, "train"), reasoning_gym_tasks(config, "val")
+    examples = train[0]["agent"]["examples"]
+    assert len(examples) == 3 and all(t["agent"]["examples"] == examples for t in train + val)
+    shown = {e["question"] for e in examples}
+    assert not shown & {t["question"] for t in train + val}
+    assert all(e["answer"].startswith("<answer>") for e in examples)  # the reply's format
+    chat = prompt_messages(val[0])
+    assert [m["role"] for m in chat] == ["system"] + ["user", "assistant"] * 3 + ["user"]
+    assert (
+        chat[1]["content"] == examples[0]["question"] and chat[-1]["content"] == val[0]["question"]
+    )
+    raw = reasoning_gym_tasks(
+        _config(dataset="basic_arithmetic", answer_format="raw", examples=1, **sizes), "val"
+    )
+    answer = raw[0]["agent"]["examples"][0]["answer"]
+    assert answer and not answer.startswith("<")  # the bare answer
+    # Without examples the tasks are what they were: the splits do not move.
+    plain = _config(dataset="basic_arithmetic", **sizes)
+    assert "examples" not in reasoning_gym_tasks(plain, "val")[0]["agent"]
+    assert [t["question"] for t in reasoning_gym_tasks(plain, "val")] == [
+        t["question"] for t in val
+    ]
+
+
 @pytest.mark.slow
 def test_example_trains_on_the_tiny_model_with_the_datasets_scorer(tmp_path: Path) -> None:
     pytest.importorskip("torch")
@@ -123,6 +150,8 @@ def test_example_trains_on_the_tiny_model_with_the_datasets_scorer(tmp_path: Pat
         "validation.every=2",
         "rollouts.concurrency=8",
         "engine.max_batch=8",
+        "environment.examples=1",
+        "environment.answer_format=raw",  # the tiny model writes no <answer> tag
     ]
     config = load_config(EXAMPLE, overrides=overrides)
     assert config.agent == "fulmen.environments.reasoning_gym:ReasoningGymAgent"
@@ -148,5 +177,6 @@ def test_example_trains_on_the_tiny_model_with_the_datasets_scorer(tmp_path: Pat
     for rollout, calls, reward in found:
         (call,) = calls  # one call, recorded at token level
         assert call.is_token_level and call.prompt_token_ids and call.choices[0].token_ids
+        assert call.request["messages"] == prompt_messages(rollout.input)  # the worked example
         text = call.response["choices"][0]["message"]["content"] or ""
         assert reward == score_reply(rollout.input, text)
