@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, cast
 
 from pydantic import ValidationInfo
 
@@ -36,6 +37,17 @@ class ConfigFile:
         """Return the file a model is validated for, or ``None`` when it comes from no file."""
         context = info.context
         return context if isinstance(context, cls) else None
+
+    @classmethod
+    def section(cls, data: Any, info: ValidationInfo) -> tuple[ConfigFile, dict[str, Any]] | None:
+        """Return the file and a copy of a section's mapping to resolve its paths in.
+
+        ``None`` when the model is validated without a file, or is given no mapping.
+        """
+        file = cls.of(info)
+        if file is None or not isinstance(data, dict):
+            return None
+        return file, dict(cast("dict[str, Any]", data))
 
     def written(self, key: str) -> bool:
         """Whether ``key`` (``"data.train"``) stands as the file wrote it, not set by ``--set``.

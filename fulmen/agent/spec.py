@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePath
-from typing import Any, Self, cast
+from typing import Any, Self
 
 from pydantic import BaseModel, ConfigDict, ValidationInfo, model_validator
 
@@ -43,13 +43,13 @@ class AgentSpec(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _config_dir_from_the_file(cls, data: Any, info: ValidationInfo) -> Any:
-        file = ConfigFile.of(info)
-        if file is None or not isinstance(data, dict) or "config_dir" not in cls.model_fields:
+        found = ConfigFile.section(data, info)
+        if found is None or "config_dir" not in cls.model_fields:
             return data
-        fields = cast("dict[str, Any]", data)
-        if "config_dir" in fields or not file.written("agent.config_dir"):
-            return data
-        return {**fields, "config_dir": str(file.folder)}
+        file, fields = found
+        if "config_dir" not in fields and file.written("agent.config_dir"):
+            fields["config_dir"] = str(file.folder)
+        return fields
 
     def describe(self) -> str:
         """Name the agent as the user wrote it (a run's identity, ``fulmen runs``)."""

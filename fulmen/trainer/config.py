@@ -97,10 +97,10 @@ class DataConfig(_Strict):
     @model_validator(mode="before")
     @classmethod
     def _task_files_beside_the_config(cls, data: Any, info: ValidationInfo) -> Any:
-        file = ConfigFile.of(info)
-        if file is None or not isinstance(data, dict):
+        found = ConfigFile.section(data, info)
+        if found is None:
             return data
-        out = dict(cast("dict[str, Any]", data))
+        file, out = found
         for key in ("train", "val"):
             value = out.get(key)
             if isinstance(value, str) and value.endswith(".jsonl"):
@@ -255,10 +255,10 @@ class TrainConfig(_Strict):
     @model_validator(mode="before")
     @classmethod
     def _paths_beside_the_config(cls, data: Any, info: ValidationInfo) -> Any:
-        file = ConfigFile.of(info)
-        if file is None or not isinstance(data, dict):
+        found = ConfigFile.section(data, info)
+        if found is None:
             return data
-        out = dict(cast("dict[str, Any]", data))
+        file, out = found
         # Without run_dir, a folder named after the config file beside it: two configs in one
         # folder never resume each other's run.
         run_dir = out.setdefault("run_dir", str(file.folder / "runs" / file.stem))
