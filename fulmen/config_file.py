@@ -16,6 +16,8 @@ from typing import Any, cast
 
 from pydantic import ValidationInfo
 
+__all__ = ["ConfigFile"]
+
 
 @dataclass(frozen=True)
 class ConfigFile:

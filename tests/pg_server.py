@@ -53,6 +53,33 @@ def _as_postgres(cmd: list[str]) -> list[str]:
     return cmd
 
 
+def _start(pg_ctl: str, data: Path, root: Path, *, tries: int = 5) -> int:
+    """Start the server on a free port and return it; a port taken meanwhile is tried again.
+
+    The port is free when picked, but another process of a busy test run can bind it before
+    the server does (seen in CI: "could not bind IPv4 address ... Address already in use").
+    """
+    log = root / "log"
+    for attempt in range(1, tries + 1):
+        port = _free_port()
+        seen = log.stat().st_size if log.exists() else 0
+        options = f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=off"
+        started = subprocess.run(
+            _as_postgres([pg_ctl, "-D", str(data), "-o", options, "-l", str(log), "-w", "start"]),
+            check=False,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        if started.returncode == 0:
+            return port
+        written = log.read_bytes()[seen:].decode(errors="replace") if log.exists() else ""
+        if "Address already in use" not in written or attempt == tries:
+            raise subprocess.CalledProcessError(
+                started.returncode, started.args, stderr=started.stderr + written.encode()
+            )
+    raise AssertionError("unreachable")
+
+
 @contextlib.contextmanager
 def postgres_server() -> Iterator[str]:
     """Start a PostgreSQL server on 127.0.0.1 and yield its ``postgresql://`` URL."""
@@ -65,19 +92,12 @@ def postgres_server() -> Iterator[str]:
     data = root / "data"
     if os.geteuid() == 0:
         shutil.chown(root, "postgres", "postgres")
-    port = _free_port()
     run = {"check": True, "stdout": subprocess.DEVNULL, "stderr": subprocess.PIPE}
     subprocess.run(
         _as_postgres([initdb, "-D", str(data), "-U", "postgres", "-A", "trust", "--no-sync"]),
         **run,  # type: ignore[arg-type]
     )
-    options = f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=off"
-    subprocess.run(
-        _as_postgres(
-            [pg_ctl, "-D", str(data), "-o", options, "-l", str(root / "log"), "-w", "start"]
-        ),
-        **run,  # type: ignore[arg-type]
-    )
+    port = _start(pg_ctl, data, root)
     try:
         yield f"postgresql://postgres@127.0.0.1:{port}/postgres"
     finally:
