@@ -47,6 +47,7 @@ from fulmen.environments.config import EnvironmentConfig, apply_environment
 from fulmen.errors import ConfigError
 from fulmen.rewards.config import RewardConfig
 from fulmen.store.urls import is_service_url
+from fulmen.trainer.overrides import apply_override
 from fulmen.trainer.sinks.config import MetricsConfig, require_sink
 from fulmen.transitions.trajectory import TransitionOptions
 
@@ -470,7 +471,7 @@ def load_config(path: str | Path, *, overrides: Sequence[str] = ()) -> TrainConf
     if not isinstance(raw, dict):
         raise ConfigError(f"config {path} must be a mapping of options")
     for override in overrides:
-        _apply_override(raw, override)
+        apply_override(raw, override)
     given = frozenset(override.partition("=")[0] for override in overrides)
     file = ConfigFile(folder=path.parent.resolve(), stem=path.stem, given=given)
     try:
@@ -579,42 +580,3 @@ def _section_model(annotation: Any, parts: list[int | str], index: int) -> tuple
             ):
                 return member, index + 1
     return None, index
-
-
-def _apply_override(raw: dict[str, Any], override: str) -> None:
-    import yaml
-
-    key, sep, value = override.partition("=")
-    if not sep or not key:
-        raise ConfigError(f"an override must look like key.path=value, got {override!r}")
-    node: Any = raw
-    parts = key.split(".")
-    for part in parts[:-1]:
-        if isinstance(node, list):
-            node = _list_item(cast("list[Any]", node), part, key)
-        else:
-            node = node.setdefault(part, {})
-        if not isinstance(node, dict | list):
-            raise ConfigError(f"cannot set {key!r}: {part!r} is not a mapping or a list")
-    if isinstance(node, list):
-        items = cast("list[Any]", node)
-        items[_list_index(items, parts[-1], key)] = yaml.safe_load(value)
-    else:
-        node[parts[-1]] = yaml.safe_load(value)
-
-
-def _list_index(items: list[Any], part: str, key: str) -> int:
-    """Return the index ``part`` names in ``items`` (``stages.1.steps=3``), checked."""
-    if not part.isdigit() or int(part) >= len(items):
-        raise ConfigError(
-            f"cannot set {key!r}: {part!r} is not an index of a list of {len(items)} items"
-        )
-    return int(part)
-
-
-def _list_item(items: list[Any], part: str, key: str) -> Any:
-    """Return the item of ``items`` that ``part`` names; a string stage becomes a mapping."""
-    index = _list_index(items, part, key)
-    if isinstance(items[index], str):
-        items[index] = {"name": items[index]}  # ``stages: [sft]`` then ``stages.0.rounds=2``
-    return items[index]
