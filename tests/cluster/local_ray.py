@@ -61,11 +61,24 @@ class LocalRayCluster:
         self._workers, self._cpus = workers, cpus
 
     def start(self, timeout: float = 120.0) -> None:
-        self._start_node("head", ["--head", "--port", str(self.port)])
-        self._wait_port(self.port, timeout)  # the head's GCS: worker nodes can join
-        # Worker nodes join one at a time, and one that gave up is started again: on a loaded
-        # machine a raylet can miss Ray's fixed 30 s to register with the GCS ("The current
-        # node timed out during startup", seen once in CI with both lanes busy).
+        # Every node, the head too, is started again when it gives up: on a loaded machine a
+        # raylet can miss Ray's fixed 30 s to register with the GCS ("The current node timed
+        # out during startup", seen in CI with both lanes busy, for a worker and for the head).
+        for attempt in range(3):
+            if attempt:  # a fresh GCS port: the dead head's may not be free yet
+                self.port = _port_block(self._ports, size=1)
+                self._ports.add(self.port)
+                self.address = f"127.0.0.1:{self.port}"
+            self._head = self._start_node(
+                "head" + (f"-again{attempt}" if attempt else ""),
+                ["--head", "--port", str(self.port)],
+            )
+            if self._wait_port(self.port, timeout) and self._wait_nodes(1, timeout, self._head):
+                break
+            _kill_sessions({self._head.pid})
+        else:
+            raise RuntimeError(f"the ray head gave up starting 3 times: {self.logs()}")
+        # Worker nodes join one at a time.
         for i in range(self._workers):
             for attempt in range(3):
                 joining = self._start_node(f"w{i}" + (f"-again{attempt}" if attempt else ""))
@@ -101,13 +114,14 @@ class LocalRayCluster:
         self._nodes.append(node)
         return node
 
-    def _wait_port(self, port: int, timeout: float) -> None:
+    def _wait_port(self, port: int, timeout: float) -> bool:
+        """Wait until the head's GCS listens on ``port`` (True), or the head exited (False)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1):
-                return
-            if self._nodes[0].poll() is not None:
-                raise RuntimeError(f"the ray head exited: {self.logs()}")
+                return True
+            if self._head.poll() is not None:
+                return False
             time.sleep(0.2)
         raise RuntimeError(f"the ray head did not listen in {timeout} s: {self.logs()}")
 
@@ -121,7 +135,7 @@ class LocalRayCluster:
         while time.monotonic() < deadline:
             if joining.poll() is not None:
                 return False
-            if self._nodes[0].poll() is not None:
+            if self._head.poll() is not None:
                 raise RuntimeError(f"the ray head exited: {self.logs()}")
             try:
                 result = subprocess.run(
