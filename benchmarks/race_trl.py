@@ -347,8 +347,12 @@ def _time_generation(trainer: Any) -> list[float]:
 
 def evaluate(
     args: argparse.Namespace, heldout: list[dict[str, Any]], adapter: Path | None
-) -> dict[str, float]:
-    """Greedy held-out accuracy (score 1) and mean score of the base model with ``adapter``."""
+) -> dict[str, Any]:
+    """Greedy held-out accuracy (score 1) and mean score of the base model with ``adapter``.
+
+    ``correct`` holds each problem's verdict (1: scored 1) in held-out order, so two trainers
+    scored on the same problems are compared problem by problem.
+    """
     import torch
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -379,9 +383,11 @@ def evaluate(
             )
         for task, ids in zip(batch, out[:, encoded["input_ids"].shape[1] :], strict=True):
             scores.append(score_reply(task, tokenizer.decode(ids, skip_special_tokens=True)))
+    correct = [int(s >= 1.0) for s in scores]
     return {
-        "accuracy": sum(s >= 1.0 for s in scores) / len(scores),
+        "accuracy": sum(correct) / len(correct),
         "score": statistics.fmean(scores),
+        "correct": correct,
     }
 
 
@@ -406,6 +412,8 @@ def race(args: argparse.Namespace) -> dict[str, Any]:
     for dataset in args.dataset:
         config = EnvironmentAdapter.validate_python(environment(args, dataset))
         heldout = reasoning_gym_tasks(config, "val")  # type: ignore[arg-type]
+        if not args.screen:
+            recorded = score_again(args, dataset, heldout, results, recorded)
         base = next((r for r in recorded if r == {**r, "kind": "base", "dataset": dataset}), None)
         if base is None:
             base = {"kind": "base", "dataset": dataset, **evaluate(args, heldout, None)}
@@ -413,7 +421,7 @@ def race(args: argparse.Namespace) -> dict[str, Any]:
         screened[dataset] = screen_row(base, heldout)
         if args.screen:
             continue
-        measured = {k: base[k] for k in ("accuracy", "score")}
+        measured = {k: base[k] for k in ("accuracy", "score", "correct") if k in base}
         for seed in (int(s) for s in args.seeds.split(",")):
             for lr in (float(x) for x in args.lrs.split(",")):
                 for trainer in args.trainers.split(","):
@@ -457,6 +465,53 @@ def race_one(
         step = 0 if adapter is None else int(adapter.name.split("-")[1])
         rows.append({**row, "kind": "point", "minute": minute, "step": step, **measured})
     return rows
+
+
+def score_again(
+    args: argparse.Namespace,
+    dataset: str,
+    heldout: list[dict[str, Any]],
+    results: Path,
+    recorded: list[dict[str, Any]],
+) -> list[dict[str, Any]]:
+    """Give each of ``dataset``'s rows recorded without per-problem verdicts its ``correct``.
+
+    Rows measured before the race kept them are scored again from the adapter the run saved
+    (``step-N`` of its folder; step 0 is the base model): the evaluator is greedy and
+    deterministic, so a verdict list is kept only where it gives the recorded accuracy again.
+    ``results`` is rewritten whole (a temporary file moved over it); the rows are returned.
+    """
+    missing = [
+        r
+        for r in recorded
+        if r.get("dataset") == dataset and r["kind"] in ("base", "point") and "correct" not in r
+    ]
+    if not missing:
+        return recorded
+    verdicts: dict[Path | None, dict[str, Any]] = {}
+    for row in missing:
+        adapter = None
+        if row["kind"] == "point" and row["step"]:
+            run = args.out / dataset / row["trainer"] / f"lr{row['lr']:g}" / f"seed{row['seed']}"
+            adapter = run / "adapters" / f"step-{int(row['step']):05d}"
+            if not adapter.exists():
+                print(f"race: {adapter} is gone; its row keeps no verdicts", file=sys.stderr)
+                continue
+        if adapter not in verdicts:
+            verdicts[adapter] = evaluate(args, heldout, adapter)
+        again = verdicts[adapter]
+        if again["accuracy"] == row["accuracy"]:
+            row["correct"] = again["correct"]
+        else:
+            print(
+                f"race: {adapter or 'the base model'} scores {again['accuracy']} now, "
+                f"{row['accuracy']} when recorded; its row keeps no verdicts",
+                file=sys.stderr,
+            )
+    scratch = results.with_suffix(".rewrite")
+    scratch.write_text("".join(json.dumps(r) + "\n" for r in recorded), encoding="utf-8")
+    os.replace(scratch, results)
+    return recorded
 
 
 def open_out(args: argparse.Namespace) -> Path:
@@ -553,6 +608,7 @@ def summarize(records: list[dict[str, Any]], marks: list[float]) -> dict[str, An
     points = [r for r in records if r["kind"] == "point"]
     for dataset in sorted({r["dataset"] for r in points}):
         best: dict[str, Any] = {}
+        finals: dict[str, dict[int, list[int]]] = {}
         for trainer in sorted({r["trainer"] for r in points if r["dataset"] == dataset}):
             mine = [r for r in points if (r["dataset"], r["trainer"]) == (dataset, trainer)]
             final = max(marks)
@@ -581,6 +637,11 @@ def summarize(records: list[dict[str, Any]], marks: list[float]) -> dict[str, An
                 if r["kind"] == "speed"
                 and (r["dataset"], r["trainer"], r["lr"]) == (dataset, trainer, lr)
             ]
+            finals[trainer] = {
+                r["seed"]: r["correct"]
+                for r in chosen
+                if r["minute"] == final and r.get("correct") is not None
+            }
             best[trainer] = {
                 "lr": lr,
                 "lr_grid": by_lr,
@@ -591,11 +652,21 @@ def summarize(records: list[dict[str, Any]], marks: list[float]) -> dict[str, An
                 "steps": statistics.fmean(r["steps"] for r in speed),
                 "machines": sorted({r.get("machine", "?") for r in speed}),
             }
-        out[dataset] = {"trainers": best, **_compare(best, marks)}
+        out[dataset] = {"trainers": best, **_compare(best, marks, finals)}
     return out
 
 
-def _compare(best: dict[str, Any], marks: list[float]) -> dict[str, Any]:
+def _compare(
+    best: dict[str, Any], marks: list[float], finals: dict[str, dict[int, list[int]]]
+) -> dict[str, Any]:
+    """TRL's final accuracy, the minutes each trainer needs to reach it, and the final gain.
+
+    The gain (fulmen minus TRL at the last mark, paired by seed) has two standard errors: over
+    seeds (what another seed would change) and over problems (the per-problem difference,
+    averaged over the seeds, on the one held-out set both are scored on: what another draw of
+    problems would change). A gain counts as shown only with at least two seeds and at least
+    twice the larger of the two.
+    """
     if not {"fulmen", "trl"} <= set(best):
         return {}
     final = str(max(marks))
@@ -614,13 +685,29 @@ def _compare(best: dict[str, Any], marks: list[float]) -> dict[str, Any]:
         best["fulmen"]["per_seed"][s][-1][1] - best["trl"]["per_seed"][s][-1][1] for s in seeds
     ]
     gain, se = _mean_se(gains) if gains else (float("nan"), float("nan"))
+    paired = [s for s in seeds if s in finals.get("fulmen", {}) and s in finals.get("trl", {})]
+    se_problems = None
+    if paired:
+        per_problem = [
+            statistics.fmean(finals["fulmen"][s][i] - finals["trl"][s][i] for s in paired)
+            for i in range(len(finals["fulmen"][paired[0]]))
+        ]
+        se_problems = _mean_se(per_problem)[1]
+    shown = (
+        len(gains) >= 2
+        and se_problems is not None
+        and max(se, se_problems) > 0
+        and gain >= 2 * max(se, se_problems)
+    )
     return {
         "trl_final_accuracy": target,
         "minutes_to_trl_final": mean_time,
         "time_ratio_fulmen_over_trl": ratio,
         "final_gain": gain,
         "final_gain_se": se,
-        "gain_shown": bool(gains) and se > 0 and gain >= 2 * se,
+        "final_gain_se_problems": se_problems,
+        "seeds": len(gains),
+        "gain_shown": shown,
     }
 
 

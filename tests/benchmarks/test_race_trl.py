@@ -44,11 +44,16 @@ def test_ci_mode_races_both_trainers_two_steps(tmp_path: Path) -> None:
         assert set(points) == {0.0, 5.0}
         assert points[0.0]["step"] == 0 and points[5.0]["step"] == 2  # base, then both steps
         assert 0.0 <= points[5.0]["accuracy"] <= 1.0 and 0.0 <= points[5.0]["score"] <= 1.0
+        for point in points.values():  # each problem's verdict, for the paired comparison
+            assert len(point["correct"]) == 8
+            assert sum(point["correct"]) / 8 == point["accuracy"]
         assert summary["trainers"][trainer]["lr_grid"]
     # The held-out set is the same for both: the base model scores the same at minute 0.
     base = {r["trainer"]: r["score"] for r in records if r["kind"] == "point" and r["minute"] == 0}
     assert base["fulmen"] == base["trl"]
     assert {"final_gain", "final_gain_se", "time_ratio_fulmen_over_trl"} <= set(summary)
+    assert summary["final_gain_se_problems"] >= 0 and summary["seeds"] == 1
+    assert summary["gain_shown"] is False  # one seed never shows a gain
     assert (tmp_path / "race.png").stat().st_size > 0
 
     # A second call into the same OUT runs nothing again: it only summarizes what is recorded.
@@ -56,6 +61,13 @@ def test_ci_mode_races_both_trainers_two_steps(tmp_path: Path) -> None:
     assert again.returncode == 0, again.stderr[-4000:]
     assert len((tmp_path / "results.jsonl").read_text().splitlines()) == len(records)
     assert json.loads(again.stdout.strip().splitlines()[-1])["race"]["basic_arithmetic"] == summary
+    # Rows recorded before verdicts were kept get them again from the runs' saved adapters.
+    stripped = [{k: v for k, v in r.items() if k != "correct"} for r in records]
+    (tmp_path / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in stripped))
+    rescored = race(tmp_path)
+    assert rescored.returncode == 0, rescored.stderr[-4000:]
+    lines = (tmp_path / "results.jsonl").read_text().splitlines()
+    assert [json.loads(line) for line in lines] == records
     # The screen reports the recorded base model: minute 0's accuracy, with its standard error.
     screen = race(tmp_path, "--screen")
     assert screen.returncode == 0, screen.stderr[-4000:]
