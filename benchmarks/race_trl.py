@@ -612,12 +612,7 @@ def summarize(records: list[dict[str, Any]], marks: list[float]) -> dict[str, An
         for trainer in sorted({r["trainer"] for r in points if r["dataset"] == dataset}):
             mine = [r for r in points if (r["dataset"], r["trainer"]) == (dataset, trainer)]
             final = max(marks)
-            by_lr = {
-                lr: statistics.fmean(
-                    r["accuracy"] for r in mine if r["lr"] == lr and r["minute"] == final
-                )
-                for lr in {r["lr"] for r in mine}
-            }
+            by_lr = _rate_grid(mine, final)
             lr = max(by_lr, key=lambda x: by_lr[x])
             chosen = [r for r in mine if r["lr"] == lr]
             seeds = sorted({r["seed"] for r in chosen})
@@ -646,6 +641,8 @@ def summarize(records: list[dict[str, Any]], marks: list[float]) -> dict[str, An
                 "lr": lr,
                 "lr_grid": by_lr,
                 "accuracy": {str(m): {"mean": v[0], "se": v[1]} for m, v in curve.items()},
+                # Where this is not above 0, reaching TRL's final takes no time: no ratio.
+                "final_over_start": curve[final][0] - curve[min(marks)][0],
                 "per_seed": per_seed,
                 "rollout_tokens_per_s": statistics.fmean(r["rollout_tokens_per_s"] for r in speed),
                 "update_s_per_step": statistics.fmean(r["update_s_per_step"] for r in speed),
@@ -654,6 +651,20 @@ def summarize(records: list[dict[str, Any]], marks: list[float]) -> dict[str, An
             }
         out[dataset] = {"trainers": best, **_compare(best, marks, finals)}
     return out
+
+
+def _rate_grid(mine: list[dict[str, Any]], final: float) -> dict[float, float]:
+    """Each rate's mean final accuracy over the seeds every rate ran (the grid's seeds).
+
+    The grid may run on fewer seeds than the chosen rate (say seed 0 at both rates, seeds 1
+    and 2 at the better one only): comparing rates over different seeds would compare seeds.
+    """
+    finals = {(r["lr"], r["seed"]): r["accuracy"] for r in mine if r["minute"] == final}
+    rates = sorted({lr for lr, _ in finals})
+    common = set.intersection(*({s for l2, s in finals if l2 == lr} for lr in rates))
+    if not common:
+        raise SystemExit(f"the rates {rates} share no seed: run each on one seed at least")
+    return {lr: statistics.fmean(finals[lr, s] for s in sorted(common)) for lr in rates}
 
 
 def _compare(
