@@ -60,8 +60,11 @@ SETTINGS = (
     "answer_format",
     "examples",
     "fulmen_set",
+    "trl_set",
     "max_steps",
 )
+#: Settings added after races were recorded, with the value those races ran with.
+ADDED_SETTINGS: dict[str, Any] = {"trl_set": []}
 #: The base model's held-out accuracy a dataset should have for the race (issue's range).
 SCREEN_RANGE = (0.05, 0.60)
 
@@ -104,6 +107,14 @@ def _args(argv: list[str] | None = None) -> argparse.Namespace:
         help="a config override for fulmen's runs (repeatable), e.g. to race a sparse-reward "
         "setting: 'algorithm.dynamic_sampling={redraw: true}'",
     )
+    p.add_argument(
+        "--trl-set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a GRPOConfig field for TRL's runs (repeatable; the value is YAML), e.g. to time "
+        "TRL without its default activation checkpointing: gradient_checkpointing=false",
+    )
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--max-steps", type=int, default=None, help="stop each run after N steps")
     p.add_argument("--ci", action="store_true", help="two steps each, tiny model, one seed")
@@ -125,6 +136,15 @@ def _args(argv: list[str] | None = None) -> argparse.Namespace:
         args.answer_format, args.examples = "raw", 1
     if not args.dataset:
         p.error("give --dataset NAME (a Reasoning Gym dataset), or --ci")
+    if args.trl_set and args.side is None:  # checked before any run, not an hour into one
+        import dataclasses
+
+        from trl import GRPOConfig
+
+        known = {f.name for f in dataclasses.fields(GRPOConfig)}
+        for key, _ in map(_trl_override, args.trl_set):
+            if key not in known:
+                p.error(f"--trl-set {key}: GRPOConfig has no such field")
     return args
 
 
@@ -246,7 +266,18 @@ def trl_args(args: argparse.Namespace, lr: float, seed: int, run: Path) -> dict[
         "logging_steps": 1,
         "save_strategy": "no",
         "report_to": "none",
+        **dict(_trl_override(o) for o in args.trl_set),
     }
+
+
+def _trl_override(override: str) -> tuple[str, Any]:
+    """``KEY=VALUE`` (the value YAML) as a GRPOConfig keyword."""
+    import yaml
+
+    key, sep, value = override.partition("=")
+    if not sep or not key.strip():
+        raise SystemExit(f"--trl-set {override!r}: give KEY=VALUE")
+    return key.strip(), yaml.safe_load(value)
 
 
 def run_trl(args: argparse.Namespace, dataset: str, lr: float, seed: int, run: Path) -> None:
@@ -521,6 +552,7 @@ def open_out(args: argparse.Namespace) -> Path:
     path, results = args.out / "race.json", args.out / "results.jsonl"
     if path.exists():
         found = json.loads(path.read_text(encoding="utf-8"))
+        found = {**ADDED_SETTINGS, **found}
         differ = sorted(k for k in set(found) | set(settings) if found.get(k) != settings.get(k))
         if differ:
             shown = ", ".join(

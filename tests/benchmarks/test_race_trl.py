@@ -107,3 +107,23 @@ def test_the_rate_is_chosen_on_the_seeds_every_rate_ran() -> None:
     assert summary["lr"] == 5e-5
     assert summary["lr_grid"] == {1e-5: pytest.approx(0.2), 5e-5: pytest.approx(0.3)}
     assert summary["final_over_start"] == pytest.approx(0.2)
+
+
+def test_a_trl_setting_is_checked_before_any_run(tmp_path: Path) -> None:
+    done = race(tmp_path, "--trl-set", "no_such_field=1")
+    assert done.returncode == 2
+    assert "GRPOConfig has no such field" in done.stderr
+    assert not (tmp_path / "results.jsonl").exists()
+
+
+def test_an_out_recorded_before_a_setting_existed_is_continued(tmp_path: Path) -> None:
+    race_trl = load_race()
+    args = race_trl._args(["--ci", "--out", str(tmp_path)])  # type: ignore[attr-defined]
+    race_trl.open_out(args)  # type: ignore[attr-defined]
+    settings = json.loads((tmp_path / "race.json").read_text())
+    del settings["trl_set"]  # as the races recorded before --trl-set were
+    (tmp_path / "race.json").write_text(json.dumps(settings))
+    race_trl.open_out(args)  # type: ignore[attr-defined]  # the same race: continued
+    args.trl_set = ["gradient_checkpointing=false"]
+    with pytest.raises(SystemExit, match="trl_set"):
+        race_trl.open_out(args)  # type: ignore[attr-defined]
