@@ -714,11 +714,11 @@ def _compare(
         return {}
     final = str(max(marks))
     target = best["trl"]["accuracy"][final]["mean"]
-    times = {
-        t: [_time_to(c, target) for c in best[t]["per_seed"].values()] for t in ("fulmen", "trl")
-    }
+    # On the mean curves: a seed whose TRL run ends below TRL's mean final never reaches it,
+    # so times per seed would leave TRL's own time undefined.
     mean_time = {
-        t: (statistics.fmean(v) if v and None not in v else None) for t, v in times.items()
+        t: _time_to([(m, best[t]["accuracy"][str(m)]["mean"]) for m in marks], target)
+        for t in ("fulmen", "trl")
     }
     ratio = None
     if mean_time["fulmen"] is not None and mean_time["trl"]:

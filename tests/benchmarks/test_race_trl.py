@@ -127,3 +127,22 @@ def test_an_out_recorded_before_a_setting_existed_is_continued(tmp_path: Path) -
     args.trl_set = ["gradient_checkpointing=false"]
     with pytest.raises(SystemExit, match="trl_set"):
         race_trl.open_out(args)  # type: ignore[attr-defined]
+
+
+def test_the_time_to_trl_final_is_read_off_the_mean_curves() -> None:
+    # TRL's seed 0 ends at 0.16, below TRL's mean final (0.18): per seed it would never reach
+    # it. On the mean curves TRL reaches it at minute 30 and fulmen at minute 15.
+    curves = {("trl", 0): (0.1, 0.12, 0.16), ("trl", 1): (0.1, 0.14, 0.2)}
+    curves |= {("fulmen", 0): (0.1, 0.2, 0.2), ("fulmen", 1): (0.1, 0.16, 0.2)}
+    rows = []
+    for (trainer, seed), accuracies in curves.items():
+        key = {"dataset": "d", "trainer": trainer, "lr": 1e-5}
+        for minute, accuracy in zip((0.0, 30.0, 60.0), accuracies, strict=True):
+            rows.append({"kind": "point", **key, "seed": seed, "minute": minute / 2})
+            rows[-1]["accuracy"] = accuracy
+        speed = {"rollout_tokens_per_s": 1.0, "update_s_per_step": 1.0, "steps": 1}
+        rows.append({"kind": "speed", **key, "seed": seed, **speed})
+    summary = load_race().summarize(rows, [0.0, 15.0, 30.0])["d"]  # type: ignore[attr-defined]
+    assert summary["trl_final_accuracy"] == pytest.approx(0.18)
+    assert summary["minutes_to_trl_final"] == {"fulmen": pytest.approx(15.0), "trl": 30.0}
+    assert summary["time_ratio_fulmen_over_trl"] == pytest.approx(0.5)
