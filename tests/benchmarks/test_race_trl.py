@@ -137,8 +137,8 @@ def test_the_time_to_trl_final_is_read_off_the_mean_curves() -> None:
     rows = []
     for (trainer, seed), accuracies in curves.items():
         key = {"dataset": "d", "trainer": trainer, "lr": 1e-5}
-        for minute, accuracy in zip((0.0, 30.0, 60.0), accuracies, strict=True):
-            rows.append({"kind": "point", **key, "seed": seed, "minute": minute / 2})
+        for minute, accuracy in zip((0.0, 15.0, 30.0), accuracies, strict=True):
+            rows.append({"kind": "point", **key, "seed": seed, "minute": minute})
             rows[-1]["accuracy"] = accuracy
         speed = {"rollout_tokens_per_s": 1.0, "update_s_per_step": 1.0, "steps": 1}
         rows.append({"kind": "speed", **key, "seed": seed, **speed})
