@@ -8,10 +8,13 @@ recorded, never how fast or how well.
 
 from __future__ import annotations
 
+import importlib
 import json
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -81,18 +84,14 @@ def test_ci_mode_races_both_trainers_two_steps(tmp_path: Path) -> None:
     assert "other settings (lora_r: 16 there, 4 now)" in other.stderr
 
 
-def load_race() -> object:
-    """The race script as a module, for its pure summary functions."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("race_trl", ROOT / "benchmarks" / "race_trl.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+@pytest.fixture
+def race_parts(monkeypatch: pytest.MonkeyPatch) -> Callable[[str], Any]:
+    """A part of the race script (its ``race/`` package), for its pure functions."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    return lambda name: importlib.import_module(f"race.{name}")
 
 
-def test_the_rate_is_chosen_on_the_seeds_every_rate_ran() -> None:
+def test_the_rate_is_chosen_on_the_seeds_every_rate_ran(race_parts: Callable[[str], Any]) -> None:
     # Rate 1e-5 ran seeds 0-2, rate 5e-5 seed 0 only. Over all its seeds 1e-5 averages 0.5,
     # above 5e-5's 0.3, but on seed 0 (the grid's only common seed) 5e-5 is better.
     finals = {(1e-5, 0): 0.2, (1e-5, 1): 0.6, (1e-5, 2): 0.7, (5e-5, 0): 0.3}
@@ -103,7 +102,7 @@ def test_the_rate_is_chosen_on_the_seeds_every_rate_ran() -> None:
             rows[-1].update(seed=seed, minute=minute, accuracy=accuracy)
         speed = {"rollout_tokens_per_s": 1.0, "update_s_per_step": 1.0, "steps": 1}
         rows.append({"kind": "speed", "dataset": "d", "trainer": "trl", "lr": lr, **speed})
-    summary = load_race().summarize(rows, [0.0, 30.0])["d"]["trainers"]["trl"]  # type: ignore[attr-defined]
+    summary = race_parts("summary").summarize(rows, [0.0, 30.0])["d"]["trainers"]["trl"]
     assert summary["lr"] == 5e-5
     assert summary["lr_grid"] == {1e-5: pytest.approx(0.2), 5e-5: pytest.approx(0.3)}
     assert summary["final_over_start"] == pytest.approx(0.2)
@@ -116,20 +115,24 @@ def test_a_trl_setting_is_checked_before_any_run(tmp_path: Path) -> None:
     assert not (tmp_path / "results.jsonl").exists()
 
 
-def test_an_out_recorded_before_a_setting_existed_is_continued(tmp_path: Path) -> None:
-    race_trl = load_race()
-    args = race_trl._args(["--ci", "--out", str(tmp_path)])  # type: ignore[attr-defined]
-    race_trl.open_out(args)  # type: ignore[attr-defined]
+def test_an_out_recorded_before_a_setting_existed_is_continued(
+    tmp_path: Path, race_parts: Callable[[str], Any]
+) -> None:
+    records = race_parts("records")
+    args = race_parts("settings").parse_args(["--ci", "--out", str(tmp_path)])
+    records.open_out(args)
     settings = json.loads((tmp_path / "race.json").read_text())
     del settings["trl_set"]  # as the races recorded before --trl-set were
     (tmp_path / "race.json").write_text(json.dumps(settings))
-    race_trl.open_out(args)  # type: ignore[attr-defined]  # the same race: continued
+    records.open_out(args)  # the same race: continued
     args.trl_set = ["gradient_checkpointing=false"]
     with pytest.raises(SystemExit, match="trl_set"):
-        race_trl.open_out(args)  # type: ignore[attr-defined]
+        records.open_out(args)
 
 
-def test_the_time_to_trl_final_is_read_off_the_mean_curves() -> None:
+def test_the_time_to_trl_final_is_read_off_the_mean_curves(
+    race_parts: Callable[[str], Any],
+) -> None:
     # TRL's seed 0 ends at 0.16, below TRL's mean final (0.18): per seed it would never reach
     # it. On the mean curves TRL reaches it at minute 30 and fulmen at minute 15.
     curves = {("trl", 0): (0.1, 0.12, 0.16), ("trl", 1): (0.1, 0.14, 0.2)}
@@ -142,7 +145,54 @@ def test_the_time_to_trl_final_is_read_off_the_mean_curves() -> None:
             rows[-1]["accuracy"] = accuracy
         speed = {"rollout_tokens_per_s": 1.0, "update_s_per_step": 1.0, "steps": 1}
         rows.append({"kind": "speed", **key, "seed": seed, **speed})
-    summary = load_race().summarize(rows, [0.0, 15.0, 30.0])["d"]  # type: ignore[attr-defined]
+    summary = race_parts("summary").summarize(rows, [0.0, 15.0, 30.0])["d"]
     assert summary["trl_final_accuracy"] == pytest.approx(0.18)
     assert summary["minutes_to_trl_final"] == {"fulmen": pytest.approx(15.0), "trl": 30.0}
     assert summary["time_ratio_fulmen_over_trl"] == pytest.approx(0.5)
+
+
+def test_a_setting_is_compared_with_the_base_race_seed_by_seed(
+    tmp_path: Path, race_parts: Callable[[str], Any]
+) -> None:
+    settings, records, versus = (race_parts(n) for n in ("settings", "records", "versus"))
+    base, setting = tmp_path / "base", tmp_path / "redraw"
+    redraw = "algorithm.dynamic_sampling={redraw: true}"
+    for out, extra in ((base, []), (setting, ["--fulmen-set", redraw])):
+        args = settings.parse_args(["--ci", "--out", str(out), *extra])
+        results = records.open_out(args)
+        # Seeds 0 and 1 in both; the setting gains 0.25 and 0.5 at minute 5 (8 problems).
+        for seed, (start, final) in enumerate(((2, 4), (2, 3))):
+            if out == setting:
+                final += 2 + 2 * seed
+            for minute, right in ((0.0, start), (5.0, final)):
+                correct = [1] * right + [0] * (8 - right)
+                row = {"kind": "point", "dataset": "basic_arithmetic", "trainer": "fulmen"}
+                row |= {"lr": 1e-3, "seed": seed, "minute": minute, "accuracy": right / 8}
+                records.append(results, {**row, "correct": correct})
+            run = out / "basic_arithmetic" / "fulmen" / "lr0.001" / f"seed{seed}"
+            run.mkdir(parents=True)
+            step = {"time/step_s": 1.0, "groups": 2, "rollouts": 8, "skipped_zero_advantage": 4}
+            if out == setting:  # dynamic sampling counts its own groups: 3 run, 1 flat
+                step |= {"sampling/groups": 3, "sampling/flat_groups": 1, "sampling/rollouts": 12}
+            (run / "metrics.jsonl").write_text(json.dumps(step) + "\n" + json.dumps(step) + "\n")
+    found = versus.versus(setting, base)["basic_arithmetic, lr 0.001"]
+    assert found["fulmen_set"] == [redraw] and found["base_fulmen_set"] == []
+    assert found["accuracy_difference"]["0.0"] == {"mean": 0.0, "se": 0.0}
+    assert found["accuracy_difference"]["5.0"]["mean"] == pytest.approx(0.375)
+    assert found["final_gain"] == pytest.approx(0.375) and found["seeds"] == 2
+    assert found["final_gain_se"] == pytest.approx(0.125)  # gains 0.25, 0.5
+    assert found["final_gain_se_problems"] > 0
+    assert found["sampling"]["base"] == {"steps": 2.0, "flat_groups": 0.5, "cost": 1.0}
+    assert found["sampling"]["setting"] == {
+        "steps": 2.0,
+        "flat_groups": pytest.approx(1 / 3),
+        "cost": 1.5,
+    }
+    # A base measured with other settings (beyond what fulmen and TRL were given) is refused.
+    other = settings.parse_args(["--ci", "--out", str(tmp_path / "r4"), "--lora-r", "4"])
+    other.versus = base
+    with pytest.raises(SystemExit, match="lora_r: 16 there, 4 now"):
+        versus.check_base(other)
+    same = settings.parse_args(["--ci", "--out", str(tmp_path / "x"), "--fulmen-set", redraw])
+    same.versus = base
+    versus.check_base(same)  # only the fulmen setting differs: accepted

@@ -1,0 +1,1 @@
+"""The parts of ``benchmarks/race_trl.py``: fulmen against TRL's GRPOTrainer on Reasoning Gym."""

@@ -1,0 +1,87 @@
+"""fulmen's side of the race: ``fulmen train`` on a config written for the run."""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+from race.settings import environment
+
+
+def run_fulmen(args: argparse.Namespace, dataset: str, lr: float, seed: int, run: Path) -> None:
+    """Train with ``fulmen train`` for the budget; adapters land in ``run/adapters``."""
+    import yaml
+
+    steps = args.max_steps or 1_000_000
+    config = {
+        "model": args.model,
+        "run_dir": str(run),
+        "seed": seed,
+        "environment": {**environment(args, dataset), "val_size": 0},
+        "engine": {"max_batch": args.tasks_per_step * args.group_size},
+        "rollouts": {
+            "concurrency": args.tasks_per_step * args.group_size,
+            "train_sampling": {"temperature": 1.0, "max_tokens": args.completion_length},
+        },
+        "algorithm": {
+            "steps": steps,
+            "tasks_per_step": args.tasks_per_step,
+            "group_size": args.group_size,
+            "max_minutes": None if args.max_steps else args.budget_min,
+            "grpo": {
+                "learning_rate": lr,
+                "lora": {
+                    "r": args.lora_r,
+                    "alpha": 2 * args.lora_r,
+                    "target_modules": args.lora_targets.split(","),
+                },
+            },
+        },
+    }
+    run.mkdir(parents=True, exist_ok=True)
+    (run / "race.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
+    argv = [sys.executable, "-m", "fulmen", "train", str(run / "race.yaml")]
+    argv += [arg for override in args.fulmen_set for arg in ("--set", override)]
+    subprocess.run(argv, check=True, stdout=subprocess.DEVNULL)
+
+
+def fulmen_checkpoints(run: Path) -> tuple[list[tuple[float, Path]], dict[str, float]]:
+    """(seconds since the first step began, adapter) per step, and the run's throughput."""
+    from fulmen.trainer.metrics import read_metrics
+
+    steps = [r for r in read_metrics(run / "metrics.jsonl") if "time/step_s" in r]
+    start = steps[0]["time"] - steps[0]["time/step_s"]
+    points = [(r["time"] - start, run / "adapters" / f"step-{int(r['step']):05d}") for r in steps]
+    rollout_s = sum(r["time/rollout_s"] for r in steps)
+    return points, {
+        "steps": len(steps),
+        "rollout_tokens_per_s": completion_tokens(run) / rollout_s,
+        "update_s_per_step": statistics.fmean(r["time/train_s"] for r in steps),
+    }
+
+
+def completion_tokens(run: Path) -> int:
+    """Every completion token the run's training rollouts generated, from its store.
+
+    Counted from the recorded calls, not from what was trained: a step whose groups all
+    scored alike trains nothing but generated as much.
+    """
+    import asyncio
+
+    from fulmen.store import open_store
+    from fulmen.store.reading import iter_rollouts, read_llm_calls
+    from fulmen.trainer.config import RUN_STORE_FILE
+    from fulmen.types import Mode, RolloutQuery
+
+    async def count() -> int:
+        total = 0
+        async with open_store(f"sqlite:///{run / RUN_STORE_FILE}", watchdog_interval=None) as store:
+            async for rollout in iter_rollouts(store, RolloutQuery(mode=Mode.TRAIN, limit=1000)):
+                for call in await read_llm_calls(store, rollout.rollout_id):
+                    total += sum(len(choice.token_ids or []) for choice in call.choices)
+        return total
+
+    return asyncio.run(count())
