@@ -14,6 +14,9 @@ ended below their baseline, after training and as served.
     python benchmarks/over_seeds.py --out /tmp/math-seeds --seeds 0 1 2 -- \\
         benchmarks/learn_examples.py --example math --minutes 30
     python benchmarks/over_seeds.py --out /tmp/calc-seeds -- benchmarks/learn_calc.py --minutes 40
+    python benchmarks/over_seeds.py --out /tmp/math-redraw --versus /tmp/math-seeds -- \\
+        benchmarks/learn_examples.py --example math --minutes 30 \\
+        --set 'algorithm.dynamic_sampling={redraw: true}'     # a setting against the sweep
 """
 
 from __future__ import annotations
@@ -32,6 +35,13 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--out", type=Path, required=True, help="run directories and results")
+    parser.add_argument(
+        "--versus",
+        type=Path,
+        metavar="BASE",
+        help="another sweep's OUT (the same benchmark without the setting being measured): "
+        "each seed's held-out figure after training here minus there, and the sampling cost",
+    )
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- BENCHMARK.py [ARGS...]")
     args = parser.parse_args()
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -57,7 +67,11 @@ def main() -> int:
             f.write(json.dumps(line) + "\n")
         results[seed] = line
         print(json.dumps(_row(line)), file=sys.stderr, flush=True)
-    print(json.dumps(summarize([results[s] for s in args.seeds])))
+    line = summarize([results[s] for s in args.seeds])
+    if args.versus:
+        base = _read_results(args.versus / "results.jsonl")
+        line["versus"] = versus(results, base, args.out, args.versus)
+    print(json.dumps(line))
     return 0
 
 
@@ -80,6 +94,52 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
             1 for r in rows if r["served"] is not None and r["served"] < r["before"]
         ),
     }
+
+
+def versus(
+    runs: dict[int, dict[str, Any]], base: dict[int, dict[str, Any]], out: Path, base_out: Path
+) -> dict[str, Any]:
+    """This sweep's held-out figure after training minus ``base``'s, seed by seed.
+
+    A seed's runs share their held-out tasks and base model (``before`` is given for both, to
+    see it), so the difference of the ``after`` figures is paired by seed; its standard error
+    is over seeds. ``cost`` is each side's mean ``sampling/cost`` over its steps (1.0: no
+    dynamic sampling), read from the run directories' ``metrics.jsonl``.
+    """
+    seeds = sorted(set(runs) & set(base))
+    rows = []
+    for seed in seeds:
+        mine, theirs = _row(runs[seed]), _row(base[seed])
+        rows.append(
+            {
+                "seed": seed,
+                "before": [mine["before"], theirs["before"]],
+                "after": [mine["after"], theirs["after"]],
+                "difference": mine["after"] - theirs["after"],
+                "cost": [_cost(out / f"seed{seed}"), _cost(base_out / f"seed{seed}")],
+            }
+        )
+    differences = [r["difference"] for r in rows]
+    mean = statistics.fmean(differences) if differences else None
+    se = statistics.stdev(differences) / math.sqrt(len(rows)) if len(rows) > 1 else None
+    return {
+        "base": str(base_out),
+        "seeds": len(rows),
+        "per_seed": rows,
+        "difference_mean": _round(mean),
+        "difference_se_over_seeds": _round(se),
+        "difference_shown": mean is not None and se is not None and mean >= 2 * se > 0,
+    }
+
+
+def _cost(run_dir: Path) -> float | None:
+    """The mean ``sampling/cost`` of a run's steps (1.0 for a step without dynamic sampling)."""
+    path = run_dir / "metrics.jsonl"
+    if not path.exists():
+        return None
+    steps = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    costs = [r.get("sampling/cost", 1.0) for r in steps if "time/step_s" in r]
+    return _round(statistics.fmean(costs)) if costs else None
 
 
 def _row(run: dict[str, Any]) -> dict[str, Any]:
