@@ -284,8 +284,9 @@ status=0
 # are in the same pool (FULMEN_TEST_WORKERS, checked at the top, sets the number of workers).
 if [ "$#" = 0 ]; then
   # tests/environments/side runs in the second lane, in the environment libraries' venvs.
+  # The slowest tests are listed at the end: the whole run must stay under 20 minutes.
   .venv/bin/python -m pytest -q -p no:cacheprovider -n "$workers" --dist loadfile \
-    --ignore=tests/environments/side || status=$?
+    --durations=25 --ignore=tests/environments/side || status=$?
 else
   .venv/bin/python -m pytest -q -p no:cacheprovider "$@" || status=$?
 fi
