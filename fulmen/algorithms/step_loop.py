@@ -18,7 +18,7 @@ import asyncio
 import contextlib
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
@@ -39,7 +39,9 @@ __all__ = [
     "ScheduledSection",
     "StepLoop",
     "StepUpdater",
+    "StageSection",
     "progress_bar",
+    "run_stage",
     "run_step_groups",
     "sampled_metrics",
     "step_postfix",
@@ -74,7 +76,17 @@ class ScheduledSection(Protocol):
         ...
 
 
+class StageSection(ScheduledSection, Protocol):
+    """A section whose updates may be shared by data-parallel ranks (``run_stage``)."""
+
+    @property
+    def data_parallel(self) -> DataParallelConfig | None:
+        """The ranks' settings, or ``None``: this process alone (unless under ``torchrun``)."""
+        ...
+
+
 _Section = TypeVar("_Section")
+_Stage = TypeVar("_Stage", bound=StageSection)
 
 
 @dataclass(frozen=True)
@@ -232,6 +244,22 @@ class StepLoop(ABC, Generic[_Section]):
         keep_newest(run_dir / "checkpoints", pattern=pattern)
         if self.updater.is_full:  # a model's size each; LoRA keeps every small adapter
             keep_newest(run_dir / "weights", pattern=pattern)
+
+
+async def run_stage(
+    loop: type[StepLoop[_Stage]],
+    config: _Stage,
+    context: AlgorithmContext,
+    build_updater: Callable[[_Stage, AlgorithmContext], Any],
+) -> list[dict[str, float]]:
+    """Run a stage of ``loop``'s steps from its saved progress; return each step's metrics.
+
+    The updater is built off the event loop (it loads the model); the steps run on the
+    data-parallel ranks where ``config.data_parallel`` (or ``torchrun``) asks for them.
+    """
+    updater = await asyncio.to_thread(build_updater, config, context)
+    steps = loop(config, context, schedule=Schedule.of(config), updater=updater)
+    return await steps.run_on_ranks(config.data_parallel)
 
 
 def update_metrics(updated: Mapping[str, Any]) -> dict[str, float]:

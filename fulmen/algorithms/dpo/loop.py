@@ -13,7 +13,6 @@ the base model: the adapter disabled).
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from typing import Any
 
@@ -22,7 +21,13 @@ from fulmen.algorithms.dpo.config import DPOAlgorithmConfig
 from fulmen.algorithms.dpo.pairs import PairStats, PreferencePair, build_pairs
 from fulmen.algorithms.rewards import reward_metrics
 from fulmen.algorithms.source import StoreSource
-from fulmen.algorithms.step_loop import Sample, Schedule, StepLoop, run_step_groups, sampled_metrics
+from fulmen.algorithms.step_loop import (
+    Sample,
+    StepLoop,
+    run_stage,
+    run_step_groups,
+    sampled_metrics,
+)
 from fulmen.types import Trajectory
 
 __all__ = ["DPOLoop", "run_dpo"]
@@ -36,9 +41,7 @@ async def run_dpo(config: DPOAlgorithmConfig, context: AlgorithmContext) -> list
     Returns the metrics of each step run now. With ``data_parallel`` (or under ``torchrun``)
     each update is shared with the other ranks (``docs/data-parallel.md``).
     """
-    updater = await asyncio.to_thread(_build_updater, config, context)
-    loop = DPOLoop(config, context, schedule=Schedule.of(config), updater=updater)
-    return await loop.run_on_ranks(config.data_parallel)
+    return await run_stage(DPOLoop, config, context, _build_updater)
 
 
 class DPOLoop(StepLoop[DPOAlgorithmConfig]):

@@ -13,7 +13,6 @@ another starts from the adapter that one published, with a fresh value head. Wit
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Mapping
 from typing import Any
@@ -21,7 +20,13 @@ from typing import Any
 from fulmen.algorithms.context import AlgorithmContext
 from fulmen.algorithms.ppo.config import PPOAlgorithmConfig
 from fulmen.algorithms.ppo.rewards import step_rewards
-from fulmen.algorithms.step_loop import Sample, Schedule, StepLoop, run_step_groups, sampled_metrics
+from fulmen.algorithms.step_loop import (
+    Sample,
+    StepLoop,
+    run_stage,
+    run_step_groups,
+    sampled_metrics,
+)
 
 __all__ = ["PPOLoop", "run_ppo"]
 
@@ -34,9 +39,7 @@ async def run_ppo(config: PPOAlgorithmConfig, context: AlgorithmContext) -> list
     Returns the metrics of each step run now. With ``data_parallel`` (or under ``torchrun``)
     each update is shared with the other ranks (``docs/data-parallel.md``).
     """
-    updater = await asyncio.to_thread(_build_updater, config, context)
-    loop = PPOLoop(config, context, schedule=Schedule.of(config), updater=updater)
-    return await loop.run_on_ranks(config.data_parallel)
+    return await run_stage(PPOLoop, config, context, _build_updater)
 
 
 class PPOLoop(StepLoop[PPOAlgorithmConfig]):
