@@ -18,7 +18,7 @@ import asyncio
 import contextlib
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
@@ -41,7 +41,7 @@ __all__ = [
     "StepUpdater",
     "StageSection",
     "progress_bar",
-    "run_stage",
+    "stage_runner",
     "run_step_groups",
     "sampled_metrics",
     "step_postfix",
@@ -77,7 +77,7 @@ class ScheduledSection(Protocol):
 
 
 class StageSection(ScheduledSection, Protocol):
-    """A section whose updates may be shared by data-parallel ranks (``run_stage``)."""
+    """A section whose updates may be shared by data-parallel ranks (``stage_runner``)."""
 
     @property
     def data_parallel(self) -> DataParallelConfig | None:
@@ -246,20 +246,22 @@ class StepLoop(ABC, Generic[_Section]):
             keep_newest(run_dir / "weights", pattern=pattern)
 
 
-async def run_stage(
-    loop: type[StepLoop[_Stage]],
-    config: _Stage,
-    context: AlgorithmContext,
-    build_updater: Callable[[_Stage, AlgorithmContext], Any],
-) -> list[dict[str, float]]:
-    """Run a stage of ``loop``'s steps from its saved progress; return each step's metrics.
+def stage_runner(
+    loop: type[StepLoop[_Stage]], build_updater: Callable[[_Stage, AlgorithmContext], Any]
+) -> Callable[[_Stage, AlgorithmContext], Awaitable[list[dict[str, float]]]]:
+    """Return an algorithm's run function (its registry row's ``run``) for ``loop``'s steps.
 
-    The updater is built off the event loop (it loads the model); the steps run on the
+    The function runs the stage from its saved progress and returns each step's metrics: the
+    updater is built off the event loop (it loads the model), and the steps run on the
     data-parallel ranks where ``config.data_parallel`` (or ``torchrun``) asks for them.
     """
-    updater = await asyncio.to_thread(build_updater, config, context)
-    steps = loop(config, context, schedule=Schedule.of(config), updater=updater)
-    return await steps.run_on_ranks(config.data_parallel)
+
+    async def run(config: _Stage, context: AlgorithmContext) -> list[dict[str, float]]:
+        updater = await asyncio.to_thread(build_updater, config, context)
+        steps = loop(config, context, schedule=Schedule.of(config), updater=updater)
+        return await steps.run_on_ranks(config.data_parallel)
+
+    return run
 
 
 def update_metrics(updated: Mapping[str, Any]) -> dict[str, float]:

@@ -24,24 +24,15 @@ from fulmen.algorithms.source import StoreSource
 from fulmen.algorithms.step_loop import (
     Sample,
     StepLoop,
-    run_stage,
     run_step_groups,
     sampled_metrics,
+    stage_runner,
 )
 from fulmen.types import Trajectory
 
 __all__ = ["DPOLoop", "run_dpo"]
 
 logger = logging.getLogger("fulmen.train")
-
-
-async def run_dpo(config: DPOAlgorithmConfig, context: AlgorithmContext) -> list[dict[str, float]]:
-    """Run ``config.steps`` DPO steps from the stage's saved progress.
-
-    Returns the metrics of each step run now. With ``data_parallel`` (or under ``torchrun``)
-    each update is shared with the other ranks (``docs/data-parallel.md``).
-    """
-    return await run_stage(DPOLoop, config, context, _build_updater)
 
 
 class DPOLoop(StepLoop[DPOAlgorithmConfig]):
@@ -116,3 +107,8 @@ def _no_pair_reason(stats: PairStats) -> str:
         f"{stats.groups_single} with one rollout; call positions: {stats.prompt_mismatch} with "
         f"different prompts, {stats.identical_completions} with identical completions)"
     )
+
+
+#: ``algorithm: dpo``'s run function (its registry row): ``config.steps`` DPO steps from the
+#: stage's saved progress, each update shared with the data-parallel ranks where asked for.
+run_dpo = stage_runner(DPOLoop, _build_updater)

@@ -23,23 +23,14 @@ from fulmen.algorithms.ppo.rewards import step_rewards
 from fulmen.algorithms.step_loop import (
     Sample,
     StepLoop,
-    run_stage,
     run_step_groups,
     sampled_metrics,
+    stage_runner,
 )
 
 __all__ = ["PPOLoop", "run_ppo"]
 
 logger = logging.getLogger("fulmen.train")
-
-
-async def run_ppo(config: PPOAlgorithmConfig, context: AlgorithmContext) -> list[dict[str, float]]:
-    """Run ``config.steps`` PPO steps from the stage's saved progress.
-
-    Returns the metrics of each step run now. With ``data_parallel`` (or under ``torchrun``)
-    each update is shared with the other ranks (``docs/data-parallel.md``).
-    """
-    return await run_stage(PPOLoop, config, context, _build_updater)
 
 
 class PPOLoop(StepLoop[PPOAlgorithmConfig]):
@@ -75,3 +66,8 @@ def _build_updater(config: PPOAlgorithmConfig, context: AlgorithmContext) -> Any
     from fulmen.algorithms.ppo.updater import PPOUpdater
 
     return lora_updater_for_stage(PPOUpdater, config, context, name="ppo")
+
+
+#: ``algorithm: ppo``'s run function (its registry row): ``config.steps`` PPO steps from the
+#: stage's saved progress, each update shared with the data-parallel ranks where asked for.
+run_ppo = stage_runner(PPOLoop, _build_updater)
