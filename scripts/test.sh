@@ -200,6 +200,23 @@ build_gemma() {
 print(resolve_model("gemma-3-270m"))'
 }
 in_background gemma build_gemma
+# Lint, types, the import layers and the docs site: about 200 CPU-s that no test needs, so they
+# run beside the installs, the Gemma build and the pool instead of before it (the pool is
+# CPU-bound and no faster for waiting), and a failure fails the run once the pool is done.
+lint_and_types() {
+  echo "== lint and types, at ${SECONDS} s"
+  .venv/bin/ruff check fulmen tests benchmarks examples
+  .venv/bin/ruff format --check fulmen tests benchmarks examples
+  .venv/bin/pyright --pythonpath .venv/bin/python fulmen
+  # The layers and the no-cycle rule (pyproject.toml [tool.importlinter], docs/architecture.md).
+  .venv/bin/lint-imports
+  # The docs site: a link to a page or an anchor that does not exist fails (mkdocs.yml).
+  local docs_site
+  docs_site="$(mktemp -d)"
+  .venv/bin/mkdocs build --strict -q -d "$docs_site"
+  rm -rf "$docs_site"
+}
+in_background lint lint_and_types
 
 await_install "$system_packages" .ci-logs/system-packages.log "the Debian packages"
 
@@ -253,17 +270,6 @@ second_lane() {
 second_lane "$@" > .ci-logs/second-lane.log 2>&1 &
 lane=$!
 
-echo "== lint and types, at ${SECONDS} s"
-.venv/bin/ruff check fulmen tests benchmarks examples
-.venv/bin/ruff format --check fulmen tests benchmarks examples
-.venv/bin/pyright --pythonpath .venv/bin/python fulmen
-# The layers and the no-cycle rule (pyproject.toml [tool.importlinter], docs/architecture.md).
-.venv/bin/lint-imports
-# The docs site: a link to a page or an anchor that does not exist fails (mkdocs.yml).
-docs_site="$(mktemp -d)"
-.venv/bin/mkdocs build --strict -q -d "$docs_site"
-rm -rf "$docs_site"
-
 await_background side-envs "installing the npm packages and vLLM"
 await_background gemma "building gemma-3-270m"
 if [ "${FULMEN_SKIP_VLLM:-0}" != 1 ] && [ -x .venvs/vllm/bin/python ]; then
@@ -290,6 +296,7 @@ if [ "$#" = 0 ]; then
 else
   .venv/bin/python -m pytest -q -p no:cacheprovider "$@" || status=$?
 fi
+await_background lint "lint and types" || status=1
 lane_status=0
 wait "$lane" || lane_status=$?
 cat .ci-logs/second-lane.log

@@ -20,6 +20,7 @@ import httpx
 
 from fulmen.cluster.actors import ServedPolicy
 from fulmen.engines.base import Capabilities
+from fulmen.tls import tls_context
 
 __all__ = ["EngineReplicas", "adapter_files"]
 
@@ -71,7 +72,7 @@ class EngineReplicas:
 
     async def health(self) -> bool:
         """Whether every replica answers its health check."""
-        async with httpx.AsyncClient(timeout=5) as client:
+        async with httpx.AsyncClient(timeout=5, verify=tls_context()) as client:
             try:
                 answers = await asyncio.gather(
                     *(client.get(f"{url.removesuffix('/v1')}/health") for url in self.urls)

@@ -25,6 +25,7 @@ import httpx
 from fulmen.engines.base import Capabilities
 from fulmen.errors import EngineError
 from fulmen.process_group import stop_process_group
+from fulmen.tls import tls_context
 
 __all__ = ["BuiltinLauncher", "EngineProcess", "engine_error_text", "free_port"]
 
@@ -161,7 +162,8 @@ class EngineProcess:
                     detail={"command": self.command},
                 )
             with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{self.root_url}/health", timeout=2).status_code == 200:
+                health = httpx.get(f"{self.root_url}/health", timeout=2, verify=tls_context())
+                if health.status_code == 200:
                     return
             time.sleep(0.5)
         self.stop()
@@ -220,7 +222,9 @@ class EngineProcess:
         return {"Authorization": f"Bearer {self.token}"} if self.token is not None else {}
 
     async def _post(self, path: str, body: dict[str, Any]) -> httpx.Response:
-        async with httpx.AsyncClient(timeout=600, headers=self._headers()) as client:
+        async with httpx.AsyncClient(
+            timeout=600, headers=self._headers(), verify=tls_context()
+        ) as client:
             response = await client.post(f"{self.root_url}{path}", json=body)
         if response.status_code >= 400:
             raise EngineError(
@@ -237,7 +241,7 @@ class EngineProcess:
     async def health(self) -> bool:
         """Return True when ``/health`` answers 200."""
         try:
-            async with httpx.AsyncClient(timeout=5) as client:
+            async with httpx.AsyncClient(timeout=5, verify=tls_context()) as client:
                 return (await client.get(f"{self.root_url}/health")).status_code == 200
         except httpx.HTTPError:
             return False

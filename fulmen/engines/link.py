@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from fulmen.errors import EngineError
+from fulmen.tls import tls_context
 
 if TYPE_CHECKING:
     from fulmen.types import ModelVersion
@@ -51,7 +52,10 @@ class EngineLink:
     async def _post(self, path: str, body: dict[str, Any], timeout: float) -> httpx.Response:
         try:
             async with httpx.AsyncClient(
-                timeout=timeout, transport=self._transport, headers=self._headers
+                timeout=timeout,
+                transport=self._transport,
+                headers=self._headers,
+                verify=tls_context(),
             ) as client:
                 response = await client.post(f"{self.url}{path}", json=body)
         except httpx.HTTPError as exc:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from fulmen.chat_call import post_chat
 from fulmen.errors import GatewayError
+from fulmen.tls import tls_context
 
 if TYPE_CHECKING:
     import httpx
@@ -40,7 +41,9 @@ def chat_client(llm: LLM, *, timeout_s: float = 600.0) -> httpx.AsyncClient:
     import httpx
 
     return httpx.AsyncClient(
-        headers={"Authorization": f"Bearer {llm.api_key}"}, timeout=httpx.Timeout(timeout_s)
+        headers={"Authorization": f"Bearer {llm.api_key}"},
+        timeout=httpx.Timeout(timeout_s),
+        verify=tls_context(),  # one per rollout: a context of its own would cost ~35 ms CPU
     )
 
 

@@ -22,6 +22,7 @@ from fulmen.environments.chat import chat_client, send_chat
 from fulmen.environments.libraries import require
 from fulmen.errors import ConfigError, GatewayError
 from fulmen.settings import Settings
+from fulmen.tls import tls_context
 
 if TYPE_CHECKING:
     import httpx
@@ -143,7 +144,7 @@ def _opponent_client(opponent: dict[str, Any] | None) -> httpx.AsyncClient:
     name = (opponent or {}).get("api_key_env")
     if name:
         headers["Authorization"] = f"Bearer {Settings.from_env().variable(str(name)) or ''}"
-    return httpx.AsyncClient(headers=headers, timeout=httpx.Timeout(600.0))
+    return httpx.AsyncClient(headers=headers, timeout=httpx.Timeout(600.0), verify=tls_context())
 
 
 async def _opponent_move(

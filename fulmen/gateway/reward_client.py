@@ -28,6 +28,7 @@ from fulmen.errors import (
 )
 from fulmen.gateway.sessions import HeldReward
 from fulmen.store.clock import new_id
+from fulmen.tls import tls_context
 from fulmen.types import Reward, RewardCreate
 
 __all__ = ["post_reward"]
@@ -72,7 +73,9 @@ async def post_reward(
         headers["authorization"] = f"Bearer {token}"
     body = reward.model_dump_json(exclude_none=True)
     problem = ""
-    async with httpx.AsyncClient(timeout=timeout_s, trust_env=False) as client:
+    async with httpx.AsyncClient(
+        timeout=timeout_s, trust_env=False, verify=tls_context()
+    ) as client:
         for attempt in range(retries + 1):
             if attempt:
                 await asyncio.sleep(0.5 * 2 ** (attempt - 1))

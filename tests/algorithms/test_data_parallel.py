@@ -195,7 +195,7 @@ class TestOneStepOnTwoRanks:
             got = parallel.train_step(batch)
             assert got["updated"] == expected["updated"] == 1.0
             for key in LORA_STEP_METRICS[kind]:
-                assert got[key] == pytest.approx(expected[key], rel=1e-5, abs=1e-7), key
+                assert got[key] == step_metric(key, expected[key]), key
         difference = _max_difference(single.trained, parallel.trained)  # PPO's value head too
         print(f"{kind}: max |w_single - w_parallel| = {difference:.3g}")
         assert difference <= TOLERANCE
@@ -209,6 +209,18 @@ LORA_STEP_METRICS = {
             "ppo/return_mean", "ppo/advantage_std", "ppo/explained_variance", "mismatch/gap_max"),
     "dpo": ("loss", "grad_norm", "dpo/margin", "dpo/accuracy", "dpo/chosen_logp"),
 }  # fmt: skip
+
+
+def step_metric(key: str, expected: float) -> Any:
+    """What a step metric on several ranks must equal: the one-process figure to float rounding.
+
+    The `mismatch/*` figures are differences of logprobs that are equal in exact arithmetic, so
+    one process's is often exactly 0 while two ranks' sums come out a float32 unit of the
+    logprobs apart (4.77e-7 was seen): those are compared absolutely, to a few such units.
+    """
+    if key.startswith("mismatch/"):
+        return pytest.approx(expected, abs=2e-6)
+    return pytest.approx(expected, rel=1e-5, abs=1e-7)
 
 
 def lora_case(kind: str, model_dir: Path) -> tuple[Callable[[], Any], list[Any]]:
