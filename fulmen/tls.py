@@ -12,6 +12,8 @@ from __future__ import annotations
 import functools
 import ssl
 
+__all__ = ["tls_context"]
+
 
 @functools.cache
 def tls_context() -> ssl.SSLContext:
