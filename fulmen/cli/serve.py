@@ -96,6 +96,13 @@ def register(subparsers: Any) -> None:
         "as a bearer token (vLLM: every /v1 route does, as VLLM_API_KEY)",
     )
     p.add_argument(
+        "--instance",
+        default=None,
+        metavar="ID",
+        help="built-in engine: an id /health echoes in its x-fulmen-instance header; engine "
+        "launchers pass a random one to tell their own server from another on the same port",
+    )
+    p.add_argument(
         "--allow-remote",
         action="store_true",
         help="allow binding a non-loopback address (the API has no authentication)",
@@ -178,6 +185,7 @@ def _run(args: argparse.Namespace) -> int:
         kv_budget_tokens=budget,
         admin_token=_engine_token(args),
         adapter_roots=[Path(root) for root in args.adapter_root or ()],
+        instance=args.instance,
     )
     kv_tokens = app.state.engine.scheduler.kv_budget_tokens
     logger.info(

@@ -12,7 +12,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-__all__ = ["Capabilities", "Engine"]
+__all__ = ["INSTANCE_HEADER", "Capabilities", "Engine"]
+
+#: The header an engine's ``/health`` answer carries its start's instance id in (``fulmen serve
+#: --instance``, vLLM's ``$FULMEN_VLLM_INSTANCE``): a launcher that picked a port tells its own
+#: server from another one that took the port first by it.
+INSTANCE_HEADER = "x-fulmen-instance"
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ import contextlib
 import logging
 import os
 import re
+import secrets
 import signal
 import socket
 import subprocess
@@ -22,7 +23,7 @@ from typing import IO, Any
 
 import httpx
 
-from fulmen.engines.base import Capabilities
+from fulmen.engines.base import INSTANCE_HEADER, Capabilities
 from fulmen.errors import EngineError
 from fulmen.process_group import stop_process_group
 from fulmen.tls import tls_context
@@ -41,6 +42,11 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 # How much of the end of a failed start's log is searched for its error.
 _LOG_TAIL_BYTES = 64 * 1024
+# How a server says its port is taken (uvicorn, vLLM, any Python server: errno 98 on Linux,
+# 48 on macOS).
+_ADDRESS_IN_USE = re.compile(r"address already in use", re.IGNORECASE)
+# How many ports a launcher that picked its own tries before giving up.
+_PORT_TRIES = 3
 # A traceback's exception line: a dotted class path the message need not repeat.
 _QUALIFIED = re.compile(r"^(?:[A-Za-z_]\w*\.)+(?=[A-Za-z_]\w*(?:Error|Exception|Exit)\b)")
 
@@ -93,6 +99,11 @@ class EngineProcess:
         token: the engine's admin token (``None``: it asks for none), sent as a bearer token
             with every call this object makes; subclasses hand it to the server through its
             environment, never its command line.
+        instance: the id the server echoes in its ``/health`` answer's ``x-fulmen-instance``
+            header (``None``: any 200 counts): an answer without it comes from another server
+            that holds the port.
+        movable_port: the launcher picked ``port`` itself (``free_port``), so a start that
+            finds it taken may move to another; the command must pass it as ``--port N``.
     """
 
     capabilities = Capabilities()
@@ -107,9 +118,13 @@ class EngineProcess:
         log_path: Path | None = None,
         startup_timeout: float = 180.0,
         token: str | None = None,
+        instance: str | None = None,
+        movable_port: bool = False,
     ) -> None:
         self.command = command
         self.token = token
+        self.instance = instance
+        self._movable_port = movable_port and "--port" in command
         self.host, self.port = host, port
         self.env = env or {}
         self.log_path = log_path
@@ -134,14 +149,41 @@ class EngineProcess:
         return f"{self.root_url}/v1"
 
     def start(self) -> None:
-        """Spawn the server and block until ``/health`` answers 200; raises ``EngineError``."""
+        """Spawn the server and block until it answers ``/health`` 200; raises ``EngineError``.
+
+        The answer counts only if it carries this start's ``instance`` id: a port picked free
+        is free only until someone binds it, and another engine that took it would answer
+        ``/health`` as well (then refuse this run's token). A port the launcher picked
+        (``movable_port``) is replaced by a fresh one and the server started again, up to
+        ``_PORT_TRIES`` times, all within ``startup_timeout``.
+        """
         if self._proc is not None:
             raise EngineError("engine process already started; create a new launcher")
+        deadline = time.monotonic() + self.startup_timeout
+        for attempt in range(_PORT_TRIES if self._movable_port else 1):
+            if attempt:
+                taken = self.port
+                self._move_to(free_port(self.host))
+                logger.warning(
+                    "port %d was taken by another process before the engine bound it; "
+                    "starting the engine again on port %d",
+                    taken,
+                    self.port,
+                )
+            if self._spawn_until_healthy(deadline, may_move=self._movable_port):
+                return
+        raise EngineError(
+            f"the engine lost its port to another process {_PORT_TRIES} times in a row "
+            f"(last: {self.port}); see {self.log_path}"
+        )
+
+    def _spawn_until_healthy(self, deadline: float, *, may_move: bool) -> bool:
+        """Spawn the command; ``True`` once healthy, ``False`` if the port proved taken."""
         # Where this start's output begins in a log earlier starts appended to.
         self._log_offset = _size(self.log_path)
         self._log = open(self.log_path, "ab") if self.log_path else None  # noqa: SIM115
         logger.info("starting engine: %s", " ".join(self.command))
-        self._proc = subprocess.Popen(
+        self._proc = proc = subprocess.Popen(
             self.command,
             env={**os.environ, **self.env},
             stdout=self._log,
@@ -149,39 +191,55 @@ class EngineProcess:
             stdin=subprocess.DEVNULL,
             start_new_session=True,
         )
-        deadline = time.monotonic() + self.startup_timeout
         while time.monotonic() < deadline:
-            code = self._proc.poll()
+            code = proc.poll()
             if code is not None:
                 self.stop()
-                said = self._last_words()
+                output = self._start_output()
+                if may_move and _ADDRESS_IN_USE.search(output):
+                    return False
+                said = engine_error_text(output)
                 raise EngineError(
                     f"engine exited with code {code} during startup"
                     + (f": {said}" if said else "")
                     + f" (log: {self.log_path})",
                     detail={"command": self.command},
                 )
+            health: httpx.Response | None = None
             with contextlib.suppress(httpx.HTTPError):
                 health = httpx.get(f"{self.root_url}/health", timeout=2, verify=tls_context())
-                if health.status_code == 200:
-                    return
+            if health is not None and health.status_code == 200:
+                if self.instance is None or health.headers.get(INSTANCE_HEADER) == self.instance:
+                    return True
+                self.stop()
+                if may_move:
+                    return False
+                raise EngineError(
+                    f"another process already listens on {self.root_url}, so the engine cannot "
+                    "serve there: choose another port (or leave it unset for a free one)",
+                    detail={"command": self.command},
+                )
             time.sleep(0.5)
         self.stop()
         raise EngineError(
             f"engine not healthy after {self.startup_timeout:.0f}s (log: {self.log_path})"
         )
 
-    def _last_words(self) -> str:
-        """Return what this start of the engine said last in its log (``engine_error_text``)."""
+    def _move_to(self, port: int) -> None:
+        """Serve on ``port`` from the next start (the command passes it as ``--port N``)."""
+        self.command[self.command.index("--port") + 1] = str(port)
+        self.port = port
+
+    def _start_output(self) -> str:
+        """Return the end of what this start of the engine wrote to its log (``""``: none)."""
         if self.log_path is None:
             return ""
         try:
             with open(self.log_path, "rb") as log:
                 log.seek(self._log_offset)
-                text = log.read()[-_LOG_TAIL_BYTES:].decode("utf-8", "replace")
+                return log.read()[-_LOG_TAIL_BYTES:].decode("utf-8", "replace")
         except OSError:
             return ""
-        return engine_error_text(text)
 
     def stop(self, timeout: float = 20.0) -> None:
         """SIGTERM the process group, then SIGKILL it if still alive after ``timeout``."""
@@ -303,7 +361,9 @@ class BuiltinLauncher(EngineProcess):
         adapter_roots: list[Path] | None = None,
         startup_timeout: float = 600.0,
     ) -> None:
+        movable = not port
         port = port or free_port()
+        instance = secrets.token_hex(8)
         roots = [arg for root in adapter_roots or () for arg in ("--adapter-root", str(root))]
         command = [
             python or sys.executable,
@@ -319,6 +379,8 @@ class BuiltinLauncher(EngineProcess):
             str(max_lora_rank),
             "--threads",
             str(threads),
+            "--instance",
+            instance,
             *roots,
             *(extra_args or []),
         ]
@@ -330,6 +392,8 @@ class BuiltinLauncher(EngineProcess):
             startup_timeout=startup_timeout,
             env={"FULMEN_ENGINE_TOKEN": token} if token is not None else None,
             token=token,
+            instance=instance,
+            movable_port=movable,
         )
         self.model = model
 

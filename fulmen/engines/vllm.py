@@ -113,6 +113,7 @@ class VLLMLauncher(EngineProcess):
                 "no python with vllm found: pass --vllm-python or set FULMEN_VLLM_PYTHON "
                 "(see docs/engine.md: vLLM runs from its own environment)"
             )
+        movable = not port
         port = port or free_port(host)
         path = resolve_model(model)
         command = [
@@ -160,10 +161,13 @@ class VLLMLauncher(EngineProcess):
         python_path = os.pathsep.join(
             p for p in (str(_PLUGIN_DIR), launcher_variable("PYTHONPATH")) if p
         )
+        instance = secrets.token_hex(8)
         env = {
             **_CPU_ENV,
             "PYTHONPATH": python_path,
             "FULMEN_VLLM_ADMIN_TOKEN": self.admin_token,
+            # echoed on /health by fulmen_vllm_guard: this start's server, not another on the port
+            "FULMEN_VLLM_INSTANCE": instance,
             **({"VLLM_API_KEY": token} if token is not None else {}),
         }
         super().__init__(
@@ -174,6 +178,8 @@ class VLLMLauncher(EngineProcess):
             log_path=log_path,
             startup_timeout=startup_timeout,
             token=token,
+            instance=instance,
+            movable_port=movable,
         )
 
     async def reload_weights(self, path: str | None = None) -> int | None:

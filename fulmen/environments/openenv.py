@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import socket
 import subprocess
 import sys
 import time
@@ -28,7 +27,8 @@ from fulmen.agent.api import Agent
 from fulmen.environments.chat import chat_client, send_chat
 from fulmen.environments.libraries import require
 from fulmen.errors import ConfigError
-from fulmen.process_group import stop_process_group
+from fulmen.process_group import listens_on, stop_process_group
+from fulmen.tls import tls_context
 from fulmen.tracing.emitters import emit_reward
 
 if TYPE_CHECKING:
@@ -92,24 +92,45 @@ def observation_text(observation: Any, field: str | None) -> str:
     return json.dumps(observation, default=str)
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 @contextlib.asynccontextmanager
 async def local_server(command: list[str], *, timeout_s: float) -> AsyncIterator[str]:
     """Start ``command`` in its own session; yield its URL; stop its process group.
 
     ``{port}`` in an argument becomes a free loopback port, ``{python}`` this interpreter.
 
-    The server is up once ``GET /health`` answers 200; one that exits or does not answer in
-    ``timeout_s`` is a ``ConfigError`` with the end of its output.
+    The server is up once ``GET /health`` answers 200 from a socket its own process group
+    holds; one that exits or does not answer in ``timeout_s`` is a ``ConfigError`` with the end
+    of its output. A port another process takes between its pick and the server's bind gives
+    a fresh one, up to three times.
+    """
+    deadline = time.monotonic() + timeout_s
+    for _ in range(3):
+        started = await _start_server(command, deadline=deadline, timeout_s=timeout_s)
+        if started is None:
+            continue
+        proc, url = started
+        try:
+            yield url
+        finally:
+            await asyncio.to_thread(stop_process_group, proc, 5.0)
+            if proc.stdout is not None:
+                proc.stdout.close()
+        return
+    raise ConfigError(f"openenv server {command} lost its port to another process 3 times")
+
+
+async def _start_server(
+    command: list[str], *, deadline: float, timeout_s: float
+) -> tuple[subprocess.Popen[bytes], str] | None:
+    """Start ``command`` on a free port; its process and URL once healthy.
+
+    ``None`` when another process took the port first (this server is then stopped).
     """
     import httpx
 
-    port = _free_port()
+    from fulmen.engines.launcher import free_port
+
+    port = free_port()
     argv = [arg.replace("{port}", str(port)).replace("{python}", sys.executable) for arg in command]
     try:
         proc = subprocess.Popen(
@@ -118,26 +139,31 @@ async def local_server(command: list[str], *, timeout_s: float) -> AsyncIterator
     except OSError as exc:
         raise ConfigError(f"openenv.command {argv[0]!r} cannot start: {exc}") from exc
     url = f"http://127.0.0.1:{port}"
+    ours = False
     try:
-        deadline = time.monotonic() + timeout_s
-        async with httpx.AsyncClient(timeout=2.0) as http:
+        async with httpx.AsyncClient(timeout=2.0, verify=tls_context()) as http:
             while True:
                 if proc.poll() is not None:
                     output = proc.stdout.read().decode(errors="replace") if proc.stdout else ""
+                    if "address already in use" in output.lower():
+                        return None
                     raise ConfigError(
                         f"openenv server {argv} exited with {proc.returncode}: {output[-2000:]}"
                     )
                 with contextlib.suppress(httpx.HTTPError):
                     if (await http.get(f"{url}/health")).status_code == 200:
-                        break
+                        ours = await asyncio.to_thread(listens_on, proc, port)
+                        if not ours:
+                            return None
+                        return proc, url
                 if time.monotonic() > deadline:
                     raise ConfigError(f"openenv server {argv} did not answer in {timeout_s} s")
                 await asyncio.sleep(0.1)
-        yield url
     finally:
-        await asyncio.to_thread(stop_process_group, proc, 5.0)
-        if proc.stdout is not None:
-            proc.stdout.close()
+        if not ours:
+            await asyncio.to_thread(stop_process_group, proc, 5.0)
+            if proc.stdout is not None:
+                proc.stdout.close()
 
 
 class OpenEnvAgent(Agent):

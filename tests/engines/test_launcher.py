@@ -114,3 +114,74 @@ async def test_the_stack_waits_for_the_engine_as_long_as_engine_startup_timeout_
         await stack._start_engine()  # pyright: ignore[reportPrivateUsage]
     assert stack.engine.startup_timeout == 1
     assert stack.engine.pid is None  # stopped, not left starting
+
+
+# A picked port is free only until someone binds it: another engine that took it answers
+# /health too, and a run that trusted it would push its weights to the wrong engine (a 401).
+ROOT = Path(__file__).parents[2]
+
+
+def _health_process(port: int, *, movable: bool, log: Path) -> EngineProcess:
+    """``tests.health_server`` as an engine process answering with the instance ``mine``."""
+    command = [sys.executable, "-m", "tests.health_server", "--port", str(port)]
+    return EngineProcess(
+        [*command, "--instance", "mine"],
+        host="127.0.0.1",
+        port=port,
+        env={"PYTHONPATH": str(ROOT)},
+        log_path=log,
+        startup_timeout=60,
+        instance="mine",
+        movable_port=movable,
+    )
+
+
+def _answer(process: EngineProcess) -> tuple[int, str | None]:
+    import httpx
+
+    health = httpx.get(f"{process.root_url}/health", timeout=5)
+    return int(health.text), health.headers.get("x-fulmen-instance")
+
+
+def test_an_engine_whose_picked_port_another_server_answers_on_moves(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from tests.test_process_group import health_server
+
+    taken = free_port()
+    with health_server(taken, instance="another run's engine"):
+        process = _health_process(taken, movable=True, log=tmp_path / "engine.log")
+        with caplog.at_level("WARNING", "fulmen.engines.launcher"), process:
+            assert process.port != taken
+            assert _answer(process) == (process.pid, "mine")
+    assert f"port {taken} was taken by another process" in caplog.text
+
+
+def test_an_engine_that_cannot_bind_its_picked_port_moves(tmp_path: Path) -> None:
+    import socket
+
+    # A socket that listens but never answers: the server's bind fails, /health times out.
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        taken = holder.getsockname()[1]
+        process = _health_process(taken, movable=True, log=tmp_path / "engine.log")
+        with process:
+            assert process.port != taken
+            assert _answer(process) == (process.pid, "mine")
+    assert "Address already in use" in (tmp_path / "engine.log").read_text()
+
+
+def test_an_engine_given_a_port_another_server_answers_on_is_refused(tmp_path: Path) -> None:
+    from tests.test_process_group import health_server
+
+    taken = free_port()
+    with health_server(taken, instance="another run's engine"):
+        process = _health_process(taken, movable=False, log=tmp_path / "engine.log")
+        with pytest.raises(EngineError) as raised:
+            process.start()
+    assert raised.value.message == (
+        f"another process already listens on http://127.0.0.1:{taken}, so the engine cannot "
+        "serve there: choose another port (or leave it unset for a free one)"
+    )
+    assert process.pid is None and process.port == taken

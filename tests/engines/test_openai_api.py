@@ -53,6 +53,14 @@ def test_models_lists_the_base_model(engine: EngineProcess) -> None:
     assert "tiny" in [m["id"] for m in body["data"]]
 
 
+def test_health_names_the_start_its_launcher_made(engine: EngineProcess) -> None:
+    # How a launcher knows its own server from another that took the port (test_launcher.py).
+    assert engine.instance is not None and len(engine.instance) == 16
+    health = httpx.get(f"{engine.root_url}/health", timeout=30)
+    assert health.status_code == 200
+    assert health.headers["x-fulmen-instance"] == engine.instance
+
+
 def test_chat_returns_token_ids_and_logprobs(engine: EngineProcess) -> None:
     body = chat(engine, return_token_ids=True, logprobs=True, top_logprobs=3)
     prompt = ok(

@@ -28,6 +28,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response, Strea
 from starlette.routing import Route
 
 from fulmen.asgi_disconnect import CancelOnDisconnect
+from fulmen.engines.base import INSTANCE_HEADER
 from fulmen.engines.builtin.admin import AdminGate, check_served_path
 from fulmen.engines.builtin.batching import ALL_WEIGHTS, Scheduler
 from fulmen.engines.builtin.errors import APIError, bad_request
@@ -62,6 +63,7 @@ class _Engine:
     scheduler: Scheduler
     text: TokenText
     adapter_roots: tuple[Path, ...] = ()
+    instance: str | None = None
 
 
 def _engine(request: Request) -> _Engine:
@@ -284,12 +286,15 @@ async def detokenize(request: Request) -> Response:
 
 
 async def health(request: Request) -> Response:
-    """``GET /health``: 200 while the batching thread runs."""
+    """``GET /health``: 200 while the batching thread runs, with the instance id if given."""
     e = _engine(request)
-    return _json(
+    response = _json(
         {"status": "ok", "policy_version": e.model.version, "running": e.scheduler.running},
         e.model.version,
     )
+    if e.instance is not None:
+        response.headers[INSTANCE_HEADER] = e.instance
+    return response
 
 
 async def metrics(request: Request) -> Response:
@@ -373,6 +378,7 @@ def create_app(
     kv_budget_tokens: int | None = None,
     admin_token: str | None = None,
     adapter_roots: Sequence[Path] = (),
+    instance: str | None = None,
 ) -> Starlette:
     """Build the ASGI app serving ``model``; the batching thread runs during the lifespan.
 
@@ -380,9 +386,10 @@ def create_app(
     before; ``prefill_chunk_tokens`` and ``kv_budget_tokens`` are the
     :class:`~fulmen.engines.builtin.batching.Scheduler`'s. ``admin_token`` (``None``: none
     asked) guards the routes that change the served weights, and ``adapter_roots`` (empty:
-    anywhere) the folders they load from (``fulmen.engines.builtin.admin``). A request whose
-    client leaves before its reply starts is cancelled with its generation
-    (``fulmen.asgi_disconnect``).
+    anywhere) the folders they load from (``fulmen.engines.builtin.admin``). ``instance``
+    (``None``: none) is echoed in ``/health``'s ``x-fulmen-instance`` header, so the launcher
+    that started this server knows it from another on the same port. A request whose client
+    leaves before its reply starts is cancelled with its generation (``fulmen.asgi_disconnect``).
     """
     scheduler = Scheduler(
         model,
@@ -423,5 +430,5 @@ def create_app(
         exception_handlers={APIError: _api_error, Exception: _api_error},
     )
     roots = tuple(Path(os.path.realpath(root)) for root in adapter_roots)
-    app.state.engine = _Engine(model, scheduler, TokenText(model.tokenizer), roots)
+    app.state.engine = _Engine(model, scheduler, TokenText(model.tokenizer), roots, instance)
     return app

@@ -7,7 +7,9 @@ development route (weights, caches, sleep, pause) would answer anyone who can re
 ``AdminRoutesNeedToken`` (loaded with ``--middleware fulmen_vllm_guard.AdminRoutesNeedToken``)
 answers 401 to any request for a path outside ``OPEN`` that does not carry
 ``Authorization: Bearer $FULMEN_VLLM_ADMIN_TOKEN``; an allow-list, so a route a later vLLM adds
-is guarded too. Without the variable set it refuses those paths to everyone.
+is guarded too. Without the variable set it refuses those paths to everyone. It also puts
+``$FULMEN_VLLM_INSTANCE`` in ``/health``'s ``x-fulmen-instance`` header, by which the launcher
+knows its own server from another that took the port first (``fulmen.engines.base``).
 
 Imports only the standard library and Starlette (vLLM's own dependency): it runs in vLLM's
 environment, where fulmen is not installed.
@@ -28,8 +30,18 @@ from starlette.responses import JSONResponse
 OPEN_PATHS = frozenset({"/health", "/ping", "/version", "/metrics", "/tokenize", "/detokenize"})
 OPEN_PREFIXES = ("/v1/", "/v2/", "/inference/", "/cohere/")
 TOKEN_VARIABLE = "FULMEN_VLLM_ADMIN_TOKEN"
+INSTANCE_VARIABLE = "FULMEN_VLLM_INSTANCE"
+#: ``fulmen.engines.base.INSTANCE_HEADER`` (this module cannot import fulmen).
+INSTANCE_HEADER = b"x-fulmen-instance"
 
-__all__ = ["OPEN_PATHS", "OPEN_PREFIXES", "TOKEN_VARIABLE", "AdminRoutesNeedToken"]
+__all__ = [
+    "INSTANCE_HEADER",
+    "INSTANCE_VARIABLE",
+    "OPEN_PATHS",
+    "OPEN_PREFIXES",
+    "TOKEN_VARIABLE",
+    "AdminRoutesNeedToken",
+]
 
 
 class AdminRoutesNeedToken:
@@ -39,6 +51,7 @@ class AdminRoutesNeedToken:
         self.app = app
         token = os.environ.get(TOKEN_VARIABLE, "")
         self._digest = hashlib.sha256(token.encode()).digest() if token else None
+        self._instance = os.environ.get(INSTANCE_VARIABLE, "").encode()
 
     def _allowed(self, scope: dict[str, Any]) -> bool:
         path = scope["path"].removeprefix(scope.get("root_path", ""))
@@ -59,4 +72,18 @@ class AdminRoutesNeedToken:
         if scope["type"] == "websocket" and not self._allowed(scope):
             await send({"type": "websocket.close", "code": 1008})  # policy violation
             return
+        if scope["type"] == "http" and scope["path"] == "/health" and self._instance:
+            await self.app(scope, receive, self._with_instance(send))
+            return
         await self.app(scope, receive, send)
+
+    def _with_instance(self, send: Any) -> Any:
+        """Wrap ``send`` so that the response's headers carry the instance id."""
+
+        async def send_with_instance(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                headers = [*message.get("headers", ()), (INSTANCE_HEADER, self._instance)]
+                message = {**message, "headers": headers}
+            await send(message)
+
+        return send_with_instance
