@@ -45,17 +45,7 @@ def _score_text(version: PromptVersion) -> str:
 
 
 def _summary(version: PromptVersion) -> dict[str, Any]:
-    lineage = version.prompt.lineage
-    return {
-        "ref": version.ref,
-        "name": version.name,
-        "version": version.version,
-        "created_at": version.created_at.isoformat(),
-        "lineage": lineage.model_dump(mode="json") if lineage else None,
-        "scores": [s.model_dump(mode="json") for s in version.scores],
-        "republished_in": version.republished_in,
-        "prompt": version.prompt.model_dump(mode="json"),
-    }
+    return {**version.as_json(), "prompt": version.prompt.model_dump(mode="json")}
 
 
 def _list(args: argparse.Namespace) -> int:

@@ -19,18 +19,7 @@ __all__ = ["model_versions", "prompt_diff", "prompt_versions", "side_by_side"]
 
 
 def _prompt(version: PromptVersion) -> dict[str, Any]:
-    lineage = version.prompt.lineage
-    return {
-        "ref": version.ref,
-        "name": version.name,
-        "version": version.version,
-        "created_at": version.created_at.isoformat(),
-        "republished_in": version.republished_in,
-        "score": version.score,
-        "scores": [s.model_dump(mode="json", exclude={"instances"}) for s in version.scores],
-        "lineage": lineage.model_dump(mode="json") if lineage is not None else None,
-        "text": version.prompt.export_text(),
-    }
+    return {**version.as_json(score_instances=False), "text": version.prompt.export_text()}
 
 
 async def prompt_versions(store: Store) -> list[dict[str, Any]]:

@@ -37,6 +37,8 @@ ENVIRONMENT_SOURCE = "environment"
 #: Seeds and sizes are kept where every library's generators accept them (32-bit seeds).
 _MAX_SEED = 2**31 - 1
 _MAX_TASKS = 1_000_000
+#: A prime, so the seeds of neighbouring section seeds land far apart.
+_SEED_STRIDE = 1_000_003
 
 
 class _Strict(BaseModel):
@@ -50,6 +52,17 @@ class _Splits(_Strict):
     val_size: int = Field(default=128, ge=0, le=_MAX_TASKS)
     seed: int = Field(default=0, ge=0, le=_MAX_SEED)
     system_prompt: str | None = Field(default=None, min_length=1)
+
+    def episode_seeds(self, split: str) -> range:
+        """Return the game or episode seeds of ``split``: ``val`` first, ``train`` after them.
+
+        The two ranges never overlap, and both stay below 2**31 (what every library's
+        generators accept) whatever the section's seed.
+        """
+        first = (self.seed * _SEED_STRIDE) % (_MAX_SEED + 1 - 2 * _MAX_TASKS)
+        if split == "val":
+            return range(first, first + self.val_size)
+        return range(first + self.val_size, first + self.val_size + self.train_size)
 
 
 class ReasoningGymDataset(_Strict):

@@ -37,21 +37,10 @@ if TYPE_CHECKING:
 
 __all__ = ["OpenEnvAgent", "local_server", "observation_text", "openenv_tasks"]
 
-_SEED_STRIDE = 1_000_003
-
 
 def openenv_tasks(config: OpenEnvConfig, split: str) -> list[dict[str, Any]]:
     """One task per episode seed; the held-out seeds are never training seeds."""
     require("openenv.core", extra="openenv")  # fails here, not in every rollout
-    base = (config.seed * _SEED_STRIDE) % (2**31 - 2 * 1_000_000)
-    first, count = (
-        (base, config.val_size)
-        if split == "val"
-        else (
-            base + config.val_size,
-            config.train_size,
-        )
-    )
     spec = config.model_dump(
         include={
             "url",
@@ -66,10 +55,10 @@ def openenv_tasks(config: OpenEnvConfig, split: str) -> list[dict[str, Any]]:
     return [
         {
             "id": f"{split}-{i}",
-            "openenv": {**spec, "reset": {**config.reset, "seed": first + i}},
+            "openenv": {**spec, "reset": {**config.reset, "seed": seed}},
             "agent": {"system_prompt": config.system_prompt},
         }
-        for i in range(count)
+        for i, seed in enumerate(config.episode_seeds(split))
     ]
 
 

@@ -32,9 +32,6 @@ if TYPE_CHECKING:
 
 __all__ = ["TextArenaAgent", "make_game", "textarena_tasks"]
 
-#: Seeds of the held-out split start here; the training split's after them.
-_SEED_STRIDE = 1_000_003
-
 
 def make_game(game: str, kwargs: dict[str, Any]) -> Any:
     """``ta.make(game, **kwargs)``; ``ConfigError`` naming the game when it cannot be made."""
@@ -53,15 +50,6 @@ def make_game(game: str, kwargs: dict[str, Any]) -> Any:
 def textarena_tasks(config: TextArenaConfig, split: str) -> list[dict[str, Any]]:
     """One task per game seed; the held-out seeds are never training seeds."""
     make_game(config.game, dict(config.kwargs))  # fails here, not in every rollout
-    base = (config.seed * _SEED_STRIDE) % (2**31 - 2 * 1_000_000)
-    first, count = (
-        (base, config.val_size)
-        if split == "val"
-        else (
-            base + config.val_size,
-            config.train_size,
-        )
-    )
     opponent = config.opponent.model_dump() if config.opponent is not None else None
     return [
         {
@@ -69,14 +57,14 @@ def textarena_tasks(config: TextArenaConfig, split: str) -> list[dict[str, Any]]
             "textarena": {
                 "game": config.game,
                 "kwargs": dict(config.kwargs),
-                "seed": first + i,
+                "seed": seed,
                 "player": config.player,
                 "max_calls": config.max_calls,
                 "opponent": opponent,
             },
             "agent": {"system_prompt": config.system_prompt},
         }
-        for i in range(count)
+        for i, seed in enumerate(config.episode_seeds(split))
     ]
 
 

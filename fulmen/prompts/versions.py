@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pydantic import TypeAdapter, ValidationError
 
@@ -66,6 +66,25 @@ class PromptVersion:
         """The latest validation score stored for it, ``None`` when it was never scored."""
         val = [s for s in self.scores if s.split == "val"]
         return val[-1].score if val else None
+
+    def as_json(self, *, score_instances: bool = True) -> dict[str, Any]:
+        """Return its reference, place, lineage and scores as JSON values (not the text).
+
+        ``score_instances=False`` leaves each score's per-instance results out (the dashboard
+        lists every version at once).
+        """
+        lineage = self.prompt.lineage
+        exclude = None if score_instances else {"instances"}
+        return {
+            "ref": self.ref,
+            "name": self.name,
+            "version": self.version,
+            "created_at": self.created_at.isoformat(),
+            "republished_in": self.republished_in,
+            "score": self.score,
+            "scores": [s.model_dump(mode="json", exclude=exclude) for s in self.scores],
+            "lineage": lineage.model_dump(mode="json") if lineage is not None else None,
+        }
 
 
 def scores_in(snapshot: Resources) -> list[PromptScore]:

@@ -152,6 +152,13 @@ def _root_class(hook: AgentClassHook) -> type | None:
     return root if isinstance(root, type) else None
 
 
+def _own_methods(root: type, names: tuple[str, ...]) -> Iterator[tuple[type, str, Any]]:
+    """Each class of ``root``'s tree with what it defines itself (``None`` if not) of ``names``."""
+    for cls in _class_tree(root):
+        for name in names:
+            yield cls, name, cls.__dict__.get(name)
+
+
 def install_framework_agent_hooks(
     hooks: tuple[AgentClassHook, ...] = FRAMEWORK_AGENT_HOOKS,
 ) -> list[str]:
@@ -165,13 +172,10 @@ def install_framework_agent_hooks(
         root = _root_class(hook)
         if root is None:
             continue
-        for cls in _class_tree(root):
-            for name in hook.methods:
-                method = cls.__dict__.get(name)
-                if not inspect.isfunction(method) or getattr(method, _MARK, False):
-                    continue
-                if getattr(method, "__isabstractmethod__", False):
-                    continue
+        for cls, name, method in _own_methods(root, hook.methods):
+            if not inspect.isfunction(method) or getattr(method, _MARK, False):
+                continue
+            if not getattr(method, "__isabstractmethod__", False):
                 setattr(cls, name, _wrap(method, hook.name_attribute))
         installed.append(hook.module)
     return installed
@@ -185,8 +189,6 @@ def uninstall_framework_agent_hooks(
         root = _root_class(hook)
         if root is None:
             continue
-        for cls in _class_tree(root):
-            for name in hook.methods:
-                method = cls.__dict__.get(name)
-                if getattr(method, _MARK, False):
-                    setattr(cls, name, method.__wrapped__)  # type: ignore[union-attr]
+        for cls, name, method in _own_methods(root, hook.methods):
+            if getattr(method, _MARK, False):
+                setattr(cls, name, method.__wrapped__)

@@ -75,3 +75,16 @@ def test_other_task_sources_are_refused(tmp_path: Path, raw: dict, message: str)
 def test_bad_sections_name_the_problem(section: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         EnvironmentAdapter.validate_python(section)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2**31 - 1])
+def test_episode_seeds_of_the_two_splits_are_disjoint_32_bit_seeds(seed: int) -> None:
+    section = EnvironmentAdapter.validate_python(
+        {"library": "textarena", "game": "Nim-v0", "seed": seed}
+        | {"train_size": 1_000_000, "val_size": 1_000_000}
+    )
+    train, val = section.episode_seeds("train"), section.episode_seeds("val")
+    assert (len(train), len(val)) == (1_000_000, 1_000_000)
+    assert val.stop == train.start  # adjacent ranges: no seed in both
+    assert val.start >= 0 and train.stop <= 2**31
+    assert section.episode_seeds("val") == val  # the same section seed draws the same seeds
