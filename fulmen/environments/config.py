@@ -53,7 +53,7 @@ class _Splits(_Strict):
     seed: int = Field(default=0, ge=0, le=_MAX_SEED)
     system_prompt: str | None = Field(default=None, min_length=1)
 
-    def episode_seeds(self, split: str) -> range:
+    def episode_seeds(self, split: Literal["train", "val"]) -> range:
         """Return the game or episode seeds of ``split``: ``val`` first, ``train`` after them.
 
         The two ranges never overlap, and both stay below 2**31 (what every library's

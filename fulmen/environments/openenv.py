@@ -21,7 +21,7 @@ import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from fulmen.agent.api import Agent
 from fulmen.environments.chat import chat_client, send_chat
@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 __all__ = ["OpenEnvAgent", "local_server", "observation_text", "openenv_tasks"]
 
 
-def openenv_tasks(config: OpenEnvConfig, split: str) -> list[dict[str, Any]]:
+def openenv_tasks(config: OpenEnvConfig, split: Literal["train", "val"]) -> list[dict[str, Any]]:
     """One task per episode seed; the held-out seeds are never training seeds."""
     require("openenv.core", extra="openenv")  # fails here, not in every rollout
     spec = config.model_dump(

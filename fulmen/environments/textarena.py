@@ -14,7 +14,7 @@ different games (Guess the Number between 1 and 20) repeats games across seeds.
 from __future__ import annotations
 
 import difflib
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from fulmen.agent.api import Agent
 from fulmen.chat_call import post_chat
@@ -47,7 +47,9 @@ def make_game(game: str, kwargs: dict[str, Any]) -> Any:
         raise ConfigError(f"textarena cannot make {game!r}: {type(exc).__name__}: {exc}") from exc
 
 
-def textarena_tasks(config: TextArenaConfig, split: str) -> list[dict[str, Any]]:
+def textarena_tasks(
+    config: TextArenaConfig, split: Literal["train", "val"]
+) -> list[dict[str, Any]]:
     """One task per game seed; the held-out seeds are never training seeds."""
     make_game(config.game, dict(config.kwargs))  # fails here, not in every rollout
     opponent = config.opponent.model_dump() if config.opponent is not None else None

@@ -78,6 +78,7 @@ def test_list_shows_distinct_versions_with_lineage_and_scores(
     assert [v["republished_in"] for v in listed] == [[2], [4]]
     assert listed[1]["lineage"]["critique"] == "The model skipped the arithmetic."
     assert listed[1]["scores"][0]["instances"] == {"a": 1.0, "b": 0.5}
+    assert [v["score"] for v in listed] == [0.25, 0.75]  # the latest val score, as the table
 
 
 def test_show_prints_critique_edit_score_and_text(
