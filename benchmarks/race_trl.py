@@ -103,7 +103,7 @@ def race_one(
     dataset, trainer, lr, seed = row["dataset"], row["trainer"], row["lr"], row["seed"]
     (run_fulmen if trainer == "fulmen" else run_trl)(args, dataset, lr, seed, run)
     if trainer == "fulmen":
-        points, speed = fulmen_checkpoints(run)
+        points, speed = fulmen_checkpoints(run, args.group_size)
     else:
         summary = json.loads((run / "trl.json").read_text())
         points = [(p["seconds"], Path(p["path"])) for p in summary.pop("points")]

@@ -7,6 +7,7 @@ import statistics
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from race.settings import environment
 
@@ -48,11 +49,15 @@ def run_fulmen(args: argparse.Namespace, dataset: str, lr: float, seed: int, run
     subprocess.run(argv, check=True, stdout=subprocess.DEVNULL)
 
 
-def fulmen_checkpoints(run: Path) -> tuple[list[tuple[float, Path]], dict[str, float]]:
-    """(seconds since the first step began, adapter) per step, and the run's throughput."""
-    from fulmen.trainer.metrics import read_metrics
+def fulmen_checkpoints(
+    run: Path, group_size: int
+) -> tuple[list[tuple[float, Path]], dict[str, float]]:
+    """(seconds since the first step began, adapter) per step, and the run's throughput.
 
-    steps = [r for r in read_metrics(run / "metrics.jsonl") if "time/step_s" in r]
+    The throughput carries the run's group counts (``run_sampling``), so that a later
+    ``--versus`` comparison reads them from the results alone, without the run's folder.
+    """
+    steps = _steps(run)
     start = steps[0]["time"] - steps[0]["time/step_s"]
     points = [(r["time"] - start, run / "adapters" / f"step-{int(r['step']):05d}") for r in steps]
     rollout_s = sum(r["time/rollout_s"] for r in steps)
@@ -60,7 +65,34 @@ def fulmen_checkpoints(run: Path) -> tuple[list[tuple[float, Path]], dict[str, f
         "steps": len(steps),
         "rollout_tokens_per_s": completion_tokens(run) / rollout_s,
         "update_s_per_step": statistics.fmean(r["time/train_s"] for r in steps),
+        **run_sampling(run, group_size),
     }
+
+
+def run_sampling(run: Path, group_size: int) -> dict[str, float]:
+    """Groups a run ran, how many came out flat (all rewards equal) and its rollouts.
+
+    A run with dynamic sampling reports its groups and rollouts (``sampling/…``); one without
+    counts a flat group's samples as left out for want of advantage, a group at a time.
+    """
+    groups = flat = rollouts = 0.0
+    for r in _steps(run):
+        if "sampling/groups" in r:
+            groups += r["sampling/groups"]
+            flat += r["sampling/flat_groups"]
+            rollouts += r["sampling/rollouts"]
+        else:
+            groups += r["groups"]
+            flat += r["skipped_zero_advantage"] / group_size
+            rollouts += r["rollouts"]
+    return {"groups": groups, "flat_groups": flat, "rollouts": rollouts}
+
+
+def _steps(run: Path) -> list[dict[str, Any]]:
+    """The run's step rows of ``metrics.jsonl``."""
+    from fulmen.trainer.metrics import read_metrics
+
+    return [r for r in read_metrics(run / "metrics.jsonl") if "time/step_s" in r]
 
 
 def completion_tokens(run: Path) -> int:

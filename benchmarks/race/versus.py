@@ -12,6 +12,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from race.fulmen_side import run_sampling
 from race.records import read_results, recorded_settings, settings_differ
 from race.settings import SETTINGS
 from race.summary import mean_se, paired_gain
@@ -61,8 +62,11 @@ def versus(out: Path, base: Path) -> dict[str, Any]:
         }
         last = max(marks)
         runs = {
-            side: [root / dataset / "fulmen" / f"lr{lr:g}" / f"seed{s}" for s in seeds]
-            for side, root in (("setting", out), ("base", base))
+            side: [
+                (_speed(rows, dataset, lr, s), root / dataset / "fulmen" / f"lr{lr:g}" / f"seed{s}")
+                for s in seeds
+            ]
+            for side, rows, root in (("setting", here, out), ("base", there, base))
         }
         found[name] = {
             "fulmen_set": settings["fulmen_set"],
@@ -74,25 +78,26 @@ def versus(out: Path, base: Path) -> dict[str, Any]:
     return found
 
 
-def sampling(runs: list[Path], group_size: int, tasks_per_step: int) -> dict[str, float]:
+def sampling(
+    runs: list[tuple[dict[str, Any], Path]], group_size: int, tasks_per_step: int
+) -> dict[str, Any]:
     """Steps a run, the share of flat groups and the sampling cost over ``runs``' steps.
 
-    A run with dynamic sampling reports its groups and rollouts (``sampling/…``); one without
-    counts a flat group's samples as left out for want of advantage, a group at a time.
+    Each run is its ``speed`` row and its folder. The row carries the run's group counts
+    (``run_sampling``); a row recorded before it did is counted from the folder's metrics,
+    and where neither is there the entry says so instead of guessing.
     """
     steps = groups = flat = rollouts = 0.0
-    for run in runs:
-        rows = [r for r in _metrics(run) if "time/step_s" in r]
-        steps += len(rows)
-        for r in rows:
-            if "sampling/groups" in r:
-                groups += r["sampling/groups"]
-                flat += r["sampling/flat_groups"]
-                rollouts += r["sampling/rollouts"]
-            else:
-                groups += r["groups"]
-                flat += r["skipped_zero_advantage"] / group_size
-                rollouts += r["rollouts"]
+    for speed, folder in runs:
+        counts = speed if "groups" in speed else None
+        if counts is None and (folder / "metrics.jsonl").is_file():
+            counts = run_sampling(folder, group_size)
+        if counts is None:
+            return {"note": f"{folder}: its group counts were not recorded, its folder is gone"}
+        steps += speed["steps"]
+        groups += counts["groups"]
+        flat += counts["flat_groups"]
+        rollouts += counts["rollouts"]
     return {
         "steps": steps / len(runs),
         "flat_groups": flat / groups if groups else float("nan"),
@@ -100,10 +105,10 @@ def sampling(runs: list[Path], group_size: int, tasks_per_step: int) -> dict[str
     }
 
 
-def _metrics(run: Path) -> list[dict[str, Any]]:
-    from fulmen.trainer.metrics import read_metrics
-
-    return list(read_metrics(run / "metrics.jsonl"))
+def _speed(rows: list[dict[str, Any]], dataset: str, lr: float, seed: int) -> dict[str, Any]:
+    """The fulmen run's ``speed`` row (its steps, throughput and group counts)."""
+    run = {"kind": "speed", "trainer": "fulmen", "dataset": dataset, "lr": lr, "seed": seed}
+    return next(r for r in rows if r == {**r, **run})
 
 
 def _by_seed_minute(rows: list[dict[str, Any]]) -> dict[tuple[int, float], dict[str, Any]]:

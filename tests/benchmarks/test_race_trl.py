@@ -186,11 +186,16 @@ def test_a_setting_is_compared_with_the_base_race_seed_by_seed(
                 row |= {"lr": 1e-3, "seed": seed, "minute": minute, "accuracy": right / 8}
                 records.append(results, {**row, "correct": correct})
             run = out / "basic_arithmetic" / "fulmen" / "lr0.001" / f"seed{seed}"
-            run.mkdir(parents=True)
-            step = {"time/step_s": 1.0, "groups": 2, "rollouts": 8, "skipped_zero_advantage": 4}
-            if out == setting:  # dynamic sampling counts its own groups: 3 run, 1 flat
-                step |= {"sampling/groups": 3, "sampling/flat_groups": 1, "sampling/rollouts": 12}
-            (run / "metrics.jsonl").write_text(json.dumps(step) + "\n" + json.dumps(step) + "\n")
+            speed = {**row, "kind": "speed", "steps": 2}
+            del speed["minute"], speed["accuracy"]
+            if out == setting:  # dynamic sampling counts its own groups: 3 a step, 1 flat
+                speed |= {"groups": 6, "flat_groups": 2, "rollouts": 24}  # no folder needed
+            else:  # a base recorded before the speed rows had counts: read from its folder
+                run.mkdir(parents=True)
+                step = {"time/step_s": 1.0, "groups": 2, "rollouts": 8}
+                step["skipped_zero_advantage"] = 4
+                (run / "metrics.jsonl").write_text(f"{json.dumps(step)}\n" * 2)
+            records.append(results, speed)
     found = versus.versus(setting, base)["basic_arithmetic, lr 0.001"]
     assert found["fulmen_set"] == [redraw] and found["base_fulmen_set"] == []
     assert found["accuracy_difference"]["0.0"] == {"mean": 0.0, "se": 0.0}
@@ -204,6 +209,10 @@ def test_a_setting_is_compared_with_the_base_race_seed_by_seed(
         "flat_groups": pytest.approx(1 / 3),
         "cost": 1.5,
     }
+    # Without counts in the row and without the run's folder the entry says so.
+    (base / "basic_arithmetic" / "fulmen" / "lr0.001" / "seed1" / "metrics.jsonl").unlink()
+    gone = versus.versus(setting, base)["basic_arithmetic, lr 0.001"]["sampling"]["base"]
+    assert "seed1: its group counts were not recorded" in gone["note"]
     # A base measured with other settings (beyond what fulmen and TRL were given) is refused.
     other = settings.parse_args(["--ci", "--out", str(tmp_path / "r4"), "--lora-r", "4"])
     other.versus = base
