@@ -57,7 +57,7 @@ def fulmen_checkpoints(
     The throughput carries the run's group counts (``run_sampling``), so that a later
     ``--versus`` comparison reads them from the results alone, without the run's folder.
     """
-    steps = _steps(run)
+    steps = step_rows(run)
     start = steps[0]["time"] - steps[0]["time/step_s"]
     points = [(r["time"] - start, run / "adapters" / f"step-{int(r['step']):05d}") for r in steps]
     rollout_s = sum(r["time/rollout_s"] for r in steps)
@@ -65,18 +65,19 @@ def fulmen_checkpoints(
         "steps": len(steps),
         "rollout_tokens_per_s": completion_tokens(run) / rollout_s,
         "update_s_per_step": statistics.fmean(r["time/train_s"] for r in steps),
-        **run_sampling(run, group_size),
+        **run_sampling(steps, group_size),
     }
 
 
-def run_sampling(run: Path, group_size: int) -> dict[str, float]:
-    """Groups a run ran, how many came out flat (all rewards equal) and its rollouts.
+def run_sampling(steps: list[dict[str, Any]], group_size: int) -> dict[str, float]:
+    """Groups a run's ``steps`` (``step_rows``) ran, how many were flat, and its rollouts.
 
-    A run with dynamic sampling reports its groups and rollouts (``sampling/…``); one without
-    counts a flat group's samples as left out for want of advantage, a group at a time.
+    A flat group's rewards were all equal. A run with dynamic sampling reports its groups and
+    rollouts (``sampling/…``); one without counts a flat group's samples as left out for want
+    of advantage, a group at a time.
     """
     groups = flat = rollouts = 0.0
-    for r in _steps(run):
+    for r in steps:
         if "sampling/groups" in r:
             groups += r["sampling/groups"]
             flat += r["sampling/flat_groups"]
@@ -88,7 +89,7 @@ def run_sampling(run: Path, group_size: int) -> dict[str, float]:
     return {"groups": groups, "flat_groups": flat, "rollouts": rollouts}
 
 
-def _steps(run: Path) -> list[dict[str, Any]]:
+def step_rows(run: Path) -> list[dict[str, Any]]:
     """The run's step rows of ``metrics.jsonl``."""
     from fulmen.trainer.metrics import read_metrics
 

@@ -12,7 +12,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from race.fulmen_side import run_sampling
+from race.fulmen_side import run_sampling, step_rows
 from race.records import read_results, recorded_settings, settings_differ
 from race.settings import SETTINGS
 from race.summary import mean_se, paired_gain
@@ -91,7 +91,7 @@ def sampling(
     for speed, folder in runs:
         counts = speed if "groups" in speed else None
         if counts is None and (folder / "metrics.jsonl").is_file():
-            counts = run_sampling(folder, group_size)
+            counts = run_sampling(step_rows(folder), group_size)
         if counts is None:
             return {"note": f"{folder}: its group counts were not recorded, its folder is gone"}
         steps += speed["steps"]

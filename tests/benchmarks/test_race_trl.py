@@ -46,6 +46,9 @@ def test_ci_mode_races_both_trainers_two_steps(
         speed = [r for r in records if r["kind"] == "speed" and r["trainer"] == trainer]
         assert [r["steps"] for r in speed] == [2]
         assert speed[0]["rollout_tokens_per_s"] > 0 and speed[0]["update_s_per_step"] > 0
+        if trainer == "fulmen":  # its group counts, for --versus without the run's folder
+            assert speed[0]["groups"] == 4 and speed[0]["rollouts"] == 16  # 2 steps of 2x4
+            assert 0 <= speed[0]["flat_groups"] <= 4
         points = {
             r["minute"]: r for r in records if r["kind"] == "point" and r["trainer"] == trainer
         }
