@@ -17,7 +17,12 @@ import pytest
 from pydantic import ValidationError
 
 from fulmen.algorithms.grpo.config import DynamicSampling, GRPOAlgorithmConfig
-from fulmen.algorithms.grpo.dynamic_sampling import FlatTasks, has_signal, sample_step
+from fulmen.algorithms.grpo.dynamic_sampling import (
+    FlatTasks,
+    filter_reach,
+    has_signal,
+    sample_step,
+)
 from fulmen.trainer.data import TaskSampler
 from fulmen.transitions.trajectory import TransitionOptions
 from fulmen.types import Mode, Rollout, RolloutStatus, Trajectory
@@ -186,6 +191,33 @@ async def test_a_task_that_was_flat_is_skipped_when_it_comes_up_within_skip_flat
     assert not any(r.task_id and r.task_id.startswith("flat") for r in sampled.finished)
     # past skip_flat_for steps they come back
     assert not flat_tasks.skips("flat-0", 4) and flat_tasks.skips("flat-0", 3)
+
+
+@pytest.mark.parametrize(("train_tasks", "per_step"), [(10, 4), (8, 4), (2000, 4)])
+def test_the_filter_says_from_which_step_a_task_can_come_again(
+    train_tasks: int, per_step: int
+) -> None:
+    settings = DynamicSampling(redraw=False, skip_flat_for=10)
+    reach = filter_reach(settings, train_tasks=train_tasks, tasks_per_step=per_step, steps=10**6)
+    assert reach is not None and reach[0]
+    first = train_tasks // per_step + 1
+    assert f"before step {first} ({train_tasks} training tasks" in reach[1]
+    # what it says is what the sampler draws: steps 1 .. first-1 repeat no task, step first does
+    sampler = TaskSampler(list(range(train_tasks)), seed=3)
+    before = [i for step in range(first - 1) for i, _ in sampler.batch(step, per_step)]
+    assert len(before) == len(set(before))
+    assert {i for i, _ in sampler.batch(first - 1, per_step)} & set(before)
+    # a run that ends before that step is told the filter cannot act in it
+    short = filter_reach(
+        settings, train_tasks=train_tasks, tasks_per_step=per_step, steps=first - 1
+    )
+    assert short is not None and not short[0] and "cannot act in this run" in short[1]
+    assert filter_reach(settings, train_tasks=train_tasks, tasks_per_step=per_step, steps=first)[0]
+    # redraws draw from every task, so the filter can act at any step; off, nothing to say
+    redraw = DynamicSampling(redraw=True, skip_flat_for=10)
+    assert filter_reach(redraw, train_tasks=train_tasks, tasks_per_step=per_step, steps=1) is None
+    off = DynamicSampling(extra_samples=4, redraw=False)
+    assert filter_reach(off, train_tasks=train_tasks, tasks_per_step=per_step, steps=1) is None
 
 
 def test_settings_that_would_do_nothing_are_refused() -> None:

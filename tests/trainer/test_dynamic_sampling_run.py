@@ -106,3 +106,24 @@ def test_steps_train_groups_with_signal_and_count_every_rollout_they_ran(tmp_pat
     assert steps[0]["sampling/draws"] >= 1
     # the difficulty filter kept them out of the next step
     assert not flat_at_first & {t for _, t in by_step["s1"]}
+
+
+@pytest.mark.slow
+def test_a_run_too_short_for_the_difficulty_filter_is_warned(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    (tmp_path / "my_agent.py").write_text(AGENT)
+    (tmp_path / "config.yaml").write_text(textwrap.dedent(CONFIG))
+    # 12 tasks, 2 a step, no redraws: no task comes twice before step 7, the run ends at 1
+    done = _train(
+        tmp_path,
+        "algorithm.steps=1",
+        "algorithm.dynamic_sampling={extra_samples: 1, redraw: false, skip_flat_for: 5}",
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (
+        "skip_flat_for cannot act in this run of 1 steps: no task is drawn twice before step 7 "
+        "(12 training tasks, 2 a step)"
+    ) in done.stderr
+    lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+    step = next(m for m in map(json.loads, lines) if "sampling/rollouts" in m)
+    assert step["sampling/skipped_tasks"] == 0 and step["sampling/draws"] == 0

@@ -263,7 +263,8 @@ class DynamicSampling(BaseModel):
         skip_flat_for: an online difficulty filter: a task whose group had equal rewards is
             skipped (another drawn in its place) when it comes up again within this many
             steps; ``0``: never skipped. The memory lasts for the stage's process (a resumed
-            run relearns it).
+            run relearns it). Without ``redraw`` a task comes up again only in a later epoch
+            of the training tasks (``dynamic_sampling.filter_reach``).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)

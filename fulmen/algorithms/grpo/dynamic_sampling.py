@@ -22,7 +22,7 @@ from fulmen.algorithms.grpo.config import DynamicSampling
 from fulmen.transitions.trajectory import TransitionOptions
 from fulmen.types import Mode, Rollout, Trajectory
 
-__all__ = ["FlatTasks", "SampledStep", "has_signal", "sample_step"]
+__all__ = ["FlatTasks", "SampledStep", "filter_reach", "has_signal", "sample_step"]
 
 # Rewards closer than this are equal: a group of them has no advantage (advantages.py zeroes it).
 _EQUAL = 1e-9
@@ -52,6 +52,32 @@ class FlatTasks:
         """Say whether ``task_id`` is to be replaced at ``step``."""
         flat_at = self._flat_at.get(task_id)
         return flat_at is not None and step - flat_at <= self._skip_for
+
+
+def filter_reach(
+    settings: DynamicSampling, *, train_tasks: int, tasks_per_step: int, steps: int
+) -> tuple[bool, str] | None:
+    """Say from which step ``skip_flat_for`` can act, and whether that is within ``steps``.
+
+    The filter replaces a task that comes up again; a step's first draw goes through the
+    training tasks epoch after epoch, so no task comes twice before the step that starts the
+    second epoch (a redraw draws from every task and can bring a flat one back sooner). With
+    2,000 tasks and 4 a step that is step 501: a shorter run never filters anything. Returns
+    ``(acts, message)``, or ``None`` where the filter is off or redraws can reach it.
+    """
+    if not settings.skip_flat_for or settings.redraw or tasks_per_step <= 0:
+        return None
+    first = train_tasks // tasks_per_step + 1  # the first step (1-based) a task can come again
+    reach = (
+        f"no task is drawn twice before step {first} ({train_tasks} training tasks, "
+        f"{tasks_per_step} a step)"
+    )
+    if steps < first:
+        return False, (
+            f"algorithm.dynamic_sampling.skip_flat_for cannot act in this run of {steps} "
+            f"steps: {reach}; give fewer training tasks, or leave it out"
+        )
+    return True, f"algorithm.dynamic_sampling.skip_flat_for: {reach}"
 
 
 @dataclass

@@ -24,7 +24,12 @@ from typing import Any
 from fulmen.algorithms.context import AlgorithmContext
 from fulmen.algorithms.grpo.config import GRPOAlgorithmConfig, GRPOConfig
 from fulmen.algorithms.grpo.diagnose import no_update_reason
-from fulmen.algorithms.grpo.dynamic_sampling import FlatTasks, SampledStep, sample_step
+from fulmen.algorithms.grpo.dynamic_sampling import (
+    FlatTasks,
+    SampledStep,
+    filter_reach,
+    sample_step,
+)
 from fulmen.algorithms.step_loop import Sample, Schedule, StepLoop, sampled_metrics
 from fulmen.errors import AgentFailed, error_summary
 from fulmen.transitions.attribution import AttributionCheck
@@ -50,6 +55,7 @@ class GRPOLoop(StepLoop[GRPOAlgorithmConfig]):
         self._first_example: str | None = None
         sampling = config.dynamic_sampling
         self._flat_tasks = FlatTasks(sampling.skip_flat_for if sampling is not None else 0)
+        self._note_filter_reach()
 
     async def run(self) -> list[dict[str, float]]:
         """Train to the configured number of steps; returns the metrics of each step run.
@@ -59,6 +65,21 @@ class GRPOLoop(StepLoop[GRPOAlgorithmConfig]):
         """
         await asyncio.to_thread(self._build_updater)
         return await self.run_on_ranks(self.config.data_parallel)
+
+    def _note_filter_reach(self) -> None:
+        """Log from which step the difficulty filter can act; warn where the run ends before."""
+        config = self.config
+        if config.dynamic_sampling is None:
+            return
+        reach = filter_reach(
+            config.dynamic_sampling,
+            train_tasks=len(self.context.tasks.train),
+            tasks_per_step=config.tasks_per_step,
+            steps=config.steps,
+        )
+        if reach is not None:
+            acts, message = reach
+            logger.log(logging.INFO if acts else logging.WARNING, message)
 
     # -- setup ------------------------------------------------------------------------------
 
