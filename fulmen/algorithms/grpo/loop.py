@@ -22,14 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from fulmen.algorithms.context import AlgorithmContext
+from fulmen.algorithms.grpo import dynamic_sampling
 from fulmen.algorithms.grpo.config import GRPOAlgorithmConfig, GRPOConfig
 from fulmen.algorithms.grpo.diagnose import no_update_reason
-from fulmen.algorithms.grpo.dynamic_sampling import (
-    FlatTasks,
-    SampledStep,
-    filter_reach,
-    sample_step,
-)
 from fulmen.algorithms.step_loop import Sample, Schedule, StepLoop, sampled_metrics
 from fulmen.errors import AgentFailed, error_summary
 from fulmen.transitions.attribution import AttributionCheck
@@ -54,7 +49,9 @@ class GRPOLoop(StepLoop[GRPOAlgorithmConfig]):
         self._step_example: str | None = None  # a rollout of the step that shows it
         self._first_example: str | None = None
         sampling = config.dynamic_sampling
-        self._flat_tasks = FlatTasks(sampling.skip_flat_for if sampling is not None else 0)
+        self._flat_tasks = dynamic_sampling.FlatTasks(
+            sampling.skip_flat_for if sampling is not None else 0
+        )
         self._note_filter_reach()
 
     async def run(self) -> list[dict[str, float]]:
@@ -71,7 +68,7 @@ class GRPOLoop(StepLoop[GRPOAlgorithmConfig]):
         config = self.config
         if config.dynamic_sampling is None:
             return
-        reach = filter_reach(
+        reach = dynamic_sampling.filter_reach(
             config.dynamic_sampling,
             train_tasks=len(self.context.tasks.train),
             tasks_per_step=config.tasks_per_step,
@@ -131,11 +128,11 @@ class GRPOLoop(StepLoop[GRPOAlgorithmConfig]):
         metrics.update(sampled.metrics)
         return Sample(transitions, metrics)
 
-    async def _sample(self, step: int, version: int) -> SampledStep:
+    async def _sample(self, step: int, version: int) -> dynamic_sampling.SampledStep:
         """Run the step's rollouts: its task draw, or dynamic sampling's groups with signal."""
         context, config = self.context, self.config
         if config.dynamic_sampling is not None:
-            return await sample_step(
+            return await dynamic_sampling.sample_step(
                 context,
                 config.dynamic_sampling,
                 self._flat_tasks,
@@ -153,7 +150,7 @@ class GRPOLoop(StepLoop[GRPOAlgorithmConfig]):
             group_size=config.group_size,
         )
         trajectories = await context.rollouts.trajectories(finished, self.options)
-        return SampledStep(finished, trajectories, trajectories)
+        return dynamic_sampling.SampledStep(finished, trajectories, trajectories)
 
     async def update(self, step: int, batch: Any) -> dict[str, float]:
         """Take the step's policy update on its transitions; return its metrics."""
