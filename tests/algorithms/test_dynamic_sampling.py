@@ -202,6 +202,12 @@ def test_the_filter_says_from_which_step_a_task_can_come_again(
     assert reach is not None and reach[0]
     first = train_tasks // per_step + 1
     assert f"before step {first} ({train_tasks} training tasks" in reach[1]
+    # a filter shorter than an epoch is told it acts only at an epoch's turn
+    epoch = train_tasks // per_step
+    assert (f"about once every {epoch} steps" in reach[1]) == (epoch > 10)
+    long = DynamicSampling(redraw=False, skip_flat_for=epoch)
+    wide = filter_reach(long, train_tasks=train_tasks, tasks_per_step=per_step, steps=10**6)
+    assert wide is not None and "once every" not in wide[1]
     # what it says is what the sampler draws: steps 1 .. first-1 repeat no task, step first does
     sampler = TaskSampler(list(range(train_tasks)), seed=3)
     before = [i for step in range(first - 1) for i, _ in sampler.batch(step, per_step)]

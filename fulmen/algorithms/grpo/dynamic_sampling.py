@@ -62,7 +62,9 @@ def filter_reach(
     The filter replaces a task that comes up again; a step's first draw goes through the
     training tasks epoch after epoch, so no task comes twice before the step that starts the
     second epoch (a redraw draws from every task and can bring a flat one back sooner). With
-    2,000 tasks and 4 a step that is step 501: a shorter run never filters anything. Returns
+    2,000 tasks and 4 a step that is step 501: a shorter run never filters anything. After
+    that a task comes up about once an epoch, so a ``skip_flat_for`` shorter than an epoch's
+    steps catches only the tasks drawn near an epoch's turn; the message says so. Returns
     ``(acts, message)``, or ``None`` where the filter is off or redraws can reach it.
     """
     if not settings.skip_flat_for or settings.redraw or tasks_per_step <= 0:
@@ -77,7 +79,15 @@ def filter_reach(
             f"algorithm.dynamic_sampling.skip_flat_for cannot act in this run of {steps} "
             f"steps: {reach}; give fewer training tasks, or leave it out"
         )
-    return True, f"algorithm.dynamic_sampling.skip_flat_for: {reach}"
+    message = f"algorithm.dynamic_sampling.skip_flat_for: {reach}"
+    epoch_steps = train_tasks // tasks_per_step
+    if settings.skip_flat_for < epoch_steps:
+        message += (
+            f"; then a task comes up about once every {epoch_steps} steps (an epoch), so "
+            f"skip_flat_for: {settings.skip_flat_for} catches only tasks drawn near an epoch's "
+            f"turn (at least {epoch_steps} skips a flat task for its next epoch)"
+        )
+    return True, message
 
 
 @dataclass
