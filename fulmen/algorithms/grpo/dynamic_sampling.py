@@ -67,9 +67,10 @@ def filter_reach(
     steps catches only the tasks drawn near an epoch's turn; the message says so. Returns
     ``(acts, message)``, or ``None`` where the filter is off or redraws can reach it.
     """
-    if not settings.skip_flat_for or settings.redraw or tasks_per_step <= 0:
+    if not settings.skip_flat_for or settings.redraw:
         return None
-    first = train_tasks // tasks_per_step + 1  # the first step (1-based) a task can come again
+    epoch_steps = train_tasks // tasks_per_step  # whole steps of the first epoch
+    first = epoch_steps + 1  # the first step (1-based) a task can come again
     reach = (
         f"no task is drawn twice before step {first} ({train_tasks} training tasks, "
         f"{tasks_per_step} a step)"
@@ -80,7 +81,6 @@ def filter_reach(
             f"steps: {reach}; give fewer training tasks, or leave it out"
         )
     message = f"algorithm.dynamic_sampling.skip_flat_for: {reach}"
-    epoch_steps = train_tasks // tasks_per_step
     if settings.skip_flat_for < epoch_steps:
         message += (
             f"; then a task comes up about once every {epoch_steps} steps (an epoch), so "
