@@ -74,7 +74,9 @@ def run_sampling(steps: list[dict[str, Any]], group_size: int) -> dict[str, floa
 
     A flat group's rewards were all equal. A run with dynamic sampling reports its groups and
     rollouts (``sampling/…``); one without counts a flat group's samples as left out for want
-    of advantage, a group at a time.
+    of advantage, a group at a time. A sample is one model call, so an agent that calls the
+    model several times a rollout leaves out that many samples per rollout of a flat group:
+    the step's transitions over its rollouts.
     """
     groups = flat = rollouts = 0.0
     for r in steps:
@@ -84,7 +86,8 @@ def run_sampling(steps: list[dict[str, Any]], group_size: int) -> dict[str, floa
             rollouts += r["sampling/rollouts"]
         else:
             groups += r["groups"]
-            flat += r["skipped_zero_advantage"] / group_size
+            per_rollout = r["transitions"] / r["rollouts"] if r.get("transitions") else 1.0
+            flat += r["skipped_zero_advantage"] / (group_size * per_rollout)
             rollouts += r["rollouts"]
     return {"groups": groups, "flat_groups": flat, "rollouts": rollouts}
 

@@ -224,3 +224,17 @@ def test_a_setting_is_compared_with_the_base_race_seed_by_seed(
     same = settings.parse_args(["--ci", "--out", str(tmp_path / "x"), "--fulmen-set", redraw])
     same.versus = base
     versus.check_base(same)  # only the fulmen setting differs: accepted
+
+
+def test_flat_groups_of_an_agent_that_calls_the_model_twice_are_counted_once(
+    race_parts: Callable[[str], Any],
+) -> None:
+    # Two groups of 4 rollouts, each rollout two model calls (16 samples); one group was flat,
+    # so its 8 samples were left out: one flat group, not two.
+    fulmen_side = race_parts("fulmen_side")
+    step = {"groups": 2, "rollouts": 8, "transitions": 16, "skipped_zero_advantage": 8}
+    counts = fulmen_side.run_sampling([step], group_size=4)
+    assert counts == {"groups": 2, "flat_groups": 1.0, "rollouts": 8}
+    # A single-call agent (a row from before transitions were counted too) is read as before.
+    single = {"groups": 2, "rollouts": 8, "skipped_zero_advantage": 4}
+    assert fulmen_side.run_sampling([single], group_size=4)["flat_groups"] == 1.0
