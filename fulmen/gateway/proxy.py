@@ -57,12 +57,16 @@ from fulmen.types.records import AGENT_NAME_HEADER
 from fulmen.types.releases import ReleaseArm
 from fulmen.wire.api import WireApi
 from fulmen.wire.errors import BadRequest
-from fulmen.wire.json_values import as_object
+from fulmen.wire.json_values import as_object, nests_deeper_than
 from fulmen.wire.openai import TOKEN_ENDPOINTS
 from fulmen.wire.table import key_headers, wire_api
 from fulmen.wire.translation import EventStream
 
 __all__ = ["Gateway"]
+
+#: The deepest nesting of arrays and objects a request body may have (a tool's JSON schema
+#: nests a few levels; recording wraps the body in a few more, under the encoder's 254).
+MAX_BODY_DEPTH = 64
 
 _log = logging.getLogger(__name__)
 
@@ -258,6 +262,12 @@ class Gateway:
         fields = as_object(body)
         if fields is None:
             raise BadRequest(f"request body must be a JSON object, got {type(body).__name__}")
+        if nests_deeper_than(fields, MAX_BODY_DEPTH):
+            # Recorded, translated and seeded, the body is written again: refuse it here
+            # rather than fail there (the JSON encoder writes at most 254 levels).
+            raise BadRequest(
+                f"request body nests arrays or objects more than {MAX_BODY_DEPTH} levels deep"
+            )
         return fields
 
     async def _pass_through(

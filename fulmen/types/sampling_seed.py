@@ -64,11 +64,49 @@ def rollout_seed(run_seed: int, *place: int | str) -> int:
     return _derive("rollout", run_seed, *place)
 
 
+#: Keys whose string values are ids an engine or API made up (a tool call's ``id``, the
+#: ``tool_call_id`` / ``tool_use_id`` / ``call_id`` that answer it, a previous response's id).
+_ID_KEYS = frozenset({"id", "tool_call_id", "tool_use_id", "call_id", "previous_response_id"})
+_ID_DEPTH = 32
+
+
 def request_digest(body: Mapping[str, Any]) -> bytes:
-    """Return a digest of a request body as the agent sent it (key order does not matter)."""
+    """Return a digest of a request body as the agent sent it (key order does not matter).
+
+    Ids are digested by the order they first appear in, not by their text: engines make up
+    a tool call's id at random, and the agent sends it back in its next request, so the text
+    would give that request another seed in every run (a multi-call rollout would repeat its
+    first call only). Which id answers which call still counts.
+    """
+    ids: dict[str, str] = {}
     # A body the gateway accepted is JSON; keys of any type sort as strings.
-    raw = orjson.dumps(body, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS)
+    raw = orjson.dumps(
+        _with_ordinal_ids(body, ids), option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS
+    )
     return hashlib.blake2b(raw, digest_size=16).digest()
+
+
+def _with_ordinal_ids(value: Any, ids: dict[str, str], depth: int = 0) -> Any:
+    """``value`` with each id (a string under an ``_ID_KEYS`` key) replaced by its ordinal.
+
+    Keys are visited sorted, so the ordinals do not depend on key order either. Below
+    ``_ID_DEPTH`` levels a value is left as it is (no request nests its ids that deep, and a
+    hostile body must not exhaust the stack).
+    """
+    if depth > _ID_DEPTH:
+        return value
+    if isinstance(value, Mapping):
+        out: dict[Any, Any] = {}
+        for k in sorted(value, key=str):
+            v = value[k]
+            if k in _ID_KEYS and isinstance(v, str):
+                out[k] = ids.setdefault(v, f"#{len(ids)}")
+            else:
+                out[k] = _with_ordinal_ids(v, ids, depth + 1)
+        return out
+    if isinstance(value, list):
+        return [_with_ordinal_ids(v, ids, depth + 1) for v in value]
+    return value
 
 
 def call_seed(rollout: int, *, attempt: int, digest: bytes, occurrence: int) -> int:

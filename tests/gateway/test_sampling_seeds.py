@@ -103,6 +103,84 @@ async def test_a_hosted_api_gets_no_seed(
     assert "seed" not in sent
 
 
+def _after_a_tool_call(call_id: str, answered: str | None = None) -> dict[str, Any]:
+    """A second turn: the engine's tool call (its made-up ``call_id``) and the tool's answer."""
+    call = {"id": call_id, "type": "function", "function": {"name": "calc", "arguments": "{}"}}
+    return {
+        **BODY,
+        "messages": [
+            *MESSAGES,
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": answered or call_id, "content": "4"},
+        ],
+    }
+
+
+async def test_a_second_turn_is_seeded_alike_whatever_id_the_engine_gave_its_tool_call(
+    store: SpyStore, script: Script, config: GatewayConfig
+) -> None:
+    """Two runs of one seed: the engine names the tool call at random, the seed stays."""
+    seeds: list[int] = []
+    for call_id in ("call_8f2a", "call_01be"):
+        async with gateway_over(store, script, config) as gw:
+            script.requests.clear()
+            base = await seeded_attempt(gw, {SAMPLING_SEED_KEY: 77})
+            await post(base, BODY)
+            await post(base, _after_a_tool_call(call_id))
+            seeds.append(script.requests[1]["seed"])
+    assert seeds[0] == seeds[1]
+    # Which id answers which call still counts: a tool answer to another call is another request.
+    assert request_digest(_after_a_tool_call("a")) != request_digest(
+        _after_a_tool_call("a", answered="b")
+    )
+
+
+def test_ids_of_every_wire_api_are_digested_by_their_order() -> None:
+    messages_api = [  # Anthropic Messages: a tool_use block and the tool_result that answers it
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "{}", "name": "calc"}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "{}"}]},
+    ]
+    responses_api = [  # OpenAI Responses: a function call item and its output
+        {"type": "function_call", "id": "fc_{}", "call_id": "call_{}", "name": "calc"},
+        {"type": "function_call_output", "call_id": "call_{}", "output": "4"},
+    ]
+
+    def body(items: list[dict[str, Any]], name: str) -> dict[str, Any]:
+        filled = [
+            {k: v.format(name) if isinstance(v, str) and "{}" in v else v for k, v in i.items()}
+            for i in items
+        ]
+        return {"model": "m", "input": filled, "previous_response_id": f"resp_{name}"}
+
+    for items in (messages_api, responses_api):
+        assert request_digest(body(items, "x1")) == request_digest(body(items, "y2"))
+    # Keys in another order, the same request.
+    swapped = {"previous_response_id": "resp_z", "input": body(responses_api, "z")["input"]}
+    assert request_digest({**swapped, "model": "m"}) == request_digest(body(responses_api, "q"))
+    # Nesting past the recursion's bound is digested as it is, not walked to the bottom.
+    deep: Any = "leaf"
+    for _ in range(200):
+        deep = [deep]
+    assert len(request_digest({"model": "m", "input": deep})) == 16
+
+
+@pytest.mark.parametrize("metadata", [{SAMPLING_SEED_KEY: 5}, {}])
+async def test_a_body_nested_too_deep_to_record_is_refused(
+    gw: Running, metadata: dict[str, Any]
+) -> None:
+    """JSON reads 1,024 levels deep but writes 254: such a body once failed as a 500."""
+    base = await seeded_attempt(gw, metadata)
+    deep: Any = "x"
+    for _ in range(300):
+        deep = [deep]
+    async with httpx.AsyncClient(timeout=30) as client:
+        r = await client.post(f"{base}/chat/completions", json={**BODY, "user": deep})
+    assert r.status_code == 400
+    assert "more than 64 levels deep" in r.json()["error"]["message"]
+    assert gw.script.requests == []  # nothing reached the engine
+    await post(base, BODY)  # the gateway goes on serving
+
+
 async def _rollout_ids(gw: Running) -> list[str]:
     from fulmen.types import RolloutQuery
 
