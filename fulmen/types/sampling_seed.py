@@ -67,7 +67,6 @@ def rollout_seed(run_seed: int, *place: int | str) -> int:
 #: Keys whose string values are ids an engine or API made up (a tool call's ``id``, the
 #: ``tool_call_id`` / ``tool_use_id`` / ``call_id`` that answer it, a previous response's id).
 _ID_KEYS = frozenset({"id", "tool_call_id", "tool_use_id", "call_id", "previous_response_id"})
-_ID_DEPTH = 32
 
 
 def request_digest(body: Mapping[str, Any]) -> bytes:
@@ -86,15 +85,12 @@ def request_digest(body: Mapping[str, Any]) -> bytes:
     return hashlib.blake2b(raw, digest_size=16).digest()
 
 
-def _with_ordinal_ids(value: Any, ids: dict[str, str], depth: int = 0) -> Any:
+def _with_ordinal_ids(value: Any, ids: dict[str, str]) -> Any:
     """``value`` with each id (a string under an ``_ID_KEYS`` key) replaced by its ordinal.
 
-    Keys are visited sorted, so the ordinals do not depend on key order either. Below
-    ``_ID_DEPTH`` levels a value is left as it is (no request nests its ids that deep, and a
-    hostile body must not exhaust the stack).
+    Keys are visited sorted, so the ordinals do not depend on key order either. The gateway
+    takes bodies at most 64 levels deep (``MAX_BODY_DEPTH``), far within the stack's reach.
     """
-    if depth > _ID_DEPTH:
-        return value
     if isinstance(value, Mapping):
         out: dict[Any, Any] = {}
         for k in sorted(value, key=str):
@@ -102,10 +98,10 @@ def _with_ordinal_ids(value: Any, ids: dict[str, str], depth: int = 0) -> Any:
             if k in _ID_KEYS and isinstance(v, str):
                 out[k] = ids.setdefault(v, f"#{len(ids)}")
             else:
-                out[k] = _with_ordinal_ids(v, ids, depth + 1)
+                out[k] = _with_ordinal_ids(v, ids)
         return out
     if isinstance(value, list):
-        return [_with_ordinal_ids(v, ids, depth + 1) for v in value]
+        return [_with_ordinal_ids(v, ids) for v in value]
     return value
 
 
