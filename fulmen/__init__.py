@@ -6,9 +6,9 @@ HTTP stacks, OpenTelemetry and torch load only when used.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from fulmen.importing import lazy_attributes
 from fulmen.version import __version__
 
 # public name → module that defines it
@@ -70,13 +70,7 @@ if TYPE_CHECKING:  # the lazy names, for type checkers and IDEs
     from fulmen.trainer.trainer import Trainer as Trainer
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'fulmen' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_attributes(__name__, _LAZY, globals())
 
 
 def __dir__() -> list[str]:

@@ -10,13 +10,14 @@ without a file (a test, an embedding program) keeps its paths as given.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
 from pydantic import ValidationInfo
 
-__all__ = ["ConfigFile"]
+__all__ = ["ConfigFile", "flatten"]
 
 
 @dataclass(frozen=True)
@@ -67,3 +68,20 @@ class ConfigFile:
         if not self.written(key) or Path(value).is_absolute():
             return str(value)
         return str(self.folder / value)
+
+
+def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested mappings as the dotted keys of ``--set``: ``{"a": {"b": 1}}`` is ``{"a.b": 1}``.
+
+    A list, a scalar and an empty mapping are leaves (a list of stages changes whole). Run
+    identities, ``fulmen runs compare``/``suggest`` and the verl config translation all compare
+    configs key by key through it.
+    """
+    out: dict[str, Any] = {}
+    for key, value in config.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, Mapping) and value:
+            out.update(flatten(cast("Mapping[str, Any]", value), f"{path}."))
+        else:
+            out[path] = value
+    return out

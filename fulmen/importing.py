@@ -9,13 +9,19 @@ from __future__ import annotations
 import importlib
 import sys
 import traceback
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
 from fulmen.errors import ConfigError
 
-__all__ = ["import_object", "installed_entries", "put_first_on_sys_path", "user_frame"]
+__all__ = [
+    "import_object",
+    "installed_entries",
+    "lazy_attributes",
+    "put_first_on_sys_path",
+    "user_frame",
+]
 
 T = TypeVar("T")
 
@@ -99,3 +105,25 @@ def installed_entries(group: str, kind: type[T], *, what: str) -> list[tuple[str
             raise ConfigError(f"{label} is not a {kind.__module__}.{kind.__qualname__}")
         found.append((label, value))
     return found
+
+
+def lazy_attributes(
+    package: str, modules: Mapping[str, str], namespace: dict[str, Any]
+) -> Callable[[str], Any]:
+    """Return a package's ``__getattr__`` (PEP 562) that imports its public names on first use.
+
+    ``modules`` maps each lazy name to the module defining it; the value found is kept in the
+    package's ``namespace`` (its ``globals()``), so the import runs once. Packages use it so that
+    importing them stays fast: the store backends, HTTP stacks and torch load only when a name
+    that needs them is used.
+    """
+
+    def __getattr__(name: str) -> Any:
+        module = modules.get(name)
+        if module is None:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(module), name)
+        namespace[name] = value
+        return value
+
+    return __getattr__

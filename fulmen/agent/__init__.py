@@ -6,11 +6,11 @@ agent module that only decorates its function does not need.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from fulmen.agent.api import Agent, RolloutFunction, rollout
 from fulmen.agent.context import LLM, RolloutContext
+from fulmen.importing import lazy_attributes
 
 if TYPE_CHECKING:
     from fulmen.agent.config import RunnerConfig
@@ -34,8 +34,4 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'fulmen.agent' has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+__getattr__ = lazy_attributes(__name__, _LAZY, globals())

@@ -340,7 +340,7 @@ def _compare(args: argparse.Namespace) -> int:
 
 
 def _suggest(args: argparse.Namespace) -> int:
-    from fulmen.debugging.runs_compare import flatten
+    from fulmen.config_file import flatten
     from fulmen.debugging.suggest import outcomes, suggest
     from fulmen.trainer.config import load_config
 

@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from fulmen.config_file import flatten
 from fulmen.debugging.stats import PairedComparison, compare_paired
 from fulmen.errors import ConfigError
 from fulmen.store.base import Store
@@ -34,7 +35,6 @@ __all__ = [
     "compare_runs",
     "comparison_json",
     "config_diff",
-    "flatten",
 ]
 
 # ``{run_id}-g{generation}[-st{stage}]-val{step}-t{task}``: see ``StageRollouts.run``.
@@ -72,18 +72,6 @@ class RunsComparison:
     runs: tuple[RunSummary, ...]
     differences: Mapping[str, tuple[Any, ...]]
     paired: Mapping[str, PairedComparison | None]
-
-
-def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """``{"algorithm": {"grpo": {"lr": 1}}}`` -> ``{"algorithm.grpo.lr": 1}`` (lists kept)."""
-    out: dict[str, Any] = {}
-    for key, value in config.items():
-        path = f"{prefix}{key}"
-        if isinstance(value, Mapping) and value:
-            out.update(flatten(value, f"{path}."))
-        else:
-            out[path] = value
-    return out
 
 
 def config_diff(configs: Sequence[Mapping[str, Any]]) -> dict[str, tuple[Any, ...]]:

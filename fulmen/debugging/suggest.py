@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from fulmen.debugging.runs_compare import flatten
+from fulmen.config_file import flatten
 from fulmen.store.reading import read_run_metrics
 from fulmen.store.roles import RunLog
 from fulmen.types import RunStatus

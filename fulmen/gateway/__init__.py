@@ -8,8 +8,9 @@ Names load lazily: ``fulmen.gateway.config`` alone does not import Starlette or 
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from fulmen.importing import lazy_attributes
 
 __all__ = [
     "CallRecorder",
@@ -45,13 +46,7 @@ if TYPE_CHECKING:
     from fulmen.gateway.upstreams import Upstream, UpstreamPool
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'fulmen.gateway' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_attributes(__name__, _LAZY, globals())
 
 
 def __dir__() -> list[str]:

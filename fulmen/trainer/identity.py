@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict
 
+from fulmen.config_file import flatten
 from fulmen.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -187,25 +188,13 @@ def settings_digest(settings: Mapping[str, Any]) -> str:
 
 def changed_keys(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[str]:
     """List the dotted keys whose values differ (added and removed ones included)."""
-    old, new = _flat(before), _flat(after)
+    old, new = flatten(before), flatten(after)
     return sorted(
         k for k in old.keys() | new.keys() if old.get(k, _MISSING) != new.get(k, _MISSING)
     )
 
 
 _MISSING = object()
-
-
-def _flat(value: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Flatten ``{"a": {"b": 1}}`` to ``{"a.b": 1}`` (a list is one value: stages change whole)."""
-    out: dict[str, Any] = {}
-    for key, item in value.items():
-        name = f"{prefix}{key}"
-        if isinstance(item, Mapping) and item:
-            out.update(_flat(item, f"{name}."))  # pyright: ignore[reportUnknownArgumentType]
-        else:
-            out[name] = item
-    return out
 
 
 def _agent_name(agent: Any) -> str | None:

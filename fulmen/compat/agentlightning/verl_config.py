@@ -29,7 +29,8 @@ from typing import Any
 from fulmen.compat.agentlightning.verl_report import ACTOR as _ACTOR
 from fulmen.compat.agentlightning.verl_report import MODEL as _MODEL
 from fulmen.compat.agentlightning.verl_report import ROLLOUT as _ROLLOUT
-from fulmen.compat.agentlightning.verl_report import VerlTranslation, Walk, flatten
+from fulmen.compat.agentlightning.verl_report import VerlTranslation, Walk
+from fulmen.config_file import flatten
 
 __all__ = ["translate_verl_config"]
 

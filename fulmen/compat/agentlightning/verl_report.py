@@ -9,12 +9,11 @@ flattened config.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, JsonValue
 
-__all__ = ["ACTOR", "MODEL", "ROLLOUT", "KeyReport", "Status", "VerlTranslation", "Walk", "flatten"]
+__all__ = ["ACTOR", "MODEL", "ROLLOUT", "KeyReport", "Status", "VerlTranslation", "Walk"]
 
 Status = Literal["honoured", "translated", "refused"]
 
@@ -92,18 +91,6 @@ class VerlTranslation(BaseModel):
         )
         lines += [f"note: {note}" for note in self.notes]
         return "\n".join(lines)
-
-
-def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Nested dicts → ``{"a.b.c": leaf}`` (lists and scalars are leaves)."""
-    out: dict[str, Any] = {}
-    for key, value in config.items():
-        path = f"{prefix}{key}"
-        if isinstance(value, Mapping) and value:
-            out.update(flatten(value, f"{path}."))  # pyright: ignore[reportUnknownArgumentType]
-        else:
-            out[path] = value
-    return out
 
 
 class Walk:

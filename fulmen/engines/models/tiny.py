@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
+from typing import Any
 
 from fulmen.engines.models.chat_templates import CHATML_TEMPLATE
 
@@ -22,6 +23,9 @@ __all__ = [
     "build",
     "build_tokenizer",
     "corpus",
+    "save_seeded",
+    "shared_settings",
+    "special_ids",
 ]
 
 RECIPE_VERSION = "v1"
@@ -98,19 +102,12 @@ def build_tokenizer(target: Path, *, max_length: int = 4096) -> None:
 
 def build(target: Path) -> None:
     """Write the tiny model (config, weights, tokenizer, chat template) to ``target``."""
-    import torch
-    from transformers import (
-        AutoTokenizer,
-        GenerationConfig,
-        LlamaConfig,
-        LlamaForCausalLM,
-    )
+    from transformers import LlamaConfig, LlamaForCausalLM
 
     build_tokenizer(target)
-    tokenizer = AutoTokenizer.from_pretrained(str(target))
-    eos = tokenizer.convert_tokens_to_ids(["<|im_end|>", "<|endoftext|>"])
+    vocab, eos = special_ids(target)
     config = LlamaConfig(
-        vocab_size=len(tokenizer),
+        vocab_size=vocab,
         hidden_size=128,
         intermediate_size=256,
         num_hidden_layers=2,
@@ -118,14 +115,37 @@ def build(target: Path) -> None:
         num_key_value_heads=2,
         head_dim=32,
         max_position_embeddings=4096,
-        initializer_range=0.15,  # peaked logits: greedy decoding is stable, not near-ties
-        tie_word_embeddings=True,
-        bos_token_id=eos[1],
-        eos_token_id=eos,
-        pad_token_id=eos[1],
-        dtype="float32",
+        **shared_settings(eos),
     )
+    save_seeded(LlamaForCausalLM, config, eos, target)
+
+
+def special_ids(target: Path) -> tuple[int, list[int]]:
+    """Return the vocabulary size and the ids of ``<|im_end|>`` and ``<|endoftext|>``."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(target))
+    return len(tokenizer), tokenizer.convert_tokens_to_ids(["<|im_end|>", "<|endoftext|>"])
+
+
+def shared_settings(eos: list[int]) -> dict[str, Any]:
+    """Return the config settings every tiny model shares: tied embeddings, float32, its tokens."""
+    return {
+        "initializer_range": 0.15,  # peaked logits: greedy decoding is stable, not near-ties
+        "tie_word_embeddings": True,
+        "bos_token_id": eos[1],
+        "eos_token_id": eos,
+        "pad_token_id": eos[1],
+        "dtype": "float32",
+    }
+
+
+def save_seeded(model_class: Any, config: Any, eos: list[int], target: Path) -> None:
+    """Initialise ``model_class(config)`` from ``SEED`` and save it to ``target``."""
+    import torch
+    from transformers import GenerationConfig
+
     torch.manual_seed(SEED)
-    model = LlamaForCausalLM(config).eval()
+    model = model_class(config).eval()
     model.generation_config = GenerationConfig(eos_token_id=eos, pad_token_id=eos[1])
     model.save_pretrained(str(target), safe_serialization=True)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fulmen.engines.models.tiny import SEED, build_tokenizer
+from fulmen.engines.models.tiny import build_tokenizer, save_seeded, shared_settings, special_ids
 
 __all__ = ["CONTEXT", "RECIPE_VERSION", "SLIDING_WINDOW", "build"]
 
@@ -25,14 +25,12 @@ SLIDING_WINDOW = 256
 
 def build(target: Path) -> None:
     """Write the tiny-long model (config, weights, tokenizer, chat template) to ``target``."""
-    import torch
-    from transformers import AutoTokenizer, Gemma3ForCausalLM, Gemma3TextConfig, GenerationConfig
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
 
     build_tokenizer(target, max_length=CONTEXT)
-    tokenizer = AutoTokenizer.from_pretrained(str(target))
-    eos = tokenizer.convert_tokens_to_ids(["<|im_end|>", "<|endoftext|>"])
+    vocab, eos = special_ids(target)
     config = Gemma3TextConfig(
-        vocab_size=len(tokenizer),
+        vocab_size=vocab,
         hidden_size=64,
         intermediate_size=128,
         num_hidden_layers=2,
@@ -43,14 +41,6 @@ def build(target: Path) -> None:
         sliding_window=SLIDING_WINDOW,
         layer_types=["sliding_attention", "full_attention"],
         max_position_embeddings=CONTEXT,
-        initializer_range=0.15,  # peaked logits, as the tiny model's
-        tie_word_embeddings=True,
-        bos_token_id=eos[1],
-        eos_token_id=eos,
-        pad_token_id=eos[1],
-        dtype="float32",
+        **shared_settings(eos),
     )
-    torch.manual_seed(SEED)
-    model = Gemma3ForCausalLM(config).eval()
-    model.generation_config = GenerationConfig(eos_token_id=eos, pad_token_id=eos[1])
-    model.save_pretrained(str(target), safe_serialization=True)
+    save_seeded(Gemma3ForCausalLM, config, eos, target)

@@ -36,6 +36,7 @@ __all__ = [
     "add_spans_exact",
     "add_spans_fast",
     "insert_new",
+    "require_rollout",
 ]
 
 AttemptCache = MutableMapping[str, str]
@@ -171,12 +172,17 @@ def _lock_rollouts(conn: Connection, rollout_ids: Iterable[str]) -> None:
         ).all()
 
 
-def _check_attempt_of(conn: Connection, rollout_id: str, attempt_id: str) -> None:
+def require_rollout(conn: Connection, rollout_id: str) -> None:
+    """Raise ``NotFound`` unless the rollout exists (no row is read but its id)."""
     found = conn.execute(
         sa.select(rollouts.c.rollout_id).where(rollouts.c.rollout_id == rollout_id)
     ).first()
     if found is None:
         raise NotFound(f"rollout {rollout_id!r} does not exist")
+
+
+def _check_attempt_of(conn: Connection, rollout_id: str, attempt_id: str) -> None:
+    require_rollout(conn, rollout_id)
     owner = conn.execute(
         sa.select(attempts.c.rollout_id).where(attempts.c.attempt_id == attempt_id)
     ).scalar_one_or_none()

@@ -24,6 +24,7 @@ from fulmen.store.rewards import (
 )
 from fulmen.store.sql.dialects import SqlDialect
 from fulmen.store.sql.id_lists import one_of
+from fulmen.store.sql.records import require_rollout
 from fulmen.store.sql.schema import attempts, llm_calls, rewards, rollouts, spans
 from fulmen.types import PruneReport, PruneRequest, Reward, RewardCreate, RolloutStatus
 
@@ -86,11 +87,7 @@ def add_reward(conn: Connection, dialect: SqlDialect, request: RewardCreate) -> 
 
 def list_rewards(conn: Connection, rollout_id: str) -> list[Reward]:
     """See ``Store.list_rewards``."""
-    found = conn.execute(
-        sa.select(rollouts.c.rollout_id).where(rollouts.c.rollout_id == rollout_id)
-    ).first()
-    if found is None:
-        raise NotFound(f"rollout {rollout_id!r} does not exist")
+    require_rollout(conn, rollout_id)
     rows = conn.execute(
         sa.select(rewards.c.body)
         .where(rewards.c.rollout_id == rollout_id)
