@@ -21,7 +21,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from fulmen.algorithms.context import AlgorithmContext
 from fulmen.algorithms.parallel.config import DataParallelConfig
@@ -33,6 +33,10 @@ from fulmen.settings import PYTHON_VARIABLE
 from fulmen.transitions.named_rewards import named_reward_means
 from fulmen.types import Mode, Rollout, RolloutStatus, Trajectory
 
+if TYPE_CHECKING:
+    from fulmen.transitions.credit import CreditFn
+    from fulmen.transitions.trajectory import TransitionOptions
+
 __all__ = [
     "Sample",
     "Schedule",
@@ -43,6 +47,7 @@ __all__ = [
     "progress_bar",
     "stage_runner",
     "run_step_groups",
+    "sample_step_groups",
     "sampled_metrics",
     "step_postfix",
     "update_metrics",
@@ -341,6 +346,30 @@ async def run_step_groups(
         tag=f"s{step}",
         group_size=group_size,
     )
+
+
+async def sample_step_groups(
+    context: AlgorithmContext,
+    step: int,
+    *,
+    tasks_per_step: int,
+    group_size: int,
+    options: TransitionOptions,
+    credit: CreditFn | None = None,
+) -> tuple[list[Trajectory], dict[str, float]]:
+    """Run the step's groups (``run_step_groups``) and build their succeeded rollouts' transitions.
+
+    ``options`` and ``credit`` (``None``: the options' own) make each attempt's trajectory;
+    returns them with the step's ``sampled_metrics``.
+    """
+    finished = await run_step_groups(
+        context, step, tasks_per_step=tasks_per_step, group_size=group_size
+    )
+    trajectories = [
+        a.trajectory(options=options, credit=credit)
+        for a in await context.rollouts.attempts(finished)
+    ]
+    return trajectories, sampled_metrics(finished, trajectories, context.run.success_threshold)
 
 
 def sampled_metrics(

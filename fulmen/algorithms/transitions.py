@@ -7,7 +7,9 @@ the agents it trains).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, Self
+
+from pydantic import model_validator
 
 from fulmen.algorithms.section import AlgorithmSection
 from fulmen.transitions.trajectory import TransitionOptions
@@ -24,8 +26,8 @@ class PolicyRoutedSection(AlgorithmSection):
     """A section whose trained policy may serve only the agents it trains (PPO, DPO).
 
     Its subclass declares the fields (``steps``, ``transitions``, ``untrained_agents``,
-    ``data_parallel``, where its docs and option order put them); this base answers the
-    trainer's questions from them.
+    ``data_parallel``, where its docs and option order put them); this base checks the
+    transitions and routing options and answers the trainer's questions from them.
     """
 
     if TYPE_CHECKING:  # the subclass's fields, and its updater settings for a run
@@ -34,13 +36,21 @@ class PolicyRoutedSection(AlgorithmSection):
         untrained_agents: Literal["policy", "base"]
         data_parallel: DataParallelConfig | None
 
-        def update_config(self, *, seed: int) -> LoraUpdateSettings:
-            """Return its updater settings with the run's ``seed`` unless they set one."""
-            ...
-
         def update_settings(self) -> LoraUpdateSettings:
             """Return its updater settings as written (the seed not completed)."""
             ...
+
+    @model_validator(mode="after")
+    def _check_routing(self) -> Self:
+        """Check ``transitions`` and, with ``untrained_agents: base``, what it routes by."""
+        check_transitions(self.transitions)
+        if self.untrained_agents == "base":
+            check_untrained_on_base(self.transitions)
+        return self
+
+    def update_config(self, *, seed: int) -> LoraUpdateSettings:
+        """Return its updater settings with the run's ``seed`` unless they set one."""
+        return self.update_settings().for_run(seed)
 
     def planned(self) -> tuple[int, str]:
         """Return how many steps the stage runs, and the option that sets it."""

@@ -13,11 +13,7 @@ from pydantic import Field, model_validator
 from fulmen.algorithms.lora import LoraUpdateSettings
 from fulmen.algorithms.parallel.config import DataParallelConfig
 from fulmen.algorithms.source import StoreSource
-from fulmen.algorithms.transitions import (
-    PolicyRoutedSection,
-    check_transitions,
-    check_untrained_on_base,
-)
+from fulmen.algorithms.transitions import PolicyRoutedSection
 from fulmen.transitions.trajectory import TransitionOptions
 
 __all__ = ["DPOAlgorithmConfig", "DPOConfig"]
@@ -107,9 +103,6 @@ class DPOAlgorithmConfig(PolicyRoutedSection):
 
     @model_validator(mode="after")
     def _no_dead_options(self) -> DPOAlgorithmConfig:
-        check_transitions(self.transitions)
-        if self.untrained_agents == "base":
-            check_untrained_on_base(self.transitions)
         if self.source is not None:
             dead = {"tasks_per_step", "group_size"} & self.model_fields_set
             if dead:
@@ -118,10 +111,6 @@ class DPOAlgorithmConfig(PolicyRoutedSection):
                     "(offline steps train on the pairs of the rollouts it holds, by task)"
                 )
         return self
-
-    def update_config(self, *, seed: int) -> DPOConfig:
-        """Return ``dpo`` with the run's ``seed`` unless ``dpo.seed`` is set."""
-        return self.dpo.for_run(seed)
 
     def update_settings(self) -> DPOConfig:
         """Return ``dpo`` as written (the run's seed not completed)."""

@@ -21,13 +21,7 @@ from fulmen.algorithms.dpo.config import DPOAlgorithmConfig
 from fulmen.algorithms.dpo.pairs import PairStats, PreferencePair, build_pairs
 from fulmen.algorithms.rewards import reward_metrics
 from fulmen.algorithms.source import StoreSource
-from fulmen.algorithms.step_loop import (
-    Sample,
-    StepLoop,
-    run_step_groups,
-    sampled_metrics,
-    stage_runner,
-)
+from fulmen.algorithms.step_loop import Sample, StepLoop, sample_step_groups, stage_runner
 from fulmen.types import Trajectory
 
 __all__ = ["DPOLoop", "run_dpo"]
@@ -67,12 +61,15 @@ async def _sample_pairs(
     config: DPOAlgorithmConfig, context: AlgorithmContext, step: int
 ) -> tuple[list[PreferencePair], PairStats, dict[str, float]]:
     """Run one step's groups with the served policy and pair them."""
-    finished = await run_step_groups(
-        context, step, tasks_per_step=config.tasks_per_step, group_size=config.group_size
+    trajectories, metrics = await sample_step_groups(
+        context,
+        step,
+        tasks_per_step=config.tasks_per_step,
+        group_size=config.group_size,
+        options=config.transition_options(),
     )
-    trajectories = await context.rollouts.trajectories(finished, config.transition_options())
     pairs, stats = build_pairs(trajectories, min_margin=config.min_margin)
-    return pairs, stats, sampled_metrics(finished, trajectories, context.run.success_threshold)
+    return pairs, stats, metrics
 
 
 async def _read_pairs(

@@ -13,11 +13,7 @@ from pydantic import Field, model_validator
 from fulmen.algorithms.lora import LoraUpdateSettings
 from fulmen.algorithms.losses import check_loss_names
 from fulmen.algorithms.parallel.config import DataParallelConfig
-from fulmen.algorithms.transitions import (
-    PolicyRoutedSection,
-    check_transitions,
-    check_untrained_on_base,
-)
+from fulmen.algorithms.transitions import PolicyRoutedSection
 from fulmen.transitions.trajectory import TransitionOptions
 
 __all__ = ["PPOAlgorithmConfig", "PPOConfig"]
@@ -146,9 +142,6 @@ class PPOAlgorithmConfig(PolicyRoutedSection):
 
     @model_validator(mode="after")
     def _no_dead_options(self) -> PPOAlgorithmConfig:
-        check_transitions(self.transitions)
-        if self.untrained_agents == "base":
-            check_untrained_on_base(self.transitions)
         given = {"credit", "gamma", "gamma_role"} & self.transitions.model_fields_set
         if given:
             raise ValueError(
@@ -162,10 +155,6 @@ class PPOAlgorithmConfig(PolicyRoutedSection):
                 "GAE with its own value; set merge: false"
             )
         return self
-
-    def update_config(self, *, seed: int) -> PPOConfig:
-        """Return ``ppo`` with the run's ``seed`` unless ``ppo.seed`` is set."""
-        return self.ppo.for_run(seed)
 
     def update_settings(self) -> PPOConfig:
         """Return ``ppo`` as written (the run's seed not completed)."""

@@ -20,13 +20,7 @@ from typing import Any
 from fulmen.algorithms.context import AlgorithmContext
 from fulmen.algorithms.ppo.config import PPOAlgorithmConfig
 from fulmen.algorithms.ppo.rewards import step_rewards
-from fulmen.algorithms.step_loop import (
-    Sample,
-    StepLoop,
-    run_step_groups,
-    sampled_metrics,
-    stage_runner,
-)
+from fulmen.algorithms.step_loop import Sample, StepLoop, sample_step_groups, stage_runner
 
 __all__ = ["PPOLoop", "run_ppo"]
 
@@ -38,16 +32,15 @@ class PPOLoop(StepLoop[PPOAlgorithmConfig]):
 
     async def sample(self, step: int) -> Sample:
         """Run one step's rollouts with the served policy and build their calls' transitions."""
-        config, context = self.config, self.context
-        finished = await run_step_groups(
-            context, step, tasks_per_step=config.tasks_per_step, group_size=config.group_size
+        config = self.config
+        trajectories, metrics = await sample_step_groups(
+            self.context,
+            step,
+            tasks_per_step=config.tasks_per_step,
+            group_size=config.group_size,
+            options=config.transition_options(),
+            credit=step_rewards,
         )
-        options = config.transition_options()
-        trajectories = [
-            a.trajectory(options=options, credit=step_rewards)
-            for a in await context.rollouts.attempts(finished)
-        ]
-        metrics = sampled_metrics(finished, trajectories, context.run.success_threshold)
         return Sample([t for tr in trajectories for t in tr.transitions], metrics)
 
     def after_step(self, completed: int, sample: Sample, metrics: Mapping[str, float]) -> None:
