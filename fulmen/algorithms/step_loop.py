@@ -365,10 +365,7 @@ async def sample_step_groups(
     finished = await run_step_groups(
         context, step, tasks_per_step=tasks_per_step, group_size=group_size
     )
-    trajectories = [
-        a.trajectory(options=options, credit=credit)
-        for a in await context.rollouts.attempts(finished)
-    ]
+    trajectories = await context.rollouts.trajectories(finished, options, credit=credit)
     return trajectories, sampled_metrics(finished, trajectories, context.run.success_threshold)
 
 

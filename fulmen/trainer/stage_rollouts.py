@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from collections import Counter
 
     from fulmen.algorithms.source import StoreSource
+    from fulmen.transitions.credit import CreditFn
     from fulmen.transitions.trajectory import AttemptRecords, TransitionOptions
     from fulmen.types import LLMCallCreate, Trajectory
     from fulmen.types.limits import JsonData
@@ -148,10 +149,17 @@ class StageRollouts:
         return finished
 
     async def trajectories(
-        self, rollouts: Sequence[Rollout], options: TransitionOptions
+        self,
+        rollouts: Sequence[Rollout],
+        options: TransitionOptions,
+        *,
+        credit: CreditFn | None = None,
     ) -> list[Trajectory]:
-        """Build the transitions of each succeeded rollout."""
-        return [record.trajectory(options=options) for record in await self.attempts(rollouts)]
+        """Build the transitions of each succeeded rollout (``credit``: see the protocol)."""
+        return [
+            record.trajectory(options=options, credit=credit)
+            for record in await self.attempts(rollouts)
+        ]
 
     async def attempts(self, rollouts: Sequence[Rollout]) -> list[AttemptRecords]:
         """Read the records of each succeeded rollout's latest attempt."""

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from collections import Counter
 
     from fulmen.algorithms.source import StoreSource
+    from fulmen.transitions.credit import CreditFn
     from fulmen.transitions.trajectory import AttemptRecords, TransitionOptions
     from fulmen.types import LLMCallCreate, Mode, Resource, Rollout, Trajectory
     from fulmen.types.limits import JsonData
@@ -60,9 +61,16 @@ class Rollouts(Protocol):
         ...
 
     async def trajectories(
-        self, rollouts: Sequence[Rollout], options: TransitionOptions
+        self,
+        rollouts: Sequence[Rollout],
+        options: TransitionOptions,
+        *,
+        credit: CreditFn | None = None,
     ) -> list[Trajectory]:
-        """Build the transitions of each succeeded rollout (failed ones are left out)."""
+        """Build the transitions of each succeeded rollout (failed ones are left out).
+
+        ``credit`` replaces the options' credit strategy (PPO's step rewards).
+        """
         ...
 
     async def attempts(self, rollouts: Sequence[Rollout]) -> list[AttemptRecords]:

@@ -2,7 +2,7 @@
 
 Each online step publishes a resources version naming the served policy, runs
 ``group_size`` rollouts of each of ``tasks_per_step`` tasks (``context.rollouts.run``),
-turns their records into transitions (``context.rollouts.trajectories``, the ``transitions``
+turns their records into transitions (``sample_step_groups``, the ``transitions``
 options), pairs each group's best rollout against its worst (``pairs``), takes one DPO step
 (``DPOUpdater``), saves the adapter and hot-loads it into the engine (``serve_policy``), and
 checkpoints. With ``source`` the pairs are built once from the store's finished rollouts and
