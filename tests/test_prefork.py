@@ -5,6 +5,7 @@ A real server (preloading only ``json``, forking only ``tests.prefork_probe``) a
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import resource
@@ -22,6 +23,7 @@ from tests import prefork
 REPO = Path(__file__).resolve().parents[1]
 PROBE = ["-m", "tests.prefork_probe"]
 SMALL = ["json", "tests.prefork_probe"]  # what the server preloads, and what it forks
+LOG = "PREFORK_TEST_LOG"  # the variable the fixture names the server's log in
 
 
 @pytest.fixture(scope="module")
@@ -29,18 +31,32 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]
     """A server; yields the environment its askers need."""
     folder = tmp_path_factory.mktemp("prefork")
     socket_path = folder / "s.sock"
-    process = subprocess.Popen(
-        [sys.executable, prefork.__file__, "serve", str(socket_path), str(os.getpid()), *SMALL],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    log = folder / "server.log"
+    with open(log, "wb") as written:  # each request, forked or why not: in failures' messages
+        process = subprocess.Popen(
+            [sys.executable, prefork.__file__, "serve", str(socket_path), str(os.getpid()), *SMALL],
+            stdout=subprocess.DEVNULL,
+            stderr=written,
+        )
     deadline = time.monotonic() + 30
     while not socket_path.exists():
         assert process.poll() is None and time.monotonic() < deadline, "the server did not bind"
         time.sleep(0.01)
-    yield {**os.environ, prefork.SOCKET_VARIABLE: str(socket_path), "PROBE": "seen"}
+    yield {**os.environ, prefork.SOCKET_VARIABLE: str(socket_path), "PROBE": "seen", LOG: str(log)}
     process.terminate()
     process.wait(10)
+
+
+def _said(server: dict[str, str], asker: subprocess.Popen[str] | None = None) -> str:
+    """The server's log (and the asker's standard error), for a failure's message."""
+    said = "server: " + Path(server[LOG]).read_text(errors="replace")[-3000:]
+    if asker is not None and asker.stderr is not None:
+        if asker.poll() is None:  # its standard error ends with it
+            asker.kill()
+            asker.wait()
+        with contextlib.suppress(OSError, ValueError):
+            said += "\nasker: " + asker.stderr.read()[-3000:]
+    return said
 
 
 def _ask(*args: str) -> list[str]:
@@ -122,15 +138,28 @@ def test_signals_to_the_asker_reach_the_child_and_its_end_is_the_askers(
 ) -> None:
     for signum, code in ((signal.SIGTERM, 3), (signal.SIGINT, -signal.SIGINT)):
         asker = subprocess.Popen(
-            _ask(*PROBE, "wait"), cwd=REPO, env=server, stdout=subprocess.PIPE, text=True
+            _ask(*PROBE, "wait"),
+            cwd=REPO,
+            env=server,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         assert asker.stdout is not None
         child = int(asker.stdout.readline())
-        assert child != asker.pid
+        assert child != asker.pid, _said(server, asker)  # forked, not the real interpreter
         asker.send_signal(signum)
-        assert asker.wait(30) == code
+        try:
+            ended = asker.wait(60)
+        except subprocess.TimeoutExpired:
+            asker.kill()
+            asker.wait()
+            ended = None
+        assert ended == code, (signal.Signals(signum).name, ended, _said(server, asker))
+        assert _gone(child), _said(server, asker)
         asker.stdout.close()
-        assert _gone(child)
+        assert asker.stderr is not None
+        asker.stderr.close()
 
 
 def test_a_killed_asker_takes_its_child_and_an_orphaned_one_stops_it(
