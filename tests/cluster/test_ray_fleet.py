@@ -273,29 +273,27 @@ def _wait_until(predicate: Any, timeout: float, what: str) -> None:
 def test_runner_ray_runs_rollouts_from_a_store_and_stops_on_sigterm(
     ray_cluster: LocalRayCluster, tmp_path: Path
 ) -> None:
-    from tests.cluster.local_ray import free_port
-
     (tmp_path / "noop_agent.py").write_text(NOOP_AGENT)
     tasks = tmp_path / "tasks.jsonl"
     tasks.write_text("".join(json.dumps({"id": f"t{i}"}) + "\n" for i in range(40)))
-    port = free_port()
-    store_url = f"http://127.0.0.1:{port}"
     env = {k: v for k, v in os.environ.items() if not k.startswith("FULMEN_")}
     env["FULMEN_STORE_TOKEN"] = "ray-runner-secret"
     fulmen = [sys.executable, "-m", "fulmen"]
-    with (tmp_path / "store.log").open("wb") as out:
+    store_log = tmp_path / "store.log"
+    with store_log.open("wb") as out:
+        # --port 0: the service picks a free port and logs its URL; a port picked here could be
+        # taken by another test's server before the service binds it.
         store = subprocess.Popen(
-            [*fulmen, "store", "serve", "--db", str(tmp_path / "s.db"), "--port", str(port)],
+            [*fulmen, "store", "serve", "--db", str(tmp_path / "s.db"), "--port", "0"],
             stdout=out, stderr=subprocess.STDOUT, env=env,
         )  # fmt: skip
     runners: subprocess.Popen[bytes] | None = None
     try:
+        listening = re.compile(r"at (http://127\.0\.0\.1:\d+)")
+        _wait_until(lambda: listening.search(store_log.read_text()), 60, "the store did not start")
+        store_url = listening.findall(store_log.read_text())[0]
         enqueue = [*fulmen, "rollouts", "enqueue", "--store", store_url, "--tasks", str(tasks)]
-        _wait_until(
-            lambda: subprocess.run(enqueue, env=env, capture_output=True).returncode == 0,
-            60,
-            "the store service did not start",
-        )
+        subprocess.run(enqueue, env=env, capture_output=True, check=True)
         with (tmp_path / "runners.log").open("wb") as err:
             runners = subprocess.Popen(
                 [*fulmen, "runner", "--ray", "2", "--ray-address", ray_cluster.address,

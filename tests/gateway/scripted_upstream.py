@@ -474,7 +474,11 @@ async def serve_app(app: Any) -> AsyncIterator[str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--port", type=int, required=True)
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("--port", type=int)
+    # A socket the caller bound and passed on (pass_fds): no other process can take its port
+    # between the caller picking it and this server binding it.
+    where.add_argument("--fd", type=int, help="listen on this inherited, bound socket")
     parser.add_argument("--mode", default="vllm", choices=["vllm", "hosted", "hosted_strict"])
     parser.add_argument("--content", default="ok")
     parser.add_argument("--delay-s", type=float, default=0.0, help="wait before each reply")
@@ -482,14 +486,16 @@ def main() -> None:
     script = Script(
         mode=args.mode, default_content=args.content, is_recording=False, delay_s=args.delay_s
     )
-    uvicorn.run(
+    config = uvicorn.Config(
         create_upstream_app(script),
         host="127.0.0.1",
-        port=args.port,
+        port=args.port or 0,
         log_level="warning",
         ws="none",
         access_log=False,
     )
+    sockets = None if args.fd is None else [socket.socket(fileno=args.fd)]
+    uvicorn.Server(config).run(sockets=sockets)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ from fulmen.gateway.release import ReleaseRouter
 from fulmen.gateway.release_config import ReleaseConfig
 from fulmen.store import open_store
 from tests.gateway.conftest import new_attempt
+from tests.gateway.gateway_command import gateway_command
 from tests.gateway.scripted_upstream import Script, create_upstream_app, free_socket, serve_app
 
 CHAT = {"model": "tiny-model", "messages": [{"role": "user", "content": "hi"}]}
@@ -27,34 +28,20 @@ def _env() -> dict[str, str]:
 
 async def test_gateway_command_serves_and_stops_on_sigterm() -> None:
     script = Script()
-    sock = free_socket()
-    port = sock.getsockname()[1]
-    sock.close()
-    async with serve_app(create_upstream_app(script)) as upstream:
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "fulmen", "gateway", "--store", "memory://",
-            "--upstream", f"{upstream}/v1", "--port", str(port),
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=_env(),
-        )  # fmt: skip
-        try:
-            async with httpx.AsyncClient() as client:
-                for _ in range(200):
-                    try:
-                        if (await client.get(f"http://127.0.0.1:{port}/healthz")).is_success:
-                            break
-                    except httpx.TransportError:
-                        await asyncio.sleep(0.05)
-                r = await client.post(f"http://127.0.0.1:{port}/v1/chat/completions", json=CHAT)
-                assert r.status_code == 200
-                assert r.json()["choices"][0]["message"]["content"] == "ok"
-                health = (await client.get(f"http://127.0.0.1:{port}/healthz")).json()
-                assert health["recorder"]["recorded"] == 1
-        finally:
-            proc.send_signal(signal.SIGTERM)
-            code = await asyncio.wait_for(proc.wait(), timeout=15)
-        stderr = await proc.stderr.read() if proc.stderr else b""
-    assert code == 0, stderr.decode()
-    assert b"Traceback" not in stderr
+    async with (
+        serve_app(create_upstream_app(script)) as upstream,
+        gateway_command(
+            "--store", "memory://", "--upstream", f"{upstream}/v1", env=_env()
+        ) as gateway,
+        httpx.AsyncClient(base_url=gateway.url) as client,
+    ):  # fmt: skip
+        r = await client.post("/v1/chat/completions", json=CHAT)
+        assert r.status_code == 200
+        assert r.json()["choices"][0]["message"]["content"] == "ok"
+        health = (await client.get("/healthz")).json()
+        assert health["recorder"]["recorded"] == 1
+    assert gateway.returncode == 0, gateway.stderr
+    assert "Traceback" not in gateway.stderr
     assert script.requests[0]["return_token_ids"] is True
 
 
@@ -100,45 +87,20 @@ async def test_gateway_command_records_tracked_calls_into_a_shared_sqlite_store(
     url = f"sqlite:///{tmp_path / 'runs.db'}"
     async with open_store(url, watchdog_interval=None) as store:
         rollout_id, attempt_id = await new_attempt(store)
-        port = _free_port()
-        async with serve_app(create_upstream_app(Script())) as upstream:
-            proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "fulmen", "gateway", "--store", url,
-                "--upstream", f"{upstream}/v1", "--port", str(port),
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=_env(),
-            )  # fmt: skip
-            base = f"http://127.0.0.1:{port}"
-            try:
-                async with httpx.AsyncClient() as client:
-                    await _wait_healthy(client, base)
-                    r = await client.post(
-                        f"{base}/rollout/{rollout_id}/attempt/{attempt_id}/v1/chat/completions",
-                        json=CHAT,
-                    )
-                    assert r.status_code == 200
-                    await client.post(f"{base}/gateway/flush")
-            finally:
-                proc.send_signal(signal.SIGTERM)
-                assert await asyncio.wait_for(proc.wait(), timeout=15) == 0
+        async with (
+            serve_app(create_upstream_app(Script())) as upstream,
+            gateway_command("--store", url, "--upstream", f"{upstream}/v1", env=_env()) as gateway,
+            httpx.AsyncClient() as client,
+        ):
+            r = await client.post(
+                f"{gateway.url}/rollout/{rollout_id}/attempt/{attempt_id}/v1/chat/completions",
+                json=CHAT,
+            )
+            assert r.status_code == 200
+            await client.post(f"{gateway.url}/gateway/flush")
+        assert gateway.returncode == 0, gateway.stderr
         (call,) = (await store.query_llm_calls(rollout_id)).items
     assert call.is_token_level and call.attempt_id == attempt_id
-
-
-def _free_port() -> int:
-    sock = free_socket()
-    port = sock.getsockname()[1]
-    sock.close()
-    return port
-
-
-async def _wait_healthy(client: httpx.AsyncClient, base: str) -> None:
-    for _ in range(200):
-        try:
-            if (await client.get(f"{base}/healthz")).is_success:
-                return
-        except httpx.TransportError:
-            await asyncio.sleep(0.05)
-    raise AssertionError("gateway did not come up")
 
 
 async def test_gateway_waits_for_a_store_that_is_down_and_stops_on_sigterm() -> None:
@@ -244,39 +206,31 @@ async def test_the_gateway_command_runs_the_release_gate_and_switches_its_traffi
         by_arm[router.arm_of(f"s{i}").value].append(f"s{i}")
     sessions = by_arm["incumbent"][:3] + by_arm["candidate"][:3]
     later = by_arm["incumbent"][3:6]
-    port = _free_port()
-    async with serve_app(create_upstream_app(Script())) as upstream:
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "fulmen", "gateway", "--store", url, "--config", str(path),
-            "--upstream", f"{upstream}/v1", "--port", str(port),
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=_env(),
-        )  # fmt: skip
-        base = f"http://127.0.0.1:{port}"
-        try:
-            async with httpx.AsyncClient() as client:
-                await _wait_healthy(client, base)
-                for sid in sessions:
-                    headers = {"x-session-id": sid}
-                    r = await client.post(f"{base}/v1/chat/completions", json=CHAT, headers=headers)
-                    value = 1.0 if r.json()["model"] == "new" else 0.0
-                    reward = {"session_id": sid, "values": {"reward": value}}
-                    assert (await client.post(f"{base}/v1/rewards", json=reward)).is_success
-                state = "canary"
-                for _ in range(100):  # the gate's first window ends 0.5 s after the start
-                    state = (await client.get(f"{base}/healthz")).json()["release"]["state"]
-                    if state != "canary":
-                        break
-                    await asyncio.sleep(0.1)
-                assert state == "promoted"
-                for sid in later:  # sessions the hash sent to the incumbent
-                    headers = {"x-session-id": sid}
-                    r = await client.post(f"{base}/v1/chat/completions", json=CHAT, headers=headers)
-                    assert r.json()["model"] == "new"
-        finally:
-            proc.send_signal(signal.SIGTERM)
-            code = await asyncio.wait_for(proc.wait(), timeout=15)
-        stderr = await proc.stderr.read() if proc.stderr else b""
-    assert code == 0 and b"Traceback" not in stderr, stderr.decode()
+    async with (
+        serve_app(create_upstream_app(Script())) as upstream,
+        gateway_command(
+            "--store", url, "--config", str(path), "--upstream", f"{upstream}/v1", env=_env()
+        ) as gateway,
+        httpx.AsyncClient(base_url=gateway.url) as client,
+    ):  # fmt: skip
+        for sid in sessions:
+            headers = {"x-session-id": sid}
+            r = await client.post("/v1/chat/completions", json=CHAT, headers=headers)
+            value = 1.0 if r.json()["model"] == "new" else 0.0
+            reward = {"session_id": sid, "values": {"reward": value}}
+            assert (await client.post("/v1/rewards", json=reward)).is_success
+        state = "canary"
+        for _ in range(100):  # the gate's first window ends 0.5 s after the start
+            state = (await client.get("/healthz")).json()["release"]["state"]
+            if state != "canary":
+                break
+            await asyncio.sleep(0.1)
+        assert state == "promoted"
+        for sid in later:  # sessions the hash sent to the incumbent
+            headers = {"x-session-id": sid}
+            r = await client.post("/v1/chat/completions", json=CHAT, headers=headers)
+            assert r.json()["model"] == "new"
+    assert gateway.returncode == 0 and "Traceback" not in gateway.stderr, gateway.stderr
     async with open_store(url, watchdog_interval=None) as store:
         release = await store.get_release("rel")
     assert release.state.value == "promoted"

@@ -9,7 +9,6 @@ stored under the agent name ``judge``.
 from __future__ import annotations
 
 import json
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -21,27 +20,25 @@ import pytest
 
 from fulmen.trainer.config import load_config
 from fulmen.trainer.trainer import Trainer
+from tests.gateway.scripted_upstream import free_socket
 
 pytest.importorskip("torch")
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def test_a_training_step_is_rewarded_by_the_judge(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    port = _free_port()
+    held = free_socket()  # bound here and passed on: its port cannot be taken meanwhile
+    port = held.getsockname()[1]
     answer = json.dumps({"scores": {"goal": 7}})
     judge = subprocess.Popen(
-        [sys.executable, str(ROOT / "tests/gateway/scripted_upstream.py"), "--port", str(port),
-         "--mode", "hosted", "--content", answer],
+        [sys.executable, str(ROOT / "tests/gateway/scripted_upstream.py"),
+         "--fd", str(held.fileno()), "--mode", "hosted", "--content", answer],
+        pass_fds=[held.fileno()],
     )  # fmt: skip
+    held.close()
     try:
         for _ in range(200):
             try:
