@@ -42,6 +42,7 @@ pytest.importorskip("openai")
 pytestmark = pytest.mark.slow
 
 from tests.cluster.local_ray import LocalRayCluster  # noqa: E402
+from tests.store.http_server import ServerProcess  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 TOY = REPO / "examples" / "toy"
@@ -277,21 +278,14 @@ def test_runner_ray_runs_rollouts_from_a_store_and_stops_on_sigterm(
     tasks = tmp_path / "tasks.jsonl"
     tasks.write_text("".join(json.dumps({"id": f"t{i}"}) + "\n" for i in range(40)))
     env = {k: v for k, v in os.environ.items() if not k.startswith("FULMEN_")}
-    env["FULMEN_STORE_TOKEN"] = "ray-runner-secret"
+    env["FULMEN_STORE_TOKEN"] = TOKEN = "ray-runner-secret"
     fulmen = [sys.executable, "-m", "fulmen"]
-    store_log = tmp_path / "store.log"
-    with store_log.open("wb") as out:
-        # --port 0: the service picks a free port and logs its URL; a port picked here could be
-        # taken by another test's server before the service binds it.
-        store = subprocess.Popen(
-            [*fulmen, "store", "serve", "--db", str(tmp_path / "s.db"), "--port", "0"],
-            stdout=out, stderr=subprocess.STDOUT, env=env,
-        )  # fmt: skip
+    # On a port the service picks itself (ServerProcess: --port 0, the URL from its log): a
+    # port picked here could be taken by another test's server before the service binds it.
+    store = ServerProcess(str(tmp_path / "s.db"), tmp_path / "store.log", token=TOKEN)
+    store_url = store.url
     runners: subprocess.Popen[bytes] | None = None
     try:
-        listening = re.compile(r"at (http://127\.0\.0\.1:\d+)")
-        _wait_until(lambda: listening.search(store_log.read_text()), 60, "the store did not start")
-        store_url = listening.findall(store_log.read_text())[0]
         enqueue = [*fulmen, "rollouts", "enqueue", "--store", store_url, "--tasks", str(tasks)]
         subprocess.run(enqueue, env=env, capture_output=True, check=True)
         with (tmp_path / "runners.log").open("wb") as err:
@@ -316,8 +310,7 @@ def test_runner_ray_runs_rollouts_from_a_store_and_stops_on_sigterm(
         if runners is not None and runners.poll() is None:
             runners.kill()
             runners.wait()
-        store.terminate()
-        store.wait(30)
+        store.stop()
     summary = json.loads(out.decode().strip().splitlines()[-1])
     assert summary["runners"] == 2 and summary["restarts"] == 0, summary
     assert summary["claimed"] == summary["succeeded"] == 40, summary
