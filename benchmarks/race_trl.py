@@ -40,6 +40,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the race/ package beside this file
 
+from race.child import stop_on_sigterm
 from race.fulmen_side import fulmen_checkpoints, run_fulmen
 from race.heldout import at_mark, evaluate, screen_row
 from race.plot import plot
@@ -118,6 +119,7 @@ def race_one(
 
 
 def main() -> int:
+    stop_on_sigterm()  # a stopped race stops the trainer it waits on (race/child.py)
     args = parse_args()
     if args.side:
         trl_side(args, json.loads(args.side))

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from race.child import run_child
 from race.settings import environment
 
 
@@ -46,7 +47,7 @@ def run_fulmen(args: argparse.Namespace, dataset: str, lr: float, seed: int, run
     (run / "race.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
     argv = [sys.executable, "-m", "fulmen", "train", str(run / "race.yaml")]
     argv += [arg for override in args.fulmen_set for arg in ("--set", override)]
-    subprocess.run(argv, check=True, stdout=subprocess.DEVNULL)
+    run_child(argv, stdout=subprocess.DEVNULL)
 
 
 def fulmen_checkpoints(

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from race.child import run_child
 from race.settings import environment, messages, trl_override
 
 ENTRY = Path(__file__).resolve().parents[1] / "race_trl.py"
@@ -39,7 +39,7 @@ def run_trl(args: argparse.Namespace, dataset: str, lr: float, seed: int, run: P
     """Train TRL's ``GRPOTrainer`` in its own process (``--side trl``)."""
     spec = {"dataset": dataset, "lr": lr, "seed": seed, "run": str(run)}
     argv = [sys.executable, str(ENTRY), *sys.argv[1:], "--side", json.dumps(spec)]
-    subprocess.run(argv, check=True)
+    run_child(argv)
 
 
 def trl_side(args: argparse.Namespace, spec: dict[str, Any]) -> None:

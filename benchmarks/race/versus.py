@@ -3,7 +3,8 @@
 The sparse-reward remedies (``algorithm.dynamic_sampling``) are measured this way: the race run
 again with ``--fulmen-set`` into an ``OUT`` of its own and ``--versus BASE`` naming the race run
 without it, with every other setting the same. Each seed's run is paired with the base's run of
-that seed (the same tasks drawn in the same order at the first draw, the same held-out set).
+that seed (the same tasks drawn in the same order at the first draw, the same held-out set)
+when both ran on one machine: a seed whose runs ran on different machines is left out and named.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ def versus(out: Path, base: Path) -> dict[str, Any]:
     the final gain with its two standard errors (``paired_gain``), and each side's steps,
     share of flat groups (all rewards equal: nothing to learn) and sampling cost (rollouts
     over ``tasks_per_step * group_size`` a step; 1.0 is a step without dynamic sampling).
+    Seeds whose two runs' rows name different machines are left out, under ``other_machine``.
     """
     settings, base_settings = recorded_settings(out), recorded_settings(base)
     differ = settings_differ(base_settings, settings, ignore=MAY_DIFFER)
@@ -50,8 +52,22 @@ def versus(out: Path, base: Path) -> dict[str, Any]:
         theirs = [r for r in there if _fulmen_point(r) and _key(r) == (dataset, lr)]
         seeds = sorted({r["seed"] for r in mine} & {r["seed"] for r in theirs})
         name = f"{dataset}, lr {lr:g}"
+        # A run's budget is wall-clock: on a machine 1.5-2x slower it reaches fewer steps, so
+        # a seed's two runs are paired only where they ran on one machine.
+        machines = {
+            s: (
+                _speed(here, dataset, lr, s).get("machine"),
+                _speed(there, dataset, lr, s).get("machine"),
+            )
+            for s in seeds
+        }
+        apart = {
+            str(s): {"setting": m[0], "base": m[1]} for s, m in machines.items() if m[0] != m[1]
+        }
+        seeds = [s for s in seeds if str(s) not in apart]
         if not seeds:
-            found[name] = {"seeds": 0, "note": f"{base} has no fulmen run of these seeds"}
+            note = f"{base} has no fulmen run of these seeds on the same machine"
+            found[name] = {"seeds": 0, "note": note, "other_machine": apart}
             continue
         mine_at, theirs_at = _by_seed_minute(mine), _by_seed_minute(theirs)
         difference = {
@@ -74,6 +90,8 @@ def versus(out: Path, base: Path) -> dict[str, Any]:
             "accuracy_difference": {m: {"mean": v[0], "se": v[1]} for m, v in difference.items()},
             **paired_gain(_finals(mine_at, seeds, last), _finals(theirs_at, seeds, last)),
             "sampling": {side: sampling(paths, group, tasks) for side, paths in runs.items()},
+            "machines": sorted({m[0] or "?" for s, m in machines.items() if s in seeds}),
+            "other_machine": apart,
         }
     return found
 

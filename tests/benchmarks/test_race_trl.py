@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -199,7 +201,17 @@ def test_a_setting_is_compared_with_the_base_race_seed_by_seed(
                 step["skipped_zero_advantage"] = 4
                 (run / "metrics.jsonl").write_text(f"{json.dumps(step)}\n" * 2)
             records.append(results, speed)
+        # Seed 2 ran on another machine for each side: its wall-clock runs are not paired.
+        row = {"kind": "point", "dataset": "basic_arithmetic", "trainer": "fulmen", "seed": 2}
+        row |= {"lr": 1e-3, "correct": [1] * 8}
+        for minute in (0.0, 5.0):
+            records.append(results, {**row, "minute": minute, "accuracy": 1.0})
+        counts = {"groups": 2, "flat_groups": 0, "rollouts": 8, "steps": 9}
+        where = "slow machine" if out == setting else "fast machine"
+        del row["correct"]
+        records.append(results, {**row, "kind": "speed", "machine": where, **counts})
     found = versus.versus(setting, base)["basic_arithmetic, lr 0.001"]
+    assert found["other_machine"] == {"2": {"setting": "slow machine", "base": "fast machine"}}
     assert found["fulmen_set"] == [redraw] and found["base_fulmen_set"] == []
     assert found["accuracy_difference"]["0.0"] == {"mean": 0.0, "se": 0.0}
     assert found["accuracy_difference"]["5.0"]["mean"] == pytest.approx(0.375)
@@ -238,3 +250,38 @@ def test_flat_groups_of_an_agent_that_calls_the_model_twice_are_counted_once(
     # A single-call agent (a row from before transitions were counted too) is read as before.
     single = {"groups": 2, "rollouts": 8, "skipped_zero_advantage": 4}
     assert fulmen_side.run_sampling([single], group_size=4)["flat_groups"] == 1.0
+
+
+def test_a_race_stopped_by_sigterm_stops_its_trainer_first(tmp_path: Path) -> None:
+    # The trainer here stands in for `fulmen train`: on SIGTERM it cleans up (the real one stops
+    # its engine) and exits. The race used to die alone and leave it training.
+    ready, stopped = tmp_path / "ready", tmp_path / "stopped"
+    trainer = tmp_path / "trainer.py"
+    trainer.write_text(
+        "import os, pathlib, signal, sys, time\n"
+        "def stop(signum, frame):\n"
+        f"    pathlib.Path({str(stopped)!r}).write_text(signal.Signals(signum).name)\n"
+        "    sys.exit(0)\n"
+        "signal.signal(signal.SIGTERM, stop)\n"
+        f"pathlib.Path({str(ready)!r}).write_text(str(os.getpid()))\n"
+        "time.sleep(120)\n",
+        encoding="utf-8",
+    )
+    script = (
+        f"import sys; sys.path.insert(0, {str(ROOT / 'benchmarks')!r})\n"
+        "from race.child import run_child, stop_on_sigterm\n"
+        f"stop_on_sigterm(); run_child([sys.executable, {str(trainer)!r}])\n"
+    )
+    race = subprocess.Popen([sys.executable, "-c", script])
+    try:
+        deadline = time.monotonic() + 60
+        while not ready.exists() or not ready.read_text():
+            assert time.monotonic() < deadline and race.poll() is None
+            time.sleep(0.05)
+        race.terminate()
+        assert race.wait(timeout=60) == 143
+    finally:
+        race.kill()
+    assert stopped.read_text() == "SIGTERM"  # stopped cleanly, before the race exited
+    with pytest.raises(ProcessLookupError):
+        os.kill(int(ready.read_text()), 0)
