@@ -217,10 +217,13 @@ def step_metric(key: str, expected: float) -> Any:
     The `mismatch/*` figures are differences of logprobs that are equal in exact arithmetic, so
     one process's is often exactly 0 while two ranks' sums come out a float32 unit of the
     logprobs apart (4.77e-7 was seen): those are compared absolutely, to a few such units.
+    The rest to 1e-4 relative: PPO's second step on two sharded ranks was seen 3.5e-5 from one
+    process's (an AMD EPYC machine, under the full suite's load; it passed alone), while a
+    wrong shard or a lost micro-batch moves a loss by percents.
     """
     if key.startswith("mismatch/"):
         return pytest.approx(expected, abs=2e-6)
-    return pytest.approx(expected, rel=1e-5, abs=1e-7)
+    return pytest.approx(expected, rel=1e-4, abs=1e-7)
 
 
 def lora_case(kind: str, model_dir: Path) -> tuple[Callable[[], Any], list[Any]]:
