@@ -64,7 +64,7 @@ def versus(out: Path, base: Path) -> dict[str, Any]:
         apart = {
             str(s): {"setting": m[0], "base": m[1]} for s, m in machines.items() if m[0] != m[1]
         }
-        seeds = [s for s in seeds if str(s) not in apart]
+        seeds = [s for s in seeds if machines[s][0] == machines[s][1]]
         if not seeds:
             note = f"{base} has no fulmen run of these seeds on the same machine"
             found[name] = {"seeds": 0, "note": note, "other_machine": apart}
