@@ -9,7 +9,9 @@ where it stopped) and prints one JSON line: each seed's held-out reward before a
 paired gain ± standard error and what the run ended serving (``validation.keep_best``), then
 the mean gain over seeds with its standard error (the standard deviation of the per-seed gains
 over ``sqrt(seeds)``), ``gain_shown`` (the mean is at least twice that), and how many seeds
-ended below their baseline, after training and as served.
+ended below their baseline, after training and as served. Each row names the machine it ran
+on: the runs have a wall-clock budget, so ``--versus`` pairs a seed only where both sweeps ran
+it on one machine. Stopping the sweep (Ctrl-C, SIGTERM) stops the seed's run with it.
 
     python benchmarks/over_seeds.py --out /tmp/math-seeds --seeds 0 1 2 -- \\
         benchmarks/learn_examples.py --example math --minutes 30
@@ -30,6 +32,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the race/ package beside this file
+
+from race.child import run_child, stop_on_sigterm
+from race.records import machine
+
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -44,6 +51,7 @@ def main() -> int:
     )
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- BENCHMARK.py [ARGS...]")
     args = parser.parse_args()
+    stop_on_sigterm()
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command or not command[0].endswith(".py"):
         parser.error("give the benchmark after --, e.g. -- benchmarks/learn_calc.py --minutes 40")
@@ -57,12 +65,16 @@ def main() -> int:
         run_dir = args.out / f"seed{seed}"
         argv = [sys.executable, *command, "--set", f"seed={seed}", "--run-dir", str(run_dir)]
         print(f"seed {seed}: {' '.join(argv)}", file=sys.stderr, flush=True)
-        done = subprocess.run(argv, stdout=subprocess.PIPE, text=True, check=False)
-        line = _last_json_line(done.stdout)
-        if done.returncode != 0 or line is None:
-            print(f"seed {seed}: exit {done.returncode}, no result", file=sys.stderr)
+        try:
+            line = _last_json_line(run_child(argv, stdout=subprocess.PIPE, text=True))
+        except subprocess.CalledProcessError as failed:
+            print(f"seed {seed}: exit {failed.returncode}, no result", file=sys.stderr)
+            return 1
+        if line is None:
+            print(f"seed {seed}: no JSON line on its output, no result", file=sys.stderr)
             return 1
         line["seed"] = seed
+        line["machine"] = machine()
         with results_path.open("a") as f:
             f.write(json.dumps(line) + "\n")
         results[seed] = line
@@ -104,9 +116,17 @@ def versus(
     A seed's runs share their held-out tasks and base model (``before`` is given for both, to
     see it), so the difference of the ``after`` figures is paired by seed; its standard error
     is over seeds. ``cost`` is each side's mean ``sampling/cost`` over its steps (1.0: no
-    dynamic sampling), read from the run directories' ``metrics.jsonl``.
+    dynamic sampling), read from the run directories' ``metrics.jsonl``. A seed whose two rows
+    name different machines (a row from before rows named one names none) is left out, under
+    ``other_machine``: a run's budget is wall-clock, and the machines here differ 1.5-2x.
     """
-    seeds = sorted(set(runs) & set(base))
+    common = sorted(set(runs) & set(base))
+    apart = {
+        str(s): {"setting": runs[s].get("machine"), "base": base[s].get("machine")}
+        for s in common
+        if runs[s].get("machine") != base[s].get("machine")
+    }
+    seeds = [s for s in common if str(s) not in apart]
     rows = []
     for seed in seeds:
         mine, theirs = _row(runs[seed]), _row(base[seed])
@@ -129,6 +149,8 @@ def versus(
         "difference_mean": _round(mean),
         "difference_se_over_seeds": _round(se),
         "difference_shown": mean is not None and se is not None and mean >= 2 * se > 0,
+        "machines": sorted({runs[s].get("machine") or "unrecorded" for s in seeds}),
+        "other_machine": apart,
     }
 
 
@@ -147,6 +169,7 @@ def _row(run: dict[str, Any]) -> dict[str, Any]:
     paired = "paired_gain" in run  # learn_calc: the paired figures are the paired_* keys
     return {
         "seed": run.get("seed"),
+        "machine": run.get("machine"),
         "before": run.get("reward_before", run.get("accuracy_before")),
         "after": run.get("reward_after", run.get("accuracy_after")),
         "gain": run.get("paired_gain") if paired else run.get("gain"),
@@ -167,8 +190,8 @@ def _read_results(path: Path) -> dict[int, dict[str, Any]]:
     return {int(run["seed"]): run for run in runs}
 
 
-def _last_json_line(stdout: str) -> dict[str, Any] | None:
-    for line in reversed(stdout.splitlines()):
+def _last_json_line(stdout: str | None) -> dict[str, Any] | None:
+    for line in reversed((stdout or "").splitlines()):
         if line.startswith("{"):
             try:
                 return json.loads(line)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import signal
 import subprocess
 from types import FrameType
+from typing import Any
 
 #: Seconds a stopped trainer gets to stop its engine before it is killed.
 STOP_S = 60.0
@@ -27,25 +28,28 @@ def stop_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, stop)
 
 
-def run_child(argv: list[str], **popen: object) -> None:
+def run_child(argv: list[str], **popen: object) -> Any:
     """Run ``argv`` to its end like ``subprocess.run(argv, check=True)``, stopping it with us.
 
-    On SIGTERM (as ``SystemExit``, see :func:`stop_on_sigterm`) the child is sent SIGTERM. On
-    Ctrl-C the terminal has sent the child SIGINT already, so it is only waited for, and sent
-    SIGTERM if it is still running after ``STOP_S`` (an interrupt sent to this process alone).
-    A child still running ``STOP_S`` after that is killed. The exception is raised again.
+    Returns the child's standard output where ``popen`` pipes it (``stdout=subprocess.PIPE``),
+    else ``None``; a failed child raises ``CalledProcessError`` with that output. On SIGTERM
+    (as ``SystemExit``, see :func:`stop_on_sigterm`) the child is sent SIGTERM. On Ctrl-C the
+    terminal has sent the child SIGINT already, so it is only waited for, and sent SIGTERM if
+    it is still running after ``STOP_S`` (an interrupt sent to this process alone). A child
+    still running ``STOP_S`` after that is killed. The exception is raised again.
     """
     with subprocess.Popen(argv, **popen) as child:  # type: ignore[call-overload]
         try:
-            code = child.wait()
+            out, _ = child.communicate()
         except BaseException as stop:
             if not isinstance(stop, KeyboardInterrupt) or _running_after(child, STOP_S):
                 child.terminate()
             if _running_after(child, STOP_S):
                 child.kill()
             raise
-    if code:
-        raise subprocess.CalledProcessError(code, argv)
+    if child.returncode:
+        raise subprocess.CalledProcessError(child.returncode, argv, output=out)
+    return out
 
 
 def _running_after(child: subprocess.Popen[bytes], seconds: float) -> bool:

@@ -1,9 +1,13 @@
-"""``benchmarks/over_seeds.py --versus BASE``: a setting's sweep against the sweep without it."""
+"""``benchmarks/over_seeds.py``: a sweep over seeds; a setting's sweep against one without it."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import os
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -42,3 +46,99 @@ def test_a_setting_is_compared_with_the_base_sweep_seed_by_seed(tmp_path: Path) 
     assert found["per_seed"][0]["cost"] == [1.5, 1.0]
     assert found["per_seed"][1]["cost"] == [None, None]
     assert found["per_seed"][0]["before"] == [0.2, 0.2]
+
+
+def test_a_seed_run_on_another_machine_is_left_out(tmp_path: Path) -> None:
+    # The runs have a wall-clock budget: on a machine 1.7x slower a run reaches fewer steps, so
+    # a seed is paired only where both sweeps ran it on one machine. Rows from before rows
+    # named a machine name none, and pair only with each other.
+    amd, intel = "vm: AMD EPYC x2", "vm: Intel(R) Xeon(R) Processor x2"
+    runs = {
+        0: {"reward_before": 0.2, "reward_after": 0.5, "machine": amd},
+        1: {"reward_before": 0.2, "reward_after": 0.6, "machine": amd},
+        2: {"reward_before": 0.2, "reward_after": 0.4},
+    }
+    base_runs = {
+        0: {"reward_before": 0.2, "reward_after": 0.3, "machine": amd},
+        1: {"reward_before": 0.2, "reward_after": 0.1, "machine": intel},
+        2: {"reward_before": 0.2, "reward_after": 0.3},
+    }
+    found = over_seeds().versus(runs, base_runs, tmp_path / "setting", tmp_path / "base")
+    assert [r["seed"] for r in found["per_seed"]] == [0, 2]
+    assert found["difference_mean"] == pytest.approx(0.15)
+    assert found["other_machine"] == {"1": {"setting": amd, "base": intel}}
+    assert found["machines"] == ["unrecorded", amd]
+
+
+def stand_in(tmp_path: Path, body: str) -> Path:
+    """A benchmark script standing in for learn_examples.py (over_seeds adds its options)."""
+    script = tmp_path / "bench.py"
+    script.write_text("import json, os, pathlib, signal, sys, time\n" + body, encoding="utf-8")
+    return script
+
+
+def test_a_sweep_records_each_seed_once_with_its_machine(tmp_path: Path) -> None:
+    bench = stand_in(
+        tmp_path,
+        "seed = int(sys.argv[sys.argv.index('--set') + 1].split('=')[1])\n"
+        "print('progress')\n"
+        "print(json.dumps({'reward_before': 0.2, 'reward_after': 0.2 + 0.1 * seed}))\n",
+    )
+    out = tmp_path / "out"
+    argv = [sys.executable, str(ROOT / "benchmarks" / "over_seeds.py"), "--out", str(out)]
+    done = subprocess.run(
+        [*argv, "--seeds", "1", "2", "--", str(bench)], capture_output=True, text=True, check=True
+    )
+    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert [r["seed"] for r in rows] == [1, 2]
+    assert all(r["machine"] == over_seeds().machine() for r in rows)
+    summary = json.loads(done.stdout.splitlines()[-1])
+    assert [r["after"] for r in summary["per_seed"]] == pytest.approx([0.3, 0.4])
+    # Run again with one more seed: only the new seed runs.
+    done = subprocess.run(
+        [*argv, "--seeds", "1", "2", "3", "--", str(bench)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "seed 1: already in" in done.stderr and "seed 2: already in" in done.stderr
+    assert len((out / "results.jsonl").read_text().splitlines()) == 3
+
+
+def test_a_sweep_stopped_by_sigterm_stops_its_seed_run_first(tmp_path: Path) -> None:
+    # With subprocess.run the sweep died alone and left the seed's run training on a machine
+    # the next measurement needs idle.
+    ready, stopped = tmp_path / "ready", tmp_path / "stopped"
+    bench = stand_in(
+        tmp_path,
+        "def stop(signum, frame):\n"
+        f"    pathlib.Path({str(stopped)!r}).write_text(signal.Signals(signum).name)\n"
+        "    sys.exit(0)\n"
+        "signal.signal(signal.SIGTERM, stop)\n"
+        f"pathlib.Path({str(ready)!r}).write_text(str(os.getpid()))\n"
+        "time.sleep(120)\n",
+    )
+    argv = [
+        sys.executable,
+        str(ROOT / "benchmarks" / "over_seeds.py"),
+        "--out",
+        str(tmp_path / "out"),
+        "--seeds",
+        "0",
+        "--",
+        str(bench),
+    ]
+    sweep = subprocess.Popen(argv, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while not ready.exists() or not ready.read_text():
+            assert time.monotonic() < deadline and sweep.poll() is None
+            time.sleep(0.05)
+        sweep.terminate()
+        assert sweep.wait(timeout=60) == 143
+    finally:
+        sweep.kill()
+    assert stopped.read_text() == "SIGTERM"
+    with pytest.raises(ProcessLookupError):
+        os.kill(int(ready.read_text()), 0)
+    assert not (tmp_path / "out" / "results.jsonl").exists()
