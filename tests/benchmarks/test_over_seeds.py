@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.benchmarks.stopping import assert_sigterm_stops_trainer_first, write_trainer
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -108,37 +108,8 @@ def test_a_sweep_records_each_seed_once_with_its_machine(tmp_path: Path) -> None
 def test_a_sweep_stopped_by_sigterm_stops_its_seed_run_first(tmp_path: Path) -> None:
     # With subprocess.run the sweep died alone and left the seed's run training on a machine
     # the next measurement needs idle.
-    ready, stopped = tmp_path / "ready", tmp_path / "stopped"
-    bench = stand_in(
-        tmp_path,
-        "def stop(signum, frame):\n"
-        f"    pathlib.Path({str(stopped)!r}).write_text(signal.Signals(signum).name)\n"
-        "    sys.exit(0)\n"
-        "signal.signal(signal.SIGTERM, stop)\n"
-        f"pathlib.Path({str(ready)!r}).write_text(str(os.getpid()))\n"
-        "time.sleep(120)\n",
-    )
-    argv = [
-        sys.executable,
-        str(ROOT / "benchmarks" / "over_seeds.py"),
-        "--out",
-        str(tmp_path / "out"),
-        "--seeds",
-        "0",
-        "--",
-        str(bench),
-    ]
-    sweep = subprocess.Popen(argv, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 60
-        while not ready.exists() or not ready.read_text():
-            assert time.monotonic() < deadline and sweep.poll() is None
-            time.sleep(0.05)
-        sweep.terminate()
-        assert sweep.wait(timeout=60) == 143
-    finally:
-        sweep.kill()
-    assert stopped.read_text() == "SIGTERM"
-    with pytest.raises(ProcessLookupError):
-        os.kill(int(ready.read_text()), 0)
+    bench = write_trainer(tmp_path)  # over_seeds adds its options; the stand-in ignores them
+    script, out = str(ROOT / "benchmarks" / "over_seeds.py"), str(tmp_path / "out")
+    argv = [sys.executable, script, "--out", out, "--seeds", "0", "--", str(bench)]
+    assert_sigterm_stops_trainer_first(argv, tmp_path)
     assert not (tmp_path / "out" / "results.jsonl").exists()

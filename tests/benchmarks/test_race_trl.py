@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import importlib
 import json
-import os
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.benchmarks.stopping import assert_sigterm_stops_trainer_first, write_trainer
 
 pytest.importorskip("trl")
 pytest.importorskip("reasoning_gym")
@@ -255,33 +255,10 @@ def test_flat_groups_of_an_agent_that_calls_the_model_twice_are_counted_once(
 def test_a_race_stopped_by_sigterm_stops_its_trainer_first(tmp_path: Path) -> None:
     # The trainer here stands in for `fulmen train`: on SIGTERM it cleans up (the real one stops
     # its engine) and exits. The race used to die alone and leave it training.
-    ready, stopped = tmp_path / "ready", tmp_path / "stopped"
-    trainer = tmp_path / "trainer.py"
-    trainer.write_text(
-        "import os, pathlib, signal, sys, time\n"
-        "def stop(signum, frame):\n"
-        f"    pathlib.Path({str(stopped)!r}).write_text(signal.Signals(signum).name)\n"
-        "    sys.exit(0)\n"
-        "signal.signal(signal.SIGTERM, stop)\n"
-        f"pathlib.Path({str(ready)!r}).write_text(str(os.getpid()))\n"
-        "time.sleep(120)\n",
-        encoding="utf-8",
-    )
+    trainer = write_trainer(tmp_path)
     script = (
         f"import sys; sys.path.insert(0, {str(ROOT / 'benchmarks')!r})\n"
         "from race.child import run_child, stop_on_sigterm\n"
         f"stop_on_sigterm(); run_child([sys.executable, {str(trainer)!r}])\n"
     )
-    race = subprocess.Popen([sys.executable, "-c", script])
-    try:
-        deadline = time.monotonic() + 60
-        while not ready.exists() or not ready.read_text():
-            assert time.monotonic() < deadline and race.poll() is None
-            time.sleep(0.05)
-        race.terminate()
-        assert race.wait(timeout=60) == 143
-    finally:
-        race.kill()
-    assert stopped.read_text() == "SIGTERM"  # stopped cleanly, before the race exited
-    with pytest.raises(ProcessLookupError):
-        os.kill(int(ready.read_text()), 0)
+    assert_sigterm_stops_trainer_first([sys.executable, "-c", script], tmp_path)
